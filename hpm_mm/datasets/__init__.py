@@ -1,0 +1,3 @@
+from .fashion_mnist import FashionMNISTSplit
+
+__all__ = ['FashionMNISTSplit']

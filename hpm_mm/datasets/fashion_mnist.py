@@ -1,0 +1,34 @@
+from mmpretrain.datasets import FashionMNIST
+from mmpretrain.registry import DATASETS
+
+
+@DATASETS.register_module()
+class FashionMNISTSplit(FashionMNIST):
+    """mmpretrain's :class:`FashionMNIST` whose ``split`` chooses the files.
+
+    mmpretrain 1.2 reads the test files only when ``test_mode=True``; with
+    ``split='test'`` alone it silently returns the 60k training images, so an
+    evaluation can leak the training set into the test set. Here ``split``
+    alone decides ('train': 60k, 'test': 10k) and ``test_mode`` keeps its
+    mmengine meaning.
+
+    Args:
+        data_root (str): Folder with the gunzipped idx files
+            (``tools/dataset_converters/prepare_fashion_mnist.py``).
+        split (str): ``'train'`` or ``'test'``. Defaults to ``'train'``.
+        download (bool): Never possible here; defaults to False.
+        **kwargs: Other arguments of :class:`FashionMNIST`.
+    """
+
+    def __init__(self, data_root: str = '', split: str = 'train',
+                 download: bool = False, **kwargs) -> None:
+        super().__init__(
+            data_root=data_root, split=split, download=download, **kwargs)
+
+    def load_data_list(self):
+        test_mode = self.test_mode
+        self.test_mode = self.split == 'test'
+        try:
+            return super().load_data_list()
+        finally:
+            self.test_mode = test_mode

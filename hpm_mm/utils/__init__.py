@@ -1,0 +1,8 @@
+from .checkpoint import (load_checkpoint_strict,
+                         register_checkpoint_safe_globals,
+                         student_or_teacher_state)
+
+__all__ = [
+    'register_checkpoint_safe_globals', 'load_checkpoint_strict',
+    'student_or_teacher_state'
+]

@@ -1,0 +1,135 @@
+"""Make mmengine checkpoints loadable under ``torch.load(weights_only=True)``.
+
+torch >= 2.6 loads with ``weights_only=True`` by default, and mmengine 0.10.7
+calls ``torch.load`` without the argument, so resuming fails on the objects
+mmengine itself pickles into a checkpoint (``HistoryBuffer`` in the message
+hub, NumPy arrays and scalars in its buffers). Rather than switching the
+safety off for every file, this
+
+1. allow-lists exactly those types with
+   ``torch.serialization.add_safe_globals``; anything else in a checkpoint is
+   still refused by torch;
+2. stops ``HistoryBuffer`` from pickling its four built-in statistics methods
+   (``getattr(HistoryBuffer, 'min')`` etc.), which would need the builtin
+   ``getattr`` allow-listed, and ``getattr`` on allow-listed classes reaches
+   far more than a checkpoint needs. mmengine restores those four on load
+   anyway; custom registered methods are still pickled.
+
+Checkpoints written by mmengine without hpm_mm imported still contain
+``getattr`` and are refused by ``weights_only`` loading; re-save them after
+loading with ``weights_only=False`` if (and only if) you trust their source.
+"""
+import torch
+
+_DEFAULT_STATS = ('min', 'max', 'current', 'mean')
+
+
+def _numpy_globals() -> list:
+    import numpy as np
+    multiarray = np.core.multiarray
+    found = [np.ndarray, np.dtype, multiarray._reconstruct, multiarray.scalar]
+    # dtype classes, e.g. numpy.dtypes.Float64DType (numpy >= 1.25)
+    dtypes = getattr(np, 'dtypes', None)
+    if dtypes is not None:
+        found += [
+            getattr(dtypes, n) for n in dir(dtypes) if n.endswith('DType')
+        ]
+    return found
+
+
+def checkpoint_safe_globals() -> list:
+    """The types mmengine's runner writes into a checkpoint."""
+    from mmengine.logging import HistoryBuffer
+    from mmengine.config import ConfigDict
+    return [HistoryBuffer, ConfigDict] + _numpy_globals()
+
+
+def _history_buffer_getstate(self) -> dict:
+    """``HistoryBuffer.__getstate__`` without the built-in methods.
+
+    Unlike mmengine's version it does not write into ``self.__dict__``.
+    """
+    from mmengine.logging import HistoryBuffer
+    custom = {
+        name: fn
+        for name, fn in self._statistics_methods.items()
+        if not (name in _DEFAULT_STATS
+                and fn is getattr(HistoryBuffer, name))
+    }
+    state = {k: v for k, v in self.__dict__.items()
+             if k != 'statistics_methods'}
+    state['statistics_methods'] = custom
+    return state
+
+
+def register_checkpoint_safe_globals() -> None:
+    """Make new mmengine checkpoints load with ``weights_only=True``.
+
+    A no-op on torch < 2.4 (no ``add_safe_globals``; those releases do not
+    default to ``weights_only``).
+    """
+    add = getattr(torch.serialization, 'add_safe_globals', None)
+    if add is None:
+        return
+    from mmengine.logging import HistoryBuffer
+    HistoryBuffer.__getstate__ = _history_buffer_getstate
+    add(checkpoint_safe_globals())
+
+
+def student_or_teacher_state(state_dict: dict, teacher: bool = False) -> dict:
+    """The student's keys, or the EMA teacher's renamed to the student's.
+
+    An HPM checkpoint keeps the student under ``backbone.`` / ``neck.`` /
+    ``head.`` and the teacher under ``teacher.module.backbone.`` /
+    ``teacher.module.neck.``.
+    """
+    prefix = 'teacher.module.'
+    if not teacher:
+        return {k: v for k, v in state_dict.items()
+                if not k.startswith('teacher.')}
+    out = {k[len(prefix):]: v for k, v in state_dict.items()
+           if k.startswith(prefix)}
+    if not out:
+        raise ValueError('--teacher was asked for, but the checkpoint has no '
+                         f"'{prefix}*' keys (not an HPM checkpoint with an "
+                         'EMA teacher). Evaluate the student instead.')
+    return out
+
+
+def load_checkpoint_strict(model: torch.nn.Module,
+                           filename: str,
+                           teacher: bool = False,
+                           required_prefix: str = 'backbone.') -> dict:
+    """Load a checkpoint and report missing/unexpected keys.
+
+    Every parameter of the model under ``required_prefix`` must be loaded;
+    otherwise one error lists the missing keys. Other mismatches are
+    printed.
+
+    Returns:
+        dict: ``missing`` and ``unexpected`` key lists.
+    """
+    from mmengine.runner.checkpoint import _load_checkpoint
+    ckpt = _load_checkpoint(filename, map_location='cpu')
+    state = ckpt.get('state_dict', ckpt)
+    state = student_or_teacher_state(state, teacher)
+    result = model.load_state_dict(state, strict=False)
+    missing = [k for k in result.missing_keys
+               if not k.startswith('teacher.')]
+    unexpected = list(result.unexpected_keys)
+    required = [k for k in missing if k.startswith(required_prefix)]
+    loaded = sum(1 for k in model.state_dict()
+                 if k.startswith(required_prefix) and k not in missing)
+    print(f'[checkpoint] {filename} ({"teacher" if teacher else "student"}):'
+          f' {loaded} {required_prefix}* tensors loaded, '
+          f'{len(missing)} missing, {len(unexpected)} unexpected')
+    for k in missing[:20]:
+        print(f'  missing: {k}')
+    for k in unexpected[:20]:
+        print(f'  unexpected: {k}')
+    if required:
+        raise KeyError(
+            f'{len(required)} {required_prefix}* keys of the model are not in '
+            f'{filename}, e.g. {required[:3]}. Is it a checkpoint of this '
+            'architecture?')
+    return dict(missing=missing, unexpected=unexpected)

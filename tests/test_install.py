@@ -1,0 +1,53 @@
+"""The installed stack is the one hpm_mm supports, with compiled ops."""
+from importlib.metadata import version
+
+import pytest
+import torch
+
+import hpm_mm
+from hpm_mm import SUPPORTED, check_versions
+
+
+def test_versions_in_supported_ranges():
+    check_versions(list(SUPPORTED))  # all five, mmdet/mmseg included
+    assert version('mmcv') == '2.1.0'
+    assert int(version('numpy').split('.')[0]) < 2
+    assert hpm_mm.__version__
+
+
+def test_out_of_range_version_is_a_clear_error(monkeypatch):
+    monkeypatch.setitem(SUPPORTED, 'mmcv', ('9.0.0', '10.0.0'))
+    with pytest.raises(ImportError, match=r'mmcv>=9.0.0,<10.0.0.*2\.1\.0'):
+        check_versions(['mmcv'])
+
+
+def test_mmcv_ops_run_on_cpu():
+    from mmcv.ops import nms, roi_align
+    boxes = torch.tensor([[0., 0., 10., 10.], [1., 1., 11., 11.],
+                          [50., 50., 60., 60.]])
+    scores = torch.tensor([0.9, 0.8, 0.7])
+    dets, keep = nms(boxes, scores, iou_threshold=0.5)
+    assert keep.tolist() == [0, 2]
+    feats = torch.arange(16.).view(1, 1, 4, 4)
+    out = roi_align(feats, torch.tensor([[0., 0., 0., 3., 3.]]), (2, 2),
+                    1.0, 0, 'avg', True)
+    assert out.shape == (1, 1, 2, 2) and torch.isfinite(out).all()
+
+
+def test_registries():
+    from mmpretrain.registry import DATASETS, HOOKS, MODELS, OPTIM_WRAPPERS
+    for name in ('HPM', 'HPMViT', 'HPMPretrainDecoder', 'HPMPretrainHead',
+                 'HPMRelativeLoss', 'HPMAbsoluteLoss', 'HPMMaskGenerator'):
+        assert MODELS.get(name) is not None, name
+    assert HOOKS.get('HPMScheduleHook') is not None
+    assert DATASETS.get('FashionMNISTSplit') is not None
+    assert OPTIM_WRAPPERS.get('AutocastOptimWrapper') is not None
+
+
+def test_package_scope_config_inheritance():
+    """``hpm_mm::`` bases resolve from the installed package."""
+    from mmengine.config import Config
+    cfg = Config.fromstring(
+        "_base_ = 'hpm_mm::hpm/hpm_vit-mini-p4_1xb256-coslr-10e_fmnist.py'\n",
+        '.py')
+    assert cfg.model.type == 'HPM'

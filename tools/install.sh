@@ -1,0 +1,130 @@
+#!/usr/bin/env bash
+# Set up hpm_mm on a fresh machine, idempotently.
+#
+#   bash tools/install.sh            # creates .venv/ and installs everything
+#
+# Environment knobs:
+#   HPM_VENV=path          virtual environment to create/use (default: <repo>/.venv)
+#   HPM_USE_CURRENT_ENV=1  install into the active Python instead (keeps your own CUDA torch)
+#   HPM_TORCH="torch==X torchvision==Y"   torch pins used when torch is missing
+#   HPM_WHEEL_CACHE=dir    where the locally built mmcv wheel is cached
+#                          (default: ~/.cache/hpm_mm/wheels); a second install reuses it
+#   HPM_SKIP_DATA=1        do not prepare the embedded Fashion-MNIST data
+#
+# Steps: venv -> torch/torchvision -> mmengine, numpy<2 -> mmcv 2.1.0 (cached wheel, or a
+# source build with compiled ops and the C++ standard raised for new torch) -> mmpretrain,
+# mmdet, mmsegmentation -> hpm_mm (editable) -> data/fashion_mnist.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+VENV=${HPM_VENV:-$ROOT/.venv}
+WHEEL_CACHE=${HPM_WHEEL_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/hpm_mm/wheels}
+TORCH_SPEC=${HPM_TORCH:-"torch==2.14.1 torchvision==0.29.1"}
+MMCV_VERSION=2.1.0
+MM_SPEC="mmengine==0.10.7 mmpretrain==1.2.0 mmdet==3.3.0 mmsegmentation==1.2.2"
+
+log() { printf '[install] %s\n' "$*"; }
+die() { printf '[install] ERROR: %s\n' "$*" >&2; exit 1; }
+start=$(date +%s)
+
+# ---------------------------------------------------------------- python / venv
+if [[ ${HPM_USE_CURRENT_ENV:-0} == 1 ]]; then
+  PY=$(command -v python || command -v python3) || die "no python on PATH"
+else
+  BASE_PY=$(command -v python3 || true)
+  [[ -n $BASE_PY ]] || die "python3 not found. Install Python 3.8-3.12 (apt-get install -y python3 python3-venv)."
+  if [[ ! -x $VENV/bin/python ]]; then
+    log "creating virtual environment $VENV"
+    "$BASE_PY" -m venv "$VENV" || die "could not create $VENV. Fix: apt-get install -y python3-venv (or set HPM_USE_CURRENT_ENV=1)."
+  fi
+  PY=$VENV/bin/python
+fi
+"$PY" - <<'EOF' || die "Python 3.8-3.12 is required by mmcv 2.1/mmdet 3.3; found $("$PY" -V 2>&1). Point python3 at a supported version."
+import sys
+sys.exit(0 if (3, 8) <= sys.version_info[:2] <= (3, 12) else 1)
+EOF
+PIP=("$PY" -m pip --disable-pip-version-check)
+
+# Fast path: everything present and importable -> nothing to do.
+stamp_src=$(cat "$ROOT/tools/install.sh" "$ROOT"/requirements/*.txt "$ROOT/setup.py" 2>/dev/null | sha1sum | cut -c1-16)
+STAMP=$("$PY" -c 'import sys; print(sys.prefix)')/.hpm_mm_install_$stamp_src
+if [[ -f $STAMP ]] && "$PY" -c "import hpm_mm, mmcv.ops" 2>/dev/null; then
+  log "already installed ($STAMP); $(( $(date +%s) - start )) s"
+  exit 0
+fi
+
+# ---------------------------------------------------------------- torch
+if "$PY" -c "import torch, torchvision" 2>/dev/null; then
+  log "keeping installed $("$PY" -c 'import torch, torchvision; print("torch", torch.__version__, "torchvision", torchvision.__version__)')"
+else
+  log "installing $TORCH_SPEC"
+  # shellcheck disable=SC2086
+  "${PIP[@]}" install $TORCH_SPEC "numpy<2" || die "could not install $TORCH_SPEC. Fix: set HPM_TORCH to a torch/torchvision pair pip can install here."
+fi
+
+# ---------------------------------------------------------------- mmengine + build tools
+"${PIP[@]}" install -q "numpy<2" "mmengine==0.10.7" wheel ninja packaging \
+  || die "pip could not install mmengine / build tools"
+
+# ---------------------------------------------------------------- mmcv (compiled ops)
+mmcv_ok() { "$PY" - <<EOF 2>/dev/null
+import mmcv, mmcv.ops, torch
+assert mmcv.__version__ == "$MMCV_VERSION"
+mmcv.ops.nms(torch.rand(4, 4).sort(1)[0], torch.rand(4), 0.5)
+EOF
+}
+if mmcv_ok; then
+  log "mmcv $MMCV_VERSION with ops already installed"
+else
+  # The wheel is specific to the python and torch it was built against.
+  tag=$("$PY" -c 'import sys, torch; print("py%d%d-torch%s" % (*sys.version_info[:2], torch.__version__.replace("+", "_")))')
+  cache_dir=$WHEEL_CACHE/$tag
+  wheel=$(ls "$cache_dir"/mmcv-$MMCV_VERSION-*.whl 2>/dev/null | head -n1 || true)
+  if [[ -z $wheel ]]; then
+    command -v g++ >/dev/null || die "g++ is needed to build mmcv's ops. Fix: apt-get install -y build-essential (as root)."
+    "$PY" -c "import sysconfig, os, sys; sys.exit(0 if os.path.exists(os.path.join(sysconfig.get_paths()['include'], 'Python.h')) else 1)" \
+      || die "Python headers are missing. Fix: apt-get install -y python3-dev."
+    "${PIP[@]}" install -q "setuptools<70"
+    build=$(mktemp -d)
+    trap 'rm -rf "$build"' EXIT
+    log "building mmcv $MMCV_VERSION from source with ops (~20 min on 2 cores; cached in $cache_dir)"
+    "${PIP[@]}" download -q --no-deps --no-binary :all: --no-build-isolation "mmcv==$MMCV_VERSION" -d "$build" \
+      || die "could not download the mmcv $MMCV_VERSION sdist from PyPI"
+    tar -xzf "$build"/mmcv-$MMCV_VERSION.tar.gz -C "$build"
+    src=$build/mmcv-$MMCV_VERSION
+    # mmcv 2.1.0 hard-codes -std=c++17; torch releases whose own extension builder
+    # compiles with -std=c++20 ship headers that need it, so follow torch.
+    std=$("$PY" -c "import inspect, torch.utils.cpp_extension as c; print('c++20' if 'c++20' in inspect.getsource(c) else 'c++17')")
+    if [[ $std == c++20 ]]; then
+      log "raising mmcv's C++ standard to $std for torch $("$PY" -c 'import torch; print(torch.__version__)')"
+      sed -i 's/-std=c++17/-std=c++20/g' "$src/setup.py"
+    fi
+    mkdir -p "$cache_dir"
+    (cd "$src" && MMCV_WITH_OPS=1 MAX_JOBS=${MAX_JOBS:-$(nproc)} "${PIP[@]}" wheel --no-deps --no-build-isolation -w "$cache_dir" .) \
+      || die "mmcv build failed (see the compiler output above). Fix: check g++/python3-dev, or install a prebuilt mmcv for your torch/CUDA."
+    wheel=$(ls "$cache_dir"/mmcv-$MMCV_VERSION-*.whl | head -n1)
+  else
+    log "reusing cached mmcv wheel $wheel"
+  fi
+  "${PIP[@]}" install -q --no-deps "$wheel"
+  # mmcv builds with setuptools<70; torch wants >=77 and mmengine needs pkg_resources (<81).
+  "${PIP[@]}" install -q "setuptools>=77.0.3,<81"
+  "${PIP[@]}" install -q addict yapf opencv-python "numpy<2" pyyaml regex || true
+  mmcv_ok || die "mmcv installed but mmcv.ops does not run. Remove $cache_dir and rerun to rebuild."
+fi
+
+# ---------------------------------------------------------------- OpenMMLab libraries + hpm_mm
+log "installing $MM_SPEC and hpm_mm (editable)"
+"${PIP[@]}" install -q $MM_SPEC "numpy<2" -r "$ROOT/requirements/runtime.txt" -r "$ROOT/requirements/tests.txt" \
+  || die "pip could not install the OpenMMLab libraries"
+"${PIP[@]}" install -q --no-deps --no-build-isolation -e "$ROOT" || die "pip could not install hpm_mm itself"
+"$PY" -c "import hpm_mm" || die "hpm_mm does not import; see the message above"
+
+# ---------------------------------------------------------------- embedded data
+if [[ ${HPM_SKIP_DATA:-0} != 1 ]]; then
+  "$PY" "$ROOT/tools/dataset_converters/prepare_fashion_mnist.py" --out "$ROOT/data/fashion_mnist" \
+    || log "WARNING: Fashion-MNIST not prepared (see above); the main job needs it, the tests do not."
+fi
+
+touch "$STAMP"
+log "done in $(( $(date +%s) - start )) s; activate with: source ${VENV}/bin/activate"

@@ -1,0 +1,112 @@
+"""Train a model from a config (mmpretrain's CLI conventions).
+
+    python tools/train.py CONFIG [--work-dir DIR] [--resume [CKPT]] [--amp]
+                          [--cfg-options k=v ...] [--launcher pytorch]
+"""
+import argparse
+import os
+import os.path as osp
+
+from mmengine.config import Config, DictAction
+from mmengine.runner import Runner
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description='Train a model')
+    parser.add_argument('config', help='train config file path')
+    parser.add_argument('--work-dir', help='the dir to save logs and models')
+    parser.add_argument(
+        '--resume',
+        nargs='?',
+        type=str,
+        const='auto',
+        help='resume from this checkpoint, or from the latest checkpoint in '
+        'the work_dir when no path is given')
+    parser.add_argument(
+        '--amp',
+        action='store_true',
+        help='mixed precision: fp16 with dynamic loss scale on CUDA, bf16 '
+        'autocast on CPU')
+    parser.add_argument(
+        '--no-validate',
+        action='store_true',
+        help='skip the validation loop during training')
+    parser.add_argument(
+        '--auto-scale-lr',
+        action='store_true',
+        help='scale the lr by total batch / auto_scale_lr.base_batch_size')
+    parser.add_argument(
+        '--no-pin-memory', action='store_true', help='pin_memory=False')
+    parser.add_argument(
+        '--no-persistent-workers',
+        action='store_true',
+        help='persistent_workers=False')
+    parser.add_argument(
+        '--cfg-options',
+        nargs='+',
+        action=DictAction,
+        help='override settings of the config, key=value (xxx=[a,b] lists)')
+    parser.add_argument(
+        '--launcher',
+        choices=['none', 'pytorch', 'slurm', 'mpi'],
+        default='none',
+        help='job launcher')
+    parser.add_argument('--local_rank', '--local-rank', type=int, default=0)
+    args = parser.parse_args(argv)
+    os.environ.setdefault('LOCAL_RANK', str(args.local_rank))
+    return args
+
+
+def merge_args(cfg: Config, args) -> Config:
+    """Fold the command-line switches into the config."""
+    cfg.launcher = args.launcher
+    if args.work_dir is not None:
+        cfg.work_dir = args.work_dir
+    elif cfg.get('work_dir') is None:
+        cfg.work_dir = osp.join('./work_dirs',
+                                osp.splitext(osp.basename(args.config))[0])
+
+    from hpm_mm.engine import amp_optim_wrapper_cfg
+    if args.amp or cfg.optim_wrapper.get('type') == 'AmpOptimWrapper':
+        # fp16 + dynamic loss scale on CUDA; bf16 autocast on a CPU, where
+        # mmengine's AmpOptimWrapper cannot be built
+        cfg.optim_wrapper = amp_optim_wrapper_cfg(cfg.optim_wrapper)
+
+    if args.resume == 'auto':
+        cfg.resume = True
+        cfg.load_from = None
+    elif args.resume is not None:
+        cfg.resume = True
+        cfg.load_from = args.resume
+
+    if args.auto_scale_lr:
+        cfg.auto_scale_lr.enable = True
+
+    if args.no_validate:
+        cfg.val_cfg = cfg.val_dataloader = cfg.val_evaluator = None
+
+    def set_loader(key, value):
+        for split in ('train', 'val', 'test'):
+            loader = cfg.get(f'{split}_dataloader')
+            if loader is not None:
+                loader[key] = value
+    if args.no_pin_memory:
+        set_loader('pin_memory', False)
+    if args.no_persistent_workers:
+        set_loader('persistent_workers', False)
+
+    if args.cfg_options is not None:
+        cfg.merge_from_dict(args.cfg_options)
+    return cfg
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    import hpm_mm  # noqa: F401  (registers modules, checkpoint safe types)
+    cfg = merge_args(Config.fromfile(args.config), args)
+    runner = Runner.from_cfg(cfg)
+    runner.train()
+
+
+if __name__ == '__main__':
+    main()
