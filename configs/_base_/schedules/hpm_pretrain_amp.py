@@ -1,0 +1,44 @@
+# Paper Tab. S1: AdamW (0.9, 0.95), wd 0.05, lr = 1.5e-4 * batch / 256,
+# batch 4096, cosine decay; gradient clipping at 5.0 as in the authors' code;
+# fp16 autocast with dynamic loss scaling (as the authors on GPU).
+optim_wrapper = dict(
+    type='AmpOptimWrapper',
+    loss_scale='dynamic',
+    clip_grad=dict(max_norm=5.0),
+    optimizer=dict(
+        type='AdamW', lr=1.5e-4 * 4096 / 256, betas=(0.9, 0.95),
+        weight_decay=0.05),
+    paramwise_cfg=dict(
+        custom_keys={
+            'ln': dict(decay_mult=0.0),
+            'norm': dict(decay_mult=0.0),
+            'bias': dict(decay_mult=0.0),
+            'pos_embed': dict(decay_mult=0.),
+            'mask_token': dict(decay_mult=0.),
+            'cls_token': dict(decay_mult=0.)
+        }))
+
+warmup_epochs = 10  # Tab. S1: 10 (ViT-B), 40 (ViT-L)
+max_epochs = 200
+param_scheduler = [
+    dict(
+        type='LinearLR',
+        start_factor=1e-4,
+        by_epoch=True,
+        begin=0,
+        end=warmup_epochs,
+        convert_to_iter_based=True),
+    dict(
+        type='CosineAnnealingLR',
+        T_max=max_epochs - warmup_epochs,
+        eta_min=0.,
+        by_epoch=True,
+        begin=warmup_epochs,
+        end=max_epochs,
+        convert_to_iter_based=True)
+]
+train_cfg = dict(type='EpochBasedTrainLoop', max_epochs=max_epochs)
+default_hooks = dict(
+    checkpoint=dict(type='CheckpointHook', interval=10, max_keep_ckpts=3))
+randomness = dict(seed=0, diff_rank_seed=True)
+auto_scale_lr = dict(base_batch_size=4096)

@@ -1,0 +1,5 @@
+# Tab. 3: gamma 0.5, alpha 1 -> 1 (82.19).
+_base_ = '../hpm_vit-base-p16_8xb512-amp-coslr-200e_in1k.py'
+
+model = dict(
+    mask_generator=dict(mask_ratio=0.5, alpha_0=1., alpha_T=1., mode='argmax'))

@@ -1,0 +1,22 @@
+# HPM ViT-L/16, 200 epochs (paper Tab. S1: warmup 40 epochs for ViT-L).
+_base_ = [
+    '../_base_/models/hpm_vit-large-p16.py',
+    '../_base_/schedules/hpm_pretrain_amp.py',
+    'mmpretrain::_base_/datasets/imagenet_bs512_mae.py',
+    'mmpretrain::_base_/default_runtime.py',
+]
+
+# schedule
+warmup_epochs = 40
+max_epochs = 200
+param_scheduler = [
+    dict(type='LinearLR', start_factor=1e-4, by_epoch=True, begin=0,
+         end=warmup_epochs, convert_to_iter_based=True),
+    dict(type='CosineAnnealingLR', T_max=max_epochs - warmup_epochs,
+         eta_min=0., by_epoch=True, begin=warmup_epochs, end=max_epochs,
+         convert_to_iter_based=True)
+]
+
+# runtime
+default_hooks = dict(logger=dict(type='LoggerHook', interval=50))
+resume = True

@@ -1,0 +1,52 @@
+from typing import Optional, Tuple
+
+from mmengine.hooks import Hook
+from mmpretrain.utils import get_ori_model
+from mmengine.runner import EpochBasedTrainLoop
+from mmpretrain.registry import HOOKS
+
+
+@HOOKS.register_module()
+class HPMScheduleHook(Hook):
+    """Feed HPM its training progress before every iteration.
+
+    The mask schedule uses ``p = t / T``: by default ``t`` is the current
+    epoch (0-based) and ``T`` the number of epochs, the paper's
+    ``alpha_t = alpha_0 + t / T (alpha_T - alpha_0)`` stepped once per epoch
+    (the authors' code uses ``(t + 1) / T``, one epoch later). With
+    ``by_epoch=False`` it is ``iter / max_iters``, updated every iteration.
+    Under an iteration-based loop, epochs are counted as
+    ``iter // len(train_dataloader)``. The teacher momentum ramp always counts
+    whole epochs. State is derived from the runner each iteration, so resume
+    needs nothing extra.
+
+    Args:
+        by_epoch (bool): Step the schedule per epoch. Defaults to True.
+    """
+
+    priority = 'NORMAL'
+
+    def __init__(self, by_epoch: bool = True) -> None:
+        self.by_epoch = by_epoch
+
+    @staticmethod
+    def epoch_state(runner) -> Tuple[int, float]:
+        """(current epoch, total epochs) under either kind of loop."""
+        if isinstance(runner.train_loop, EpochBasedTrainLoop):
+            return runner.epoch, float(runner.max_epochs)
+        iters_per_epoch = max(len(runner.train_dataloader), 1)
+        return (runner.iter // iters_per_epoch,
+                runner.max_iters / iters_per_epoch)
+
+    def before_train_iter(self,
+                          runner,
+                          batch_idx: int,
+                          data_batch: Optional[dict] = None) -> None:
+        model = get_ori_model(runner.model)
+        epoch, max_epochs = self.epoch_state(runner)
+        if self.by_epoch:
+            progress = epoch / max_epochs
+        else:
+            progress = runner.iter / max(runner.max_iters, 1)
+        model.set_progress(progress, epoch)
+        runner.message_hub.update_scalar('train/hpm_progress', progress)

@@ -1,0 +1,3 @@
+from .hpm_vit import HPMViT
+
+__all__ = ['HPMViT']

@@ -1,0 +1,80 @@
+from typing import Optional, Tuple, Union
+
+import torch
+from mmpretrain.models.selfsup.mae import MAEViT
+from mmpretrain.registry import MODELS
+
+
+@MODELS.register_module()
+class HPMViT(MAEViT):
+    """MAE ViT whose mask is chosen outside the backbone.
+
+    HPM picks the mask from the teacher's predicted losses, so unlike
+    :class:`mmpretrain.models.MAEViT` this backbone never draws a mask itself.
+    Mask convention (as in MAE): ``mask`` is (B, N), **1 = masked (removed),
+    0 = visible**, with the same number of visible patches in every row.
+
+    Args:
+        All arguments of :class:`mmpretrain.models.MAEViT`, except that
+        ``mask_ratio`` is unused (the mask generator owns it) and ``out_type``
+        defaults to ``'raw'`` so pretraining builds no unused parameters.
+
+    Example:
+        >>> import torch
+        >>> from hpm_mm.models import HPMViT
+        >>> vit = HPMViT(arch=dict(embed_dims=32, num_layers=1, num_heads=2,
+        ...              feedforward_channels=64), img_size=32, patch_size=8)
+        >>> vit.init_weights()
+        >>> mask = torch.zeros(2, 16)
+        >>> mask[:, :12] = 1
+        >>> x, ids_restore = vit(torch.rand(2, 3, 32, 32), mask, 4)
+        >>> tuple(x.shape), tuple(ids_restore.shape)
+        ((2, 5, 32), (2, 16))
+    """
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        mask: Optional[torch.Tensor] = None,
+        num_visible: Optional[int] = None,
+    ) -> Union[Tuple[torch.Tensor, ...], Tuple[torch.Tensor, torch.Tensor]]:
+        """Encode the visible patches, or the whole image.
+
+        Args:
+            x (torch.Tensor): Images, (B, C, H, W).
+            mask (torch.Tensor, optional): (B, N), 1 = masked. ``None`` runs
+                the plain ViT forward (feature extraction, ``out_type``).
+            num_visible (int, optional): Visible patches per image. Pass it
+                when known (the mask generator knows it) to avoid reading the
+                mask back to the host. Defaults to counting row 0 of ``mask``.
+
+        Returns:
+            With ``mask``: ``(latent, ids_restore)`` where latent is
+            (B, 1 + num_visible, C) (cls token first, after the final norm)
+            and ids_restore (B, N) restores raster order for the decoder
+            (MAE's convention: visible tokens first, then mask tokens).
+            Without ``mask``: the tuple of :class:`VisionTransformer`.
+        """
+        if mask is None:
+            return super(MAEViT, self).forward(x)
+        B = x.shape[0]
+        tokens = self.patch_embed(x)[0] + self.pos_embed[:, 1:, :]
+        N, C = tokens.shape[1:]
+        if mask.shape != (B, N):
+            raise ValueError(f'mask must be (B, N) = ({B}, {N}) for this '
+                             f'input, got {tuple(mask.shape)}.')
+        if num_visible is None:
+            num_visible = int(N - mask[0].sum().item())
+        # stable sort: visible patches (0) first, each group in raster order
+        ids_shuffle = torch.argsort(mask.to(torch.uint8), dim=1, stable=True)
+        ids_restore = torch.argsort(ids_shuffle, dim=1)
+        ids_keep = ids_shuffle[:, :num_visible]
+        tokens = torch.gather(
+            tokens, 1, ids_keep.unsqueeze(-1).expand(-1, -1, C))
+
+        cls_token = (self.cls_token + self.pos_embed[:, :1, :]).expand(
+            B, -1, -1)
+        tokens = self.drop_after_pos(torch.cat((cls_token, tokens), dim=1))
+        for layer in self.layers:
+            tokens = layer(tokens)
+        return self.norm1(tokens), ids_restore

@@ -1,0 +1,3 @@
+from .hpm_head import HPMPretrainHead
+
+__all__ = ['HPMPretrainHead']

@@ -1,0 +1,3 @@
+from .hpm_decoder import HPMPretrainDecoder
+
+__all__ = ['HPMPretrainDecoder']

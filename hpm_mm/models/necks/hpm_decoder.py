@@ -1,0 +1,140 @@
+from typing import List, Optional, Tuple, Union
+
+import torch
+import torch.nn as nn
+from mmcv.cnn import build_norm_layer
+from mmpretrain.models.backbones.vision_transformer import \
+    TransformerEncoderLayer
+from mmpretrain.models.necks import MAEPretrainDecoder
+from mmpretrain.registry import MODELS
+
+
+@MODELS.register_module()
+class HPMPretrainDecoder(MAEPretrainDecoder):
+    """HPM's two decoders: the image reconstructor and the loss predictor.
+
+    The reconstructor is exactly :class:`MAEPretrainDecoder`. The loss
+    predictor is a second, separate Transformer trunk with its own norm and
+    projection that **shares** ``decoder_embed``, ``mask_token`` and the fixed
+    sin-cos ``decoder_pos_embed`` with the reconstructor, as in the authors'
+    code. Its projection outputs ``p*p*C`` values averaged into one score per
+    patch (again as the authors do). A predictor narrower than the
+    reconstructor gets a linear projection after the shared embedding.
+
+    Args:
+        predictor_depth (int, optional): Blocks in the loss predictor.
+            Defaults to ``decoder_depth``.
+        predictor_embed_dim (int, optional): Width of the loss predictor.
+            Defaults to ``decoder_embed_dim``.
+        predictor_num_heads (int, optional): Heads of the loss predictor.
+            Defaults to ``decoder_num_heads``.
+        **kwargs: The arguments of :class:`MAEPretrainDecoder`.
+
+    Example:
+        >>> import torch
+        >>> from hpm_mm.models import HPMPretrainDecoder
+        >>> dec = HPMPretrainDecoder(num_patches=16, patch_size=8,
+        ...     embed_dim=32, decoder_embed_dim=16, decoder_depth=1,
+        ...     decoder_num_heads=2)
+        >>> dec.init_weights()
+        >>> rec, score = dec(torch.rand(2, 5, 32), torch.arange(16).repeat(2, 1))
+        >>> tuple(rec.shape), tuple(score.shape)
+        ((2, 16, 192), (2, 16))
+    """
+
+    def __init__(self,
+                 num_patches: int = 196,
+                 patch_size: int = 16,
+                 in_chans: int = 3,
+                 embed_dim: int = 768,
+                 decoder_embed_dim: int = 512,
+                 decoder_depth: int = 8,
+                 decoder_num_heads: int = 16,
+                 mlp_ratio: int = 4,
+                 norm_cfg: dict = dict(type='LN', eps=1e-6),
+                 predict_feature_dim: Optional[int] = None,
+                 predictor_depth: Optional[int] = None,
+                 predictor_embed_dim: Optional[int] = None,
+                 predictor_num_heads: Optional[int] = None,
+                 init_cfg: Optional[Union[List[dict], dict]] = None) -> None:
+        super().__init__(
+            num_patches=num_patches,
+            patch_size=patch_size,
+            in_chans=in_chans,
+            embed_dim=embed_dim,
+            decoder_embed_dim=decoder_embed_dim,
+            decoder_depth=decoder_depth,
+            decoder_num_heads=decoder_num_heads,
+            mlp_ratio=mlp_ratio,
+            norm_cfg=norm_cfg,
+            predict_feature_dim=predict_feature_dim,
+            init_cfg=init_cfg)
+        depth = decoder_depth if predictor_depth is None else predictor_depth
+        dim = predictor_embed_dim or decoder_embed_dim
+        heads = predictor_num_heads or decoder_num_heads
+        if depth < 1:
+            raise ValueError(f'predictor_depth must be >= 1, got {depth}.')
+        self.predictor_proj = (
+            nn.Identity() if dim == decoder_embed_dim else nn.Linear(
+                decoder_embed_dim, dim))
+        self.predictor_blocks = nn.ModuleList([
+            TransformerEncoderLayer(
+                dim, heads, int(mlp_ratio * dim), qkv_bias=True,
+                norm_cfg=norm_cfg) for _ in range(depth)
+        ])
+        self.predictor_norm = build_norm_layer(norm_cfg, dim)[1]
+        self.predictor_pred = nn.Linear(dim, patch_size**2 * in_chans)
+
+    def embed(self, x: torch.Tensor,
+              ids_restore: torch.Tensor) -> torch.Tensor:
+        """Shared part: embed, add mask tokens, restore order, add pos embed.
+
+        Args:
+            x (torch.Tensor): Encoder output (B, 1 + N_visible, C_enc).
+            ids_restore (torch.Tensor): (B, N).
+
+        Returns:
+            torch.Tensor: (B, 1 + N, C_dec), cls token first.
+        """
+        x = self.decoder_embed(x)
+        B, L, C = x.shape
+        mask_tokens = self.mask_token.expand(B, ids_restore.shape[1] + 1 - L,
+                                             -1)
+        x_ = torch.cat([x[:, 1:], mask_tokens], dim=1)
+        x_ = torch.gather(x_, 1, ids_restore.unsqueeze(-1).expand(-1, -1, C))
+        return torch.cat([x[:, :1], x_], dim=1) + self.decoder_pos_embed
+
+    def reconstruct(self, x: torch.Tensor) -> torch.Tensor:
+        """Reconstructor trunk: (B, 1 + N, C_dec) -> (B, N, p*p*C)."""
+        for blk in self.decoder_blocks:
+            x = blk(x)
+        return self.decoder_pred(self.decoder_norm(x))[:, 1:]
+
+    def predict_loss(self, x: torch.Tensor) -> torch.Tensor:
+        """Loss-predictor trunk: (B, 1 + N, C_dec) -> scores (B, N)."""
+        x = self.predictor_proj(x)
+        for blk in self.predictor_blocks:
+            x = blk(x)
+        return self.predictor_pred(self.predictor_norm(x))[:, 1:].mean(-1)
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        ids_restore: torch.Tensor,
+        reconstruct: bool = True,
+    ) -> Tuple[Optional[torch.Tensor], torch.Tensor]:
+        """Run both trunks (or only the predictor, for the teacher).
+
+        Args:
+            x (torch.Tensor): Encoder output (B, 1 + N_visible, C_enc).
+            ids_restore (torch.Tensor): (B, N), from :class:`HPMViT`.
+            reconstruct (bool): Run the reconstructor. The teacher only needs
+                the scores. Defaults to True.
+
+        Returns:
+            tuple: ``(pred, scores)``; pred is (B, N, p*p*C) or None, scores
+            (B, N) are the predicted per-patch losses.
+        """
+        x = self.embed(x, ids_restore)
+        pred = self.reconstruct(x) if reconstruct else None
+        return pred, self.predict_loss(x)

@@ -1,0 +1,3 @@
+from .hpm import HPM
+
+__all__ = ['HPM']

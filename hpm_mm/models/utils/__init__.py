@@ -1,0 +1,3 @@
+from .mask_generator import HPMMaskGenerator
+
+__all__ = ['HPMMaskGenerator']

@@ -1,0 +1,166 @@
+import copy
+from unittest import mock
+
+import pytest
+import torch
+from mmpretrain.registry import MODELS
+
+import hpm_mm  # noqa: F401
+
+
+def tiny_hpm(**overrides):
+    cfg = dict(
+        type='HPM',
+        backbone=dict(
+            type='HPMViT',
+            arch=dict(embed_dims=32, num_layers=2, num_heads=2,
+                      feedforward_channels=64),
+            img_size=16, patch_size=4, patch_cfg=dict(in_channels=1)),
+        neck=dict(
+            type='HPMPretrainDecoder', num_patches=16, patch_size=4,
+            in_chans=1, embed_dim=32, decoder_embed_dim=16, decoder_depth=1,
+            decoder_num_heads=2, predictor_depth=1),
+        head=dict(type='HPMPretrainHead', patch_size=4, in_channels=1),
+        mask_generator=dict(type='HPMMaskGenerator', mask_ratio=0.75,
+                            alpha_0=0.5, alpha_T=0.5),
+        data_preprocessor=dict(type='SelfSupDataPreprocessor', mean=[0.],
+                               std=[1.]))
+    cfg.update(overrides)
+    model = MODELS.build(cfg)
+    model.init_weights()
+    return model
+
+
+def test_loss_keys_and_values():
+    torch.manual_seed(0)
+    model = tiny_hpm()
+    model.set_progress(0.5, epoch=3)
+    losses = model.loss(torch.randn(4, 1, 16, 16), [])
+    assert set(losses) == {'loss_rec', 'loss_pred', 'rank_acc', 'alpha',
+                           'num_hard'}
+    assert all(torch.isfinite(v) for v in losses.values())
+    assert float(losses['alpha']) == 0.5
+    assert float(losses['num_hard']) == 6  # floor(0.5 * 12)
+    assert 0 <= float(losses['rank_acc']) <= 1
+    # mmengine sums exactly the two losses
+    _, log_vars = model.parse_losses(losses)
+    assert torch.isclose(log_vars['loss'],
+                         losses['loss_rec'] + losses['loss_pred'])
+
+
+def test_gradients_reach_student_never_teacher():
+    torch.manual_seed(0)
+    model = tiny_hpm()
+    model.set_progress(0.5)
+    losses = model.loss(torch.randn(4, 1, 16, 16), [])
+    losses['loss_pred'].backward(retain_graph=True)
+    # L_pred trains the predictor trunk and, through it, the encoder
+    assert model.neck.predictor_blocks[0].attn.qkv.weight.grad.abs().sum() > 0
+    assert model.backbone.layers[0].attn.qkv.weight.grad.abs().sum() > 0
+    assert model.neck.decoder_embed.weight.grad.abs().sum() > 0
+    # ... but not the reconstructor's own trunk
+    assert model.neck.decoder_blocks[0].attn.qkv.weight.grad is None
+    losses['loss_rec'].backward()
+    assert model.neck.decoder_blocks[0].attn.qkv.weight.grad.abs().sum() > 0
+    for name, p in model.teacher.named_parameters():
+        assert not p.requires_grad and p.grad is None, name
+
+
+def test_teacher_skipped_when_k_is_zero():
+    model = tiny_hpm(mask_generator=dict(
+        type='HPMMaskGenerator', alpha_0=0., alpha_T=0.5))
+    x = torch.randn(2, 1, 16, 16)
+    with mock.patch.object(type(model), 'teacher_scores',
+                           wraps=model.teacher_scores) as spy:
+        model.set_progress(0.)   # K = 0
+        model.loss(x, [])
+        assert spy.call_count == 0
+        model.set_progress(1.)   # K = 6
+        model.loss(x, [])
+        assert spy.call_count == 1
+    # random masking throughout builds no teacher at all
+    assert tiny_hpm(mask_generator=dict(
+        type='HPMMaskGenerator', alpha_0=0., alpha_T=0.)).teacher is None
+
+
+def test_ema_update_matches_formula_and_momentum_schedule():
+    torch.manual_seed(0)
+    model = tiny_hpm(teacher_momentum=1e-3, teacher_end_momentum=1e-4,
+                     teacher_momentum_epochs=100)
+    x = torch.randn(2, 1, 16, 16)
+    model.set_progress(0.5, epoch=0)
+    model.loss(x, [])  # first update copies the student
+    student = dict(model.backbone.named_parameters())
+    teacher = dict(model.teacher.module['backbone'].named_parameters())
+    for k in student:
+        assert torch.equal(student[k], teacher[k])
+    # move the student, then one more update
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.requires_grad:
+                p.add_(torch.randn_like(p))
+    before = {k: v.clone() for k, v in teacher.items()}
+    model.set_progress(0.5, epoch=50)
+    m = 1e-3 + 0.5 * (1e-4 - 1e-3)
+    assert model.teacher.momentum == pytest.approx(m)
+    model.loss(x, [])
+    for k in student:
+        want = (1 - m) * before[k] + m * student[k]
+        assert torch.allclose(teacher[k], want, atol=1e-6), k
+    model.set_progress(1., epoch=300)
+    assert model.teacher.momentum == pytest.approx(1e-4)
+
+
+def test_teacher_scores_use_full_image_and_predictor_only():
+    model = tiny_hpm()
+    model.teacher.update_parameters(model._student())
+    x = torch.randn(3, 1, 16, 16)
+    neck = model.teacher.module['neck']
+    with mock.patch.object(neck, 'reconstruct',
+                           side_effect=AssertionError('reconstructor ran')):
+        scores = model.teacher_scores(x)
+    assert scores.shape == (3, 16)
+    # same as the student's predictor on the unmasked image
+    latent, ids = model.backbone(x, torch.zeros(3, 16), 16)
+    with torch.no_grad():
+        ref = model.neck.predict_loss(model.neck.embed(latent, ids))
+    assert torch.allclose(scores, ref, atol=1e-5)
+
+
+def test_backbone_masking_matches_manual_gather():
+    model = tiny_hpm()
+    x = torch.randn(2, 1, 16, 16)
+    mask = torch.zeros(2, 16)
+    mask[0, [0, 3, 5, 6, 7, 8, 9, 10, 11, 12, 13, 15]] = 1
+    mask[1, 4:] = 1
+    latent, ids_restore = model.backbone(x, mask)  # counts visible itself
+    assert latent.shape == (2, 5, 32)
+    # visible tokens in raster order, then the decoder restores raster order
+    vis0 = (mask[0] == 0).nonzero().flatten().tolist()
+    assert vis0 == [1, 2, 4, 14]
+    shuffle = torch.argsort(ids_restore, 1)
+    assert shuffle[0, :4].tolist() == vis0
+    assert shuffle[1, :4].tolist() == [0, 1, 2, 3]
+    with pytest.raises(ValueError, match='mask must be'):
+        model.backbone(x, torch.zeros(2, 15))
+
+
+def test_wrong_image_size_is_a_clear_error():
+    model = tiny_hpm()
+    with pytest.raises(ValueError, match='built for 16x16'):
+        model.loss(torch.randn(2, 1, 32, 32), [])
+
+
+def test_extract_feat_unmasked():
+    model = tiny_hpm()
+    feats = model.extract_feat(torch.randn(2, 1, 16, 16))
+    assert feats[0].shape == (2, 17, 32)
+
+
+def test_absolute_loss_config_and_no_predictor_head():
+    model = tiny_hpm(head=dict(type='HPMPretrainHead', patch_size=4,
+                               in_channels=1,
+                               loss_pred=dict(type='HPMAbsoluteLoss')))
+    model.set_progress(1.)
+    assert torch.isfinite(model.loss(torch.randn(2, 1, 16, 16),
+                                     [])['loss_pred'])

@@ -1,0 +1,122 @@
+"""tools/train.py trains, checkpoints and resumes (torch >= 2.6 safe load)."""
+import glob
+import json
+import os.path as osp
+
+import torch
+
+import hpm_mm  # noqa: F401  (allow-lists the checkpoint types)
+from conftest import FMNIST_CFG, HPM_HOOKS, run_tool, tiny_config
+from mmengine.config import Config
+from mmengine.runner import Runner
+
+MAE_TINY = f'''
+_base_ = ['mmpretrain::_base_/models/mae_vit-base-p16.py',
+          'mmpretrain::_base_/default_runtime.py']
+model = dict(
+    backbone=dict(arch=dict(_delete_=True, embed_dims=32, num_layers=1,
+                            num_heads=2,
+                            feedforward_channels=64),
+                  img_size=32, patch_size=4, patch_cfg=dict(in_channels=1)),
+    neck=dict(num_patches=64, patch_size=4, in_chans=1, embed_dim=32,
+              decoder_embed_dim=16, decoder_depth=1, decoder_num_heads=2),
+    head=dict(patch_size=4, in_channels=1),
+    data_preprocessor=dict(type='SelfSupDataPreprocessor', mean=[72.94],
+                           std=[90.02], to_rgb=False))
+optim_wrapper = dict(optimizer=dict(type='AdamW', lr=1e-3))
+train_cfg = dict(type='EpochBasedTrainLoop', max_epochs=2)
+train_dataloader = dict(
+    sampler=dict(type='DefaultSampler', shuffle=True),
+    collate_fn=dict(type='default_collate'), dataset=dict())
+env_cfg = dict(dist_cfg=dict(backend='gloo'))
+'''
+
+
+def _scalars(work_dir):
+    logs = sorted(glob.glob(osp.join(work_dir, '*', 'vis_data',
+                                     'scalars.json')))
+    rows = []
+    for log in logs:
+        with open(log) as f:
+            rows += [json.loads(line) for line in f if line.strip()]
+    return rows
+
+
+def _train_then_resume(tmp_path, base, body, hooks):
+    """Train 1 epoch (2 iterations), then resume to 2 epochs; return the
+    work dir and the two checkpoints."""
+    cfg = tiny_config(tmp_path, base=base, body=body, num_images=8,
+                      hooks=hooks)
+    work = str(tmp_path / 'work')
+    run_tool('tools/train.py', cfg, '--work-dir', work, '--cfg-options',
+             'train_cfg.max_epochs=1')
+    first = osp.join(work, 'epoch_1.pth')
+    assert osp.exists(first)
+    proc = run_tool('tools/train.py', cfg, '--work-dir', work, '--resume',
+                    first)
+    assert 'resumed epoch: 1, iter: 2' in proc.stdout + proc.stderr
+    return cfg, work, first, osp.join(work, 'epoch_2.pth')
+
+
+def _check_resumed_state(cfg_path, work, first):
+    """Load ``first`` the way --resume does and compare every state."""
+    ckpt = torch.load(first, map_location='cpu')  # weights_only by default
+    cfg = Config.fromfile(cfg_path)
+    cfg.work_dir = str(work) + '_check'
+    cfg.resume, cfg.load_from = True, first
+    runner = Runner.from_cfg(cfg)
+    runner._train_loop = runner.build_train_loop(runner._train_loop)
+    runner.optim_wrapper = runner.build_optim_wrapper(runner.optim_wrapper)
+    runner.scale_lr(runner.optim_wrapper, runner.auto_scale_lr)
+    if runner.param_schedulers is not None:
+        runner.param_schedulers = runner.build_param_scheduler(
+            runner.param_schedulers)
+    runner.load_or_resume()
+    assert runner.iter == 2 and runner.epoch == 1
+    for k, v in runner.model.state_dict().items():
+        assert torch.equal(v, ckpt['state_dict'][k]), k
+    opt = runner.optim_wrapper.optimizer.state_dict()
+    steps = {float(s['step']) for s in opt['state'].values()}
+    assert steps == {2.0}
+    saved = ckpt['optimizer']['state']
+    for i, s in opt['state'].items():
+        assert torch.equal(s['exp_avg'], saved[i]['exp_avg'])
+    for sch, saved in zip(runner.param_schedulers or [],
+                          ckpt.get('param_schedulers', [])):
+        assert sch.state_dict() == saved
+    assert runner.message_hub.get_info('iter') is not None
+    return ckpt
+
+
+def test_mae_trains_and_resumes(tmp_path):
+    base = str(tmp_path / 'mae_tiny.py')
+    with open(base, 'w') as f:
+        f.write(MAE_TINY)
+    cfg, work, first, second = _train_then_resume(tmp_path, base, '',
+                                                  'custom_hooks = []')
+    _check_resumed_state(cfg, work, first)
+    ckpt = torch.load(second, map_location='cpu')
+    assert ckpt['meta']['iter'] == 4 and ckpt['meta']['epoch'] == 2
+    rows = [r for r in _scalars(work) if 'loss' in r]
+    assert [r['iter'] for r in rows] == [1, 2, 3, 4]
+
+
+def test_hpm_trains_and_resumes_with_teacher(tmp_path):
+    # alpha 0.5 -> 1: the teacher runs from the first step
+    body = ('model = dict(mask_generator=dict(alpha_0=0.5, alpha_T=1.0))\n'
+            'train_cfg = dict(max_epochs=2)\n')
+    cfg, work, first, second = _train_then_resume(tmp_path, FMNIST_CFG, body,
+                                                  HPM_HOOKS)
+    ckpt = _check_resumed_state(cfg, work, first)
+    sd = ckpt['state_dict']
+    assert any(k.startswith('teacher.module.backbone.') for k in sd)
+    assert int(sd['teacher.steps']) == 2
+    # the student encoder keeps VisionTransformer key names under backbone.
+    assert 'backbone.layers.0.attn.qkv.weight' in sd
+    ckpt2 = torch.load(second, map_location='cpu')
+    assert int(ckpt2['state_dict']['teacher.steps']) == 4
+    rows = [r for r in _scalars(work) if 'loss_rec' in r]
+    assert [r['iter'] for r in rows] == [1, 2, 3, 4]
+    # alpha follows epochs: 0.5 in epoch 0, 0.75 in epoch 1 (T = 2)
+    assert [r['alpha'] for r in rows] == [0.5, 0.5, 0.75, 0.75]
+    assert all(r['num_hard'] > 0 for r in rows)
