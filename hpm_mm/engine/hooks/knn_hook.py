@@ -1,0 +1,86 @@
+from typing import Optional, Sequence
+
+from mmengine.hooks import Hook
+from mmengine.runner import Runner
+from mmpretrain.registry import HOOKS
+from mmpretrain.utils import get_ori_model
+
+from hpm_mm.evaluation import extract_features, knn_classify
+
+
+@HOOKS.register_module()
+class KNNEvalHook(Hook):
+    """Periodic DINO-style kNN evaluation of the encoder during pretraining.
+
+    Every ``interval`` epochs (or iterations) and after the last one, pooled
+    features of ``train_dataloader`` (the labelled memory bank) and
+    ``val_dataloader`` are extracted with the model's ``extract_feat``, and
+    the top-1 accuracy for each k is logged as ``knn/top1_k{k}`` (and
+    ``knn/top1_best``) through the message hub, the logger and the
+    visualizer backends. ``tools/analysis_tools/knn_eval.py`` reads the same
+    hook config, so the tool and the hook always evaluate alike.
+
+    Args:
+        train_dataloader (dict): Dataloader config of the memory bank.
+        val_dataloader (dict): Dataloader config of the evaluated samples.
+        interval (int): Evaluate every this many epochs/iterations; 0 only
+            after training. Defaults to 1.
+        by_epoch (bool): Count ``interval`` in epochs. Defaults to True.
+        ks (Sequence[int]): Defaults to (10, 20, 100, 200).
+        temperature (float): Defaults to 0.07.
+    """
+
+    priority = 'LOW'
+
+    def __init__(self,
+                 train_dataloader: dict,
+                 val_dataloader: dict,
+                 interval: int = 1,
+                 by_epoch: bool = True,
+                 ks: Sequence[int] = (10, 20, 100, 200),
+                 temperature: float = 0.07) -> None:
+        self.loader_cfgs = dict(train=train_dataloader, val=val_dataloader)
+        self.loaders = None
+        self.interval = interval
+        self.by_epoch = by_epoch
+        self.ks = tuple(ks)
+        self.temperature = temperature
+        self.last_result: Optional[dict] = None
+
+    def evaluate(self, runner) -> dict:
+        """Extract features and run kNN; log and return ``{k: acc}``."""
+        if self.loaders is None:
+            self.loaders = {
+                k: Runner.build_dataloader(cfg, seed=runner.seed)
+                for k, cfg in self.loader_cfgs.items()
+            }
+        model = get_ori_model(runner.model)
+        train = extract_features(model, self.loaders['train'], False)
+        val = extract_features(model, self.loaders['val'], False)
+        acc = knn_classify(train['feats'], train['labels'], val['feats'],
+                           val['labels'], self.ks, self.temperature)
+        scalars = {f'knn/top1_k{k}': v for k, v in acc.items()}
+        scalars['knn/top1_best'] = max(acc.values())
+        for key, value in scalars.items():
+            runner.message_hub.update_scalar(key, value)
+        runner.visualizer.add_scalars(scalars, step=runner.iter)
+        runner.logger.info('kNN top-1 (T=%.2f): %s', self.temperature,
+                           '  '.join(f'k={k}: {v:.2f}'
+                                     for k, v in acc.items()))
+        self.last_result = acc
+        return acc
+
+    def _due(self, runner, count: int, last: bool) -> bool:
+        return last or (self.interval > 0 and count % self.interval == 0)
+
+    def after_train_epoch(self, runner) -> None:
+        done = runner.epoch + 1  # the loop increments epoch after this hook
+        if self.by_epoch and self._due(runner, done,
+                                       done >= runner.max_epochs):
+            self.evaluate(runner)
+
+    def after_train_iter(self, runner, batch_idx, data_batch=None,
+                         outputs=None) -> None:
+        if not self.by_epoch and self._due(
+                runner, runner.iter + 1, runner.iter + 1 >= runner.max_iters):
+            self.evaluate(runner)

@@ -1,0 +1,120 @@
+"""DINO-style weighted kNN evaluation of frozen features.
+
+Features are L2-normalised; each test sample's k nearest training samples
+(cosine similarity) vote for their class with weight ``exp(sim / T)``; the
+class with the largest total wins. All ks are answered from one top-k search
+per chunk of test samples, so memory stays ``chunk_size x num_train``.
+"""
+from typing import Dict, Optional, Sequence
+
+import torch
+import torch.nn.functional as F
+from mmengine.dist import collect_results, get_world_size
+from mmengine.utils import ProgressBar
+
+
+@torch.no_grad()
+def knn_classify(train_feats: torch.Tensor,
+                 train_labels: torch.Tensor,
+                 test_feats: torch.Tensor,
+                 test_labels: torch.Tensor,
+                 ks: Sequence[int] = (10, 20, 100, 200),
+                 temperature: float = 0.07,
+                 num_classes: Optional[int] = None,
+                 chunk_size: int = 256) -> Dict[int, float]:
+    """Top-1 accuracy (%) of the weighted kNN classifier for each k.
+
+    Args:
+        train_feats (torch.Tensor): (N_train, D) features.
+        train_labels (torch.Tensor): (N_train,) int labels.
+        test_feats (torch.Tensor): (N_test, D) features.
+        test_labels (torch.Tensor): (N_test,) int labels.
+        ks (Sequence[int]): Neighbourhood sizes; those above N_train are
+            clipped to N_train. Defaults to DINO's (10, 20, 100, 200).
+        temperature (float): T in ``exp(sim / T)``. Defaults to 0.07.
+        num_classes (int, optional): Defaults to max label + 1.
+        chunk_size (int): Test samples per similarity block.
+
+    Returns:
+        dict: ``{k: top-1 accuracy in percent}``.
+    """
+    if train_feats.shape[0] != train_labels.shape[0]:
+        raise ValueError('train_feats and train_labels differ in length: '
+                         f'{train_feats.shape[0]} vs {train_labels.shape[0]}')
+    train = F.normalize(train_feats.float(), dim=1)
+    test = F.normalize(test_feats.float(), dim=1)
+    train_labels = train_labels.long()
+    num_classes = num_classes or int(
+        max(train_labels.max(), test_labels.max())) + 1
+    ks = sorted({min(int(k), train.shape[0]) for k in ks})
+    correct = {k: 0 for k in ks}
+    for start in range(0, test.shape[0], chunk_size):
+        sim = test[start:start + chunk_size] @ train.T
+        top_sim, top_idx = sim.topk(ks[-1], dim=1)  # sorted, descending
+        weight = (top_sim / temperature).exp()
+        votes = F.one_hot(train_labels[top_idx], num_classes).float()
+        votes = votes * weight.unsqueeze(-1)  # (b, kmax, C)
+        cum = votes.cumsum(dim=1)
+        target = test_labels[start:start + chunk_size].long()
+        for k in ks:
+            pred = cum[:, k - 1].argmax(dim=1)
+            correct[k] += int((pred == target).sum())
+    return {k: 100. * c / test.shape[0] for k, c in correct.items()}
+
+
+def pool_features(feats, num_extra_tokens: int = 1) -> torch.Tensor:
+    """(B, D) image features from a backbone's output.
+
+    Token sequences (B, L, D) are averaged over the patch tokens (the
+    paper's global average for kNN and linear probing), feature maps
+    (B, D, H, W) over space; (B, D) passes through. A tuple uses its last
+    element.
+    """
+    if isinstance(feats, (tuple, list)):
+        feats = feats[-1]
+    if feats.dim() == 3:
+        return feats[:, num_extra_tokens:].mean(dim=1)
+    if feats.dim() == 4:
+        return feats.mean(dim=(2, 3))
+    return feats
+
+
+@torch.no_grad()
+def extract_features(model,
+                     dataloader,
+                     progress: bool = True) -> Dict[str, torch.Tensor]:
+    """Pooled features and labels of a whole dataloader (all ranks).
+
+    Args:
+        model: An mmpretrain model with ``data_preprocessor`` and
+            ``extract_feat`` (HPM, MAE, an ImageClassifier).
+        dataloader: Yields mmpretrain batches with ``gt_label``.
+        progress (bool): Show a progress bar. Defaults to True.
+
+    Returns:
+        dict: ``feats`` (N, D) float32 on CPU, ``labels`` (N,) int64.
+    """
+    was_training = model.training
+    model.eval()
+    backbone = getattr(model, 'backbone', None)
+    extra = getattr(backbone, 'num_extra_tokens', 1 if getattr(
+        backbone, 'cls_token', None) is not None else 0)
+    results = []
+    bar = ProgressBar(len(dataloader.dataset)) if progress else None
+    for batch in dataloader:
+        data = model.data_preprocessor(batch, False)
+        feats = pool_features(model.extract_feat(data['inputs']), extra)
+        labels = [s.gt_label for s in data['data_samples']]
+        for f, label in zip(feats.float().cpu(), labels):
+            results.append((f, int(label.reshape(-1)[0])))
+        if bar is not None:
+            bar.update(len(labels) * get_world_size())
+    if bar is not None:
+        print()
+    if was_training:
+        model.train()
+    if get_world_size() > 1:
+        results = collect_results(results, len(dataloader.dataset))
+    return dict(
+        feats=torch.stack([f for f, _ in results]),
+        labels=torch.tensor([label for _, label in results]))

@@ -1,0 +1,104 @@
+"""A checkpoint from a 2-iteration HPM run feeds kNN, linear probing and
+fine-tuning, with every encoder key loaded."""
+import os.path as osp
+
+import pytest
+import torch
+from conftest import (FMNIST_CFG, HPM_HOOKS, REPO, make_image_folder,
+                      run_tool, tiny_config)
+from mmengine.config import Config
+from mmengine.runner import Runner
+
+LINEAR = osp.join(REPO, 'configs', 'benchmarks', 'classification', 'fmnist',
+                  'vit-mini-p4_1xb256-linear-coslr-10e_fmnist.py')
+FINETUNE = osp.join(REPO, 'configs', 'benchmarks', 'classification',
+                    'fmnist', 'vit-mini-p4_1xb128-coslr-10e_fmnist.py')
+
+
+@pytest.fixture(scope='module')
+def hpm_checkpoint(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp('hpm')
+    cfg = tiny_config(tmp, FMNIST_CFG, body='train_cfg = dict(max_epochs=1)',
+                      num_images=8, hooks=HPM_HOOKS)
+    run_tool('tools/train.py', cfg, '--work-dir', str(tmp / 'work'))
+    ckpt = tmp / 'work' / 'epoch_1.pth'
+    assert ckpt.exists()
+    return str(ckpt)
+
+
+def _folder_loader(root, batch_size=4):
+    return dict(
+        batch_size=batch_size, num_workers=0,
+        sampler=dict(type='DefaultSampler', shuffle=False),
+        collate_fn=dict(type='default_collate'),
+        dataset=dict(type='CustomDataset', data_root=root, pipeline=[
+            dict(type='LoadImageFromFile', color_type='grayscale'),
+            dict(type='Resize', scale=32), dict(type='PackInputs')]))
+
+
+def test_knn_tool_on_imagenet_style_folder(tmp_path, hpm_checkpoint):
+    train = make_image_folder(str(tmp_path / 'train'), 2, 6, seed=1)
+    val = make_image_folder(str(tmp_path / 'val'), 2, 3, seed=2)
+    cfg = tmp_path / 'knn_cfg.py'
+    cfg.write_text(f'''
+_base_ = [{FMNIST_CFG!r}]
+custom_hooks = [dict(type='KNNEvalHook', ks=(1, 3, 200),
+                     train_dataloader={_folder_loader(train)!r},
+                     val_dataloader={_folder_loader(val)!r})]
+''')
+    out = tmp_path / 'knn.json'
+    proc = run_tool('tools/analysis_tools/knn_eval.py', str(cfg),
+                    hpm_checkpoint, '--out', str(out))
+    assert 'extracting train features (12 images)' in proc.stdout
+    assert '0 missing, 0 unexpected' in proc.stdout
+    import json
+    res = json.loads(out.read_text())
+    assert set(res['acc']) == {'1', '3', '12'}  # k=200 clipped to 12
+    assert all(0 <= v <= 100 for v in res['acc'].values())
+    # the teacher's encoder can be evaluated too
+    proc = run_tool('tools/analysis_tools/knn_eval.py', str(cfg),
+                    hpm_checkpoint, '--teacher')
+    assert '(teacher)' in proc.stdout
+
+
+@pytest.mark.parametrize('config,frozen', [(LINEAR, True),
+                                           (FINETUNE, False)])
+def test_classification_benchmarks_load_every_encoder_key(
+        tmp_path, hpm_checkpoint, config, frozen):
+    data = make_image_folder(str(tmp_path / 'cls'), 2, 4, seed=3)
+    cfg = Config.fromfile(config)
+    loader = _folder_loader(data)
+    loader['sampler']['shuffle'] = True
+    cfg.train_dataloader = loader
+    cfg.val_dataloader = cfg.test_dataloader = _folder_loader(data)
+    cfg.train_cfg = dict(by_epoch=False, max_iters=2, val_interval=2)
+    cfg.param_scheduler = []
+    cfg.work_dir = str(tmp_path / 'work')
+    cfg.model.backbone.init_cfg.checkpoint = hpm_checkpoint
+    cfg.default_hooks.checkpoint = dict(type='CheckpointHook', interval=2,
+                                        by_epoch=False)
+    runner = Runner.from_cfg(cfg)
+    ckpt = torch.load(hpm_checkpoint, map_location='cpu')['state_dict']
+    pretrained = {k[len('backbone.'):]: v for k, v in ckpt.items()
+                  if k.startswith('backbone.')}
+
+    runner.model.init_weights()
+    backbone = runner.model.backbone.state_dict()
+    # strict report: every encoder tensor comes from the checkpoint, except
+    # the new fc_norm (ln2) of global average pooling
+    new = sorted(set(backbone) - set(pretrained))
+    assert new == ['ln2.bias', 'ln2.weight'], new
+    unused = sorted(set(pretrained) - set(backbone))
+    assert unused == ([] if frozen else ['ln1.bias', 'ln1.weight']), unused
+    for k in backbone:
+        if k in pretrained:
+            assert torch.equal(backbone[k], pretrained[k]), k
+
+    runner.train()
+    if frozen:  # the frozen encoder still equals the pretrained one
+        backbone = runner.model.backbone.state_dict()
+        for k in backbone:
+            if k in pretrained:
+                assert torch.equal(backbone[k], pretrained[k]), k
+    metrics = runner.val_loop.run()
+    assert 0 <= metrics['accuracy/top1'] <= 100
