@@ -68,3 +68,18 @@ def run_tool(*args, timeout: int = 600) -> subprocess.CompletedProcess:
         pytest.fail(f'{args} failed ({proc.returncode}):\n'
                     f'{proc.stdout[-4000:]}\n{proc.stderr[-6000:]}')
     return proc
+
+
+@pytest.fixture(scope='session')
+def hpm_checkpoint(tmp_path_factory):
+    """Checkpoint of a 2-iteration HPM run of the small config (teacher
+    active: alpha 0.5 -> 1)."""
+    tmp = tmp_path_factory.mktemp('hpm')
+    cfg = tiny_config(
+        tmp, FMNIST_CFG, num_images=8,
+        body='train_cfg = dict(max_epochs=1)\n'
+        'model = dict(mask_generator=dict(alpha_0=0.5, alpha_T=1.0))')
+    run_tool('tools/train.py', cfg, '--work-dir', str(tmp / 'work'))
+    ckpt = tmp / 'work' / 'epoch_1.pth'
+    assert ckpt.exists()
+    return str(ckpt)

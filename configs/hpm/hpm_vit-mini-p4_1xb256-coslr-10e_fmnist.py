@@ -81,23 +81,21 @@ knn_loader = dict(
     persistent_workers=False,
     sampler=dict(type='DefaultSampler', shuffle=False),
     collate_fn=dict(type='default_collate'))
-custom_hooks = [
-    dict(type='HPMScheduleHook', by_epoch=True),
-    dict(
-        type='KNNEvalHook',
-        interval=5,
-        train_dataloader=dict(
-            **knn_loader,
-            dataset=dict(
-                type={{_base_.dataset_type}},
-                data_root={{_base_.data_root}},
-                split='train',
-                pipeline=knn_pipeline)),
-        val_dataloader=dict(
-            **knn_loader,
-            dataset=dict(
-                type={{_base_.dataset_type}},
-                data_root={{_base_.data_root}},
-                split='test',
-                pipeline=knn_pipeline))),
-]
+knn_hook = dict(
+    type='KNNEvalHook',
+    interval=5,
+    train_dataloader=dict(
+        **knn_loader,
+        dataset=dict(
+            type={{_base_.dataset_type}},
+            data_root={{_base_.data_root}},
+            split='train',
+            pipeline=knn_pipeline)),
+    val_dataloader=dict(
+        **knn_loader,
+        dataset=dict(
+            type={{_base_.dataset_type}},
+            data_root={{_base_.data_root}},
+            split='test',
+            pipeline=knn_pipeline)))
+custom_hooks = [dict(type='HPMScheduleHook', by_epoch=True), knn_hook]

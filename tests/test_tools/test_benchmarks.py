@@ -4,8 +4,7 @@ import os.path as osp
 
 import pytest
 import torch
-from conftest import (FMNIST_CFG, HPM_HOOKS, REPO, make_image_folder,
-                      run_tool, tiny_config)
+from conftest import FMNIST_CFG, REPO, make_image_folder, run_tool
 from mmengine.config import Config
 from mmengine.runner import Runner
 
@@ -13,17 +12,6 @@ LINEAR = osp.join(REPO, 'configs', 'benchmarks', 'classification', 'fmnist',
                   'vit-mini-p4_1xb256-linear-coslr-10e_fmnist.py')
 FINETUNE = osp.join(REPO, 'configs', 'benchmarks', 'classification',
                     'fmnist', 'vit-mini-p4_1xb128-coslr-10e_fmnist.py')
-
-
-@pytest.fixture(scope='module')
-def hpm_checkpoint(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp('hpm')
-    cfg = tiny_config(tmp, FMNIST_CFG, body='train_cfg = dict(max_epochs=1)',
-                      num_images=8, hooks=HPM_HOOKS)
-    run_tool('tools/train.py', cfg, '--work-dir', str(tmp / 'work'))
-    ckpt = tmp / 'work' / 'epoch_1.pth'
-    assert ckpt.exists()
-    return str(ckpt)
 
 
 def _folder_loader(root, batch_size=4):

@@ -13,7 +13,6 @@ import torch
 from mmengine.config import Config, DictAction
 from mmengine.registry import init_default_scope
 from mmengine.runner import Runner
-from mmpretrain.registry import MODELS
 
 
 def parse_args(argv=None):
@@ -31,8 +30,8 @@ def parse_args(argv=None):
 
 def load_model(cfg, checkpoint: str, teacher: bool = False):
     """Build ``cfg.model`` and load ``checkpoint`` with a strict key report."""
-    from hpm_mm.utils import load_checkpoint_strict
-    model = MODELS.build(cfg.model)
+    from hpm_mm.utils import build_model, load_checkpoint_strict
+    model = build_model(cfg)
     load_checkpoint_strict(model, checkpoint, teacher=teacher)
     return model
 

@@ -38,7 +38,4 @@ param_scheduler = [
         convert_to_iter_based=True)
 ]
 train_cfg = dict(type='EpochBasedTrainLoop', max_epochs=max_epochs)
-default_hooks = dict(
-    checkpoint=dict(type='CheckpointHook', interval=10, max_keep_ckpts=3))
-randomness = dict(seed=0, diff_rank_seed=True)
 auto_scale_lr = dict(base_batch_size=4096)

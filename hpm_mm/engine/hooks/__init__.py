@@ -1,4 +1,5 @@
+from .hard_patch_vis_hook import HardPatchVisHook
 from .hpm_schedule_hook import HPMScheduleHook
 from .knn_hook import KNNEvalHook
 
-__all__ = ['HPMScheduleHook', 'KNNEvalHook']
+__all__ = ['HPMScheduleHook', 'KNNEvalHook', 'HardPatchVisHook']

@@ -1,0 +1,105 @@
+import os
+import os.path as osp
+from typing import Optional
+
+import numpy as np
+from mmengine.dataset import default_collate
+from mmengine.hooks import Hook
+from mmengine.runner import Runner
+from mmpretrain.registry import HOOKS
+from mmpretrain.utils import get_ori_model
+
+
+@HOOKS.register_module()
+class HardPatchVisHook(Hook):
+    """Save hard-patch grids of fixed images and log the predictor's
+    Spearman correlation during training.
+
+    Every ``interval`` epochs (or iterations) and after the last one, the
+    same ``num_images`` held-out images are drawn as in
+    ``tools/analysis_tools/visualize_hard_patches.py`` into
+    ``{work_dir}/hard_patches/`` and sent to the visualizer backends
+    (``add_image``; TensorBoard when configured). ``hpm/spearman``, the mean
+    rank correlation between the teacher's predicted and the true per-patch
+    losses, is logged as a scalar.
+
+    Args:
+        dataloader (dict): Dataloader config of the held-out images.
+        num_images (int): Images drawn (spread over the dataset). Defaults
+            to 4.
+        interval (int): Defaults to 1.
+        by_epoch (bool): Count ``interval`` in epochs. Defaults to True.
+        alpha (float, optional): alpha of the drawn mask; defaults to the
+            model's current alpha.
+        num_masks (int): Random masks averaged for the true loss.
+            Defaults to 4.
+    """
+
+    priority = 'LOW'
+
+    def __init__(self,
+                 dataloader: dict,
+                 num_images: int = 4,
+                 interval: int = 1,
+                 by_epoch: bool = True,
+                 alpha: Optional[float] = None,
+                 num_masks: int = 4) -> None:
+        self.dataloader_cfg = dataloader
+        self.num_images = num_images
+        self.interval = interval
+        self.by_epoch = by_epoch
+        self.alpha = alpha
+        self.num_masks = num_masks
+        self._samples = None
+
+    def _batch(self, runner):
+        if self._samples is None:
+            cfg = dict(self.dataloader_cfg, batch_size=1, num_workers=0,
+                       persistent_workers=False)
+            dataset = Runner.build_dataloader(cfg, seed=0).dataset
+            idx = np.linspace(0, len(dataset) - 1,
+                              self.num_images).astype(int)
+            self._samples = [dataset[i] for i in idx]
+        return default_collate(self._samples)
+
+    def visualize(self, runner, tag: str) -> float:
+        """Draw the grids; return the mean Spearman correlation."""
+        from hpm_mm.visualization import (analyze_hard_patches,
+                                          draw_hard_patches)
+        model = get_ori_model(runner.model)
+        inputs = model.data_preprocessor(self._batch(runner),
+                                         False)['inputs']
+        alpha = self.alpha if self.alpha is not None else \
+            model.mask_generator.alpha(model.progress)
+        result = analyze_hard_patches(model, inputs, alpha, self.num_masks)
+        out_dir = osp.join(runner.work_dir, 'hard_patches')
+        os.makedirs(out_dir, exist_ok=True)
+        pre = model.data_preprocessor
+        mean, std = pre.mean.view(-1).tolist(), pre.std.view(-1).tolist()
+        for i in range(inputs.shape[0]):
+            rgb = draw_hard_patches(result, inputs, i, mean, std, alpha,
+                                    osp.join(out_dir, f'{tag}_img{i}.png'))
+            runner.visualizer.add_image(f'hard_patches_img{i}', rgb,
+                                        step=runner.iter)
+        rho = float(result['spearman'].mean())
+        runner.message_hub.update_scalar('hpm/spearman', rho)
+        runner.visualizer.add_scalars({'hpm/spearman': rho},
+                                      step=runner.iter)
+        runner.logger.info(f'hard patches ({tag}): Spearman(pred, true) = '
+                           f'{rho:.3f}; grids in {out_dir}')
+        return rho
+
+    def after_train_epoch(self, runner) -> None:
+        done = runner.epoch + 1
+        if self.by_epoch and (done >= runner.max_epochs or
+                              (self.interval > 0
+                               and done % self.interval == 0)):
+            self.visualize(runner, f'epoch_{done}')
+
+    def after_train_iter(self, runner, batch_idx, data_batch=None,
+                         outputs=None) -> None:
+        done = runner.iter + 1
+        if not self.by_epoch and (done >= runner.max_iters or
+                                  (self.interval > 0
+                                   and done % self.interval == 0)):
+            self.visualize(runner, f'iter_{done}')

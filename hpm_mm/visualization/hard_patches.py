@@ -1,0 +1,233 @@
+"""See the hard patches: true vs predicted per-patch losses, HPM's mask and
+the reconstruction (paper Fig. 2, S1, S2; HPM issue #3).
+
+The heatmaps follow the paper: the *predicted* loss is the teacher's loss
+predictor on the full, unmasked image; the *true* loss of a patch is its
+reconstruction error averaged over several random masks in which it was
+masked. Both are min-max normalised per image and upsampled to pixels
+(red = hard, blue = easy).
+"""
+from typing import Dict, Optional
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from hpm_mm.models.utils import HPMMaskGenerator
+
+
+def _rank(x: torch.Tensor) -> torch.Tensor:
+    """Ranks along the last dim, ties get their average rank (as scipy)."""
+    order = x.argsort(dim=-1)
+    ranks = torch.empty_like(x, dtype=torch.float64)
+    ranks.scatter_(-1, order,
+                   torch.arange(x.shape[-1], dtype=torch.float64).expand_as(
+                       x).contiguous())
+    # average the ranks of tied values
+    out = ranks.clone()
+    for b in range(x.shape[0]):
+        vals, inverse = torch.unique(x[b], return_inverse=True)
+        if len(vals) == x.shape[-1]:
+            continue
+        sums = torch.zeros(len(vals), dtype=torch.float64).index_add_(
+            0, inverse, ranks[b])
+        counts = torch.zeros(len(vals), dtype=torch.float64).index_add_(
+            0, inverse, torch.ones_like(ranks[b]))
+        out[b] = (sums / counts)[inverse]
+    return out
+
+
+def spearman(pred: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """Spearman rank correlation of each row, (B, N) x (B, N) -> (B,).
+
+    Equal to ``scipy.stats.spearmanr`` per row (average ranks for ties).
+    """
+    rp, rt = _rank(pred.detach().cpu()), _rank(target.detach().cpu())
+    rp = rp - rp.mean(-1, keepdim=True)
+    rt = rt - rt.mean(-1, keepdim=True)
+    denom = (rp.norm(dim=-1) * rt.norm(dim=-1)).clamp(min=1e-12)
+    return ((rp * rt).sum(-1) / denom).float()
+
+
+@torch.no_grad()
+def analyze_hard_patches(model,
+                         inputs: torch.Tensor,
+                         alpha: float = 0.5,
+                         num_masks: int = 8,
+                         use_teacher: bool = True,
+                         seed: Optional[int] = 0) -> Dict[str, torch.Tensor]:
+    """Everything the figure shows, for a batch of normalised images.
+
+    Args:
+        model (HPM): The pretrained model.
+        inputs (torch.Tensor): (B, C, H, W) after the data preprocessor.
+        alpha (float): alpha of the mask HPM would choose. Defaults to 0.5.
+        num_masks (int): Random masks averaged for the true loss.
+        use_teacher (bool): Predicted losses from the EMA teacher (as in
+            training) when the model has one, else from the student.
+        seed (int, optional): Seed of the random masks.
+
+    Returns:
+        dict: ``true_loss``, ``pred_loss`` and ``mask`` (B, N) (mask: 1 =
+        masked), ``recon`` (B, C, H, W) with the visible patches pasted back
+        (in the normalised input space) and ``spearman`` (B,).
+    """
+    was_training = model.training
+    model.eval()
+    gen_cpu = torch.Generator().manual_seed(seed) if seed is not None \
+        else None
+    B = inputs.shape[0]
+    N = model.backbone.num_patches
+    gen = model.mask_generator
+    num_masked = gen.num_masked(N)
+    head = model.head
+
+    # true per-patch losses, averaged over random masks
+    total = torch.zeros(B, N)
+    count = torch.zeros(B, N)
+    for _ in range(num_masks):
+        keys = torch.rand(B, N, generator=gen_cpu)
+        mask = torch.zeros(B, N).scatter_(
+            1, keys.argsort(1)[:, N - num_masked:], 1.).to(inputs.device)
+        latent, ids = model.backbone(inputs, mask, N - num_masked)
+        pred, _ = model.neck(latent, ids)
+        loss = head.patch_losses(pred, inputs).cpu()
+        total += loss * mask.cpu()
+        count += mask.cpu()
+    true_loss = total / count.clamp(min=1)
+
+    # predicted losses on the full image
+    if use_teacher and getattr(model, 'teacher', None) is not None:
+        pred_loss = model.teacher_scores(inputs)
+    else:
+        latent, ids = model.backbone(inputs, inputs.new_zeros(B, N), N)
+        pred_loss = model.neck(latent, ids, reconstruct=False)[1]
+    pred_loss = pred_loss.float().cpu()
+
+    # the mask HPM would draw at this alpha, and its reconstruction
+    hpm_gen = HPMMaskGenerator(gen.mask_ratio, alpha, alpha, gen.mode)
+    if seed is not None:
+        torch.manual_seed(seed)
+    mask = hpm_gen(pred_loss, 0.)
+    latent, ids = model.backbone(inputs, mask.to(inputs.device),
+                                 N - num_masked)
+    pred, _ = model.neck(latent, ids)
+    pred = pred.float()
+    target = head.patchify(inputs.float())
+    if head.norm_pix:  # back to pixel space with each patch's statistics
+        mean = target.mean(-1, keepdim=True)
+        std = (target.var(-1, keepdim=True) + 1e-6).sqrt()
+        pred = pred * std + mean
+    m = mask.to(inputs.device).unsqueeze(-1)
+    recon = head.unpatchify(pred * m + target * (1 - m)).cpu()
+    if was_training:
+        model.train()
+    return dict(
+        true_loss=true_loss,
+        pred_loss=pred_loss,
+        mask=mask.cpu(),
+        recon=recon,
+        spearman=spearman(pred_loss, true_loss))
+
+
+def patch_map_to_pixels(values: torch.Tensor, image_size,
+                        normalise: bool = True) -> np.ndarray:
+    """(B, N) per-patch values -> (B, H, W) bilinearly upsampled maps,
+    min-max normalised per image to [0, 1]."""
+    B, N = values.shape
+    h = w = int(round(N**0.5))
+    maps = values.float().view(B, 1, h, w)
+    if normalise:
+        lo = maps.amin(dim=(2, 3), keepdim=True)
+        hi = maps.amax(dim=(2, 3), keepdim=True)
+        maps = (maps - lo) / (hi - lo).clamp(min=1e-12)
+    maps = F.interpolate(maps, size=tuple(image_size), mode='bilinear',
+                         align_corners=False)
+    return maps[:, 0].clamp(0, 1).numpy()
+
+
+def saliency_mask(pred_loss: torch.Tensor, image_size,
+                  quantile: float = 0.5) -> np.ndarray:
+    """Foreground mask from the predicted-loss map: pixels whose upsampled,
+    normalised predicted loss is above the image's ``quantile``."""
+    maps = patch_map_to_pixels(pred_loss, image_size)
+    thr = np.quantile(maps.reshape(maps.shape[0], -1), quantile, axis=1)
+    return maps > thr[:, None, None]
+
+
+def foreground_iou(pred_mask: np.ndarray, gt_mask: np.ndarray) -> np.ndarray:
+    """IoU of two (B, H, W) boolean masks, per image."""
+    inter = np.logical_and(pred_mask, gt_mask).sum(axis=(1, 2))
+    union = np.logical_or(pred_mask, gt_mask).sum(axis=(1, 2))
+    return inter / np.maximum(union, 1)
+
+
+def _to_display(img: torch.Tensor, mean, std) -> np.ndarray:
+    """(C, H, W) normalised -> (H, W[, 3]) in [0, 1]."""
+    x = img.float() * torch.as_tensor(std).view(-1, 1, 1) + torch.as_tensor(
+        mean).view(-1, 1, 1)
+    x = (x / 255.).clamp(0, 1).numpy()
+    return x[0] if x.shape[0] == 1 else x.transpose(1, 2, 0)
+
+
+def draw_hard_patches(result: Dict[str, torch.Tensor],
+                      inputs: torch.Tensor,
+                      index: int,
+                      mean,
+                      std,
+                      alpha: float,
+                      out_file: Optional[str] = None,
+                      dpi: int = 100) -> np.ndarray:
+    """One row of five panels with a colour bar; returns the RGB array.
+
+    Panels: input | true loss (avg over random masks) | teacher's predicted
+    loss | the HPM mask at ``alpha`` (masked patches dimmed) |
+    reconstruction with the visible patches pasted back.
+    """
+    import matplotlib
+    matplotlib.use('Agg')
+    import matplotlib.pyplot as plt
+
+    H, W = inputs.shape[-2:]
+    img = _to_display(inputs[index].cpu(), mean, std)
+    recon = _to_display(result['recon'][index], mean, std)
+    true_map = patch_map_to_pixels(result['true_loss'][index:index + 1],
+                                   (H, W))[0]
+    pred_map = patch_map_to_pixels(result['pred_loss'][index:index + 1],
+                                   (H, W))[0]
+    N = result['mask'].shape[1]
+    gray = img.ndim == 2
+    shown = np.stack([img] * 3, -1) if gray else img.copy()
+    p = H // int(round(N**0.5))
+    # nearest-patch mask for the dimmed panel
+    m = result['mask'][index].view(int(round(N**0.5)), -1).numpy()
+    mask_px = np.kron(m, np.ones((p, p))).astype(bool)[:H, :W]
+    masked_view = shown.copy()
+    masked_view[mask_px] = masked_view[mask_px] * 0.25 + 0.05
+
+    fig, axes = plt.subplots(1, 5, figsize=(12.5, 2.9), dpi=dpi)
+    cmap = 'gray' if gray else None
+    rho = float(result['spearman'][index])
+    panels = [
+        (img, 'input', cmap),
+        (true_map, 'true loss (avg. masks)', 'jet'),
+        (pred_map, f'predicted loss (rho={rho:.2f})', 'jet'),
+        (masked_view, f'HPM mask, alpha={alpha:g}', None),
+        (recon, 'reconstruction', cmap),
+    ]
+    im = None
+    for ax, (data, title, cm) in zip(axes, panels):
+        shown_im = ax.imshow(data, cmap=cm, vmin=0, vmax=1)
+        if cm == 'jet':
+            im = shown_im
+        ax.set_title(title, fontsize=9)
+        ax.axis('off')
+    cbar = fig.colorbar(im, ax=axes.tolist(), fraction=0.02, pad=0.01)
+    cbar.set_ticks([0, 1])
+    cbar.set_ticklabels(['easy', 'hard'])
+    fig.canvas.draw()
+    rgb = np.asarray(fig.canvas.buffer_rgba())[..., :3].copy()
+    if out_file is not None:
+        fig.savefig(out_file, dpi=dpi)
+    plt.close(fig)
+    return rgb

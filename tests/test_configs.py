@@ -1,0 +1,62 @@
+"""Every config parses and its model builds (and the names tell the truth)."""
+import glob
+import os.path as osp
+
+import pytest
+import torch
+from conftest import REPO
+from mmengine.config import Config
+from mmengine.registry import init_default_scope
+
+import hpm_mm  # noqa: F401
+
+CONFIGS = sorted(
+    p for p in glob.glob(osp.join(REPO, 'configs', '**', '*.py'),
+                         recursive=True) if '_base_' not in p)
+
+
+@pytest.mark.parametrize('path', CONFIGS,
+                         ids=[osp.relpath(p, REPO) for p in CONFIGS])
+def test_config_builds(path):
+    cfg = Config.fromfile(path)
+    init_default_scope(cfg.get('default_scope', 'mmpretrain'))
+    from mmpretrain.registry import MODELS
+    name = osp.basename(path)
+    with torch.device('meta'):  # build without allocating ViT-L weights
+        model = MODELS.build(cfg.model)
+    assert sum(p.numel() for p in model.parameters()) > 0
+    if '-amp-' in name:
+        assert cfg.optim_wrapper.type == 'AmpOptimWrapper'
+    if 'xb' in name:  # {gpus}xb{batch} matches the dataloader batch size
+        batch = int(name.split('xb')[1].split('-')[0].split('_')[0])
+        assert cfg.train_dataloader.batch_size == batch, name
+    if cfg.model.type == 'HPM':
+        assert any(h.type == 'HPMScheduleHook' for h in cfg.custom_hooks)
+        assert cfg.optim_wrapper.clip_grad.max_norm == 5.0
+        gpus = int(name.split('_')[2].split('xb')[0])
+        if 'auto_scale_lr' in cfg:
+            assert cfg.auto_scale_lr.base_batch_size == gpus * batch
+
+
+def test_ablations_differ_only_in_their_knobs():
+    base = Config.fromfile(
+        osp.join(REPO, 'configs', 'hpm',
+                 'hpm_vit-base-p16_8xb512-amp-coslr-200e_in1k.py'))
+    for path in glob.glob(osp.join(REPO, 'configs', 'hpm', 'ablations',
+                                   'hpm-*.py')):
+        cfg = Config.fromfile(path)
+        a, b = cfg.to_dict(), base.to_dict()
+        a['model'].pop('mask_generator'), b['model'].pop('mask_generator')
+        a['model']['head'].pop('loss_pred'), b['model']['head'].pop(
+            'loss_pred')
+        assert a == b, path
+
+
+def test_tools_build_the_model_with_the_configs_normalisation():
+    from conftest import FMNIST_CFG
+
+    from hpm_mm.utils import build_model
+    model = build_model(Config.fromfile(FMNIST_CFG))
+    pre = model.data_preprocessor
+    assert pre.mean.flatten().tolist() == pytest.approx([72.94])
+    assert pre.std.flatten().tolist() == pytest.approx([90.02])

@@ -1,0 +1,82 @@
+import json
+import os.path as osp
+
+import numpy as np
+import pytest
+import torch
+from conftest import FMNIST_CFG, make_image_folder, run_tool, tiny_config
+from PIL import Image
+from scipy.stats import spearmanr
+
+from hpm_mm.visualization import foreground_iou, saliency_mask, spearman
+
+
+@pytest.mark.parametrize('seed', range(3))
+def test_spearman_matches_scipy(seed):
+    g = torch.Generator().manual_seed(seed)
+    pred = torch.randn(5, 30, generator=g)
+    target = torch.randint(0, 6, (5, 30), generator=g).float()  # ties
+    pred[0, :10] = 1.0  # ties in the prediction too
+    got = spearman(pred, target)
+    for b in range(5):
+        want = spearmanr(pred[b].numpy(), target[b].numpy()).statistic
+        assert float(got[b]) == pytest.approx(want, abs=1e-6)
+
+
+def test_saliency_iou():
+    pred = torch.zeros(1, 16)
+    pred[0, [5, 6, 9, 10]] = 1.  # the 4 centre patches of a 4x4 grid
+    sal = saliency_mask(pred, (16, 16), quantile=0.75)
+    gt = np.zeros((1, 16, 16), bool)
+    gt[0, 4:12, 4:12] = True
+    iou = foreground_iou(sal, gt)[0]
+    assert 0.5 < iou <= 1.0
+    assert foreground_iou(~gt, gt)[0] == 0
+
+
+def test_tool_writes_grids(tmp_path, hpm_checkpoint):
+    folder = make_image_folder(str(tmp_path / 'imgs'), 1, 3)
+    out = tmp_path / 'vis'
+    proc = run_tool('tools/analysis_tools/visualize_hard_patches.py',
+                    FMNIST_CFG, hpm_checkpoint, '--images',
+                    osp.join(folder, 'class_0'), '--out-dir', str(out),
+                    '--saliency', '--num-masks', '2')
+    assert 'Spearman' in proc.stdout
+    pngs = sorted(out.glob('*.png'))
+    assert [p.name for p in pngs] == ['000.png', '001.png', '002.png']
+    w, h = Image.open(pngs[0]).size
+    assert (w, h) == (1250, 290)  # 12.5 x 2.9 inches at 100 dpi
+    summary = json.loads((out / 'summary.json').read_text())
+    assert -1 <= summary['spearman_mean'] <= 1
+    assert 0 <= summary['saliency_iou'] <= 1
+
+
+def test_hook_writes_at_intervals(tmp_path):
+    folder = make_image_folder(str(tmp_path / 'held_out'), 1, 4, seed=5)
+    loader = dict(
+        batch_size=1, num_workers=0,
+        sampler=dict(type='DefaultSampler', shuffle=False),
+        collate_fn=dict(type='default_collate'),
+        dataset=dict(type='CustomDataset', data_root=folder,
+                     with_label=False, pipeline=[
+                         dict(type='LoadImageFromFile',
+                              color_type='grayscale'),
+                         dict(type='Resize', scale=32),
+                         dict(type='PackInputs')]))
+    hooks = ("custom_hooks = [dict(type='HPMScheduleHook'), "
+             f"dict(type='HardPatchVisHook', dataloader={loader!r}, "
+             "num_images=2, interval=2, by_epoch=False, num_masks=2)]")
+    cfg = tiny_config(tmp_path, FMNIST_CFG, num_images=12, hooks=hooks,
+                      body='train_cfg = dict(_delete_=True, '
+                      "type='IterBasedTrainLoop', max_iters=3)\n"
+                      'param_scheduler = []\n'
+                      "default_hooks = dict(checkpoint=dict(by_epoch=False,"
+                      ' interval=3))')
+    work = tmp_path / 'work'
+    run_tool('tools/train.py', cfg, '--work-dir', str(work))
+    names = sorted(p.name for p in (work / 'hard_patches').glob('*.png'))
+    assert names == ['iter_2_img0.png', 'iter_2_img1.png',
+                     'iter_3_img0.png', 'iter_3_img1.png']
+    logs = list(work.glob('*/vis_data/scalars.json'))
+    rows = [json.loads(line) for line in logs[0].read_text().splitlines()]
+    assert sum('hpm/spearman' in r for r in rows) == 2
