@@ -1,3 +1,4 @@
+import json
 import os
 import os.path as osp
 import subprocess
@@ -5,6 +6,8 @@ import sys
 
 import numpy as np
 import pytest
+import torch
+from mmengine.config import Config
 
 REPO = osp.dirname(osp.dirname(osp.abspath(__file__)))
 FMNIST_CFG = osp.join(REPO, 'configs', 'hpm',
@@ -33,8 +36,14 @@ def make_image_folder(root: str, num_classes: int = 2, per_class: int = 8,
 HPM_HOOKS = "custom_hooks = [dict(type='HPMScheduleHook')]"
 
 
+RANDOM_CROP = ("dict(type='RandomResizedCrop', scale=32, "
+               "crop_ratio_range=(0.5, 1.0), backend='pillow')")
+
+
 def tiny_config(tmp_path, base: str = FMNIST_CFG, body: str = '',
-                num_images: int = 16, hooks: str = HPM_HOOKS) -> str:
+                num_images: int = 16, hooks: str = HPM_HOOKS,
+                transform: str = RANDOM_CROP, batch_size: int = 4,
+                shuffle: bool = True) -> str:
     """A config inheriting ``base`` that trains on a generated folder of
     ``num_images`` grayscale 32x32 PNGs, batch 4, no workers, and only the
     ``hooks`` given (no kNN over Fashion-MNIST)."""
@@ -44,12 +53,12 @@ def tiny_config(tmp_path, base: str = FMNIST_CFG, body: str = '',
     cfg.write_text(f'''
 _base_ = [{base!r}]
 train_dataloader = dict(
-    batch_size=4, num_workers=0, persistent_workers=False,
+    batch_size={batch_size}, num_workers=0, persistent_workers=False,
+    sampler=dict(type='DefaultSampler', shuffle={shuffle}),
     dataset=dict(_delete_=True, type='CustomDataset', data_root={data!r},
                  with_label=False, pipeline=[
                      dict(type='LoadImageFromFile', color_type='grayscale'),
-                     dict(type='RandomResizedCrop', scale=32,
-                          crop_ratio_range=(0.5, 1.0), backend='pillow'),
+                     {transform},
                      dict(type='PackInputs')]))
 default_hooks = dict(logger=dict(interval=1),
                      checkpoint=dict(interval=1))
@@ -83,3 +92,92 @@ def hpm_checkpoint(tmp_path_factory):
     ckpt = tmp / 'work' / 'epoch_1.pth'
     assert ckpt.exists()
     return str(ckpt)
+
+
+ARCH = dict(embed_dims=64, num_layers=4, num_heads=2,
+            feedforward_channels=128)
+
+
+@pytest.fixture(scope='session')
+def rgb_hpm_checkpoint(tmp_path_factory):
+    """A randomly initialised RGB HPM (ViT 64-d, 4 blocks, patch 16, 64 px)
+    saved the way tools/train.py saves (state_dict + meta.cfg)."""
+    import hpm_mm  # noqa: F401
+    from mmengine.registry import init_default_scope
+    from mmpretrain.registry import MODELS
+    init_default_scope('mmpretrain')
+    model_cfg = dict(
+        type='HPM',
+        backbone=dict(type='HPMViT', arch=ARCH, img_size=64, patch_size=16),
+        neck=dict(type='HPMPretrainDecoder', num_patches=16, patch_size=16,
+                  in_chans=3, embed_dim=64, decoder_embed_dim=32,
+                  decoder_depth=1, decoder_num_heads=2),
+        head=dict(type='HPMPretrainHead', patch_size=16))
+    torch.manual_seed(0)
+    model = MODELS.build(model_cfg)
+    model.init_weights()
+    model.teacher.update_parameters(model._student())
+    path = tmp_path_factory.mktemp('rgb_hpm') / 'hpm.pth'
+    torch.save(dict(state_dict=model.state_dict(),
+                    meta=dict(cfg=Config(dict(model=model_cfg)).pretty_text)),
+               path)
+    return str(path)
+
+
+def make_coco(root: str, num_images: int = 4, size: int = 128) -> str:
+    """COCO instance json with polygon and RLE masks + images; return the
+    annotation file."""
+    from PIL import Image
+    from pycocotools import mask as mask_utils
+    rng = np.random.default_rng(0)
+    os.makedirs(osp.join(root, 'images'), exist_ok=True)
+    images, anns = [], []
+    for i in range(num_images):
+        img = rng.integers(0, 80, (size, size, 3), dtype=np.uint8)
+        name = f'{i:012d}.jpg'
+        for j in range(2):
+            x, y = rng.integers(8, size - 56, 2)
+            w, h = rng.integers(24, 48, 2)
+            img[y:y + h, x:x + w] = (200, 60 + 100 * j, 50)
+            if j == 0:  # polygon
+                seg = [[float(x), float(y), float(x + w), float(y),
+                        float(x + w), float(y + h), float(x), float(y + h)]]
+            else:  # RLE
+                m = np.zeros((size, size), np.uint8, order='F')
+                m[y:y + h, x:x + w] = 1
+                rle = mask_utils.encode(m)
+                seg = dict(size=rle['size'],
+                           counts=rle['counts'].decode('ascii'))
+            anns.append(dict(id=len(anns) + 1, image_id=i + 1,
+                             category_id=j + 1, iscrowd=0,
+                             bbox=[float(x), float(y), float(w), float(h)],
+                             area=float(w * h), segmentation=seg))
+        Image.fromarray(img).save(osp.join(root, 'images', name))
+        images.append(dict(id=i + 1, file_name=name, width=size,
+                           height=size))
+    ann_file = osp.join(root, 'instances.json')
+    with open(ann_file, 'w') as f:
+        json.dump(dict(images=images, annotations=anns, categories=[
+            dict(id=1, name='person'), dict(id=2, name='bicycle')]), f)
+    return ann_file
+
+
+def make_ade20k(root: str, num_images: int = 4, size: int = 64) -> str:
+    """ADE20k layout: images/{training,validation}/*.jpg and
+    annotations/{training,validation}/*.png (0 = other, 1..150 classes)."""
+    from PIL import Image
+    rng = np.random.default_rng(1)
+    for split in ('training', 'validation'):
+        os.makedirs(osp.join(root, 'images', split), exist_ok=True)
+        os.makedirs(osp.join(root, 'annotations', split), exist_ok=True)
+        for i in range(num_images):
+            img = rng.integers(0, 255, (size, size, 3), dtype=np.uint8)
+            seg = np.zeros((size, size), np.uint8)
+            seg[:size // 2] = 1 + i % 3
+            seg[size // 2:, :size // 2] = 5
+            name = f'ADE_{split}_{i:08d}'
+            Image.fromarray(img).save(
+                osp.join(root, 'images', split, name + '.jpg'))
+            Image.fromarray(seg).save(
+                osp.join(root, 'annotations', split, name + '.png'))
+    return root

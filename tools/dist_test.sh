@@ -12,7 +12,7 @@ MASTER_ADDR=${MASTER_ADDR:-"127.0.0.1"}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 
 PYTHONPATH="$ROOT":$PYTHONPATH \
-exec python -m torch.distributed.run \
+exec ${PYTHON:-python} -m torch.distributed.run \
     --nnodes=$NNODES \
     --node_rank=$NODE_RANK \
     --master_addr=$MASTER_ADDR \

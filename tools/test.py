@@ -47,6 +47,8 @@ def main(argv=None):
         cfg.work_dir = osp.join('./work_dirs',
                                 osp.splitext(osp.basename(args.config))[0])
     cfg.load_from = args.checkpoint
+    from hpm_mm.utils import setup_cpu_distributed
+    setup_cpu_distributed(cfg)  # gloo + CPU DDP when there is no GPU
     runner = Runner.from_cfg(cfg)
     metrics = runner.test()
     if args.out:

@@ -104,6 +104,8 @@ def main(argv=None):
     args = parse_args(argv)
     import hpm_mm  # noqa: F401  (registers modules, checkpoint safe types)
     cfg = merge_args(Config.fromfile(args.config), args)
+    from hpm_mm.utils import setup_cpu_distributed
+    setup_cpu_distributed(cfg)  # gloo + CPU DDP when there is no GPU
     runner = Runner.from_cfg(cfg)
     runner.train()
 

@@ -164,3 +164,38 @@ def test_absolute_loss_config_and_no_predictor_head():
     model.set_progress(1.)
     assert torch.isfinite(model.loss(torch.randn(2, 1, 16, 16),
                                      [])['loss_pred'])
+
+
+def test_nonfinite_loss_skips_the_step():
+    from mmengine.optim import OptimWrapper
+    model = tiny_hpm()
+    model.set_progress(0.5)
+    optim = OptimWrapper(torch.optim.SGD(model.parameters(), lr=0.1))
+    data = dict(inputs=[torch.randn(1, 16, 16) for _ in range(2)],
+                data_samples=None)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    with mock.patch.object(model.head, 'loss', return_value=dict(
+            loss_rec=torch.tensor(float('nan'), requires_grad=True))):
+        log = model.train_step(data, optim)
+    assert float(log['nonfinite_skipped']) == 1.
+    after = model.state_dict()
+    for k in before:
+        if not k.startswith('teacher.'):
+            assert torch.equal(before[k], after[k]), k
+    log = model.train_step(data, optim)
+    assert float(log['nonfinite_skipped']) == 0.
+    assert not torch.equal(before['backbone.cls_token'],
+                           model.state_dict()['backbone.cls_token'])
+
+
+def test_teacher_bf16_ranks_like_fp32():
+    torch.manual_seed(0)
+    model = tiny_hpm()
+    model.teacher.update_parameters(model._student())
+    x = torch.randn(4, 1, 16, 16)
+    ref = model.teacher_scores(x)
+    model.teacher_dtype = torch.bfloat16
+    fast = model.teacher_scores(x)
+    assert fast.dtype == torch.float32
+    from hpm_mm.visualization import spearman
+    assert float(spearman(fast, ref).mean()) > 0.9

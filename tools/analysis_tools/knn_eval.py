@@ -23,6 +23,9 @@ def parse_args(argv=None):
     parser.add_argument('--temperature', type=float, default=None)
     parser.add_argument('--teacher', action='store_true',
                         help="evaluate the EMA teacher's encoder")
+    parser.add_argument('--raw-pixels', action='store_true',
+                        help='baseline: kNN on the normalised pixels (the '
+                        'checkpoint argument is ignored)')
     parser.add_argument('--out', help='write the accuracies to this json')
     parser.add_argument('--cfg-options', nargs='+', action=DictAction)
     return parser.parse_args(argv)
@@ -34,6 +37,17 @@ def load_model(cfg, checkpoint: str, teacher: bool = False):
     model = build_model(cfg)
     load_checkpoint_strict(model, checkpoint, teacher=teacher)
     return model
+
+
+class PixelFeatures(torch.nn.Module):
+    """Stand-in model whose features are the normalised pixels."""
+
+    def __init__(self, data_preprocessor):
+        super().__init__()
+        self.data_preprocessor = data_preprocessor
+
+    def extract_feat(self, inputs):
+        return inputs.flatten(1)
 
 
 def main(argv=None):
@@ -54,7 +68,11 @@ def main(argv=None):
     hook = hooks[0]
     ks = args.ks or hook.get('ks', (10, 20, 100, 200))
     temperature = args.temperature or hook.get('temperature', 0.07)
-    model = load_model(cfg, args.checkpoint, args.teacher)
+    if args.raw_pixels:
+        from hpm_mm.utils import build_model
+        model = PixelFeatures(build_model(cfg).data_preprocessor)
+    else:
+        model = load_model(cfg, args.checkpoint, args.teacher)
     feats = {}
     for split in ('train', 'val'):
         loader = Runner.build_dataloader(hook[f'{split}_dataloader'], seed=0)

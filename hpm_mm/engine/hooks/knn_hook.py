@@ -1,5 +1,8 @@
+import os.path as osp
 from typing import Optional, Sequence
 
+from mmengine.dist import is_main_process
+from mmengine.fileio import dump
 from mmengine.hooks import Hook
 from mmengine.runner import Runner
 from mmpretrain.registry import HOOKS
@@ -17,14 +20,15 @@ class KNNEvalHook(Hook):
     ``val_dataloader`` are extracted with the model's ``extract_feat``, and
     the top-1 accuracy for each k is logged as ``knn/top1_k{k}`` (and
     ``knn/top1_best``) through the message hub, the logger and the
-    visualizer backends. ``tools/analysis_tools/knn_eval.py`` reads the same
-    hook config, so the tool and the hook always evaluate alike.
+    visualizer backends, and written to ``{work_dir}/knn.json``.
+    ``tools/analysis_tools/knn_eval.py`` reads the same hook config, so the
+    tool and the hook always evaluate alike.
 
     Args:
         train_dataloader (dict): Dataloader config of the memory bank.
         val_dataloader (dict): Dataloader config of the evaluated samples.
         interval (int): Evaluate every this many epochs/iterations; 0 only
-            after training. Defaults to 1.
+            after training. Defaults to 0.
         by_epoch (bool): Count ``interval`` in epochs. Defaults to True.
         ks (Sequence[int]): Defaults to (10, 20, 100, 200).
         temperature (float): Defaults to 0.07.
@@ -35,7 +39,7 @@ class KNNEvalHook(Hook):
     def __init__(self,
                  train_dataloader: dict,
                  val_dataloader: dict,
-                 interval: int = 1,
+                 interval: int = 0,
                  by_epoch: bool = True,
                  ks: Sequence[int] = (10, 20, 100, 200),
                  temperature: float = 0.07) -> None:
@@ -68,6 +72,13 @@ class KNNEvalHook(Hook):
                            '  '.join(f'k={k}: {v:.2f}'
                                      for k, v in acc.items()))
         self.last_result = acc
+        if is_main_process():
+            best = max(acc, key=acc.get)
+            dump(dict(acc={str(k): v for k, v in acc.items()}, best_k=best,
+                      best=acc[best], epoch=runner.epoch, iter=runner.iter,
+                      num_train=len(train['labels']),
+                      num_val=len(val['labels'])),
+                 osp.join(runner.work_dir, 'knn.json'), indent=2)
         return acc
 
     def _due(self, runner, count: int, last: bool) -> bool:

@@ -4,7 +4,7 @@ from typing import Union
 import torch
 from mmengine.logging import print_log
 from mmengine.optim import OptimWrapper
-from mmpretrain.registry import OPTIM_WRAPPERS
+from mmengine.registry import OPTIM_WRAPPERS  # root: every scope finds it
 
 
 @OPTIM_WRAPPERS.register_module()

@@ -43,6 +43,14 @@ class HPM(BaseSelfSupervisor):
             1e-4 (decay 0.9999).
         teacher_momentum_epochs (int): Length of the linear momentum ramp in
             epochs. Defaults to 100.
+        teacher_dtype (str, optional): Run the teacher pass under autocast
+            in this dtype (``'bfloat16'`` or ``'float16'``), a fast setting;
+            the teacher only ranks patches. Defaults to None (the model's
+            own precision).
+        skip_nonfinite (bool): When the total loss is NaN/inf, skip the
+            optimizer step (gradients zeroed, weights untouched) and log
+            ``nonfinite_skipped``; AMP's loss scaler already does this for
+            fp16 overflow. Defaults to True.
         data_preprocessor (dict, optional): Defaults to None.
         init_cfg (dict, optional): Defaults to None.
     """
@@ -55,6 +63,8 @@ class HPM(BaseSelfSupervisor):
                  teacher_momentum: float = 1e-3,
                  teacher_end_momentum: float = 1e-4,
                  teacher_momentum_epochs: int = 100,
+                 teacher_dtype: Optional[str] = None,
+                 skip_nonfinite: bool = True,
                  pretrained: Optional[str] = None,
                  data_preprocessor: Optional[dict] = None,
                  init_cfg: Optional[Union[List[dict], dict]] = None) -> None:
@@ -69,6 +79,9 @@ class HPM(BaseSelfSupervisor):
         self.teacher_momentum = teacher_momentum
         self.teacher_end_momentum = teacher_end_momentum
         self.teacher_momentum_epochs = teacher_momentum_epochs
+        self.teacher_dtype = getattr(torch, teacher_dtype) \
+            if teacher_dtype else None
+        self.skip_nonfinite = skip_nonfinite
         # Random masking throughout (alpha_0 = alpha_T = 0) needs no teacher.
         self.teacher = ExponentialMovingAverage(
             self._student(), momentum=teacher_momentum
@@ -110,9 +123,36 @@ class HPM(BaseSelfSupervisor):
         teacher = self.teacher.module
         num_patches = self.backbone.num_patches
         visible = inputs.new_zeros(inputs.shape[0], num_patches)
-        latent, ids_restore = teacher['backbone'](inputs, visible,
-                                                  num_patches)
-        return teacher['neck'](latent, ids_restore, reconstruct=False)[1]
+        with torch.autocast(
+                device_type=inputs.device.type,
+                dtype=self.teacher_dtype or torch.float32,
+                enabled=self.teacher_dtype is not None):
+            latent, ids_restore = teacher['backbone'](inputs, visible,
+                                                      num_patches)
+            scores = teacher['neck'](latent, ids_restore,
+                                     reconstruct=False)[1]
+        return scores.float()
+
+    def train_step(self, data, optim_wrapper) -> Dict[str, torch.Tensor]:
+        """mmengine's train step, but a non-finite loss skips the update.
+
+        The check reads one scalar back from the device, which mmengine's
+        logging does every iteration anyway.
+        """
+        with optim_wrapper.optim_context(self):
+            data = self.data_preprocessor(data, True)
+            losses = self._run_forward(data, mode='loss')
+        parsed_losses, log_vars = self.parse_losses(losses)
+        if self.skip_nonfinite and not torch.isfinite(parsed_losses):
+            optim_wrapper.zero_grad()
+            print_log(
+                f'non-finite loss ({float(parsed_losses)}): optimizer step '
+                'skipped, weights unchanged', logger='current', level=30)
+            log_vars['nonfinite_skipped'] = parsed_losses.new_tensor(1.)
+            return log_vars
+        optim_wrapper.update_params(parsed_losses)
+        log_vars['nonfinite_skipped'] = parsed_losses.new_tensor(0.)
+        return log_vars
 
     def loss(self, inputs: torch.Tensor, data_samples: List[DataSample],
              **kwargs) -> Dict[str, torch.Tensor]:

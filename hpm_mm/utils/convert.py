@@ -1,0 +1,124 @@
+"""Move an HPM (or mmpretrain MAE) pretraining checkpoint into the backbone
+each downstream codebase expects. All key conversion lives here.
+
+Targets (keys are the backbone's own, without a ``backbone.`` prefix unless
+said otherwise):
+
+- ``mmpretrain``: :class:`mmpretrain.models.VisionTransformer`, keys under
+  ``backbone.`` (what ``init_cfg=dict(type='Pretrained', prefix='backbone.')``
+  in mmpretrain's fine-tune/linear configs reads);
+- ``mmdet``: :class:`mmpretrain.models.ViTSAM` (the ViTDet backbone used by
+  the detection configs): no cls token, position embedding (1, H, W, C)
+  interpolated to the detection grid, no final norm; the relative-position
+  tables start from zero (as ViTDet);
+- ``mmseg``: mmseg's ``MAE`` backbone (UperNet configs): position embedding
+  interpolated, layer-scale ``gamma_1/2`` set to 1 (exactly the pretrained
+  function), no final norm; relative-position bias tables start at zero;
+- ``timm``: ``timm.models.vision_transformer.VisionTransformer``.
+"""
+import re
+from typing import Dict, Tuple
+
+import torch
+import torch.nn.functional as F
+
+TARGETS = ('mmpretrain', 'mmdet', 'mmseg', 'timm')
+REQUIRED = ('patch_embed.projection.weight', 'pos_embed',
+            'layers.0.attn.qkv.weight')
+
+
+def encoder_state(checkpoint: dict, teacher: bool = False) -> dict:
+    """The encoder's ``VisionTransformer`` keys (no prefix) from an HPM or
+    MAE pretraining checkpoint; one clear error for anything else."""
+    state = checkpoint.get('state_dict', checkpoint)
+    prefix = 'teacher.module.backbone.' if teacher else 'backbone.'
+    enc = {k[len(prefix):]: v for k, v in state.items()
+           if k.startswith(prefix)}
+    missing = [k for k in REQUIRED if k not in enc]
+    if missing:
+        what = 'EMA teacher encoder (teacher.module.backbone.*)' if teacher \
+            else 'ViT encoder under backbone.*'
+        raise ValueError(
+            f'not an HPM/MAE pretraining checkpoint: it has no {what} '
+            f'(missing {missing}). Pass the .pth written by tools/train.py '
+            'for an HPM or MAE config' + ('' if not teacher else
+                                          ', or drop --teacher') + '.')
+    return enc
+
+
+def _grid(pos_embed: torch.Tensor, extra: int) -> Tuple[torch.Tensor, int]:
+    """(1, extra + h*w, C) -> (extra tokens, (1, C, h, w) grid)."""
+    n = pos_embed.shape[1] - extra
+    h = int(round(n**0.5))
+    if h * h != n:
+        raise ValueError(f'position embedding of {n} patches is not square')
+    grid = pos_embed[:, extra:].reshape(1, h, h, -1).permute(0, 3, 1, 2)
+    return pos_embed[:, :extra], grid
+
+
+def resize_grid(grid: torch.Tensor, size: Tuple[int, int]) -> torch.Tensor:
+    """Bicubic interpolation of a (1, C, h, w) position grid."""
+    if tuple(grid.shape[-2:]) == tuple(size):
+        return grid
+    return F.interpolate(grid.float(), size=size, mode='bicubic',
+                         align_corners=False).to(grid.dtype)
+
+
+def convert(enc: Dict[str, torch.Tensor], target: str,
+            grid_size: Tuple[int, int] = None) -> Dict[str, torch.Tensor]:
+    """Convert encoder keys to ``target``'s (see the module docstring).
+
+    Args:
+        enc (dict): From :func:`encoder_state`.
+        target (str): One of :data:`TARGETS`.
+        grid_size (tuple, optional): Patch grid (H/p, W/p) of the target;
+            the position embedding is interpolated to it. Defaults to the
+            pretraining grid.
+    """
+    if target not in TARGETS:
+        raise ValueError(f'target must be one of {TARGETS}, got {target!r}')
+    cls_pos, grid = _grid(enc['pos_embed'], 1)
+    if grid_size is not None:
+        grid = resize_grid(grid, grid_size)
+    layers = {k: v for k, v in enc.items() if k.startswith('layers.')}
+    if target == 'mmpretrain':
+        out = dict(enc)
+        out['pos_embed'] = torch.cat(
+            [cls_pos, grid.flatten(2).transpose(1, 2)], dim=1)
+        return {'backbone.' + k: v for k, v in out.items()}
+    if target == 'mmdet':
+        out = dict(layers)
+        out['patch_embed.projection.weight'] = enc[
+            'patch_embed.projection.weight']
+        out['patch_embed.projection.bias'] = enc['patch_embed.projection.bias']
+        out['pos_embed'] = grid.permute(0, 2, 3, 1).contiguous()
+        return out
+    if target == 'mmseg':
+        out = {k: v for k, v in enc.items()
+               if not k.startswith(('ln1.', 'ln2.'))}  # no final norm
+        out['pos_embed'] = torch.cat(
+            [cls_pos, grid.flatten(2).transpose(1, 2)], dim=1)
+        num_layers = 1 + max(int(k.split('.')[1]) for k in layers)
+        dim = enc['cls_token'].shape[-1]
+        for i in range(num_layers):
+            out[f'layers.{i}.gamma_1'] = torch.ones(dim)
+            out[f'layers.{i}.gamma_2'] = torch.ones(dim)
+        return out
+    # timm
+    rename = [
+        (r'^patch_embed\.projection\.', 'patch_embed.proj.'),
+        (r'^layers\.(\d+)\.ln1\.', r'blocks.\1.norm1.'),
+        (r'^layers\.(\d+)\.ln2\.', r'blocks.\1.norm2.'),
+        (r'^layers\.(\d+)\.attn\.', r'blocks.\1.attn.'),
+        (r'^layers\.(\d+)\.ffn\.layers\.0\.0\.', r'blocks.\1.mlp.fc1.'),
+        (r'^layers\.(\d+)\.ffn\.layers\.1\.', r'blocks.\1.mlp.fc2.'),
+        (r'^ln1\.', 'norm.'),
+    ]
+    out = {}
+    for k, v in enc.items():
+        for pattern, repl in rename:
+            k = re.sub(pattern, repl, k)
+        out[k] = v
+    out['pos_embed'] = torch.cat([cls_pos, grid.flatten(2).transpose(1, 2)],
+                                 dim=1)
+    return out

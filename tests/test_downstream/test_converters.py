@@ -1,0 +1,96 @@
+"""tools/model_converters/hpm2backbone.py: exact conversions, strict
+reports, clear refusals."""
+import subprocess
+import sys
+
+import pytest
+import torch
+from conftest import ARCH, REPO
+
+import hpm_mm  # noqa: F401
+from hpm_mm.utils.convert import convert, encoder_state
+
+
+def _run(*args):
+    return subprocess.run([sys.executable,
+                           'tools/model_converters/hpm2backbone.py', *args],
+                          cwd=REPO, capture_output=True, text=True)
+
+
+@pytest.mark.parametrize('target,img,teacher', [
+    ('mmpretrain', 64, False), ('mmdet', 128, False), ('mmdet', 128, True),
+    ('mmseg', 96, False), ('timm', 64, False)])
+def test_round_trip_is_strict(tmp_path, rgb_hpm_checkpoint, target, img,
+                              teacher):
+    out = tmp_path / 'out.pth'
+    args = [rgb_hpm_checkpoint, str(out), '--target', target, '--img-size',
+            str(img)] + (['--teacher'] if teacher else [])
+    proc = _run(*args)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert '0 missing, 0 unexpected, 0 shape mismatches' in proc.stdout
+    state = torch.load(out, map_location='cpu')['state_dict']
+    assert state
+
+
+def _vit(img_size):
+    from mmpretrain.models import VisionTransformer
+    return VisionTransformer(arch=ARCH, img_size=img_size, patch_size=16,
+                             out_type='raw', final_norm=True)
+
+
+def test_mmseg_and_timm_compute_the_pretrained_function(rgb_hpm_checkpoint):
+    """The converted backbones give the pretrained encoder's features."""
+    ckpt = torch.load(rgb_hpm_checkpoint, map_location='cpu')
+    enc = encoder_state(ckpt)
+    ref = _vit(64)
+    ref.load_state_dict(enc)
+    ref.eval()
+    x = torch.randn(2, 3, 64, 64)
+    with torch.no_grad():
+        tokens = ref(x)[0]  # (B, 1 + 16, C) after the final norm
+
+    import timm
+    tm = timm.models.vision_transformer.VisionTransformer(
+        img_size=64, patch_size=16, embed_dim=64, depth=4, num_heads=2,
+        mlp_ratio=2, num_classes=0)
+    tm.load_state_dict(convert(enc, 'timm', (4, 4)))
+    tm.eval()
+    with torch.no_grad():
+        assert torch.allclose(tm.forward_features(x), tokens, atol=1e-5)
+
+    from mmseg.models.backbones import MAE
+    seg = MAE(img_size=(64, 64), patch_size=16, embed_dims=64, num_layers=4,
+              num_heads=2, mlp_ratio=2, init_values=1.0, out_indices=[3],
+              norm_cfg=dict(type='LN', eps=1e-6))  # as the pretrained ViT
+    missing, unexpected = seg.load_state_dict(convert(enc, 'mmseg', (4, 4)),
+                                              strict=False)
+    assert unexpected == []
+    assert all('relative_position' in k for k in missing)
+    seg.eval()
+    ref_nonorm = _vit(64)
+    ref_nonorm.load_state_dict(enc)
+    ref_nonorm.ln1 = torch.nn.Identity()  # mmseg's MAE has no final norm
+    ref_nonorm.eval()
+    with torch.no_grad():
+        want = ref_nonorm(x)[0][:, 1:].transpose(1, 2).reshape(2, 64, 4, 4)
+        got = seg(x)[0]
+    assert torch.allclose(got, want, atol=1e-5)
+
+
+def test_position_embedding_interpolated_for_detection(rgb_hpm_checkpoint):
+    enc = encoder_state(torch.load(rgb_hpm_checkpoint, map_location='cpu'))
+    out = convert(enc, 'mmdet', (8, 8))
+    assert out['pos_embed'].shape == (1, 8, 8, 64)
+    assert 'cls_token' not in out and 'ln1.weight' not in out
+    same = convert(enc, 'mmdet', (4, 4))['pos_embed']
+    assert torch.equal(same.reshape(1, 16, 64), enc['pos_embed'][:, 1:])
+
+
+def test_refuses_non_hpm_checkpoints(tmp_path):
+    bad = tmp_path / 'resnet.pth'
+    torch.save(dict(state_dict={'backbone.conv1.weight': torch.zeros(1)}),
+               bad)
+    proc = _run(str(bad), str(tmp_path / 'o.pth'), '--target', 'mmdet')
+    assert proc.returncode != 0
+    assert 'not an HPM/MAE pretraining checkpoint' in proc.stderr
+    assert not (tmp_path / 'o.pth').exists()
