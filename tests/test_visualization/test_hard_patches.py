@@ -80,3 +80,18 @@ def test_hook_writes_at_intervals(tmp_path):
     logs = list(work.glob('*/vis_data/scalars.json'))
     rows = [json.loads(line) for line in logs[0].read_text().splitlines()]
     assert sum('hpm/spearman' in r for r in rows) == 2
+
+
+def test_saliency_against_ade20k_label_maps(tmp_path, hpm_checkpoint):
+    from conftest import make_ade20k
+    root = make_ade20k(str(tmp_path / 'ade'), num_images=2)
+    out = tmp_path / 'vis'
+    proc = run_tool('tools/analysis_tools/visualize_hard_patches.py',
+                    FMNIST_CFG, hpm_checkpoint, '--images',
+                    osp.join(root, 'images', 'validation'), '--masks',
+                    osp.join(root, 'annotations', 'validation'),
+                    '--saliency', '--num-masks', '1', '--out-dir', str(out))
+    assert 'saliency IoU' in proc.stdout
+    summary = json.loads((out / 'summary.json').read_text())
+    assert 0 <= summary['saliency_iou'] <= 1
+    assert len(list(out.glob('*.png'))) == 2

@@ -9,8 +9,11 @@ would choose at ``--alpha`` and the reconstruction (paper Fig. 2/S1/S2).
 Without ``--images`` the samples come from the evaluated split of the
 config's ``KNNEvalHook`` (held-out data), else from its train dataloader.
 Prints the Spearman rank correlation between predicted and true losses and,
-with ``--saliency``, the IoU of the thresholded predicted-loss map against
-the foreground (non-background pixels, i.e. pixel > ``--fg-threshold``).
+with ``--saliency``, the IoU of the thresholded predicted-loss map (above
+the image's median) against the foreground: the objects of a label map
+(``--masks DIR`` with ``<image stem>.png``, label > 0, e.g. ADE20k's
+annotations) or, without one, the non-background pixels (raw value >
+``--fg-threshold``, right for Fashion-MNIST).
 """
 import argparse
 import json
@@ -39,6 +42,8 @@ def parse_args(argv=None):
     parser.add_argument('--saliency', action='store_true')
     parser.add_argument('--fg-threshold', type=float, default=10.,
                         help='foreground = raw pixel value above this')
+    parser.add_argument('--masks', help='folder of label maps <stem>.png '
+                        '(foreground = label > 0) for --saliency')
     parser.add_argument('--cfg-options', nargs='+', action=DictAction)
     return parser.parse_args(argv)
 
@@ -72,6 +77,20 @@ def dataset_batch(cfg, num):
              persistent_workers=False), seed=0).dataset
     idx = np.linspace(0, len(dataset) - 1, num).astype(int)
     return [dataset[i] for i in idx], [f'sample_{i}' for i in idx]
+
+
+def label_foreground(folder, names, size):
+    """(B, H, W) foreground (label > 0) of ``folder/<stem>.png``, resized
+    (nearest) to the model input size."""
+    from PIL import Image
+    masks = []
+    for name in names:
+        path = osp.join(folder, osp.splitext(osp.basename(name))[0] + '.png')
+        if not osp.exists(path):
+            raise SystemExit(f'--masks: no label map {path} for {name}')
+        label = Image.open(path).resize((size[1], size[0]), Image.NEAREST)
+        masks.append(np.asarray(label) > 0)
+    return np.stack(masks)
 
 
 def main(argv=None):
@@ -113,8 +132,11 @@ def main(argv=None):
     print(f'Spearman(predicted, true per-patch loss): mean {rho.mean():.3f}'
           f' over {len(names)} images')
     if args.saliency:
-        raw = torch.stack([s['inputs'] for s in samples]).float()
-        fg = (raw.mean(1) > args.fg_threshold).numpy()
+        if args.masks:
+            fg = label_foreground(args.masks, names, inputs.shape[-2:])
+        else:
+            raw = torch.stack([s['inputs'] for s in samples]).float()
+            fg = (raw.mean(1) > args.fg_threshold).numpy()
         sal = saliency_mask(result['pred_loss'], inputs.shape[-2:])
         iou = foreground_iou(sal, fg)
         # reference: a mask of the same size placed at random
