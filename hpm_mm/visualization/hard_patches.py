@@ -203,16 +203,19 @@ def draw_hard_patches(result: Dict[str, torch.Tensor],
     m = result['mask'][index].view(int(round(N**0.5)), -1).numpy()
     mask_px = np.kron(m, np.ones((p, p))).astype(bool)[:H, :W]
     masked_view = shown.copy()
-    masked_view[mask_px] = masked_view[mask_px] * 0.25 + 0.05
+    # masked patches shown as a grey veil (visible even on black background)
+    masked_view[mask_px] = masked_view[mask_px] * 0.3 + 0.45
 
     fig, axes = plt.subplots(1, 5, figsize=(12.5, 2.9), dpi=dpi)
+    fig.subplots_adjust(left=0.01, right=0.92, bottom=0.02, top=0.88,
+                        wspace=0.05)
     cmap = 'gray' if gray else None
     rho = float(result['spearman'][index])
     panels = [
         (img, 'input', cmap),
         (true_map, 'true loss (avg. masks)', 'jet'),
         (pred_map, f'predicted loss (rho={rho:.2f})', 'jet'),
-        (masked_view, f'HPM mask, alpha={alpha:g}', None),
+        (masked_view, f'HPM mask (grey), alpha={alpha:g}', None),
         (recon, 'reconstruction', cmap),
     ]
     im = None
