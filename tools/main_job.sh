@@ -27,7 +27,7 @@ print(f"\n== kNN top-1 of the HPM encoder (T=0.07; {r['num_train']} train / "
 print('| k | top-1 (%) |\n|---|---|')
 for k, v in r['acc'].items():
     print(f'| {k} | {v:.2f} |')
-print(f"best: k={r['best_k']}: {r['best']:.2f}%  (raw-pixel 5-NN baseline: ~85%)")
+print(f"best: k={r['best_k']}: {r['best']:.2f}%  (kNN on raw pixels, same protocol: 86.59% at k=5)")
 PYEOF
 echo "checkpoint: $(cat "$WORK_DIR/last_checkpoint")"
 echo "re-evaluate: $PY tools/analysis_tools/knn_eval.py $CONFIG \$(cat $WORK_DIR/last_checkpoint)"
