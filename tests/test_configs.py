@@ -66,3 +66,31 @@ def test_tools_build_the_model_with_the_configs_normalisation():
     pre = model.data_preprocessor
     assert pre.mean.flatten().tolist() == pytest.approx([72.94])
     assert pre.std.flatten().tolist() == pytest.approx([90.02])
+
+
+def test_study_variants_build():
+    """Every variant of tools/analysis_tools/fmnist_study.py is a valid
+    config + --cfg-options and builds its model."""
+    import sys
+    from mmengine.config import DictAction
+    sys.path.insert(0, osp.join(REPO, 'tools', 'analysis_tools'))
+    try:
+        import fmnist_study
+    finally:
+        sys.path.pop(0)
+    from hpm_mm.utils import build_model
+    for name, (config, options, _) in fmnist_study.VARIANTS.items():
+        cfg = Config.fromfile(osp.join(REPO, config))
+        opts = {}
+        for o in options:
+            k, v = o.split('=', 1)
+            opts[k] = DictAction._parse_iterable(v)
+        cfg.merge_from_dict(opts)
+        model = build_model(cfg)
+        if name == 'mae':
+            assert type(model).__name__ == 'MAE'
+        else:
+            gen = model.mask_generator
+            assert (gen.alpha_0, gen.alpha_T) == (
+                float(opts['model.mask_generator.alpha_0']),
+                float(opts['model.mask_generator.alpha_T'])), name
