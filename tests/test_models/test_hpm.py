@@ -171,8 +171,7 @@ def test_nonfinite_loss_skips_the_step():
     model = tiny_hpm()
     model.set_progress(0.5)
     optim = OptimWrapper(torch.optim.SGD(model.parameters(), lr=0.1))
-    data = dict(inputs=[torch.randn(1, 16, 16) for _ in range(2)],
-                data_samples=None)
+    data = dict(inputs=torch.randn(2, 1, 16, 16), data_samples=None)
     before = {k: v.clone() for k, v in model.state_dict().items()}
     with mock.patch.object(model.head, 'loss', return_value=dict(
             loss_rec=torch.tensor(float('nan'), requires_grad=True))):
