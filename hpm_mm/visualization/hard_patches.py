@@ -16,33 +16,15 @@ import torch.nn.functional as F
 from hpm_mm.models.utils import HPMMaskGenerator
 
 
-def _rank(x: torch.Tensor) -> torch.Tensor:
-    """Ranks along the last dim, ties get their average rank (as scipy)."""
-    order = x.argsort(dim=-1)
-    ranks = torch.empty_like(x, dtype=torch.float64)
-    ranks.scatter_(-1, order,
-                   torch.arange(x.shape[-1], dtype=torch.float64).expand_as(
-                       x).contiguous())
-    # average the ranks of tied values
-    out = ranks.clone()
-    for b in range(x.shape[0]):
-        vals, inverse = torch.unique(x[b], return_inverse=True)
-        if len(vals) == x.shape[-1]:
-            continue
-        sums = torch.zeros(len(vals), dtype=torch.float64).index_add_(
-            0, inverse, ranks[b])
-        counts = torch.zeros(len(vals), dtype=torch.float64).index_add_(
-            0, inverse, torch.ones_like(ranks[b]))
-        out[b] = (sums / counts)[inverse]
-    return out
-
-
 def spearman(pred: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     """Spearman rank correlation of each row, (B, N) x (B, N) -> (B,).
 
-    Equal to ``scipy.stats.spearmanr`` per row (average ranks for ties).
+    Pearson correlation of the rows' ranks (ties get their average rank),
+    i.e. ``scipy.stats.spearmanr`` row by row.
     """
-    rp, rt = _rank(pred.detach().cpu()), _rank(target.detach().cpu())
+    from scipy.stats import rankdata
+    rp = torch.from_numpy(rankdata(pred.detach().cpu().numpy(), axis=-1))
+    rt = torch.from_numpy(rankdata(target.detach().cpu().numpy(), axis=-1))
     rp = rp - rp.mean(-1, keepdim=True)
     rt = rt - rt.mean(-1, keepdim=True)
     denom = (rp.norm(dim=-1) * rt.norm(dim=-1)).clamp(min=1e-12)
