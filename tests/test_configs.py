@@ -89,8 +89,16 @@ def test_study_variants_build():
         model = build_model(cfg)
         if name == 'mae':
             assert type(model).__name__ == 'MAE'
+            continue
+        for key, value in opts.items():  # every option reached the model
+            obj = model
+            for attr in key.split('.')[1:]:
+                obj = getattr(obj, attr, None)
+            if obj is not None:
+                assert obj == value, (name, key)
+        if name.startswith('hpm-'):
+            assert model.teacher_grid == (4, 4), name
+        if name == 'hpm-fast':
+            assert len(model.neck.predictor_blocks) == 1
         else:
-            gen = model.mask_generator
-            assert (gen.alpha_0, gen.alpha_T) == (
-                float(opts['model.mask_generator.alpha_0']),
-                float(opts['model.mask_generator.alpha_T'])), name
+            assert len(model.neck.predictor_blocks) == 2, name

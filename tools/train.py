@@ -106,7 +106,13 @@ def main(argv=None):
     cfg = merge_args(Config.fromfile(args.config), args)
     from hpm_mm.utils import setup_cpu_distributed
     setup_cpu_distributed(cfg)  # gloo + CPU DDP when there is no GPU
-    runner = Runner.from_cfg(cfg)
+    if cfg.get('strategy') is not None or \
+            cfg.get('runner_type') == 'FlexibleRunner':
+        # mmengine's FlexibleRunner: FSDP / DeepSpeed / ... strategies
+        from mmengine.runner import FlexibleRunner
+        runner = FlexibleRunner.from_cfg(cfg)
+    else:
+        runner = Runner.from_cfg(cfg)
     runner.train()
 
 

@@ -198,3 +198,79 @@ def test_teacher_bf16_ranks_like_fp32():
     assert fast.dtype == torch.float32
     from hpm_mm.visualization import spearman
     assert float(spearman(fast, ref).mean()) > 0.9
+
+
+def test_low_resolution_teacher_matches_a_native_small_model():
+    """teacher_input_scale=0.5: the teacher sees the 8x8 downsampled image
+    (2x2 patches) and its scores are upsampled to 4x4. Reference: a model
+    built natively for 8x8 images, given the same weights with the position
+    embeddings interpolated, run on the same downsampled image."""
+    import torch.nn.functional as F
+    from mmpretrain.models.utils import resize_pos_embed
+    torch.manual_seed(0)
+    model = tiny_hpm(teacher_input_scale=0.5)
+    assert model.teacher_grid == (2, 2)
+    model.teacher.update_parameters(model._student())
+    x = torch.randn(3, 1, 16, 16)
+    seen = []
+    layer = model.teacher.module['backbone'].layers[0]
+    handle = layer.register_forward_hook(
+        lambda m, i, o: seen.append(i[0].shape[1]))
+    scores = model.teacher_scores(x)
+    handle.remove()
+    assert scores.shape == (3, 16) and seen == [1 + 4]
+
+    small = MODELS.build(dict(
+        type='HPM', backbone=dict(type='HPMViT', arch=dict(
+            embed_dims=32, num_layers=2, num_heads=2,
+            feedforward_channels=64), img_size=8, patch_size=4,
+            patch_cfg=dict(in_channels=1)),
+        neck=dict(type='HPMPretrainDecoder', num_patches=4, patch_size=4,
+                  in_chans=1, embed_dim=32, decoder_embed_dim=16,
+                  decoder_depth=1, decoder_num_heads=2, predictor_depth=1),
+        head=dict(type='HPMPretrainHead', patch_size=4, in_channels=1)))
+    state = copy.deepcopy(model.teacher.module.state_dict())
+    state['backbone.pos_embed'] = resize_pos_embed(
+        state['backbone.pos_embed'], (4, 4), (2, 2), 'bicubic', 1)
+    state['neck.decoder_pos_embed'] = resize_pos_embed(
+        state['neck.decoder_pos_embed'], (4, 4), (2, 2), 'bicubic', 1)
+    small._student().load_state_dict(state)
+    small_x = F.interpolate(x, size=(8, 8), mode='bilinear',
+                            align_corners=False, antialias=True)
+    with torch.no_grad():
+        latent, ids = small.backbone(small_x, torch.zeros(3, 4), 4)
+        ref = small.neck.predict_loss(small.neck.embed(latent, ids))
+    ref = F.interpolate(ref.view(3, 1, 2, 2), size=(4, 4), mode='bilinear',
+                        align_corners=False).flatten(1)
+    assert torch.allclose(scores, ref, atol=1e-5)
+    # and the whole step runs with it
+    model.set_progress(1.)
+    assert torch.isfinite(model.loss(x, [])['loss_rec'])
+
+
+def test_teacher_input_scale_and_decoder_grid_errors():
+    with pytest.raises(ValueError, match=r'teacher_input_scale must be in'):
+        tiny_hpm(teacher_input_scale=0.)
+    model = tiny_hpm()
+    latent = torch.randn(2, 5, 32)
+    with pytest.raises(ValueError, match='pass patch_resolution'):
+        model.neck(latent, torch.arange(9).repeat(2, 1))
+
+
+def test_teacher_follows_the_step_autocast_unless_told():
+    """Under AMP the teacher runs in the autocast dtype (teacher_dtype None);
+    teacher_dtype forces its own dtype."""
+    model = tiny_hpm()
+    model.teacher.update_parameters(model._student())
+    seen = []
+    layer = model.teacher.module['backbone'].layers[0].attn.qkv
+    layer.register_forward_hook(lambda m, i, o: seen.append(o.dtype))
+    x = torch.randn(2, 1, 16, 16)
+    model.teacher_scores(x)
+    with torch.autocast('cpu', dtype=torch.bfloat16):
+        scores = model.teacher_scores(x)
+    assert seen == [torch.float32, torch.bfloat16]
+    assert scores.dtype == torch.float32
+    model.teacher_dtype = torch.bfloat16
+    model.teacher_scores(x)
+    assert seen[-1] == torch.bfloat16

@@ -1,5 +1,8 @@
-"""Two processes (gloo, CPU) through tools/dist_train.sh equal one process
-with the same global batch."""
+"""Two processes (gloo, CPU) through tools/dist_train.sh, with DDP and with
+FSDP (mmengine's FlexibleRunner), equal one process with the same global
+batch."""
+import glob
+import json
 import os
 import subprocess
 import sys
@@ -14,10 +17,13 @@ import hpm_mm  # noqa: F401
 # enters the comparison); a deterministic pipeline; no shuffling; SGD, whose
 # step is linear in the gradient (Adam's first steps are ~lr * sign(grad),
 # which turns float reduction-order noise on tiny gradients into lr-sized
-# differences).
-BODY = '''
+# differences). A small max_norm keeps gradient clipping active, so a
+# per-shard clipping norm under FSDP would show.
+MAX_NORM = 0.05
+BODY = f'''
 optim_wrapper = dict(optimizer=dict(_delete_=True, type='SGD', lr=0.05,
-                                    momentum=0.9, weight_decay=1e-4))
+                                    momentum=0.9, weight_decay=1e-4),
+                     clip_grad=dict(max_norm={MAX_NORM}))
 model = dict(mask_generator=dict(alpha_0=1.0, alpha_T=1.0))
 train_cfg = dict(_delete_=True, type='IterBasedTrainLoop', max_iters=3)
 param_scheduler = []
@@ -25,30 +31,67 @@ default_hooks = dict(checkpoint=dict(by_epoch=False, interval=3))
 randomness = dict(seed=0, diff_rank_seed=True)
 '''
 RESIZE = "dict(type='Resize', scale=32)"
+FSDP = '''
+runner_type = 'FlexibleRunner'
+strategy = dict(type='FSDPStrategy', state_dict_cfg='full',
+                model_wrapper=dict(type='HPMFullyShardedDataParallel'))
+'''
+
+
+def _two_processes(tmp_path, name, body, port):
+    cfg = tiny_config(tmp_path / name, FMNIST_CFG, body, num_images=12,
+                      transform=RESIZE, batch_size=2, shuffle=False)
+    env = dict(os.environ, PYTHON=sys.executable, PORT=str(port),
+               OMP_NUM_THREADS='1')
+    proc = subprocess.run(
+        ['bash', 'tools/dist_train.sh', cfg, '2', '--work-dir',
+         str(tmp_path / name)], cwd=REPO, env=env, capture_output=True,
+        text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-5000:]
+    return torch.load(tmp_path / name / 'iter_3.pth',
+                      map_location='cpu')['state_dict']
+
+
+def _one_process(tmp_path, name, body):
+    cfg = tiny_config(tmp_path / name, FMNIST_CFG, body, num_images=12,
+                      transform=RESIZE, batch_size=4, shuffle=False)
+    run_tool('tools/train.py', cfg, '--work-dir', str(tmp_path / name))
+    return torch.load(tmp_path / name / 'iter_3.pth',
+                      map_location='cpu')['state_dict']
+
+
+def _assert_equal_weights(sa, sb, name):
+    assert sa.keys() == sb.keys(), name
+    # identical weights after 3 steps, up to float32 reduction order:
+    # student and teacher (updated on every rank, never reduced)
+    for k in sa:
+        assert torch.allclose(sa[k], sb[k], rtol=1e-4, atol=1e-6), \
+            (name, k, (sa[k] - sb[k]).abs().max())
+    assert int(sb['teacher.steps']) == 3
 
 
 def test_two_processes_equal_one(tmp_path):
-    one = tiny_config(tmp_path / 'one', FMNIST_CFG, BODY, num_images=12,
-                      transform=RESIZE, batch_size=4, shuffle=False)
-    two = tiny_config(tmp_path / 'two', FMNIST_CFG, BODY, num_images=12,
-                      transform=RESIZE, batch_size=2, shuffle=False)
-    run_tool('tools/train.py', one, '--work-dir', str(tmp_path / 'w1'))
-    env = dict(os.environ, PYTHON=sys.executable, PORT='29533',
-               OMP_NUM_THREADS='1')
-    proc = subprocess.run(
-        ['bash', 'tools/dist_train.sh', two, '2', '--work-dir',
-         str(tmp_path / 'w2')], cwd=REPO, env=env, capture_output=True,
-        text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-5000:]
-    a = torch.load(tmp_path / 'w1' / 'iter_3.pth', map_location='cpu')
-    b = torch.load(tmp_path / 'w2' / 'iter_3.pth', map_location='cpu')
-    sa, sb = a['state_dict'], b['state_dict']
-    assert sa.keys() == sb.keys()
-    # identical weights after 3 steps, up to float32 reduction order
-    for k in sa:
-        assert torch.allclose(sa[k], sb[k], rtol=1e-4, atol=1e-6), k
-    assert int(sb['teacher.steps']) == 3
+    sa = _one_process(tmp_path, 'one', BODY)
+    # gradient clipping was active in the reference run
+    scalars = glob.glob(str(tmp_path / 'one' / '*' / 'vis_data' /
+                            'scalars.json'))[0]
+    norms = [json.loads(line)['grad_norm']
+             for line in open(scalars) if 'grad_norm' in line]
+    assert max(norms) > MAX_NORM
     # the steps moved the student away from its EMA teacher
     assert not torch.equal(sa['backbone.layers.0.attn.qkv.weight'],
                            sa['teacher.module.backbone.layers.0.attn.qkv.'
                               'weight'])
+    _assert_equal_weights(sa, _two_processes(tmp_path, 'ddp', BODY, 29533),
+                          'ddp')
+
+
+def test_fsdp_two_processes_equal_one(tmp_path):
+    """FSDP (FlexibleRunner, HPMFullyShardedDataParallel: sharded student,
+    replicated EMA teacher, FSDP-wide gradient clipping) against one
+    process of the same FlexibleRunner (which seeds the model's
+    construction differently from Runner, so it is its own reference)."""
+    flexible = "\nrunner_type = 'FlexibleRunner'\n"
+    sa = _one_process(tmp_path, 'one', BODY + flexible)
+    _assert_equal_weights(
+        sa, _two_processes(tmp_path, 'fsdp', BODY + FSDP, 29534), 'fsdp')

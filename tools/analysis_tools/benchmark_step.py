@@ -13,8 +13,10 @@ teacher update + pass, mask generation, student forward + backward + step
 and losses (each the median over steps). Peak memory is reported on CUDA
 only. The printed ratio HPM/MAE stands next to the FLOP model's
 ratio (multiply-accumulates: forward x3 for trained parts, forward only for
-the teacher). Fast settings are timed too: teacher in bf16, a lighter
-predictor (2 blocks), and alpha = 0 (teacher skipped).
+the teacher). Fast settings are timed too, each with its own FLOP-model
+ratio: teacher in bf16, a lighter predictor (2 blocks), a half-resolution
+teacher (``teacher_input_scale=0.5``), the last two combined, and alpha = 0
+(teacher skipped).
 """
 import argparse
 import json
@@ -39,21 +41,58 @@ def vit_macs(tokens: int, dim: int, depth: int, mlp: float = 4.) -> float:
 
 
 def flop_model(dim, depth, num_patches, mask_ratio=0.75, dec_dim=512,
-               dec_depth=8, pred_depth=8, pred_dim=512, patch_pixels=768):
-    """(MAE MACs, HPM MACs) per image of one training step."""
+               dec_depth=8, pred_depth=8, pred_dim=512, patch_pixels=768,
+               teacher_patches=None, teacher=True):
+    """(MAE MACs, HPM MACs) per image of one training step.
+
+    ``teacher_patches``: patches the teacher sees (half-resolution teacher);
+    ``teacher=False``: alpha = 0, no teacher pass.
+    """
     vis = num_patches - round(mask_ratio * num_patches) + 1
     full = num_patches + 1
+
+    def predictor(tokens):
+        return (vit_macs(tokens, pred_dim, pred_depth) +
+                tokens * pred_dim * patch_pixels +
+                (tokens * dec_dim * pred_dim if pred_dim != dec_dim else 0))
+
     enc_vis = vit_macs(vis, dim, depth) + num_patches * patch_pixels * dim
-    enc_full = vit_macs(full, dim, depth) + num_patches * patch_pixels * dim
     embed = vis * dim * dec_dim
     rec = vit_macs(full, dec_dim, dec_depth) + full * dec_dim * patch_pixels
-    pred = (vit_macs(full, pred_dim, pred_depth) + full * pred_dim *
-            patch_pixels + (full * dec_dim * pred_dim
-                            if pred_dim != dec_dim else 0))
     mae = 3 * (enc_vis + embed + rec)
-    teacher = enc_full + full * dim * dec_dim + pred
-    hpm = 3 * (enc_vis + embed + rec + pred) + teacher
+    hpm = 3 * (enc_vis + embed + rec + predictor(full))
+    if teacher:
+        t = (teacher_patches or num_patches) + 1
+        hpm += (vit_macs(t, dim, depth) + (t - 1) * patch_pixels * dim +
+                t * dim * dec_dim + predictor(t))
     return mae, hpm
+
+
+# name: (HPM config overrides, FLOP-model arguments)
+FAST = {
+    'teacher_bf16': (dict(teacher_dtype='bfloat16'), {}),
+    'predictor_2blocks': (dict(pred_depth=2), dict(pred_depth=2)),
+    'teacher_half_res': (dict(teacher_input_scale=0.5),
+                         dict(teacher_scale=0.5)),
+    'teacher_half_res+2blocks': (dict(pred_depth=2, teacher_input_scale=0.5),
+                                 dict(pred_depth=2, teacher_scale=0.5)),
+    'alpha0_no_teacher': (dict(alpha=0.), dict(teacher=False)),
+}
+
+
+def fast_cfg(arch, img_size, pred_depth=8, alpha=0.5, **model):
+    cfg = model_cfgs(arch, img_size, pred_depth=pred_depth)[1]
+    cfg['mask_generator'].update(alpha_0=alpha, alpha_T=alpha)
+    cfg.update(model)
+    return cfg
+
+
+def fast_flops(arch, img_size, pred_depth=8, teacher_scale=1., teacher=True):
+    dim, depth, _ = ARCHS[arch]
+    side = img_size // 16
+    t_side = max(1, int(side * teacher_scale + .5))
+    return flop_model(dim, depth, side**2, pred_depth=pred_depth,
+                      teacher_patches=t_side**2, teacher=teacher)
 
 
 def model_cfgs(arch, img_size, pred_depth=8, pred_dim=None):
@@ -121,7 +160,7 @@ def step_fn(model, optim, x, amp, timer=None, breakdown=False):
     gen, N, B = model.mask_generator, model.backbone.num_patches, x.shape[0]
     with ctx:
         with timer.section('teacher'):
-            model.teacher.update_parameters(model._student())
+            model._update_teacher()
             scores = model.teacher_scores(x)
         with timer.section('mask'):
             mask = gen(scores, model.progress)
@@ -179,11 +218,17 @@ def main(argv=None):
     parser.add_argument('--amp', action='store_true', help='bf16 autocast')
     parser.add_argument('--no-fast', action='store_true',
                         help='skip the fast settings')
+    parser.add_argument('--fast', nargs='+', default=list(FAST),
+                        choices=list(FAST),
+                        help='which fast settings to time')
     parser.add_argument('--out')
     args = parser.parse_args(argv)
     import hpm_mm  # noqa: F401
+    from mmengine.logging import MMLogger
     from mmengine.registry import init_default_scope
     init_default_scope('mmpretrain')
+    # the current logger: warnings only (no per-parameter init report)
+    MMLogger.get_instance('benchmark_step', log_level='WARNING')
     device = torch.device(args.device or (
         'cuda' if torch.cuda.is_available() else 'cpu'))
     dev_name = torch.cuda.get_device_name(device) if device.type == 'cuda' \
@@ -191,7 +236,7 @@ def main(argv=None):
     print(f'device: {dev_name}; batch {args.batch}; {args.img_size}px; '
           f"{'bf16 autocast' if args.amp else 'fp32'}; median of "
           f'{args.iters} steps')
-    rows, results = [], {}
+    rows, results, fast_rows = [], {}, {}
     for arch in args.archs:
         dim, depth, _ = ARCHS[arch]
         mae_cfg, hpm_cfg = model_cfgs(arch, args.img_size)
@@ -204,23 +249,16 @@ def main(argv=None):
         res = dict(mae=mae, hpm=hpm, flop_ratio=f_hpm / f_mae,
                    gmacs_mae=f_mae / 1e9, gmacs_hpm=f_hpm / 1e9)
         if not args.no_fast:
-            fast = {}
-            cfg = model_cfgs(arch, args.img_size)[1]
-            cfg['teacher_dtype'] = 'bfloat16'
-            fast['teacher_bf16'] = measure(cfg, x, args.iters, args.amp)
-            cfg = model_cfgs(arch, args.img_size, pred_depth=2)[1]
-            fast['predictor_2blocks'] = measure(cfg, x, args.iters,
-                                                args.amp)
-            cfg = model_cfgs(arch, args.img_size, pred_depth=2)[1]
-            cfg['teacher_dtype'] = 'bfloat16'
-            fast['bf16_teacher+2blocks'] = measure(cfg, x, args.iters,
-                                                   args.amp)
-            cfg = model_cfgs(arch, args.img_size)[1]
-            cfg['mask_generator'] = dict(type='HPMMaskGenerator',
-                                         alpha_0=0., alpha_T=0.)
-            fast['alpha0_no_teacher'] = measure(cfg, x, args.iters, args.amp)
-            res['fast'] = {k: v['step'] / mae['step'] for k, v in
-                           fast.items()}
+            res['fast'] = {}
+            for name, (overrides, flop_args) in FAST.items():
+                if name not in args.fast:
+                    continue
+                t = measure(fast_cfg(arch, args.img_size, **overrides), x,
+                            args.iters, args.amp)
+                f_m, f_h = fast_flops(arch, args.img_size, **flop_args)
+                res['fast'][name] = dict(ratio=t['step'] / mae['step'],
+                                         flop_ratio=f_h / f_m)
+                fast_rows.setdefault(name, {})[arch] = res['fast'][name]
         results[arch] = res
         overhead = (hpm['mask'] + hpm['losses']) / hpm['step']
         rows.append(
@@ -228,17 +266,22 @@ def main(argv=None):
             f"**{hpm['step'] / mae['step']:.2f}x** | "
             f"{res['flop_ratio']:.2f}x | {hpm['teacher']:.3f} | "
             f"{hpm['mask'] * 1e3:.1f} ms | {hpm['student']:.3f} | "
-            f"{hpm['losses'] * 1e3:.1f} ms | {100 * overhead:.1f}% |" +
-            ('' if args.no_fast else ' ' + ', '.join(
-                f'{k} {v:.2f}x' for k, v in res['fast'].items()) + ' |'))
+            f"{hpm['losses'] * 1e3:.1f} ms | {100 * overhead:.1f}% |")
     header = ('| model | MAE step (s) | HPM step (s) | HPM/MAE | FLOP model '
               '| teacher (s) | mask gen | student fwd+bwd+step (s) | losses '
-              '| mask+loss share |' + ('' if args.no_fast else
-                                        ' fast settings (step / MAE) |'))
+              '| mask+loss share |')
     print(header)
-    print('|' + '---|' * header.count('|')[:-1] if False else
-          '|' + '---|' * (header.count('|') - 1))
+    print('|' + '---|' * (header.count('|') - 1))
     print('\n'.join(rows))
+    if fast_rows:
+        print('\nfast settings, HPM step / MAE step (FLOP model):')
+        print('| setting | ' + ' | '.join(
+            f'ViT-{a.upper()}' for a in args.archs) + ' |')
+        print('|---|' + '---|' * len(args.archs))
+        for name, per_arch in fast_rows.items():
+            print(f'| {name} | ' + ' | '.join(
+                f"{per_arch[a]['ratio']:.2f}x ({per_arch[a]['flop_ratio']:.2f}x)"
+                for a in args.archs) + ' |')
     if args.out:
         with open(args.out, 'w') as f:
             json.dump(dict(device=dev_name, batch=args.batch,

@@ -2,6 +2,7 @@ from typing import Optional, Tuple, Union
 
 import torch
 from mmpretrain.models.selfsup.mae import MAEViT
+from mmpretrain.models.utils import resize_pos_embed
 from mmpretrain.registry import MODELS
 
 
@@ -41,7 +42,10 @@ class HPMViT(MAEViT):
         """Encode the visible patches, or the whole image.
 
         Args:
-            x (torch.Tensor): Images, (B, C, H, W).
+            x (torch.Tensor): Images, (B, C, H, W). With a mask, H and W may
+                differ from ``img_size`` (multiples of the patch size): the
+                position embedding is then interpolated to the patch grid,
+                as for HPM's low-resolution teacher.
             mask (torch.Tensor, optional): (B, N), 1 = masked. ``None`` runs
                 the plain ViT forward (feature extraction, ``out_type``).
             num_visible (int, optional): Visible patches per image. Pass it
@@ -58,7 +62,10 @@ class HPMViT(MAEViT):
         if mask is None:
             return super(MAEViT, self).forward(x)
         B = x.shape[0]
-        tokens = self.patch_embed(x)[0] + self.pos_embed[:, 1:, :]
+        tokens, grid = self.patch_embed(x)
+        pos_embed = resize_pos_embed(self.pos_embed, self.patch_resolution,
+                                     grid, self.interpolate_mode, 1)
+        tokens = tokens + pos_embed[:, 1:, :]
         N, C = tokens.shape[1:]
         if mask.shape != (B, N):
             raise ValueError(f'mask must be (B, N) = ({B}, {N}) for this '
@@ -72,7 +79,7 @@ class HPMViT(MAEViT):
         tokens = torch.gather(
             tokens, 1, ids_keep.unsqueeze(-1).expand(-1, -1, C))
 
-        cls_token = (self.cls_token + self.pos_embed[:, :1, :]).expand(
+        cls_token = (self.cls_token + pos_embed[:, :1, :]).expand(
             B, -1, -1)
         tokens = self.drop_after_pos(torch.cat((cls_token, tokens), dim=1))
         for layer in self.layers:

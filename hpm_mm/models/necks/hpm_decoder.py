@@ -6,6 +6,7 @@ from mmcv.cnn import build_norm_layer
 from mmpretrain.models.backbones.vision_transformer import \
     TransformerEncoderLayer
 from mmpretrain.models.necks import MAEPretrainDecoder
+from mmpretrain.models.utils import resize_pos_embed
 from mmpretrain.registry import MODELS
 
 
@@ -85,13 +86,20 @@ class HPMPretrainDecoder(MAEPretrainDecoder):
         self.predictor_norm = build_norm_layer(norm_cfg, dim)[1]
         self.predictor_pred = nn.Linear(dim, patch_size**2 * in_chans)
 
-    def embed(self, x: torch.Tensor,
-              ids_restore: torch.Tensor) -> torch.Tensor:
+    def embed(self,
+              x: torch.Tensor,
+              ids_restore: torch.Tensor,
+              patch_resolution: Optional[Tuple[int, int]] = None
+              ) -> torch.Tensor:
         """Shared part: embed, add mask tokens, restore order, add pos embed.
 
         Args:
             x (torch.Tensor): Encoder output (B, 1 + N_visible, C_enc).
             ids_restore (torch.Tensor): (B, N).
+            patch_resolution (tuple, optional): (h, w) patch grid of the
+                input when it is not the square grid of ``num_patches`` (the
+                low-resolution teacher); the fixed position embedding is
+                then interpolated to it. Defaults to None.
 
         Returns:
             torch.Tensor: (B, 1 + N, C_dec), cls token first.
@@ -102,7 +110,18 @@ class HPMPretrainDecoder(MAEPretrainDecoder):
                                              -1)
         x_ = torch.cat([x[:, 1:], mask_tokens], dim=1)
         x_ = torch.gather(x_, 1, ids_restore.unsqueeze(-1).expand(-1, -1, C))
-        return torch.cat([x[:, :1], x_], dim=1) + self.decoder_pos_embed
+        pos_embed = self.decoder_pos_embed
+        if patch_resolution is not None:
+            side = int(self.num_patches**.5)
+            pos_embed = resize_pos_embed(pos_embed, (side, side),
+                                         tuple(patch_resolution), 'bicubic',
+                                         1)
+        if pos_embed.shape[1] != x_.shape[1] + 1:
+            raise ValueError(
+                f'{x_.shape[1]} patches but the decoder was built for '
+                f'{self.num_patches}: pass patch_resolution for another '
+                'grid, or set neck.num_patches to match the backbone.')
+        return torch.cat([x[:, :1], x_], dim=1) + pos_embed
 
     def reconstruct(self, x: torch.Tensor) -> torch.Tensor:
         """Reconstructor trunk: (B, 1 + N, C_dec) -> (B, N, p*p*C)."""
@@ -122,6 +141,7 @@ class HPMPretrainDecoder(MAEPretrainDecoder):
         x: torch.Tensor,
         ids_restore: torch.Tensor,
         reconstruct: bool = True,
+        patch_resolution: Optional[Tuple[int, int]] = None,
     ) -> Tuple[Optional[torch.Tensor], torch.Tensor]:
         """Run both trunks (or only the predictor, for the teacher).
 
@@ -130,11 +150,12 @@ class HPMPretrainDecoder(MAEPretrainDecoder):
             ids_restore (torch.Tensor): (B, N), from :class:`HPMViT`.
             reconstruct (bool): Run the reconstructor. The teacher only needs
                 the scores. Defaults to True.
+            patch_resolution (tuple, optional): See :meth:`embed`.
 
         Returns:
             tuple: ``(pred, scores)``; pred is (B, N, p*p*C) or None, scores
             (B, N) are the predicted per-patch losses.
         """
-        x = self.embed(x, ids_restore)
+        x = self.embed(x, ids_restore, patch_resolution)
         pred = self.reconstruct(x) if reconstruct else None
         return pred, self.predict_loss(x)

@@ -1,7 +1,10 @@
-from typing import Dict, List, Optional, Union
+import math
+from contextlib import nullcontext
+from typing import Dict, List, Optional, Tuple, Union
 
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 from mmengine.logging import print_log
 from mmengine.model import ExponentialMovingAverage
 from mmpretrain.models.selfsup import BaseSelfSupervisor
@@ -45,8 +48,14 @@ class HPM(BaseSelfSupervisor):
             epochs. Defaults to 100.
         teacher_dtype (str, optional): Run the teacher pass under autocast
             in this dtype (``'bfloat16'`` or ``'float16'``), a fast setting;
-            the teacher only ranks patches. Defaults to None (the model's
-            own precision).
+            the teacher only ranks patches. Defaults to None: the precision
+            of the training step (fp32, or the AMP autocast dtype).
+        teacher_input_scale (float): Fast setting: the teacher scores a
+            copy of the image downsampled so that its patch grid is this
+            fraction of the student's per side (rounded; position
+            embeddings interpolated), and its scores are upsampled
+            bilinearly to the full grid. 0.5 costs ~1/4 of the teacher
+            pass. Defaults to 1.0 (the full image, as in the paper).
         skip_nonfinite (bool): When the total loss is NaN/inf, skip the
             optimizer step (gradients zeroed, weights untouched) and log
             ``nonfinite_skipped``; AMP's loss scaler already does this for
@@ -64,6 +73,7 @@ class HPM(BaseSelfSupervisor):
                  teacher_end_momentum: float = 1e-4,
                  teacher_momentum_epochs: int = 100,
                  teacher_dtype: Optional[str] = None,
+                 teacher_input_scale: float = 1.0,
                  skip_nonfinite: bool = True,
                  pretrained: Optional[str] = None,
                  data_preprocessor: Optional[dict] = None,
@@ -81,6 +91,12 @@ class HPM(BaseSelfSupervisor):
         self.teacher_momentum_epochs = teacher_momentum_epochs
         self.teacher_dtype = getattr(torch, teacher_dtype) \
             if teacher_dtype else None
+        if not 0. < teacher_input_scale <= 1.:
+            raise ValueError(
+                'teacher_input_scale must be in (0, 1] (the fraction of the '
+                'patch grid the teacher sees per side), got '
+                f'{teacher_input_scale}.')
+        self.teacher_input_scale = teacher_input_scale
         self.skip_nonfinite = skip_nonfinite
         # Random masking throughout (alpha_0 = alpha_T = 0) needs no teacher.
         self.teacher = ExponentialMovingAverage(
@@ -113,46 +129,81 @@ class HPM(BaseSelfSupervisor):
         """Unmasked features of the student encoder (``out_type`` tuple)."""
         return self.backbone(inputs, mask=None)
 
+    def _update_teacher(self) -> None:
+        """EMA step of the teacher from the whole student parameters.
+
+        Under a sharding wrapper the student's parameters must be gathered
+        when this runs (:class:`HPMFullyShardedDataParallel` guarantees it);
+        a shard would silently average the wrong numbers, so it is an error.
+        """
+        student = self._student()
+        teacher = self.teacher.avg_parameters
+        for name, param in student.named_parameters():
+            if param.shape != teacher[name].shape:
+                raise RuntimeError(
+                    f'the EMA teacher needs the whole student parameters but '
+                    f'{name} is {tuple(param.shape)} here (a shard?), '
+                    f'{tuple(teacher[name].shape)} in the teacher. Under '
+                    'FSDP wrap HPM with HPMFullyShardedDataParallel (one '
+                    'unit, teacher ignored), or use DDP.')
+        self.teacher.update_parameters(student)
+
+    @property
+    def teacher_grid(self) -> Tuple[int, int]:
+        """Patch grid (h, w) the teacher sees (``teacher_input_scale``)."""
+        return tuple(
+            max(1, math.floor(n * self.teacher_input_scale + .5))
+            for n in self.backbone.patch_resolution)
+
     @torch.no_grad()
     def teacher_scores(self, inputs: torch.Tensor) -> torch.Tensor:
         """Teacher's predicted loss of every patch of the full image, (B, N).
 
         Runs the teacher encoder on all patches and only its loss predictor
-        (the reconstructor output is never needed).
+        (the reconstructor output is never needed). With
+        ``teacher_input_scale < 1`` the teacher sees a downsampled image and
+        its score map is upsampled to the student's patch grid.
         """
         teacher = self.teacher.module
-        num_patches = self.backbone.num_patches
-        visible = inputs.new_zeros(inputs.shape[0], num_patches)
-        with torch.autocast(
-                device_type=inputs.device.type,
-                dtype=self.teacher_dtype or torch.float32,
-                enabled=self.teacher_dtype is not None):
+        full, grid = tuple(self.backbone.patch_resolution), self.teacher_grid
+        if grid != full:
+            stride = self.backbone.patch_embed.projection.stride
+            inputs = F.interpolate(
+                inputs, size=(grid[0] * stride[0], grid[1] * stride[1]),
+                mode='bilinear', align_corners=False, antialias=True)
+        B, num_patches = inputs.shape[0], grid[0] * grid[1]
+        visible = inputs.new_zeros(B, num_patches)
+        # teacher_dtype None: whatever autocast the step runs under (AMP)
+        precision = nullcontext() if self.teacher_dtype is None else \
+            torch.autocast(inputs.device.type, dtype=self.teacher_dtype)
+        with precision:
             latent, ids_restore = teacher['backbone'](inputs, visible,
                                                       num_patches)
-            scores = teacher['neck'](latent, ids_restore,
-                                     reconstruct=False)[1]
-        return scores.float()
+            scores = teacher['neck'](
+                latent, ids_restore, reconstruct=False,
+                patch_resolution=None if grid == full else grid)[1]
+        scores = scores.float()
+        if grid != full:
+            scores = F.interpolate(
+                scores.view(B, 1, *grid), size=full, mode='bilinear',
+                align_corners=False).flatten(1)
+        return scores
 
     def train_step(self, data, optim_wrapper) -> Dict[str, torch.Tensor]:
         """mmengine's train step, but a non-finite loss skips the update.
 
         The check reads one scalar back from the device, which mmengine's
-        logging does every iteration anyway.
+        logging does every iteration anyway. Under DDP/FSDP the wrappers
+        :class:`HPMDistributedDataParallel` and
+        :class:`HPMFullyShardedDataParallel` apply the same guard.
         """
+        from hpm_mm.engine.optimizers import update_unless_nonfinite
         with optim_wrapper.optim_context(self):
             data = self.data_preprocessor(data, True)
             losses = self._run_forward(data, mode='loss')
         parsed_losses, log_vars = self.parse_losses(losses)
-        if self.skip_nonfinite and not torch.isfinite(parsed_losses):
-            optim_wrapper.zero_grad()
-            print_log(
-                f'non-finite loss ({float(parsed_losses)}): optimizer step '
-                'skipped, weights unchanged', logger='current', level=30)
-            log_vars['nonfinite_skipped'] = parsed_losses.new_tensor(1.)
-            return log_vars
-        optim_wrapper.update_params(parsed_losses)
-        log_vars['nonfinite_skipped'] = parsed_losses.new_tensor(0.)
-        return log_vars
+        return update_unless_nonfinite(parsed_losses, log_vars,
+                                       optim_wrapper, self.skip_nonfinite)
 
     def loss(self, inputs: torch.Tensor, data_samples: List[DataSample],
              **kwargs) -> Dict[str, torch.Tensor]:
@@ -187,7 +238,7 @@ class HPM(BaseSelfSupervisor):
 
         scores = None
         if self.teacher is not None:
-            self.teacher.update_parameters(self._student())
+            self._update_teacher()
             if num_hard > 0:
                 scores = self.teacher_scores(inputs)
         mask = gen(scores, self.progress, N, B, inputs.device)

@@ -1,0 +1,3 @@
+from .fsdp import HPMFullyShardedDataParallel
+
+__all__ = ['HPMFullyShardedDataParallel']
