@@ -68,11 +68,14 @@ default_hooks = dict(logger=dict(interval=1),
     return str(cfg)
 
 
-def run_tool(*args, timeout: int = 600) -> subprocess.CompletedProcess:
-    """Run ``python tools/<args>`` from the repo root; fail with its output."""
+def run_tool(*args, timeout: int = 600,
+             env: dict = None) -> subprocess.CompletedProcess:
+    """Run ``python tools/<args>`` from the repo root (``env``: extra
+    environment variables); fail with its output."""
     proc = subprocess.run([sys.executable, *args], cwd=REPO,
                           capture_output=True, text=True, timeout=timeout,
-                          env=dict(os.environ, PYTHONUNBUFFERED='1'))
+                          env=dict(os.environ, PYTHONUNBUFFERED='1',
+                                   **(env or {})))
     if proc.returncode != 0:
         pytest.fail(f'{args} failed ({proc.returncode}):\n'
                     f'{proc.stdout[-4000:]}\n{proc.stderr[-6000:]}')

@@ -31,6 +31,36 @@ default_hooks = dict(checkpoint=dict(by_epoch=False, interval=3))
 randomness = dict(seed=0, diff_rank_seed=True)
 '''
 RESIZE = "dict(type='Resize', scale=32)"
+# The last rank's batch of iteration 1 becomes NaN: that step must be
+# skipped on every rank (HPM.train_step alone; the DDP/FSDP wrappers'
+# guard under 2 processes), so the runs still agree afterwards.
+NAN_HOOK = '''
+import torch
+from mmengine.dist import get_rank, get_world_size
+from mmengine.hooks import Hook
+from mmengine.registry import HOOKS
+
+
+@HOOKS.register_module()
+class NaNInputOnLastRank(Hook):
+
+    def before_train_iter(self, runner, batch_idx, data_batch=None):
+        if runner.iter == 1 and get_rank() == get_world_size() - 1:
+            x = data_batch['inputs']
+            nan = float('nan')
+            data_batch['inputs'] = [i.float() * nan for i in x] \\
+                if isinstance(x, list) else x.float() * nan
+'''
+HOOKS = ("custom_imports = dict(imports=['hpm_mm', 'nan_injection'], "
+         "allow_failed_imports=False)\n"
+         "custom_hooks = [dict(type='HPMScheduleHook'), "
+         "dict(type='NaNInputOnLastRank')]")
+
+
+def _nan_env(tmp_path):
+    (tmp_path / 'nan_injection.py').write_text(NAN_HOOK)
+    return dict(PYTHONPATH=os.pathsep.join(
+        [str(tmp_path), os.environ.get('PYTHONPATH', '')]))
 FSDP = '''
 runner_type = 'FlexibleRunner'
 strategy = dict(type='FSDPStrategy', state_dict_cfg='full',
@@ -40,9 +70,10 @@ strategy = dict(type='FSDPStrategy', state_dict_cfg='full',
 
 def _two_processes(tmp_path, name, body, port):
     cfg = tiny_config(tmp_path / name, FMNIST_CFG, body, num_images=12,
-                      transform=RESIZE, batch_size=2, shuffle=False)
+                      transform=RESIZE, batch_size=2, shuffle=False,
+                      hooks=HOOKS)
     env = dict(os.environ, PYTHON=sys.executable, PORT=str(port),
-               OMP_NUM_THREADS='1')
+               OMP_NUM_THREADS='1', **_nan_env(tmp_path))
     proc = subprocess.run(
         ['bash', 'tools/dist_train.sh', cfg, '2', '--work-dir',
          str(tmp_path / name)], cwd=REPO, env=env, capture_output=True,
@@ -54,16 +85,21 @@ def _two_processes(tmp_path, name, body, port):
 
 def _one_process(tmp_path, name, body):
     cfg = tiny_config(tmp_path / name, FMNIST_CFG, body, num_images=12,
-                      transform=RESIZE, batch_size=4, shuffle=False)
-    run_tool('tools/train.py', cfg, '--work-dir', str(tmp_path / name))
+                      transform=RESIZE, batch_size=4, shuffle=False,
+                      hooks=HOOKS)
+    run_tool('tools/train.py', cfg, '--work-dir', str(tmp_path / name),
+             env=_nan_env(tmp_path))
+    log = glob.glob(str(tmp_path / name / '*' / '*.log'))[0]
+    assert 'optimizer step skipped' in open(log).read()
     return torch.load(tmp_path / name / 'iter_3.pth',
                       map_location='cpu')['state_dict']
 
 
 def _assert_equal_weights(sa, sb, name):
     assert sa.keys() == sb.keys(), name
-    # identical weights after 3 steps, up to float32 reduction order:
-    # student and teacher (updated on every rank, never reduced)
+    # identical (finite) weights after 3 iterations, the NaN one skipped,
+    # up to float32 reduction order: student and teacher (updated on every
+    # rank, never reduced)
     for k in sa:
         assert torch.allclose(sa[k], sb[k], rtol=1e-4, atol=1e-6), \
             (name, k, (sa[k] - sb[k]).abs().max())

@@ -40,3 +40,11 @@ model = dict(
 
 # alpha_t = alpha_0 + t / T * (alpha_T - alpha_0), t = epoch (see the hook)
 custom_hooks = [dict(type='HPMScheduleHook', by_epoch=True)]
+
+# Under DDP, mmengine runs the wrapper's train step, not HPM.train_step:
+# this wrapper keeps HPM's guard (a non-finite loss on any rank skips the
+# step on every rank).
+model_wrapper_cfg = dict(
+    type='HPMDistributedDataParallel',
+    broadcast_buffers=False,
+    find_unused_parameters=False)

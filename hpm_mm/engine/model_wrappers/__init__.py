@@ -1,3 +1,4 @@
+from .ddp import HPMDistributedDataParallel
 from .fsdp import HPMFullyShardedDataParallel
 
-__all__ = ['HPMFullyShardedDataParallel']
+__all__ = ['HPMDistributedDataParallel', 'HPMFullyShardedDataParallel']

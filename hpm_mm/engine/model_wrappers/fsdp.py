@@ -8,6 +8,8 @@ from mmengine.model import MMFullyShardedDataParallel
 from mmengine.optim import OptimWrapper
 from mmengine.registry import MODEL_WRAPPERS  # root: every scope finds it
 
+from ..optimizers.nonfinite import update_unless_nonfinite
+
 
 def _fsdp_clip_grad_norm(fsdp: 'HPMFullyShardedDataParallel', params,
                          max_norm: float, norm_type: float = 2.0, **kwargs):
@@ -52,6 +54,7 @@ class HPMFullyShardedDataParallel(MMFullyShardedDataParallel):
     - Every rank starts from rank 0's weights, teacher included, as under
       DDP (ranks seeded differently would otherwise shard different
       initialisations); ``sync_module_states=False`` turns this off.
+    - A non-finite loss on any rank skips the step on all ranks.
     - Without CUDA, ``device_id`` becomes the CPU (gloo process group).
 
     Use it through mmengine's ``FlexibleRunner``::
@@ -95,7 +98,14 @@ class HPMFullyShardedDataParallel(MMFullyShardedDataParallel):
 
     def train_step(self, data: dict,
                    optim_wrapper: OptimWrapper) -> Dict[str, torch.Tensor]:
-        """mmengine's FSDP train step with FSDP-wide gradient clipping."""
+        """mmengine's FSDP train step with FSDP-wide gradient clipping and
+        the non-finite-loss guard of :func:`update_unless_nonfinite`."""
         if getattr(optim_wrapper, 'grad_name', None) == 'grad_norm':
             optim_wrapper.clip_func = partial(_fsdp_clip_grad_norm, self)
-        return super().train_step(data, optim_wrapper)
+        with optim_wrapper.optim_context(self):
+            data = self.module.data_preprocessor(data, training=True)
+            losses = self._run_forward(data, mode='loss')
+        parsed_loss, log_vars = self.module.parse_losses(losses)
+        return update_unless_nonfinite(
+            parsed_loss, log_vars, optim_wrapper,
+            getattr(self.module, 'skip_nonfinite', True))

@@ -1,4 +1,7 @@
 from .autocast_optim_wrapper import (AutocastOptimWrapper,
                                      amp_optim_wrapper_cfg)
+from .nonfinite import update_unless_nonfinite
 
-__all__ = ['AutocastOptimWrapper', 'amp_optim_wrapper_cfg']
+__all__ = [
+    'AutocastOptimWrapper', 'amp_optim_wrapper_cfg', 'update_unless_nonfinite'
+]
