@@ -102,3 +102,29 @@ def test_study_variants_build():
             assert len(model.neck.predictor_blocks) == 1
         else:
             assert len(model.neck.predictor_blocks) == 2, name
+
+
+def test_study_report_only_tabulates_finished_runs(tmp_path):
+    """--report-only trains nothing and reports mean ± std (sample std) of
+    the finished runs, with the commands that made them."""
+    import json
+    import sys
+    sys.path.insert(0, osp.join(REPO, 'tools', 'analysis_tools'))
+    try:
+        import fmnist_study
+    finally:
+        sys.path.pop(0)
+    for seed, best in ((0, 78.0), (1, 80.0)):
+        work = tmp_path / f'mae_seed{seed}'
+        work.mkdir()
+        (work / 'last_checkpoint').write_text(str(work / 'epoch_10.pth'))
+        (work / 'knn.json').write_text(json.dumps(dict(best=best)))
+    (tmp_path / 'hpm_seed0').mkdir()  # unfinished: left out
+    fmnist_study.main(['--report-only', '--out', str(tmp_path),
+                       '--variants', 'mae', 'hpm'])
+    table = (tmp_path / 'study.md').read_text()
+    assert '| mae |' in table and '79.00 ± 1.41' in table
+    assert '| hpm |' not in table
+    res = json.loads((tmp_path / 'study.json').read_text())
+    assert set(res) == {'mae'} and set(res['mae']) == {'0', '1'}
+    assert 'tools/train.py' in res['mae']['0']['commands'][0]

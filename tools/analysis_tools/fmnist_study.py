@@ -3,14 +3,16 @@ Fashion-MNIST, equal epochs, several seeds, kNN (and optionally linear
 probing) of every run.
 
     python tools/analysis_tools/fmnist_study.py [--seeds 0 1 2] [--linear]
-        [--variants mae hpm random ...] [--out results/fmnist_study]
+        [--variants mae hpm random ...] [--out work_dirs/fmnist_study]
+        [--report-only]
 
 Each run is ``tools/train.py`` on the small config with the variant's
 ``--cfg-options`` and ``randomness.seed``, then
 ``tools/analysis_tools/knn_eval.py`` on its last checkpoint (and, with
 ``--linear``, the linear-probe benchmark config). Finished runs are reused,
-so an interrupted study resumes. Writes ``study.md`` and ``study.json``
-(mean and std over seeds, plus the exact commands).
+so an interrupted study resumes; ``--report-only`` tabulates the finished
+runs without training. Writes ``study.md`` and ``study.json`` (mean and std
+over seeds, plus the exact commands).
 
 Cost on 2 CPU cores: ~12 min per HPM run and ~8 min per MAE run (10 epochs
 of 10k images) plus ~1.5 min of kNN, i.e. about 4 hours for 6 variants x 3
@@ -88,8 +90,8 @@ def one_run(name, seed, out, linear):
         run(knn, log)
     with open(knn_json) as f:
         result = dict(knn=json.load(f)['best'])
-    if linear:
-        lin_work = osp.join(work, 'linear')
+    lin_work = osp.join(work, 'linear')
+    if linear or osp.exists(osp.join(lin_work, 'metrics.json')):
         lin = [py, 'tools/train.py', LINEAR_CFG, '--work-dir', lin_work,
                '--cfg-options', f'model.backbone.init_cfg.checkpoint={ckpt}',
                f'randomness.seed={seed}']
@@ -112,9 +114,9 @@ def fmt(values):
     values = [v for v in values if v is not None]
     if not values:
         return '-'
-    mean = statistics.mean(values)
-    std = statistics.stdev(values) if len(values) > 1 else 0.
-    return f'{mean:.2f} ± {std:.2f}'
+    if len(values) == 1:
+        return f'{values[0]:.2f}'
+    return f'{statistics.mean(values):.2f} ± {statistics.stdev(values):.2f}'
 
 
 def main(argv=None):
@@ -124,12 +126,20 @@ def main(argv=None):
     parser.add_argument('--seeds', type=int, nargs='+', default=[0, 1, 2])
     parser.add_argument('--linear', action='store_true')
     parser.add_argument('--out', default='work_dirs/fmnist_study')
+    parser.add_argument(
+        '--report-only', action='store_true',
+        help='train nothing: tabulate the runs under --out that finished '
+        '(a partial study, or one run across several sessions)')
     args = parser.parse_args(argv)
     results = {}
     for name in args.variants:
         for seed in args.seeds:
+            work = osp.join(args.out, f'{name}_seed{seed}')
+            if args.report_only and not osp.exists(
+                    osp.join(work, 'knn.json')):
+                continue
             results.setdefault(name, {})[seed] = one_run(
-                name, seed, args.out, args.linear)
+                name, seed, args.out, args.linear and not args.report_only)
     rows = ['| variant | what | kNN top-1 (best k) | linear top-1 | seeds |',
             '|---|---|---|---|---|']
     for name, runs in results.items():
