@@ -5,7 +5,7 @@ from mmengine.model import MMDistributedDataParallel
 from mmengine.optim import OptimWrapper
 from mmengine.registry import MODEL_WRAPPERS  # root: every scope finds it
 
-from ..optimizers.nonfinite import update_unless_nonfinite
+from ..optimizers.nonfinite import guarded_wrapper_train_step
 
 
 @MODEL_WRAPPERS.register_module()
@@ -21,10 +21,4 @@ class HPMDistributedDataParallel(MMDistributedDataParallel):
 
     def train_step(self, data: dict,
                    optim_wrapper: OptimWrapper) -> Dict[str, torch.Tensor]:
-        with optim_wrapper.optim_context(self):
-            data = self.module.data_preprocessor(data, training=True)
-            losses = self._run_forward(data, mode='loss')
-        parsed_loss, log_vars = self.module.parse_losses(losses)
-        return update_unless_nonfinite(
-            parsed_loss, log_vars, optim_wrapper,
-            getattr(self.module, 'skip_nonfinite', True))
+        return guarded_wrapper_train_step(self, data, optim_wrapper)

@@ -8,7 +8,7 @@ from mmengine.model import MMFullyShardedDataParallel
 from mmengine.optim import OptimWrapper
 from mmengine.registry import MODEL_WRAPPERS  # root: every scope finds it
 
-from ..optimizers.nonfinite import update_unless_nonfinite
+from ..optimizers.nonfinite import guarded_wrapper_train_step
 
 
 def _fsdp_clip_grad_norm(fsdp: 'HPMFullyShardedDataParallel', params,
@@ -102,10 +102,4 @@ class HPMFullyShardedDataParallel(MMFullyShardedDataParallel):
         the non-finite-loss guard of :func:`update_unless_nonfinite`."""
         if getattr(optim_wrapper, 'grad_name', None) == 'grad_norm':
             optim_wrapper.clip_func = partial(_fsdp_clip_grad_norm, self)
-        with optim_wrapper.optim_context(self):
-            data = self.module.data_preprocessor(data, training=True)
-            losses = self._run_forward(data, mode='loss')
-        parsed_loss, log_vars = self.module.parse_losses(losses)
-        return update_unless_nonfinite(
-            parsed_loss, log_vars, optim_wrapper,
-            getattr(self.module, 'skip_nonfinite', True))
+        return guarded_wrapper_train_step(self, data, optim_wrapper)

@@ -47,3 +47,21 @@ def update_unless_nonfinite(loss: torch.Tensor,
     optim_wrapper.update_params(loss)
     log_vars['nonfinite_skipped'] = loss.new_tensor(0.)
     return log_vars
+
+
+def guarded_wrapper_train_step(wrapper: torch.nn.Module, data: dict,
+                               optim_wrapper: OptimWrapper) -> Dict:
+    """mmengine's DDP/FSDP wrapper train step with the non-finite guard.
+
+    The same steps as ``MMDistributedDataParallel.train_step`` (preprocess,
+    forward under the optimizer wrapper's context, parse the losses), then
+    :func:`update_unless_nonfinite` instead of ``update_params``; honours
+    the model's ``skip_nonfinite`` when it has one.
+    """
+    with optim_wrapper.optim_context(wrapper):
+        data = wrapper.module.data_preprocessor(data, training=True)
+        losses = wrapper._run_forward(data, mode='loss')
+    parsed_loss, log_vars = wrapper.module.parse_losses(losses)
+    return update_unless_nonfinite(
+        parsed_loss, log_vars, optim_wrapper,
+        getattr(wrapper.module, 'skip_nonfinite', True))
