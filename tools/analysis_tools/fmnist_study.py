@@ -14,9 +14,11 @@ so an interrupted study resumes; ``--report-only`` tabulates the finished
 runs without training. Writes ``study.md`` and ``study.json`` (mean and std
 over seeds, plus the exact commands).
 
-Cost on 2 CPU cores: ~12 min per HPM run and ~8 min per MAE run (10 epochs
-of 10k images) plus ~1.5 min of kNN, i.e. about 4 hours for 6 variants x 3
-seeds; ``--linear`` adds ~10 min per run.
+Cost on 2 CPU cores (measured): ~13 min per HPM run and ~10 min per MAE
+run (10 epochs of 10k images) plus ~3.5 min of kNN (60k + 10k images), i.e.
+about 5 hours for the 6 paper variants x 3 seeds (more than one working
+session here: finished runs are reused); ``--linear`` adds a linear probe
+per run (10 epochs over the 60k training images; not timed here).
 """
 import argparse
 import json
