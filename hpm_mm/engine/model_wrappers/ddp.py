@@ -5,7 +5,7 @@ from mmengine.model import MMDistributedDataParallel
 from mmengine.optim import OptimWrapper
 from mmengine.registry import MODEL_WRAPPERS  # root: every scope finds it
 
-from ..optimizers.nonfinite import guarded_wrapper_train_step
+from ..optimizers.nonfinite import guarded_train_step
 
 
 @MODEL_WRAPPERS.register_module()
@@ -21,4 +21,5 @@ class HPMDistributedDataParallel(MMDistributedDataParallel):
 
     def train_step(self, data: dict,
                    optim_wrapper: OptimWrapper) -> Dict[str, torch.Tensor]:
-        return guarded_wrapper_train_step(self, data, optim_wrapper)
+        return guarded_train_step(self, self.module, data,
+                                  optim_wrapper)

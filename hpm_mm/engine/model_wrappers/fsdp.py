@@ -8,7 +8,7 @@ from mmengine.model import MMFullyShardedDataParallel
 from mmengine.optim import OptimWrapper
 from mmengine.registry import MODEL_WRAPPERS  # root: every scope finds it
 
-from ..optimizers.nonfinite import guarded_wrapper_train_step
+from ..optimizers.nonfinite import guarded_train_step
 
 
 def _fsdp_clip_grad_norm(fsdp: 'HPMFullyShardedDataParallel', params,
@@ -102,4 +102,5 @@ class HPMFullyShardedDataParallel(MMFullyShardedDataParallel):
         the non-finite-loss guard of :func:`update_unless_nonfinite`."""
         if getattr(optim_wrapper, 'grad_name', None) == 'grad_norm':
             optim_wrapper.clip_func = partial(_fsdp_clip_grad_norm, self)
-        return guarded_wrapper_train_step(self, data, optim_wrapper)
+        return guarded_train_step(self, self.module, data,
+                                  optim_wrapper)

@@ -1,8 +1,8 @@
 from .autocast_optim_wrapper import (AutocastOptimWrapper,
                                      amp_optim_wrapper_cfg)
-from .nonfinite import guarded_wrapper_train_step, update_unless_nonfinite
+from .nonfinite import guarded_train_step, update_unless_nonfinite
 
 __all__ = [
     'AutocastOptimWrapper', 'amp_optim_wrapper_cfg', 'update_unless_nonfinite',
-    'guarded_wrapper_train_step'
+    'guarded_train_step'
 ]

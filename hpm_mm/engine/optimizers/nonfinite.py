@@ -49,19 +49,26 @@ def update_unless_nonfinite(loss: torch.Tensor,
     return log_vars
 
 
-def guarded_wrapper_train_step(wrapper: torch.nn.Module, data: dict,
-                               optim_wrapper: OptimWrapper) -> Dict:
-    """mmengine's DDP/FSDP wrapper train step with the non-finite guard.
+def guarded_train_step(forward_module: torch.nn.Module,
+                       model: torch.nn.Module, data: dict,
+                       optim_wrapper: OptimWrapper) -> Dict:
+    """mmengine's train step with the non-finite guard.
 
-    The same steps as ``MMDistributedDataParallel.train_step`` (preprocess,
-    forward under the optimizer wrapper's context, parse the losses), then
-    :func:`update_unless_nonfinite` instead of ``update_params``; honours
-    the model's ``skip_nonfinite`` when it has one.
+    The steps of ``BaseModel.train_step`` / ``MMDistributedDataParallel.
+    train_step`` (preprocess, forward under the optimizer wrapper's context,
+    parse the losses), then :func:`update_unless_nonfinite` instead of
+    ``update_params``, honouring the model's ``skip_nonfinite``.
+
+    Args:
+        forward_module (nn.Module): What runs the forward: the model itself,
+            or its DDP/FSDP wrapper.
+        model (nn.Module): The model (data preprocessor, ``parse_losses``).
+        data (dict): A batch from the dataloader.
+        optim_wrapper (OptimWrapper): The optimizer wrapper.
     """
-    with optim_wrapper.optim_context(wrapper):
-        data = wrapper.module.data_preprocessor(data, training=True)
-        losses = wrapper._run_forward(data, mode='loss')
-    parsed_loss, log_vars = wrapper.module.parse_losses(losses)
-    return update_unless_nonfinite(
-        parsed_loss, log_vars, optim_wrapper,
-        getattr(wrapper.module, 'skip_nonfinite', True))
+    with optim_wrapper.optim_context(forward_module):
+        data = model.data_preprocessor(data, training=True)
+        losses = forward_module._run_forward(data, mode='loss')
+    parsed_loss, log_vars = model.parse_losses(losses)
+    return update_unless_nonfinite(parsed_loss, log_vars, optim_wrapper,
+                                   getattr(model, 'skip_nonfinite', True))

@@ -104,6 +104,7 @@ class HPM(BaseSelfSupervisor):
         ) if self.mask_generator.uses_scores else None
         self.progress = 0.
         self._progress_set = False
+        self._student_checked = False
 
     def _student(self) -> nn.ModuleDict:
         """The averaged part, keyed as in the teacher."""
@@ -138,7 +139,9 @@ class HPM(BaseSelfSupervisor):
         """
         student = self._student()
         teacher = self.teacher.avg_parameters
-        for name, param in student.named_parameters():
+        # parameters are whole or sharded from the first step on: check once
+        for name, param in ([] if self._student_checked else
+                            student.named_parameters()):
             if param.shape != teacher[name].shape:
                 raise RuntimeError(
                     f'the EMA teacher needs the whole student parameters but '
@@ -146,6 +149,7 @@ class HPM(BaseSelfSupervisor):
                     f'{tuple(teacher[name].shape)} in the teacher. Under '
                     'FSDP wrap HPM with HPMFullyShardedDataParallel (one '
                     'unit, teacher ignored), or use DDP.')
+        self._student_checked = True
         self.teacher.update_parameters(student)
 
     @property
@@ -197,13 +201,8 @@ class HPM(BaseSelfSupervisor):
         :class:`HPMDistributedDataParallel` and
         :class:`HPMFullyShardedDataParallel` apply the same guard.
         """
-        from hpm_mm.engine.optimizers import update_unless_nonfinite
-        with optim_wrapper.optim_context(self):
-            data = self.data_preprocessor(data, True)
-            losses = self._run_forward(data, mode='loss')
-        parsed_losses, log_vars = self.parse_losses(losses)
-        return update_unless_nonfinite(parsed_losses, log_vars,
-                                       optim_wrapper, self.skip_nonfinite)
+        from hpm_mm.engine.optimizers import guarded_train_step
+        return guarded_train_step(self, self, data, optim_wrapper)
 
     def loss(self, inputs: torch.Tensor, data_samples: List[DataSample],
              **kwargs) -> Dict[str, torch.Tensor]:
