@@ -128,3 +128,46 @@ def test_study_report_only_tabulates_finished_runs(tmp_path):
     res = json.loads((tmp_path / 'study.json').read_text())
     assert set(res) == {'mae'} and set(res['mae']) == {'0', '1'}
     assert 'tools/train.py' in res['mae']['0']['commands'][0]
+
+
+def test_study_resumes_an_interrupted_run(tmp_path, monkeypatch):
+    """A run whose last checkpoint is not the final epoch is not finished:
+    --report-only leaves it out and a study run resumes it (--resume) rather
+    than evaluating the epoch-9 weights as if they were the result."""
+    import json
+    import sys
+    sys.path.insert(0, osp.join(REPO, 'tools', 'analysis_tools'))
+    try:
+        import fmnist_study
+    finally:
+        sys.path.pop(0)
+    work = tmp_path / 'hpm_seed0'
+    work.mkdir()
+    (work / 'last_checkpoint').write_text(str(work / 'epoch_9.pth'))
+    (work / 'knn.json').write_text(json.dumps(dict(best=50.0)))
+    fmnist_study.main(['--report-only', '--out', str(tmp_path),
+                       '--variants', 'hpm', '--seeds', '0'])
+    assert '| hpm |' not in (tmp_path / 'study.md').read_text()
+
+    calls = []
+
+    def fake_run(cmd, log):  # training finishes; kNN writes its result
+        calls.append(cmd)
+        if 'tools/train.py' in cmd:
+            (work / 'last_checkpoint').write_text(str(work / 'epoch_10.pth'))
+        else:
+            (work / 'knn.json').write_text(json.dumps(dict(best=60.0)))
+
+    monkeypatch.setattr(fmnist_study, 'run', fake_run)
+    res = fmnist_study.one_run('hpm', 0, str(tmp_path), linear=False)
+    # resumed, and the stale kNN result of the epoch-9 weights is redone
+    assert calls[0][-1] == '--resume'
+    assert 'knn_eval.py' in calls[1][1] and res['knn'] == 60.0
+
+    calls.clear()
+    monkeypatch.setattr(fmnist_study, 'run', lambda cmd, log: calls.append(
+        cmd))  # training dies again before the final epoch
+    (work / 'last_checkpoint').write_text(str(work / 'epoch_9.pth'))
+    (work / 'knn.json').unlink()
+    with pytest.raises(SystemExit, match='ended before its final epoch'):
+        fmnist_study.one_run('hpm', 0, str(tmp_path), linear=False)

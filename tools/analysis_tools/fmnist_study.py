@@ -9,9 +9,11 @@ probing) of every run.
 Each run is ``tools/train.py`` on the small config with the variant's
 ``--cfg-options`` and ``randomness.seed``, then
 ``tools/analysis_tools/knn_eval.py`` on its last checkpoint (and, with
-``--linear``, the linear-probe benchmark config). Finished runs are reused,
-so an interrupted study resumes; ``--report-only`` tabulates the finished
-runs without training. Writes ``study.md`` and ``study.json`` (mean and std
+``--linear``, the linear-probe benchmark config). Finished runs are reused
+and an interrupted one resumes from its last checkpoint (``--resume``): a
+run counts as finished only when its ``last_checkpoint`` is the config's
+final epoch. ``--report-only`` tabulates the finished runs without
+training. Writes ``study.md`` and ``study.json`` (mean and std
 over seeds, plus the exact commands).
 
 Cost on 2 CPU cores (measured): ~13 min per HPM run and ~10 min per MAE
@@ -71,6 +73,37 @@ def run(cmd, log):
         raise SystemExit(f'failed ({proc.returncode}); see {log}')
 
 
+def max_epochs(config):
+    from mmengine.config import Config
+    return Config.fromfile(osp.join(ROOT, config)).train_cfg.max_epochs
+
+
+def final_checkpoint(work, config):
+    """The final-epoch checkpoint of the run in ``work``, or None when it
+    has not run or was interrupted (its ``last_checkpoint`` is an earlier
+    epoch, or the final checkpoint was never completely written)."""
+    last = osp.join(work, 'last_checkpoint')
+    if not osp.exists(last):
+        return None
+    with open(last) as f:
+        ckpt = f.read().strip()
+    final = f'epoch_{max_epochs(config)}.pth'
+    return ckpt if osp.basename(ckpt) == final else None
+
+
+def train_until_done(cmd, work, config, log):
+    """Train, resuming an interrupted run; return its final checkpoint."""
+    ckpt = final_checkpoint(work, config)
+    if ckpt is None:
+        resume = osp.exists(osp.join(work, 'last_checkpoint'))
+        run(cmd + (['--resume'] if resume else []), log)
+        ckpt = final_checkpoint(work, config)
+        if ckpt is None:
+            raise SystemExit(f'{work}: training ended before its final '
+                             f'epoch; see {log}')
+    return ckpt
+
+
 def one_run(name, seed, out, linear):
     config, options, _ = VARIANTS[name]
     work = osp.join(out, f'{name}_seed{seed}')
@@ -81,10 +114,9 @@ def one_run(name, seed, out, linear):
              '--cfg-options', f'randomness.seed={seed}', *options]
     knn_json = osp.join(work, 'knn.json')
     commands = [' '.join(train[1:])]
-    if not osp.exists(osp.join(work, 'last_checkpoint')):
-        run(train, log)
-    with open(osp.join(work, 'last_checkpoint')) as f:
-        ckpt = f.read().strip()
+    if final_checkpoint(work, config) is None and osp.exists(knn_json):
+        os.remove(knn_json)  # it evaluated an unfinished run
+    ckpt = train_until_done(train, work, config, log)
     knn = [py, 'tools/analysis_tools/knn_eval.py', config, ckpt, '--out',
            knn_json]
     commands.append(' '.join(knn[1:]))
@@ -99,12 +131,13 @@ def one_run(name, seed, out, linear):
                f'randomness.seed={seed}']
         commands.append(' '.join(lin[1:]))
         done = osp.join(lin_work, 'metrics.json')
+        final = f'epoch_{max_epochs(LINEAR_CFG)}.pth'
         test = [py, 'tools/test.py', LINEAR_CFG,
-                osp.join(lin_work, 'epoch_10.pth'), '--work-dir', lin_work,
+                osp.join(lin_work, final), '--work-dir', lin_work,
                 '--out', done]
         commands.append(' '.join(test[1:]))
         if not osp.exists(done):
-            run(lin, log)
+            train_until_done(lin, lin_work, LINEAR_CFG, log)
             run(test, log)
         with open(done) as f:
             result['linear'] = json.load(f)['accuracy/top1']
@@ -137,8 +170,9 @@ def main(argv=None):
     for name in args.variants:
         for seed in args.seeds:
             work = osp.join(args.out, f'{name}_seed{seed}')
-            if args.report_only and not osp.exists(
-                    osp.join(work, 'knn.json')):
+            if args.report_only and not (
+                    osp.exists(osp.join(work, 'knn.json')) and
+                    final_checkpoint(work, VARIANTS[name][0])):
                 continue
             results.setdefault(name, {})[seed] = one_run(
                 name, seed, args.out, args.linear and not args.report_only)
