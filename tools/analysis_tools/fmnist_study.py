@@ -145,13 +145,20 @@ def one_run(name, seed, out, linear):
     return result
 
 
-def fmt(values):
-    values = [v for v in values if v is not None]
-    if not values:
+def fmt(runs, key):
+    """Mean ± sample std of ``key`` over the runs that have it; when only
+    some of the row's seeds have it (the linear probe is optional), the
+    seeds it covers are named so the column is not read as the row's."""
+    have = {seed: r[key] for seed, r in runs.items() if r.get(key) is not None}
+    if not have:
         return '-'
-    if len(values) == 1:
-        return f'{values[0]:.2f}'
-    return f'{statistics.mean(values):.2f} ± {statistics.stdev(values):.2f}'
+    values = list(have.values())
+    text = (f'{values[0]:.2f}' if len(values) == 1 else
+            f'{statistics.mean(values):.2f} ± {statistics.stdev(values):.2f}')
+    if len(have) < len(runs):
+        text += f" (seed{'s' if len(have) > 1 else ''} " \
+            f"{', '.join(map(str, have))})"
+    return text
 
 
 def main(argv=None):
@@ -181,8 +188,7 @@ def main(argv=None):
     for name, runs in results.items():
         rows.append(
             f'| {name} | {VARIANTS[name][2]} | '
-            f"{fmt([r['knn'] for r in runs.values()])} | "
-            f"{fmt([r.get('linear') for r in runs.values()])} | "
+            f"{fmt(runs, 'knn')} | {fmt(runs, 'linear')} | "
             f"{', '.join(map(str, runs))} |")
     table = '\n'.join(rows)
     print(table)
