@@ -23,6 +23,7 @@ session here: finished runs are reused); ``--linear`` adds a linear probe
 per run (10 epochs over the 60k training images: ~29 min, measured).
 """
 import argparse
+import functools
 import json
 import os
 import os.path as osp
@@ -73,15 +74,18 @@ def run(cmd, log):
         raise SystemExit(f'failed ({proc.returncode}); see {log}')
 
 
+@functools.lru_cache
 def max_epochs(config):
+    """The config's ``train_cfg.max_epochs`` (parsed once per config: it is
+    asked for every run's finished check)."""
     from mmengine.config import Config
     return Config.fromfile(osp.join(ROOT, config)).train_cfg.max_epochs
 
 
 def final_checkpoint(work, config):
     """The final-epoch checkpoint of the run in ``work``, or None when it
-    has not run or was interrupted (its ``last_checkpoint`` is an earlier
-    epoch, or the final checkpoint was never completely written)."""
+    has not run or was interrupted (its ``last_checkpoint`` names an earlier
+    epoch; mmengine writes it only after the checkpoint itself is saved)."""
     last = osp.join(work, 'last_checkpoint')
     if not osp.exists(last):
         return None
