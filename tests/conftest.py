@@ -119,7 +119,7 @@ def rgb_hpm_checkpoint(tmp_path_factory):
     torch.manual_seed(0)
     model = MODELS.build(model_cfg)
     model.init_weights()
-    model.teacher.update_parameters(model._student())
+    model.teacher.update(model.student())
     path = tmp_path_factory.mktemp('rgb_hpm') / 'hpm.pth'
     torch.save(dict(state_dict=model.state_dict(),
                     meta=dict(cfg=Config(dict(model=model_cfg)).pretty_text)),

@@ -13,8 +13,6 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from hpm_mm.models.utils import HPMMaskGenerator
-
 
 def spearman(pred: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     """Spearman rank correlation of each row, (B, N) x (B, N) -> (B,).
@@ -34,7 +32,7 @@ def spearman(pred: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
 @torch.no_grad()
 def analyze_hard_patches(model,
                          inputs: torch.Tensor,
-                         alpha: float = 0.5,
+                         progress: float = 1.0,
                          num_masks: int = 8,
                          use_teacher: bool = True,
                          seed: Optional[int] = 0) -> Dict[str, torch.Tensor]:
@@ -43,16 +41,19 @@ def analyze_hard_patches(model,
     Args:
         model (HPM): The pretrained model.
         inputs (torch.Tensor): (B, C, H, W) after the data preprocessor.
-        alpha (float): alpha of the mask HPM would choose. Defaults to 0.5.
+        progress (float): Training progress t/T at which the model's mask
+            generator draws the mask (for HPM's default schedule, 1.0 is
+            alpha_T = 0.5). Defaults to 1.0.
         num_masks (int): Random masks averaged for the true loss.
-        use_teacher (bool): Predicted losses from the EMA teacher (as in
-            training) when the model has one, else from the student.
+        use_teacher (bool): Scores from the EMA teacher (as in training)
+            when the model has one, else from the student's predictor.
         seed (int, optional): Seed of the random masks.
 
     Returns:
         dict: ``true_loss``, ``pred_loss`` and ``mask`` (B, N) (mask: 1 =
         masked), ``recon`` (B, C, H, W) with the visible patches pasted back
-        (in the normalised input space) and ``spearman`` (B,).
+        (in the normalised input space), ``spearman`` (B,) and ``mask_info``
+        (the mask generator's log scalars at ``progress``).
     """
     was_training = model.training
     model.eval()
@@ -78,19 +79,22 @@ def analyze_hard_patches(model,
         count += mask.cpu()
     true_loss = total / count.clamp(min=1)
 
-    # predicted losses on the full image
-    if use_teacher and getattr(model, 'teacher', None) is not None:
-        pred_loss = model.teacher_scores(inputs)
+    # predicted losses on the full image, and the scores the mask reads
+    teacher = getattr(model, 'teacher', None) if use_teacher else None
+    if teacher is not None:
+        pred_loss = teacher.scores(inputs, 'predicted_loss')
+        scores = pred_loss if teacher.score_source == 'predicted_loss' \
+            else teacher(inputs)
     else:
         latent, ids = model.backbone(inputs, inputs.new_zeros(B, N), N)
-        pred_loss = model.neck(latent, ids, reconstruct=False)[1]
+        pred_loss = scores = model.neck.predict_scores(latent, ids)
     pred_loss = pred_loss.float().cpu()
+    scores = scores.float().cpu() if gen.needs_scores(N, progress) else None
 
-    # the mask HPM would draw at this alpha, and its reconstruction
-    hpm_gen = HPMMaskGenerator(gen.mask_ratio, alpha, alpha, gen.mode)
+    # the mask the generator draws at this progress, and its reconstruction
     if seed is not None:
         torch.manual_seed(seed)
-    mask = hpm_gen(pred_loss, 0.)
+    mask = gen(scores, progress, N, B, torch.device('cpu'))
     latent, ids = model.backbone(inputs, mask.to(inputs.device),
                                  N - num_masked)
     pred, _ = model.neck(latent, ids)
@@ -109,7 +113,8 @@ def analyze_hard_patches(model,
         pred_loss=pred_loss,
         mask=mask.cpu(),
         recon=recon,
-        spearman=spearman(pred_loss, true_loss))
+        spearman=spearman(pred_loss, true_loss),
+        mask_info=gen.log_vars(N, progress))
 
 
 def patch_map_to_pixels(values: torch.Tensor, image_size,
@@ -157,14 +162,14 @@ def draw_hard_patches(result: Dict[str, torch.Tensor],
                       index: int,
                       mean,
                       std,
-                      alpha: float,
                       out_file: Optional[str] = None,
                       dpi: int = 100) -> np.ndarray:
     """One row of five panels with a colour bar; returns the RGB array.
 
     Panels: input | true loss (avg over random masks) | teacher's predicted
-    loss | the HPM mask at ``alpha`` (masked patches dimmed) |
-    reconstruction with the visible patches pasted back.
+    loss | the mask (masked patches dimmed; titled with the mask
+    generator's scalars, e.g. alpha and K) | reconstruction with the visible
+    patches pasted back.
     """
     import matplotlib
     matplotlib.use('Agg')
@@ -193,11 +198,12 @@ def draw_hard_patches(result: Dict[str, torch.Tensor],
                         wspace=0.05)
     cmap = 'gray' if gray else None
     rho = float(result['spearman'][index])
+    info = ' '.join(f'{k}={v:g}' for k, v in result['mask_info'].items())
     panels = [
         (img, 'input', cmap),
         (true_map, 'true loss (avg. masks)', 'jet'),
         (pred_map, f'predicted loss (rho={rho:.2f})', 'jet'),
-        (masked_view, f'HPM mask (grey), alpha={alpha:g}', None),
+        (masked_view, f'mask (grey) {info}'.strip(), None),
         (recon, 'reconstruction', cmap),
     ]
     im = None

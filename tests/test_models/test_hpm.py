@@ -8,7 +8,7 @@ from mmpretrain.registry import MODELS
 import hpm_mm  # noqa: F401
 
 
-def tiny_hpm(**overrides):
+def tiny_hpm(teacher=None, **overrides):
     cfg = dict(
         type='HPM',
         backbone=dict(
@@ -23,6 +23,7 @@ def tiny_hpm(**overrides):
         head=dict(type='HPMPretrainHead', patch_size=4, in_channels=1),
         mask_generator=dict(type='HPMMaskGenerator', mask_ratio=0.75,
                             alpha_0=0.5, alpha_T=0.5),
+        teacher=dict(type='EMATeacher', **(teacher or {})),
         data_preprocessor=dict(type='SelfSupDataPreprocessor', mean=[0.],
                                std=[1.]))
     cfg.update(overrides)
@@ -70,8 +71,8 @@ def test_teacher_skipped_when_k_is_zero():
     model = tiny_hpm(mask_generator=dict(
         type='HPMMaskGenerator', alpha_0=0., alpha_T=0.5))
     x = torch.randn(2, 1, 16, 16)
-    with mock.patch.object(type(model), 'teacher_scores',
-                           wraps=model.teacher_scores) as spy:
+    with mock.patch.object(type(model.teacher), 'scores',
+                           wraps=model.teacher.scores) as spy:
         model.set_progress(0.)   # K = 0
         model.loss(x, [])
         assert spy.call_count == 0
@@ -85,8 +86,8 @@ def test_teacher_skipped_when_k_is_zero():
 
 def test_ema_update_matches_formula_and_momentum_schedule():
     torch.manual_seed(0)
-    model = tiny_hpm(teacher_momentum=1e-3, teacher_end_momentum=1e-4,
-                     teacher_momentum_epochs=100)
+    model = tiny_hpm(teacher=dict(momentum=1e-3, end_momentum=1e-4,
+                                  momentum_epochs=100))
     x = torch.randn(2, 1, 16, 16)
     model.set_progress(0.5, epoch=0)
     model.loss(x, [])  # first update copies the student
@@ -113,12 +114,12 @@ def test_ema_update_matches_formula_and_momentum_schedule():
 
 def test_teacher_scores_use_full_image_and_predictor_only():
     model = tiny_hpm()
-    model.teacher.update_parameters(model._student())
+    model.teacher.update(model.student())
     x = torch.randn(3, 1, 16, 16)
     neck = model.teacher.module['neck']
     with mock.patch.object(neck, 'reconstruct',
                            side_effect=AssertionError('reconstructor ran')):
-        scores = model.teacher_scores(x)
+        scores = model.teacher(x)
     assert scores.shape == (3, 16)
     # same as the student's predictor on the unmasked image
     latent, ids = model.backbone(x, torch.zeros(3, 16), 16)
@@ -166,57 +167,36 @@ def test_absolute_loss_config_and_no_predictor_head():
                                      [])['loss_pred'])
 
 
-def test_nonfinite_loss_skips_the_step():
-    from mmengine.optim import OptimWrapper
-    model = tiny_hpm()
-    model.set_progress(0.5)
-    optim = OptimWrapper(torch.optim.SGD(model.parameters(), lr=0.1))
-    data = dict(inputs=torch.randn(2, 1, 16, 16), data_samples=None)
-    before = {k: v.clone() for k, v in model.state_dict().items()}
-    with mock.patch.object(model.head, 'loss', return_value=dict(
-            loss_rec=torch.tensor(float('nan'), requires_grad=True))):
-        log = model.train_step(data, optim)
-    assert float(log['nonfinite_skipped']) == 1.
-    after = model.state_dict()
-    for k in before:
-        if not k.startswith('teacher.'):
-            assert torch.equal(before[k], after[k]), k
-    log = model.train_step(data, optim)
-    assert float(log['nonfinite_skipped']) == 0.
-    assert not torch.equal(before['backbone.cls_token'],
-                           model.state_dict()['backbone.cls_token'])
-
-
 def test_teacher_bf16_ranks_like_fp32():
     torch.manual_seed(0)
     model = tiny_hpm()
-    model.teacher.update_parameters(model._student())
+    model.teacher.update(model.student())
     x = torch.randn(4, 1, 16, 16)
-    ref = model.teacher_scores(x)
-    model.teacher_dtype = torch.bfloat16
-    fast = model.teacher_scores(x)
+    ref = model.teacher(x)
+    model.teacher.dtype = torch.bfloat16
+    fast = model.teacher(x)
     assert fast.dtype == torch.float32
     from hpm_mm.visualization import spearman
     assert float(spearman(fast, ref).mean()) > 0.9
 
 
 def test_low_resolution_teacher_matches_a_native_small_model():
-    """teacher_input_scale=0.5: the teacher sees the 8x8 downsampled image
+    """teacher input_scale=0.5: the teacher sees the 8x8 downsampled image
     (2x2 patches) and its scores are upsampled to 4x4. Reference: a model
     built natively for 8x8 images, given the same weights with the position
     embeddings interpolated, run on the same downsampled image."""
     import torch.nn.functional as F
     from mmpretrain.models.utils import resize_pos_embed
     torch.manual_seed(0)
-    model = tiny_hpm(teacher_input_scale=0.5)
-    assert model.teacher_grid == (2, 2)
-    model.teacher.update_parameters(model._student())
+    model = tiny_hpm(teacher=dict(input_scale=0.5))
+    assert model.teacher.grid == (2, 2)
+    model.teacher.update(model.student())
     x = torch.randn(3, 1, 16, 16)
     seen = []
     layer = model.teacher.module['backbone'].layers[0]
     handle = layer.register_forward_hook(
         lambda m, i, o: seen.append(i[0].shape[1]))
-    scores = model.teacher_scores(x)
+    scores = model.teacher(x)
     handle.remove()
     assert scores.shape == (3, 16) and seen == [1 + 4]
 
@@ -234,7 +214,7 @@ def test_low_resolution_teacher_matches_a_native_small_model():
         state['backbone.pos_embed'], (4, 4), (2, 2), 'bicubic', 1)
     state['neck.decoder_pos_embed'] = resize_pos_embed(
         state['neck.decoder_pos_embed'], (4, 4), (2, 2), 'bicubic', 1)
-    small._student().load_state_dict(state)
+    small.student().load_state_dict(state)
     small_x = F.interpolate(x, size=(8, 8), mode='bilinear',
                             align_corners=False, antialias=True)
     with torch.no_grad():
@@ -249,28 +229,114 @@ def test_low_resolution_teacher_matches_a_native_small_model():
 
 
 def test_teacher_input_scale_and_decoder_grid_errors():
-    with pytest.raises(ValueError, match=r'teacher_input_scale must be in'):
-        tiny_hpm(teacher_input_scale=0.)
+    with pytest.raises(ValueError, match=r'input_scale must be in'):
+        tiny_hpm(teacher=dict(input_scale=0.))
     model = tiny_hpm()
     latent = torch.randn(2, 5, 32)
     with pytest.raises(ValueError, match='pass patch_resolution'):
-        model.neck(latent, torch.arange(9).repeat(2, 1))
+        model.neck.predict_scores(latent, torch.arange(9).repeat(2, 1))
 
 
 def test_teacher_follows_the_step_autocast_unless_told():
     """Under AMP the teacher runs in the autocast dtype (teacher_dtype None);
     teacher_dtype forces its own dtype."""
     model = tiny_hpm()
-    model.teacher.update_parameters(model._student())
+    model.teacher.update(model.student())
     seen = []
     layer = model.teacher.module['backbone'].layers[0].attn.qkv
     layer.register_forward_hook(lambda m, i, o: seen.append(o.dtype))
     x = torch.randn(2, 1, 16, 16)
-    model.teacher_scores(x)
+    model.teacher(x)
     with torch.autocast('cpu', dtype=torch.bfloat16):
-        scores = model.teacher_scores(x)
+        scores = model.teacher(x)
     assert seen == [torch.float32, torch.bfloat16]
     assert scores.dtype == torch.float32
-    model.teacher_dtype = torch.bfloat16
-    model.teacher_scores(x)
+    model.teacher.dtype = torch.bfloat16
+    model.teacher(x)
     assert seen[-1] == torch.bfloat16
+
+
+def test_cls_attention_scores_match_brute_force():
+    """AttentionMaskGenerator's scores: the teacher's last-block CLS-to-patch
+    attention, mean over heads, read off the same encoder pass."""
+    import torch.nn.functional as F
+    model = tiny_hpm(mask_generator=dict(type='AttentionMaskGenerator',
+                                         alpha_0=0.5, alpha_T=0.5))
+    assert model.teacher.score_source == 'cls_attention'
+    model.teacher.update(model.student())
+    x = torch.randn(3, 1, 16, 16)
+    seen = []
+    last = model.teacher.module['backbone'].layers[-1]
+    last.ln1.register_forward_hook(lambda m, i, o: seen.append(o))
+    neck = model.teacher.module['neck']
+    with mock.patch.object(neck, 'predict_loss',
+                           side_effect=AssertionError('predictor ran')):
+        scores = model.teacher(x)
+    attn = last.attn
+    q, k, _ = attn.qkv(seen[0]).view(3, 17, 3, attn.num_heads,
+                                     attn.head_dims).unbind(2)
+    full = F.softmax(torch.einsum('bihd,bjhd->bhij', q, k) /
+                     attn.head_dims**.5, dim=-1)  # (B, H, L, L)
+    want = full[:, :, 0, 1:].mean(1)
+    assert scores.shape == (3, 16)
+    assert torch.allclose(scores, want, atol=1e-6)
+    assert torch.allclose(scores.sum(1) + full[:, :, 0, 0].mean(1),
+                          torch.ones(3), atol=1e-5)
+    model.set_progress(1.)
+    assert torch.isfinite(model.loss(x, [])['loss_rec'])
+
+
+def test_teacher_updates_once_per_optimizer_step():
+    """The teacher follows applied optimizer steps only: not after a step
+    the guard skipped, once per step under gradient accumulation."""
+    from mmengine.optim import build_optim_wrapper
+    import hpm_mm.engine  # noqa: F401
+    model = tiny_hpm()
+    model.set_progress(0.5)
+    optim = build_optim_wrapper(model, dict(
+        type='GuardedOptimWrapper', accumulative_counts=2,
+        optimizer=dict(type='SGD', lr=0.1)))
+    x = torch.randn(2, 1, 16, 16)
+    data = dict(inputs=x, data_samples=None)
+    steps = []
+    for i in range(6):
+        # what HPMScheduleHook pushes before every iteration
+        model.set_progress(0.5, optim_steps=optim.applied_steps)
+        batch = dict(inputs=x * float('nan'), data_samples=None) \
+            if i in (2, 3) else data
+        model.train_step(batch, optim)
+        steps.append(int(model.teacher.steps))
+    # 1st call copies; iters 0-1 = step 1 (applied), 2-3 = step 2 (NaN,
+    # skipped), 4-5 = step 3 (applied)
+    assert steps == [1, 1, 2, 2, 2, 2]
+    assert optim.skipped_steps == 1 and optim.applied_steps == 2
+    # without the count (no hook, or another optimizer wrapper): every call
+    model.set_progress(0.5)
+    model.train_step(data, optim)
+    model.train_step(data, optim)
+    assert int(model.teacher.steps) == 4
+
+
+@pytest.mark.parametrize('old', ['teacher_momentum', 'teacher_input_scale',
+                                 'skip_nonfinite'])
+def test_old_arguments_name_their_new_place(old):
+    with pytest.raises(TypeError, match=f'{old}.*It is now'):
+        tiny_hpm(**{old: 0.5})
+
+
+def test_every_mask_generator_trains_in_hpm():
+    x = torch.randn(2, 1, 16, 16)
+    for gen in ('RandomMaskGenerator', 'BlockwiseMaskGenerator',
+                'AttentionMaskGenerator', 'HPMMaskGenerator'):
+        model = tiny_hpm(mask_generator=dict(type=gen, mask_ratio=0.5))
+        assert (model.teacher is None) == (gen in ('RandomMaskGenerator',
+                                                   'BlockwiseMaskGenerator'))
+        model.set_progress(1.)
+        losses = model.loss(x, [])
+        assert torch.isfinite(losses['loss_rec'] + losses['loss_pred'])
+
+
+def test_mask_ratio_masking_every_patch_is_refused_at_build():
+    with pytest.raises(ValueError, match='at least one patch'):
+        tiny_hpm(mask_generator=dict(type='HPMMaskGenerator',
+                                     mask_ratio=0.97))

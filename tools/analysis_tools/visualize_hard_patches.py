@@ -1,9 +1,11 @@
 """Draw what HPM sees: per image, the input, the true per-patch loss
-(averaged over random masks), the teacher's predicted loss, the mask HPM
-would choose at ``--alpha`` and the reconstruction (paper Fig. 2/S1/S2).
+(averaged over random masks), the teacher's predicted loss, the mask the
+model's mask generator draws at training progress ``--progress`` (1.0: the
+end of the schedule; alpha_T = 0.5 for HPM's default) and the
+reconstruction (paper Fig. 2/S1/S2).
 
     python tools/analysis_tools/visualize_hard_patches.py CONFIG CHECKPOINT \
-        [--images DIR | --num-samples 8] [--alpha 0.5] [--num-masks 8] \
+        [--images DIR | --num-samples 8] [--progress 1.0] [--num-masks 8] \
         [--out-dir DIR] [--saliency]
 
 Without ``--images`` the samples come from the evaluated split of the
@@ -34,7 +36,9 @@ def parse_args(argv=None):
     parser.add_argument('checkpoint')
     parser.add_argument('--images', help='folder of images to draw')
     parser.add_argument('--num-samples', type=int, default=8)
-    parser.add_argument('--alpha', type=float, default=0.5)
+    parser.add_argument('--progress', type=float, default=1.0,
+                        help='training progress t/T at which the mask '
+                        'generator draws the mask (default: 1.0, the end)')
     parser.add_argument('--num-masks', type=int, default=8)
     parser.add_argument('--student', action='store_true',
                         help="use the student's loss predictor")
@@ -115,7 +119,8 @@ def main(argv=None):
                       else dataset_batch(cfg, args.num_samples))
     batch = model.data_preprocessor(default_collate(samples), False)
     inputs = batch['inputs']
-    result = analyze_hard_patches(model, inputs, args.alpha, args.num_masks,
+    result = analyze_hard_patches(model, inputs, args.progress,
+                                  args.num_masks,
                                   use_teacher=not args.student)
     os.makedirs(args.out_dir, exist_ok=True)
     pre = model.data_preprocessor
@@ -123,7 +128,7 @@ def main(argv=None):
     std = pre.std.view(-1).tolist()
     for i, name in enumerate(names):
         stem = osp.splitext(osp.basename(name))[0]
-        draw_hard_patches(result, inputs, i, mean, std, args.alpha,
+        draw_hard_patches(result, inputs, i, mean, std,
                           osp.join(args.out_dir, f'{stem}.png'))
     rho = result['spearman']
     summary = dict(spearman_mean=float(rho.mean()),

@@ -68,8 +68,15 @@ class HPMViT(MAEViT):
         tokens = tokens + pos_embed[:, 1:, :]
         N, C = tokens.shape[1:]
         if mask.shape != (B, N):
-            raise ValueError(f'mask must be (B, N) = ({B}, {N}) for this '
-                             f'input, got {tuple(mask.shape)}.')
+            built = tuple(r * s for r, s in zip(
+                self.patch_resolution, self.patch_embed.projection.stride))
+            raise ValueError(
+                f'mask must be (B, N) = ({B}, {N}) for this '
+                f'{x.shape[-2]}x{x.shape[-1]} input, got '
+                f'{tuple(mask.shape)}. The model was built for '
+                f'{built[0]}x{built[1]} images: resize/crop to that size in '
+                'the train pipeline, or set backbone.img_size and '
+                'neck.num_patches to match the data.')
         if num_visible is None:
             num_visible = int(N - mask[0].sum().item())
         # stable sort: visible patches (0) first, each group in raster order

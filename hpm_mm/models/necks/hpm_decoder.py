@@ -136,26 +136,35 @@ class HPMPretrainDecoder(MAEPretrainDecoder):
             x = blk(x)
         return self.predictor_pred(self.predictor_norm(x))[:, 1:].mean(-1)
 
-    def forward(
-        self,
-        x: torch.Tensor,
-        ids_restore: torch.Tensor,
-        reconstruct: bool = True,
-        patch_resolution: Optional[Tuple[int, int]] = None,
-    ) -> Tuple[Optional[torch.Tensor], torch.Tensor]:
-        """Run both trunks (or only the predictor, for the teacher).
+    def predict_scores(
+            self,
+            x: torch.Tensor,
+            ids_restore: torch.Tensor,
+            patch_resolution: Optional[Tuple[int, int]] = None
+    ) -> torch.Tensor:
+        """The loss-predictor path alone (the teacher's scoring pass).
 
         Args:
             x (torch.Tensor): Encoder output (B, 1 + N_visible, C_enc).
             ids_restore (torch.Tensor): (B, N), from :class:`HPMViT`.
-            reconstruct (bool): Run the reconstructor. The teacher only needs
-                the scores. Defaults to True.
             patch_resolution (tuple, optional): See :meth:`embed`.
 
         Returns:
-            tuple: ``(pred, scores)``; pred is (B, N, p*p*C) or None, scores
-            (B, N) are the predicted per-patch losses.
+            torch.Tensor: (B, N) predicted per-patch losses.
         """
-        x = self.embed(x, ids_restore, patch_resolution)
-        pred = self.reconstruct(x) if reconstruct else None
-        return pred, self.predict_loss(x)
+        return self.predict_loss(self.embed(x, ids_restore, patch_resolution))
+
+    def forward(self, x: torch.Tensor, ids_restore: torch.Tensor
+                ) -> Tuple[torch.Tensor, torch.Tensor]:
+        """Both trunks on the student's encoder output.
+
+        Args:
+            x (torch.Tensor): Encoder output (B, 1 + N_visible, C_enc).
+            ids_restore (torch.Tensor): (B, N), from :class:`HPMViT`.
+
+        Returns:
+            tuple: ``(pred, scores)``: the reconstruction (B, N, p*p*C) and
+            the predicted per-patch losses (B, N).
+        """
+        x = self.embed(x, ids_restore)
+        return self.reconstruct(x), self.predict_loss(x)

@@ -1,0 +1,8 @@
+from .base import SCORE_SOURCES, BaseMaskGenerator, RandomMaskGenerator
+from .blockwise_mask_generator import BlockwiseMaskGenerator
+from .hpm_mask_generator import AttentionMaskGenerator, HPMMaskGenerator
+
+__all__ = [
+    'SCORE_SOURCES', 'BaseMaskGenerator', 'RandomMaskGenerator',
+    'HPMMaskGenerator', 'AttentionMaskGenerator', 'BlockwiseMaskGenerator'
+]

@@ -1,0 +1,143 @@
+from typing import Dict, Optional
+
+import torch
+import torch.nn as nn
+from mmpretrain.registry import MODELS
+
+#: What a generator's per-patch scores are, and who computes them
+#: (:meth:`hpm_mm.models.EMATeacher.scores`).
+SCORE_SOURCES = ('predicted_loss', 'cls_attention')
+
+
+@MODELS.register_module()
+class BaseMaskGenerator(nn.Module):
+    """The mask-generator contract: every caller goes through these methods.
+
+    A mask generator decides, at a training progress ``p = t / T`` in
+    [0, 1], which patches of each image are hidden from the student.
+
+    **What it needs.** :attr:`score_source` names the per-patch scores it
+    reads (``None``: none; ``'predicted_loss'``: the EMA teacher's loss
+    predictor on the full image, HPM; ``'cls_attention'``: the teacher's
+    last-block CLS attention over the patches). :attr:`uses_scores` says
+    whether it ever reads them (the algorithm builds a teacher only then) and
+    :meth:`needs_scores` whether it reads them at a given progress (the
+    teacher pass is skipped when not).
+
+    **What it returns.** :meth:`forward` gives a (B, N) float mask,
+    **1 = masked (hidden), 0 = visible**, with exactly :meth:`num_masked`
+    ones in every row, on the scores' (or the given) device, without reading
+    anything back to the host.
+
+    **What it logs.** :meth:`log_vars` returns the scalars worth logging at
+    a progress (e.g. HPM's ``alpha`` and ``num_hard``); the algorithm adds
+    them to its losses dict (their names contain no ``loss``, so they are
+    logged, not optimised).
+
+    Subclasses implement :meth:`forward` and set :attr:`score_source`. See
+    ``docs/extending.md`` for a worked example.
+
+    Args:
+        mask_ratio (float): gamma, the fraction of the N patches masked:
+            ``N - int(N * (1 - gamma))`` patches (as the authors' code and
+            mmpretrain's MAE count them). Defaults to 0.75.
+    """
+
+    #: None, or one of :data:`SCORE_SOURCES`.
+    score_source: Optional[str] = None
+
+    def __init__(self, mask_ratio: float = 0.75) -> None:
+        super().__init__()
+        if not 0 < mask_ratio < 1:
+            raise ValueError(
+                f'mask_ratio must be in (0, 1) (the fraction of patches '
+                f'masked), got {mask_ratio}.')
+        self.mask_ratio = mask_ratio
+
+    @property
+    def uses_scores(self) -> bool:
+        """Whether :meth:`forward` reads scores at any progress."""
+        return self.score_source is not None
+
+    def needs_scores(self, num_patches: int, progress: float) -> bool:
+        """Whether :meth:`forward` reads scores at this progress."""
+        return self.uses_scores
+
+    def num_masked(self, num_patches: int) -> int:
+        """Masked patches per image: ``N - int(N * (1 - gamma))``."""
+        return num_patches - int(num_patches * (1 - self.mask_ratio))
+
+    def check(self, num_patches: int) -> None:
+        """Raise when this generator would mask no patch or every patch of
+        an N-patch image (called by the algorithm at build time)."""
+        k = self.num_masked(num_patches)
+        if not 0 < k < num_patches:
+            raise ValueError(
+                f'mask_ratio={self.mask_ratio} masks {k} of the '
+                f'{num_patches} patches: at least one patch must be masked '
+                'and one visible. Fix: choose a mask_ratio between '
+                f'{1 / num_patches:.3g} and {1 - 1 / num_patches:.3g}.')
+
+    def log_vars(self, num_patches: int, progress: float) -> Dict[str, float]:
+        """Scalars to log at this progress. Defaults to none."""
+        return {}
+
+    def forward(self,
+                scores: Optional[torch.Tensor],
+                progress: float,
+                num_patches: Optional[int] = None,
+                batch_size: Optional[int] = None,
+                device: Optional[torch.device] = None) -> torch.Tensor:
+        """Draw a (B, N) mask, 1 = masked.
+
+        Args:
+            scores (torch.Tensor, optional): (B, N) per-patch scores from
+                :attr:`score_source`; None when :meth:`needs_scores` is
+                False, and then ``num_patches``, ``batch_size`` and
+                ``device`` give the shape.
+            progress (float): t / T in [0, 1].
+
+        Returns:
+            torch.Tensor: (B, N) float, exactly :meth:`num_masked` ones per
+            row.
+        """
+        raise NotImplementedError
+
+    @staticmethod
+    def _shape(scores, num_patches, batch_size, device):
+        """(B, N, device) from the scores when given."""
+        if scores is not None:
+            return scores.shape[0], scores.shape[1], scores.device
+        if num_patches is None or batch_size is None:
+            raise ValueError('give scores, or num_patches and batch_size')
+        return batch_size, num_patches, device
+
+    def _mask_largest(self, keys: torch.Tensor) -> torch.Tensor:
+        """Mask the :meth:`num_masked` largest keys of each row."""
+        num_visible = keys.shape[1] - self.num_masked(keys.shape[1])
+        ids_masked = torch.argsort(keys, dim=1)[:, num_visible:]
+        return torch.zeros_like(keys).scatter_(1, ids_masked, 1.0)
+
+    def extra_repr(self) -> str:
+        return f'mask_ratio={self.mask_ratio}'
+
+
+@MODELS.register_module()
+class RandomMaskGenerator(BaseMaskGenerator):
+    """MAE's random masking: :meth:`num_masked` patches per image, uniformly
+    at random. Needs no scores (so HPM builds no teacher with it).
+
+    Args:
+        mask_ratio (float): gamma. Defaults to 0.75.
+
+    Example:
+        >>> import torch
+        >>> gen = RandomMaskGenerator(mask_ratio=0.75)
+        >>> gen(None, 0., num_patches=16, batch_size=2).sum(1).tolist()
+        [12.0, 12.0]
+    """
+
+    def forward(self, scores, progress, num_patches=None, batch_size=None,
+                device=None) -> torch.Tensor:
+        B, N, device = self._shape(scores, num_patches, batch_size, device)
+        return self._mask_largest(torch.rand(B, N, device=device))

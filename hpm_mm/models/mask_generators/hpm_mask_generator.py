@@ -1,0 +1,125 @@
+import math
+from typing import Dict
+
+import torch
+from mmpretrain.registry import MODELS
+
+from .base import BaseMaskGenerator
+
+
+@MODELS.register_module()
+class HPMMaskGenerator(BaseMaskGenerator):
+    """Easy-to-hard mask generation (paper Sec. 3.3, Alg. S1), vectorised.
+
+    At training progress ``p = t / T`` in [0, 1],
+    ``alpha = alpha_0 + p * (alpha_T - alpha_0)``. Of the
+    :meth:`num_masked` masked patches, ``K = floor(alpha * num_masked)`` are
+    those with the highest scores (``mode='argmax'``; the lowest with
+    ``'argmin'``) and the other ``num_masked - K`` are drawn uniformly from
+    the remaining patches. Everything stays on the device: the top-K patches
+    get key 2 and the rest a uniform key in [0, 1); an argsort then masks
+    the largest keys.
+
+    The scores are the EMA teacher's predicted losses
+    (``score_source = 'predicted_loss'``). Special cases:
+    ``alpha_0 = alpha_T = 0`` is MAE's random masking (no scores needed, so
+    no teacher is built); ``alpha_0 > alpha_T`` is hard-to-easy.
+
+    Args:
+        mask_ratio (float): gamma, the fraction of patches masked.
+            Defaults to 0.75.
+        alpha_0 (float): alpha at the start of training. Defaults to 0.
+        alpha_T (float): alpha at the end of training. Defaults to 0.5.
+        mode (str): ``'argmax'`` masks the highest-scored patches,
+            ``'argmin'`` the lowest. Defaults to ``'argmax'``.
+
+    Example:
+        >>> import torch
+        >>> gen = HPMMaskGenerator(mask_ratio=0.75, alpha_0=0, alpha_T=1)
+        >>> mask = gen(torch.rand(2, 16), progress=1.0)
+        >>> mask.sum(1).tolist()
+        [12.0, 12.0]
+    """
+
+    score_source = 'predicted_loss'
+
+    def __init__(self,
+                 mask_ratio: float = 0.75,
+                 alpha_0: float = 0.,
+                 alpha_T: float = 0.5,
+                 mode: str = 'argmax') -> None:
+        super().__init__(mask_ratio)
+        for name, a in (('alpha_0', alpha_0), ('alpha_T', alpha_T)):
+            if not 0 <= a <= 1:
+                raise ValueError(f'{name} must be in [0, 1], got {a}.')
+        if mode not in ('argmax', 'argmin'):
+            raise ValueError(
+                f"mode must be 'argmax' or 'argmin', got {mode!r}.")
+        self.alpha_0 = alpha_0
+        self.alpha_T = alpha_T
+        self.mode = mode
+
+    @property
+    def uses_scores(self) -> bool:
+        """Whether any step of training masks by score."""
+        return self.alpha_0 > 0 or self.alpha_T > 0
+
+    def needs_scores(self, num_patches: int, progress: float) -> bool:
+        return self.num_hard(num_patches, progress) > 0
+
+    def alpha(self, progress: float) -> float:
+        """alpha_t at ``progress`` t/T (clamped to [0, 1])."""
+        p = min(max(float(progress), 0.), 1.)
+        return self.alpha_0 + p * (self.alpha_T - self.alpha_0)
+
+    def num_hard(self, num_patches: int, progress: float) -> int:
+        """K = floor(alpha_t * num_masked) patches chosen by score."""
+        return int(
+            math.floor(
+                self.alpha(progress) * self.num_masked(num_patches) + 1e-6))
+
+    def log_vars(self, num_patches: int, progress: float) -> Dict[str, float]:
+        return dict(alpha=self.alpha(progress),
+                    num_hard=float(self.num_hard(num_patches, progress)))
+
+    def forward(self, scores, progress, num_patches=None, batch_size=None,
+                device=None) -> torch.Tensor:
+        B, N, device = self._shape(scores, num_patches, batch_size, device)
+        k = self.num_hard(N, progress)
+        keys = torch.rand(B, N, device=device)
+        if k > 0:
+            if scores is None:
+                raise ValueError(
+                    f'alpha={self.alpha(progress):.3f} masks K={k} patches by '
+                    f'score, but no {self.score_source} scores were given.')
+            top = torch.topk(
+                scores.detach().float(), k, dim=1,
+                largest=self.mode == 'argmax').indices
+            keys.scatter_(1, top, 2.0)
+        return self._mask_largest(keys)
+
+    def extra_repr(self) -> str:
+        return (f'mask_ratio={self.mask_ratio}, alpha_0={self.alpha_0}, '
+                f'alpha_T={self.alpha_T}, mode={self.mode!r}')
+
+
+@MODELS.register_module()
+class AttentionMaskGenerator(HPMMaskGenerator):
+    """Mask the patches the teacher's CLS token attends to most, mixed with
+    random ones on HPM's easy-to-hard schedule (SBAM / AttMask style).
+
+    The same rule as :class:`HPMMaskGenerator`, with the EMA teacher's
+    last-block CLS-to-patch attention (mean over heads) as the score instead
+    of its predicted loss. The teacher computes it during its full-image
+    pass, so no extra forward pass runs (and its loss predictor does not
+    run at all).
+
+    Args:
+        mask_ratio (float): gamma. Defaults to 0.75.
+        alpha_0 (float): Defaults to 0.
+        alpha_T (float): Defaults to 0.5.
+        mode (str): ``'argmax'`` masks the most attended patches (AttMask's
+            hard variant), ``'argmin'`` the least. Defaults to ``'argmax'``.
+    """
+
+    score_source = 'cls_attention'

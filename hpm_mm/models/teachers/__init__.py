@@ -1,0 +1,3 @@
+from .ema_teacher import EMATeacher
+
+__all__ = ['EMATeacher']

@@ -1,0 +1,203 @@
+import math
+from contextlib import nullcontext
+from typing import Optional, Tuple, Union
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from mmengine.model import ExponentialMovingAverage
+from mmpretrain.registry import MODELS
+
+from ..mask_generators import SCORE_SOURCES
+
+
+@MODELS.register_module()
+class EMATeacher(ExponentialMovingAverage):
+    """The EMA teacher that scores every patch of the full image.
+
+    An exponential moving average of the student's encoder and decoders
+    (``module['backbone']``, ``module['neck']``), mmengine's
+    :class:`ExponentialMovingAverage` (so checkpoints keep the keys
+    ``teacher.module.*`` and ``teacher.steps``), plus what HPM needs of it:
+
+    - **momentum schedule**: :meth:`set_epoch` ramps the momentum linearly
+      from ``momentum`` to ``end_momentum`` over ``momentum_epochs`` epochs
+      (mmengine convention ``teacher = (1 - m) teacher + m student``; the
+      authors' decay 0.999 -> 0.9999 is 1e-3 -> 1e-4);
+    - **update** (:meth:`update`): at the start of a training step, once
+      per optimizer step applied to the student (the count comes from the
+      guarded optimizer wrappers through :class:`HPMScheduleHook`): after a
+      step the non-finite guard skipped, or a gradient-accumulation
+      iteration, the student did not change and neither does the teacher.
+      The first update copies the student. Under a sharding wrapper the
+      parameters must be whole when it runs (checked once: a shard would
+      average the wrong numbers);
+    - **scores** (:meth:`forward`, :meth:`scores`): under ``no_grad``, the teacher's
+      per-patch scores of the full, unmasked image: its loss predictor's
+      predicted losses (``'predicted_loss'``, HPM), or its last block's
+      CLS-to-patch attention averaged over heads (``'cls_attention'``, read
+      off the same encoder pass; the loss predictor does not run);
+    - **precision** (``dtype``) and **input scale** (``input_scale``), the
+      fast settings.
+
+    Args:
+        model (nn.Module): The student, ``ModuleDict(backbone=, neck=)``;
+            given by the algorithm.
+        momentum (float): Momentum at epoch 0. Defaults to 1e-3.
+        end_momentum (float): Momentum after ``momentum_epochs`` epochs,
+            kept afterwards. Defaults to 1e-4.
+        momentum_epochs (int): Length of the ramp in epochs. Defaults to 100.
+        dtype (str, optional): Run the scoring pass under autocast in this
+            dtype (``'bfloat16'`` or ``'float16'``); the teacher only ranks
+            patches. Defaults to None: the precision of the training step
+            (fp32, or the AMP autocast dtype).
+        input_scale (float): Score a copy of the image downsampled so that
+            its patch grid is this fraction of the student's per side
+            (position embeddings interpolated), then upsample the scores
+            bilinearly to the full grid. 0.5 costs ~1/4 of the pass.
+            Defaults to 1.0 (the full image, as in the paper).
+        score_source (str): What :meth:`forward` returns, one of
+            ``'predicted_loss'``, ``'cls_attention'``; given by the
+            algorithm from its mask generator. Defaults to
+            ``'predicted_loss'``.
+    """
+
+    def __init__(self,
+                 model: nn.Module,
+                 momentum: float = 1e-3,
+                 end_momentum: float = 1e-4,
+                 momentum_epochs: int = 100,
+                 dtype: Optional[str] = None,
+                 input_scale: float = 1.0,
+                 score_source: str = 'predicted_loss') -> None:
+        super().__init__(model, momentum=momentum)
+        if not 0. < input_scale <= 1.:
+            raise ValueError(
+                'input_scale must be in (0, 1] (the fraction of the patch '
+                f'grid the teacher sees per side), got {input_scale}.')
+        if score_source not in SCORE_SOURCES:
+            raise ValueError(f'score_source must be one of {SCORE_SOURCES}, '
+                             f'got {score_source!r}.')
+        self.start_momentum = momentum
+        self.end_momentum = end_momentum
+        self.momentum_epochs = momentum_epochs
+        self.dtype = getattr(torch, dtype) if isinstance(dtype, str) else dtype
+        self.input_scale = input_scale
+        self.score_source = score_source
+        self._last_optim_steps: Optional[int] = None
+        self._checked = False
+
+    def set_epoch(self, epoch: int) -> None:
+        """Momentum at ``epoch`` completed epochs (linear ramp)."""
+        r = min(epoch / max(self.momentum_epochs, 1), 1.)
+        self.momentum = self.start_momentum + r * (
+            self.end_momentum - self.start_momentum)
+
+    def update(self, student: nn.Module,
+               optim_steps: Optional[int] = None) -> bool:
+        """EMA step from the whole student, once per applied optimizer step.
+
+        Args:
+            student (nn.Module): ``ModuleDict(backbone=, neck=)``.
+            optim_steps (int, optional): Optimizer steps applied so far
+                (:attr:`GuardedOptimWrapper.applied_steps`, pushed in by
+                :class:`HPMScheduleHook`). The teacher updates only when it
+                moved since the last update, so a skipped step or a
+                gradient-accumulation iteration leaves it as it is. None:
+                update on every call.
+
+        Returns:
+            bool: Whether the teacher was updated.
+        """
+        if optim_steps is not None and optim_steps == self._last_optim_steps:
+            return False
+        if not self._checked:
+            teacher = self.avg_parameters
+            for name, param in student.named_parameters():
+                if param.shape != teacher[name].shape:
+                    raise RuntimeError(
+                        f'the EMA teacher needs the whole student parameters '
+                        f'but {name} is {tuple(param.shape)} here (a '
+                        f'shard?), {tuple(teacher[name].shape)} in the '
+                        'teacher. Under FSDP wrap the model with '
+                        'HPMFullyShardedDataParallel (one unit, teacher '
+                        'ignored), or use DDP.')
+            self._checked = True
+        self.update_parameters(student)
+        self._last_optim_steps = optim_steps
+        return True
+
+    @property
+    def grid(self) -> Tuple[int, int]:
+        """Patch grid (h, w) the teacher sees (``input_scale``)."""
+        return tuple(
+            max(1, math.floor(n * self.input_scale + .5))
+            for n in self.module['backbone'].patch_resolution)
+
+    def forward(self, inputs: torch.Tensor) -> torch.Tensor:
+        """The scores the mask generator reads (``score_source``), (B, N)."""
+        return self.scores(inputs, self.score_source)
+
+    @torch.no_grad()
+    def scores(self, inputs: torch.Tensor,
+               source: str = 'predicted_loss') -> torch.Tensor:
+        """Per-patch scores of the full images, (B, N) fp32.
+
+        Args:
+            inputs (torch.Tensor): Normalised images (B, C, H, W) at the
+                student's size.
+            source (str): ``'predicted_loss'`` or ``'cls_attention'``.
+        """
+        backbone = self.module['backbone']
+        full, grid = tuple(backbone.patch_resolution), self.grid
+        if grid != full:
+            stride = backbone.patch_embed.projection.stride
+            inputs = F.interpolate(
+                inputs, size=(grid[0] * stride[0], grid[1] * stride[1]),
+                mode='bilinear', align_corners=False, antialias=True)
+        B, num_patches = inputs.shape[0], grid[0] * grid[1]
+        visible = inputs.new_zeros(B, num_patches)
+        precision = nullcontext() if self.dtype is None else \
+            torch.autocast(inputs.device.type, dtype=self.dtype)
+        with precision:
+            if source == 'cls_attention':
+                scores = self._cls_attention(backbone, inputs, visible)
+            else:
+                latent, ids_restore = backbone(inputs, visible, num_patches)
+                scores = self.module['neck'].predict_scores(
+                    latent, ids_restore,
+                    patch_resolution=None if grid == full else grid)
+        scores = scores.float()
+        if grid != full:
+            scores = F.interpolate(
+                scores.view(B, 1, *grid), size=full, mode='bilinear',
+                align_corners=False).flatten(1)
+        return scores
+
+    @staticmethod
+    def _cls_attention(backbone: nn.Module, inputs: torch.Tensor,
+                       visible: torch.Tensor) -> torch.Tensor:
+        """Last block's CLS-to-patch attention, mean over heads, (B, N).
+
+        Read off the q/k projections of the encoder pass (a forward hook on
+        the last block's ``qkv``), so no extra pass runs.
+        """
+        attn = backbone.layers[-1].attn
+        seen = []
+        handle = attn.qkv.register_forward_hook(
+            lambda m, i, out: seen.append(out))
+        try:
+            backbone(inputs, visible, visible.shape[1])
+        finally:
+            handle.remove()
+        B, L, _ = seen[0].shape
+        qkv = seen[0].float().view(B, L, 3, attn.num_heads, attn.head_dims)
+        q_cls, k = qkv[:, 0, 0], qkv[:, :, 1]  # (B, H, D), (B, L, H, D)
+        logits = torch.einsum('bhd,blhd->bhl', q_cls, k) * attn.head_dims**-.5
+        return logits.softmax(-1)[:, :, 1:].mean(1)
+
+    def extra_repr(self) -> str:
+        return (f'momentum={self.start_momentum} -> {self.end_momentum} over '
+                f'{self.momentum_epochs} epochs, dtype={self.dtype}, '
+                f'input_scale={self.input_scale}, '
+                f'score_source={self.score_source!r}')

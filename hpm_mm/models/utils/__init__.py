@@ -1,3 +1,0 @@
-from .mask_generator import HPMMaskGenerator
-
-__all__ = ['HPMMaskGenerator']

@@ -1,0 +1,190 @@
+"""The mask-generator contract (``BaseMaskGenerator``), checked on every
+generator registered in mmpretrain's MODELS, then each generator's own
+rule."""
+import inspect
+
+import pytest
+import torch
+from mmpretrain.registry import MODELS
+
+import hpm_mm  # noqa: F401
+from hpm_mm.models import (BaseMaskGenerator, BlockwiseMaskGenerator,
+                           HPMMaskGenerator, RandomMaskGenerator)
+
+
+def registered_generators():
+    """Every concrete mask generator in the registry (ours and any a user
+    registers), with a schedule that uses scores where it can."""
+    out = []
+    for name, cls in sorted(MODELS.module_dict.items()):
+        if inspect.isclass(cls) and issubclass(cls, BaseMaskGenerator) \
+                and cls is not BaseMaskGenerator:
+            kwargs = dict(alpha_0=0.25, alpha_T=0.75) if issubclass(
+                cls, HPMMaskGenerator) else {}
+            out.append(pytest.param(cls, kwargs, id=name))
+    return out
+
+
+DEVICES = ['cpu'] + (['cuda'] if torch.cuda.is_available() else [])
+GENERATORS = registered_generators()
+
+
+def test_every_generator_is_covered():
+    names = {p.id for p in GENERATORS}
+    assert {'RandomMaskGenerator', 'HPMMaskGenerator',
+            'AttentionMaskGenerator', 'BlockwiseMaskGenerator'} <= names
+
+
+def _draw(gen, scores, progress, N, B, device):
+    return gen(scores if gen.needs_scores(N, progress) else None, progress,
+               N, B, device)
+
+
+@pytest.mark.parametrize('device', DEVICES)
+@pytest.mark.parametrize('cls,kwargs', GENERATORS)
+@pytest.mark.parametrize('N', [16, 64, 196])
+def test_contract_invariants(cls, kwargs, N, device):
+    """Exact count per row, 0/1 float, on the input's device, seed-
+    deterministic, and top-K inclusion for score-ranked generators."""
+    gen = cls(mask_ratio=0.6, **kwargs)
+    B = 32
+    scores = torch.randn(B, N, device=device)
+    for progress in (0., 0.5, 1.):
+        torch.manual_seed(0)
+        mask = _draw(gen, scores, progress, N, B, device)
+        assert mask.shape == (B, N) and mask.dtype == torch.float32
+        assert mask.device.type == torch.device(device).type
+        assert set(mask.unique().tolist()) <= {0., 1.}
+        assert torch.all(mask.sum(1) == gen.num_masked(N))
+        torch.manual_seed(0)
+        assert torch.equal(mask, _draw(gen, scores, progress, N, B, device))
+        assert all(isinstance(v, float)
+                   for v in gen.log_vars(N, progress).values())
+        if isinstance(gen, HPMMaskGenerator):
+            k = gen.num_hard(N, progress)
+            assert k > 0 and gen.needs_scores(N, progress)
+            top = scores.topk(k, dim=1).indices
+            assert torch.all(mask.gather(1, top) == 1)
+
+
+@pytest.mark.parametrize('cls,kwargs', GENERATORS)
+def test_no_host_synchronisation(cls, kwargs):
+    """On the meta device a tensor has no data: any read back to the host
+    (``.item()``, ``bool(t)``, ``nonzero``) raises, so a generator that runs
+    there never synchronises. On CUDA, the sync debug mode checks the same
+    on the real device."""
+    gen = cls(mask_ratio=0.75, **kwargs)
+    mask = _draw(gen, torch.randn(4, 64, device='meta'), 1., 64, 4, 'meta')
+    assert mask.shape == (4, 64) and mask.device.type == 'meta'
+    if torch.cuda.is_available():
+        scores = torch.randn(4, 64, device='cuda')
+        torch.cuda.set_sync_debug_mode('error')
+        try:
+            _draw(gen, scores, 1., 64, 4, 'cuda')
+        finally:
+            torch.cuda.set_sync_debug_mode('default')
+
+
+@pytest.mark.parametrize('gamma,N,want', [(0.5, 196, 98), (0.75, 196, 147),
+                                          (0.9, 196, 177), (0.5, 64, 32),
+                                          (0.75, 64, 48), (0.9, 64, 58)])
+def test_masked_count_matches_the_authors_and_mmpretrain(gamma, N, want):
+    """N - int(N (1 - gamma)): the authors' code and mmpretrain's MAE."""
+    from mmpretrain.models.selfsup.mae import MAEViT
+    assert BaseMaskGenerator(gamma).num_masked(N) == want
+    vit = MAEViT(arch=dict(embed_dims=8, num_layers=1, num_heads=1,
+                           feedforward_channels=8), img_size=4 * int(N**.5),
+                 patch_size=4, mask_ratio=gamma)
+    x = torch.zeros(1, N, 8)
+    assert int(vit.random_masking(x, gamma)[1].sum()) == want
+
+
+def test_ratios_that_mask_every_patch_are_refused():
+    """N - int(N (1 - gamma)) masks at least one patch for any gamma > 0;
+    a gamma above 1 - 1/N would mask them all."""
+    with pytest.raises(ValueError, match='at least one patch'):
+        RandomMaskGenerator(0.99).check(16)
+    assert RandomMaskGenerator(0.01).num_masked(16) == 1
+    RandomMaskGenerator(0.01).check(16)
+    with pytest.raises(ValueError, match='mask_ratio must be in'):
+        RandomMaskGenerator(0.)
+
+
+@pytest.mark.parametrize('mode', ['argmax', 'argmin'])
+@pytest.mark.parametrize('alpha_0,alpha_T', [(0., .5), (0., 1.), (1., 1.),
+                                             (.5, 0.)])
+def test_contains_top_k_and_k_follows_schedule(mode, alpha_0, alpha_T):
+    N, B = 64, 16
+    gen = HPMMaskGenerator(0.75, alpha_0, alpha_T, mode)
+    num_mask = 48
+    for progress in (0., 0.5, 1.):
+        alpha = alpha_0 + progress * (alpha_T - alpha_0)
+        k = int(alpha * num_mask + 1e-9)
+        assert gen.num_hard(N, progress) == k
+        scores = torch.randn(B, N)
+        mask = gen(scores, progress)
+        if k:
+            top = scores.topk(k, dim=1, largest=mode == 'argmax').indices
+            assert torch.all(mask.gather(1, top) == 1)
+
+
+def test_random_part_is_uniform_and_random_masking_needs_no_scores():
+    gen = HPMMaskGenerator(0.75, 0., 0.)
+    assert not gen.uses_scores
+    mask = gen(None, 0.3, num_patches=16, batch_size=4000, device='cpu')
+    freq = mask.mean(0)
+    assert torch.all((freq - 0.75).abs() < 0.04)
+    # with half the masked patches chosen by score, the rest stay random
+    gen = HPMMaskGenerator(0.5, 0.5, 0.5)
+    scores = torch.arange(16.).repeat(4000, 1)  # patches 12..15 hardest
+    mask = gen(scores, 0.)
+    assert torch.all(mask[:, 12:] == 1)
+    freq = mask[:, :12].mean(0)  # 4 of 12 remaining drawn uniformly
+    assert torch.all((freq - 4 / 12).abs() < 0.04)
+
+
+def test_scores_required_when_k_positive():
+    gen = HPMMaskGenerator(0.75, 1., 1.)
+    with pytest.raises(ValueError, match='no predicted_loss scores'):
+        gen(None, 0., num_patches=16, batch_size=2, device='cpu')
+
+
+@pytest.mark.parametrize('kwargs,match', [
+    (dict(mask_ratio=1.0), 'mask_ratio'),
+    (dict(alpha_T=1.5), 'alpha_T'),
+    (dict(mode='max'), 'mode'),
+])
+def test_bad_arguments(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        HPMMaskGenerator(**kwargs)
+
+
+def _boundary(mask, h):
+    """Edges between a masked and a visible patch, per image."""
+    m = mask.view(mask.shape[0], h, -1)
+    return ((m[:, 1:] != m[:, :-1]).sum((1, 2)) +
+            (m[:, :, 1:] != m[:, :, :-1]).sum((1, 2))).float()
+
+
+def test_blockwise_masks_rectangles():
+    """BEiT-style blocks: far less masked/visible boundary than random
+    masking of the same count, every patch reachable, exact count even when
+    the blocks cannot cover enough (num_blocks=1)."""
+    B, h = 256, 14
+    block = BlockwiseMaskGenerator(0.4)(None, 0., h * h, B)
+    rand = RandomMaskGenerator(0.4)(None, 0., h * h, B)
+    assert _boundary(block, h).mean() < 0.6 * _boundary(rand, h).mean()
+    assert torch.all(block.mean(0) > 0.01)  # no patch is never masked
+    one = BlockwiseMaskGenerator(0.5, num_blocks=1, max_num_patches=4)
+    assert torch.all(one(None, 0., 64, 8).sum(1) == 32)
+    with pytest.raises(ValueError, match='input_size'):
+        BlockwiseMaskGenerator(0.4)(None, 0., 50, 2)
+    wide = BlockwiseMaskGenerator(0.5, input_size=(4, 8))
+    assert torch.all(wide(None, 0., 32, 4).sum(1) == 16)
+
+
+def test_random_generator_is_uniform_and_needs_no_scores():
+    gen = RandomMaskGenerator(0.75)
+    assert not gen.uses_scores and not gen.needs_scores(16, 0.5)
+    freq = gen(None, 0., 16, 4000).mean(0)
+    assert torch.all((freq - 0.75).abs() < 0.04)
