@@ -66,8 +66,9 @@ def merge_args(cfg: Config, args) -> Config:
         cfg.work_dir = osp.join('./work_dirs',
                                 osp.splitext(osp.basename(args.config))[0])
 
-    from hpm_mm.engine import amp_optim_wrapper_cfg
-    if args.amp or cfg.optim_wrapper.get('type') == 'AmpOptimWrapper':
+    from hpm_mm.engine.optimizers.autocast_optim_wrapper import (
+        AMP_TYPES, amp_optim_wrapper_cfg)
+    if args.amp or cfg.optim_wrapper.get('type') in AMP_TYPES:
         # fp16 + dynamic loss scale on CUDA; bf16 autocast on a CPU, where
         # mmengine's AmpOptimWrapper cannot be built
         cfg.optim_wrapper = amp_optim_wrapper_cfg(cfg.optim_wrapper)

@@ -17,8 +17,10 @@ class HPMScheduleHook(Hook):
     ``by_epoch=False`` it is ``iter / max_iters``, updated every iteration.
     Under an iteration-based loop, epochs are counted as
     ``iter // len(train_dataloader)``. The teacher momentum ramp always counts
-    whole epochs. State is derived from the runner each iteration, so resume
-    needs nothing extra.
+    whole epochs. The optimizer steps applied so far (counted by the guarded
+    optimizer wrappers; None for others) go along, so that the EMA teacher
+    moves once per applied step. State is derived from the runner each
+    iteration, so resume needs nothing extra.
 
     Args:
         by_epoch (bool): Step the schedule per epoch. Defaults to True.
@@ -48,5 +50,7 @@ class HPMScheduleHook(Hook):
             progress = epoch / max_epochs
         else:
             progress = runner.iter / max(runner.max_iters, 1)
-        model.set_progress(progress, epoch)
+        model.set_progress(
+            progress, epoch,
+            getattr(runner.optim_wrapper, 'applied_steps', None))
         runner.message_hub.update_scalar('train/hpm_progress', progress)

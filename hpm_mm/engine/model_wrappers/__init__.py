@@ -1,4 +1,3 @@
-from .ddp import HPMDistributedDataParallel
 from .fsdp import HPMFullyShardedDataParallel
 
-__all__ = ['HPMDistributedDataParallel', 'HPMFullyShardedDataParallel']
+__all__ = ['HPMFullyShardedDataParallel']

@@ -8,7 +8,6 @@ from mmengine.model import MMFullyShardedDataParallel
 from mmengine.optim import OptimWrapper
 from mmengine.registry import MODEL_WRAPPERS  # root: every scope finds it
 
-from ..optimizers.nonfinite import guarded_train_step
 
 
 def _fsdp_clip_grad_norm(fsdp: 'HPMFullyShardedDataParallel', params,
@@ -54,7 +53,8 @@ class HPMFullyShardedDataParallel(MMFullyShardedDataParallel):
     - Every rank starts from rank 0's weights, teacher included, as under
       DDP (ranks seeded differently would otherwise shard different
       initialisations); ``sync_module_states=False`` turns this off.
-    - A non-finite loss on any rank skips the step on all ranks.
+    - With the guarded optimizer wrappers, a non-finite loss or gradient
+      shard on any rank skips the step on all ranks.
     - Without CUDA, ``device_id`` becomes the CPU (gloo process group).
 
     Use it through mmengine's ``FlexibleRunner``::
@@ -98,9 +98,7 @@ class HPMFullyShardedDataParallel(MMFullyShardedDataParallel):
 
     def train_step(self, data: dict,
                    optim_wrapper: OptimWrapper) -> Dict[str, torch.Tensor]:
-        """mmengine's FSDP train step with FSDP-wide gradient clipping and
-        the non-finite-loss guard of :func:`update_unless_nonfinite`."""
+        """mmengine's FSDP train step with FSDP-wide gradient clipping."""
         if getattr(optim_wrapper, 'grad_name', None) == 'grad_norm':
             optim_wrapper.clip_func = partial(_fsdp_clip_grad_norm, self)
-        return guarded_train_step(self, self.module, data,
-                                  optim_wrapper)
+        return super().train_step(data, optim_wrapper)

@@ -1,8 +1,9 @@
 from .autocast_optim_wrapper import (AutocastOptimWrapper,
                                      amp_optim_wrapper_cfg)
-from .nonfinite import guarded_train_step, update_unless_nonfinite
+from .guarded_optim_wrapper import (GuardedAmpOptimWrapper,
+                                    GuardedOptimWrapper, NonFiniteGuardMixin)
 
 __all__ = [
-    'AutocastOptimWrapper', 'amp_optim_wrapper_cfg', 'update_unless_nonfinite',
-    'guarded_train_step'
+    'AutocastOptimWrapper', 'amp_optim_wrapper_cfg', 'GuardedOptimWrapper',
+    'GuardedAmpOptimWrapper', 'NonFiniteGuardMixin'
 ]

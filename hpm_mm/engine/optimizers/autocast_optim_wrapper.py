@@ -6,22 +6,25 @@ from mmengine.logging import print_log
 from mmengine.optim import OptimWrapper
 from mmengine.registry import OPTIM_WRAPPERS  # root: every scope finds it
 
+from .guarded_optim_wrapper import NonFiniteGuardMixin
+
 
 @OPTIM_WRAPPERS.register_module()
-class AutocastOptimWrapper(OptimWrapper):
+class AutocastOptimWrapper(NonFiniteGuardMixin, OptimWrapper):
     """Mixed precision by autocast alone, on any device, CPU included.
 
     mmengine's :class:`AmpOptimWrapper` refuses to build without a GPU
     (mmpretrain #1556). bf16 has fp32's exponent range, so it needs no loss
     scaling; this wrapper only runs the forward under ``torch.autocast``.
-    HPM computes its losses in fp32 whatever the autocast.
+    HPM computes its losses in fp32 whatever the autocast. Guarded against
+    non-finite steps like :class:`GuardedOptimWrapper`.
 
     Args:
         dtype (str): ``'bfloat16'`` (default) or ``'float16'`` (GPU only;
             prefer :class:`AmpOptimWrapper` there, which scales the loss).
         device_type (str, optional): ``'cpu'`` or ``'cuda'``. Defaults to
             CUDA when available, else CPU.
-        **kwargs: The arguments of :class:`OptimWrapper`.
+        **kwargs: The arguments of :class:`GuardedOptimWrapper`.
     """
 
     def __init__(self,
@@ -41,13 +44,17 @@ class AutocastOptimWrapper(OptimWrapper):
             yield
 
 
+AMP_TYPES = ('AmpOptimWrapper', 'GuardedAmpOptimWrapper')
+
+
 def amp_optim_wrapper_cfg(optim_wrapper: dict,
                           cuda: bool = None) -> dict:
     """Mixed-precision version of an ``optim_wrapper`` config for this device.
 
-    With CUDA: :class:`AmpOptimWrapper`, fp16 with dynamic loss scale (kept
-    as configured if it already is one). Without: :class:`AutocastOptimWrapper`
-    in bf16, which also replaces an ``AmpOptimWrapper`` from a GPU config.
+    With CUDA: :class:`GuardedAmpOptimWrapper`, fp16 with dynamic loss scale
+    (kept as configured if it already is an AMP wrapper). Without:
+    :class:`AutocastOptimWrapper` in bf16, which also replaces an AMP
+    wrapper from a GPU config. Both keep the non-finite guard.
 
     Args:
         optim_wrapper (dict): The config's ``optim_wrapper``.
@@ -59,13 +66,13 @@ def amp_optim_wrapper_cfg(optim_wrapper: dict,
     cuda = torch.cuda.is_available() if cuda is None else cuda
     cfg = dict(optim_wrapper)
     if cuda:
-        if cfg.get('type') != 'AmpOptimWrapper':
+        if cfg.get('type') not in AMP_TYPES:
             cfg.pop('dtype', None)
-            cfg.update(type='AmpOptimWrapper', loss_scale='dynamic')
+            cfg.update(type='GuardedAmpOptimWrapper', loss_scale='dynamic')
         return cfg
-    if cfg.get('type') == 'AmpOptimWrapper':
+    if cfg.get('type') in AMP_TYPES:
         print_log(
-            'No GPU: AmpOptimWrapper becomes AutocastOptimWrapper (bf16 '
+            f'No GPU: {cfg["type"]} becomes AutocastOptimWrapper (bf16 '
             'autocast on the CPU, no loss scaling).',
             logger='current')
     for key in ('loss_scale', 'use_fsdp'):

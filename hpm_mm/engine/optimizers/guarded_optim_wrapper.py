@@ -1,0 +1,131 @@
+from typing import Dict, List, Optional
+
+import torch
+import torch.distributed as dist
+from mmengine.logging import print_log
+from mmengine.optim import AmpOptimWrapper, OptimWrapper
+from mmengine.registry import OPTIM_WRAPPERS  # root: every scope finds it
+
+
+class NonFiniteGuardMixin:
+    """Skip an optimizer step whose loss or gradients are not finite.
+
+    Mixed into an :class:`OptimWrapper` class, it checks, at every real
+    update (after the backward, before clipping and the optimizer step),
+    whether the loss of this update or any gradient is NaN/inf. One flag is
+    max-reduced over the process group, so every rank takes the same
+    decision: under DDP and FSDP (whose ranks hold different gradient
+    shards) alike. A bad step is skipped: gradients zeroed, weights and
+    optimizer state untouched (so the EMA teacher, which follows the
+    student's weights, is not updated either); with a loss scaler (fp16 AMP)
+    the scaler still lowers its scale. ``train/nonfinite_skipped`` (1 or 0)
+    is logged every update, and each skip as a warning. :attr:`applied_steps`
+    counts the optimizer steps taken (the EMA teacher follows it).
+
+    ``max_consecutive_skips`` skips in a row stop training with one error
+    (the weights never took a bad step, so the last checkpoint is sound):
+    a run that only skips would otherwise go on saving unchanged
+    checkpoints and exit 0.
+
+    Args:
+        skip_nonfinite (bool): Defaults to True. False: the wrapped
+            wrapper's plain behaviour.
+        max_consecutive_skips (int): Defaults to 20 (also well above the
+            few consecutive overflows of a dynamic fp16 loss scale finding
+            its level).
+        **kwargs: The arguments of the wrapped optimizer wrapper.
+    """
+
+    def __init__(self,
+                 *args,
+                 skip_nonfinite: bool = True,
+                 max_consecutive_skips: int = 20,
+                 **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        if max_consecutive_skips < 1:
+            raise ValueError('max_consecutive_skips must be >= 1, got '
+                             f'{max_consecutive_skips}.')
+        self.skip_nonfinite = skip_nonfinite
+        self.max_consecutive_skips = max_consecutive_skips
+        self.consecutive_skips = 0
+        self.skipped_steps = 0
+        self.applied_steps = 0
+        self._bad_loss: Optional[torch.Tensor] = None
+
+    def update_params(self,
+                      loss: torch.Tensor,
+                      step_kwargs: Optional[Dict] = None,
+                      zero_kwargs: Optional[Dict] = None) -> None:
+        if self.skip_nonfinite:  # a device flag, read at the step
+            bad = ~torch.isfinite(loss.detach())
+            self._bad_loss = bad if self._bad_loss is None else \
+                self._bad_loss | bad
+        super().update_params(loss, step_kwargs, zero_kwargs)
+
+    def _grads(self) -> List[torch.Tensor]:
+        return [
+            p.grad for group in self.optimizer.param_groups
+            for p in group['params'] if p.grad is not None
+        ]
+
+    def nonfinite(self) -> bool:
+        """Whether this update's loss or any gradient is NaN/inf, on any
+        rank (one all-reduce of one flag, one read back to the host)."""
+        grads = self._grads()
+        device = grads[0].device if grads else (
+            self._bad_loss.device if self._bad_loss is not None else 'cpu')
+        flag = torch.zeros((), device=device)
+        if grads:
+            norms = torch._foreach_norm(grads)
+            flag = flag + (~torch.isfinite(torch.stack(
+                [n.to(device) for n in norms]))).any()
+        if self._bad_loss is not None:
+            flag = flag + self._bad_loss.to(device)
+        self._bad_loss = None
+        if dist.is_available() and dist.is_initialized() and \
+                dist.get_world_size() > 1:
+            dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        return bool(flag.item() > 0)
+
+    def step(self, **kwargs) -> None:
+        if not self.skip_nonfinite:
+            self.applied_steps += 1
+            return super().step(**kwargs)
+        bad = self.nonfinite()
+        self.message_hub.update_scalar('train/nonfinite_skipped', float(bad))
+        if not bad:
+            self.consecutive_skips = 0
+            self.applied_steps += 1
+            return super().step(**kwargs)
+        self.consecutive_skips += 1
+        self.skipped_steps += 1
+        scaler = getattr(self, 'loss_scaler', None)
+        if scaler is not None and scaler.is_enabled():
+            # let a dynamic loss scale go down, as its own step would
+            scaler.unscale_(self.optimizer)
+            scaler.update(getattr(self, '_scale_update_param', None))
+        print_log(
+            'non-finite loss or gradients: optimizer step skipped on every '
+            f'rank, weights unchanged ({self.consecutive_skips} in a row, '
+            f'{self.skipped_steps} in all)', logger='current', level=30)
+        if self.consecutive_skips >= self.max_consecutive_skips:
+            raise RuntimeError(
+                f'{self.consecutive_skips} optimizer steps in a row had a '
+                'non-finite loss or non-finite gradients; training stopped '
+                '(no bad step was applied: the last checkpoint is sound). '
+                'Fix: lower optimizer.lr or set clip_grad, check the data, '
+                'then resume with --resume (or raise '
+                'optim_wrapper.max_consecutive_skips).')
+
+
+@OPTIM_WRAPPERS.register_module()
+class GuardedOptimWrapper(NonFiniteGuardMixin, OptimWrapper):
+    """mmengine's :class:`OptimWrapper` with the non-finite guard of
+    :class:`NonFiniteGuardMixin` (``skip_nonfinite``,
+    ``max_consecutive_skips``)."""
+
+
+@OPTIM_WRAPPERS.register_module()
+class GuardedAmpOptimWrapper(NonFiniteGuardMixin, AmpOptimWrapper):
+    """mmengine's :class:`AmpOptimWrapper` (CUDA mixed precision with a loss
+    scaler) with the non-finite guard of :class:`NonFiniteGuardMixin`."""

@@ -1,0 +1,111 @@
+"""The non-finite guard of the optimizer wrappers: one depth for every
+model (HPM and mmpretrain's MAE alike) and every wrapper."""
+import pytest
+import torch
+import torch.nn as nn
+from mmengine.logging import MessageHub
+from mmengine.optim import build_optim_wrapper
+
+import hpm_mm  # noqa: F401
+
+
+def _setup(wrapper='GuardedOptimWrapper', **kwargs):
+    torch.manual_seed(0)
+    model = nn.Linear(4, 2)
+    optim = build_optim_wrapper(model, dict(
+        type=wrapper, optimizer=dict(type='AdamW', lr=0.1), **kwargs))
+    return model, optim
+
+
+def _state(model, optim):
+    return ({k: v.clone() for k, v in model.state_dict().items()},
+            {k: {n: t.clone() for n, t in s.items()}
+             for k, s in optim.optimizer.state.items()})
+
+
+def _same(a, b):
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+@pytest.mark.parametrize('wrapper', ['GuardedOptimWrapper',
+                                     'AutocastOptimWrapper'])
+@pytest.mark.parametrize('bad', ['inf_grad', 'nan_loss'])
+def test_bad_step_is_skipped_weights_and_state_untouched(wrapper, bad):
+    model, optim = _setup(wrapper)
+    x = torch.randn(3, 4)
+    optim.update_params(model(x).pow(2).mean())  # one good step: Adam state
+    before = _state(model, optim)
+    hub = MessageHub.get_current_instance()
+    assert hub.get_scalar('train/nonfinite_skipped').current() == 0.
+    if bad == 'inf_grad':  # a finite loss whose gradient overflows
+        handle = model.weight.register_hook(lambda g: g * float('inf'))
+        loss = model(x).pow(2).mean()
+        assert torch.isfinite(loss)
+    else:
+        loss = model(x * float('nan')).sum()
+    optim.update_params(loss)
+    if bad == 'inf_grad':
+        handle.remove()
+    after = _state(model, optim)
+    assert _same(before[0], after[0])
+    assert all(_same(before[1][k], after[1][k]) for k in before[1])
+    assert all(p.grad is None or not p.grad.any() for p in model.parameters())
+    assert hub.get_scalar('train/nonfinite_skipped').current() == 1.
+    assert optim.skipped_steps == 1 and optim.consecutive_skips == 1
+    optim.update_params(model(x).pow(2).mean())  # training goes on
+    assert not _same(before[0], _state(model, optim)[0])
+    assert optim.consecutive_skips == 0
+
+
+def test_consecutive_skips_stop_training_with_one_clear_error():
+    model, optim = _setup(max_consecutive_skips=3)
+    x = torch.randn(3, 4) * float('nan')
+    for _ in range(2):
+        optim.update_params(model(x).sum())
+    with pytest.raises(RuntimeError, match=r'3 optimizer steps in a row.*'
+                       r'lower optimizer.lr'):
+        optim.update_params(model(x).sum())
+
+
+def test_guard_can_be_switched_off():
+    model, optim = _setup(skip_nonfinite=False)
+    optim.update_params(model(torch.randn(3, 4) * float('nan')).sum())
+    assert not torch.isfinite(model.weight).all()
+
+
+def test_gradient_clipping_sees_only_finite_gradients():
+    """The check runs before clipping: a skipped step logs no grad norm."""
+    model, optim = _setup(clip_grad=dict(max_norm=1.0))
+    hub = MessageHub.get_current_instance()
+    optim.update_params(model(torch.randn(3, 4)).sum())
+    norm = hub.get_scalar('train/grad_norm').current()
+    optim.update_params(model(torch.randn(3, 4) * float('nan')).sum())
+    assert hub.get_scalar('train/grad_norm').current() == norm
+
+
+def test_mae_baseline_is_guarded_too():
+    """mmpretrain's own MAE (the baseline configs) through the same wrapper:
+    a NaN batch leaves every weight as it was."""
+    from mmengine.registry import init_default_scope
+    from mmpretrain.registry import MODELS
+    init_default_scope('mmpretrain')
+    model = MODELS.build(dict(
+        type='MAE',
+        backbone=dict(type='MAEViT', arch=dict(
+            embed_dims=32, num_layers=1, num_heads=2,
+            feedforward_channels=64), img_size=16, patch_size=4,
+            patch_cfg=dict(in_channels=1)),
+        neck=dict(type='MAEPretrainDecoder', num_patches=16, patch_size=4,
+                  in_chans=1, embed_dim=32, decoder_embed_dim=16,
+                  decoder_depth=1, decoder_num_heads=2),
+        head=dict(type='MAEPretrainHead', patch_size=4, in_channels=1,
+                  loss=dict(type='PixelReconstructionLoss', criterion='L2')),
+        data_preprocessor=dict(type='SelfSupDataPreprocessor', mean=[0.],
+                               std=[1.])))
+    optim = build_optim_wrapper(model, dict(
+        type='GuardedOptimWrapper', optimizer=dict(type='AdamW', lr=0.1)))
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    model.train_step(dict(inputs=torch.randn(2, 1, 16, 16) * float('nan'),
+                          data_samples=None), optim)
+    assert _same(before, model.state_dict())
+    assert optim.skipped_steps == 1
