@@ -1,6 +1,9 @@
 # Fashion-MNIST (Debian's dataset-fashion-mnist, prepared into data/ by
 # tools/install.sh): 60k train / 10k test real 28x28 grayscale images,
-# resized to 32x32 so a patch-4 ViT sees 8x8 = 64 patches.
+# resized to 32x32 so a patch-4 ViT sees 8x8 = 64 patches. Pretraining sees
+# the first 10k training images per epoch (keeps the 10-epoch easy-to-hard
+# schedule short); its evaluation hooks (kNN, hard-patch grids) are defined
+# here once for every pretraining config on this data.
 dataset_type = 'FashionMNISTSplit'  # split alone picks the files (no leak)
 data_root = 'data/fashion_mnist/'
 data_preprocessor = dict(
@@ -27,4 +30,45 @@ train_dataloader = dict(
         type=dataset_type,
         data_root=data_root,
         split='train',
+        indices=10000,
         pipeline=train_pipeline))
+
+# evaluation: DINO-style kNN (T = 0.07, k in 10/20/100/200) of the student
+# encoder after training (~2.5 min on 2 cores; for periodic evaluation every
+# N epochs set the hook's interval=N); memory bank = the 60k training
+# images, evaluated = the 10k test images (FashionMNISTSplit).
+knn_pipeline = [
+    dict(type='Resize', scale=32, backend='pillow', interpolation='bicubic'),
+    dict(type='PackInputs')
+]
+knn_loader = dict(
+    batch_size=500,
+    num_workers=2,
+    persistent_workers=False,
+    sampler=dict(type='DefaultSampler', shuffle=False),
+    collate_fn=dict(type='default_collate'))
+knn_hook = dict(
+    type='KNNEvalHook',
+    interval=0,
+    train_dataloader=dict(
+        **knn_loader,
+        dataset=dict(
+            type=dataset_type,
+            data_root=data_root,
+            split='train',
+            pipeline=knn_pipeline)),
+    val_dataloader=dict(
+        **knn_loader,
+        dataset=dict(
+            type=dataset_type,
+            data_root=data_root,
+            split='test',
+            pipeline=knn_pipeline)))
+# after training: hard-patch grids of 4 test images into work_dir/hard_patches
+# and the teacher's Spearman correlation (predicted vs true per-patch loss)
+vis_hook = dict(
+    type='HardPatchVisHook',
+    interval=0,
+    num_images=4,
+    num_masks=8,
+    dataloader=knn_hook['val_dataloader'])

@@ -15,7 +15,7 @@ model = dict(
         decoder_depth=8,
         decoder_num_heads=16,
         mlp_ratio=4.,
-        predictor_depth=8,  # None = same as the reconstructor
+        predictor_depth=None,  # None: as deep as the reconstructor (8)
     ),
     head=dict(
         type='HPMPretrainHead',
@@ -30,9 +30,13 @@ model = dict(
         alpha_T=0.5,
         mode='argmax'),
     # EMA teacher: momentum 1e-3 -> 1e-4 (decay 0.999 -> 0.9999) over 100 ep.
-    teacher_momentum=1e-3,
-    teacher_end_momentum=1e-4,
-    teacher_momentum_epochs=100,
+    teacher=dict(
+        type='EMATeacher',
+        momentum=1e-3,
+        end_momentum=1e-4,
+        momentum_epochs=100,
+        dtype=None,  # None: the step's precision (AMP autocast when on)
+        input_scale=1.0),  # fraction of the patch grid the teacher sees
     init_cfg=[
         dict(type='Xavier', layer='Linear', distribution='uniform'),
         dict(type='Constant', layer='LayerNorm', val=1.0, bias=0.0)
@@ -41,10 +45,7 @@ model = dict(
 # alpha_t = alpha_0 + t / T * (alpha_T - alpha_0), t = epoch (see the hook)
 custom_hooks = [dict(type='HPMScheduleHook', by_epoch=True)]
 
-# Under DDP, mmengine runs the wrapper's train step, not HPM.train_step:
-# this wrapper keeps HPM's guard (a non-finite loss on any rank skips the
-# step on every rank).
 model_wrapper_cfg = dict(
-    type='HPMDistributedDataParallel',
+    type='MMDistributedDataParallel',
     broadcast_buffers=False,
     find_unused_parameters=False)

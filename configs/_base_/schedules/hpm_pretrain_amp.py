@@ -1,8 +1,9 @@
 # Paper Tab. S1: AdamW (0.9, 0.95), wd 0.05, lr = 1.5e-4 * batch / 256,
 # batch 4096, cosine decay; gradient clipping at 5.0 as in the authors' code;
-# fp16 autocast with dynamic loss scaling (as the authors on GPU).
+# fp16 autocast with dynamic loss scaling (as the authors on GPU); a step
+# with a non-finite loss or gradients is skipped on every rank.
 optim_wrapper = dict(
-    type='AmpOptimWrapper',
+    type='GuardedAmpOptimWrapper',
     loss_scale='dynamic',
     clip_grad=dict(max_norm=5.0),
     optimizer=dict(

@@ -7,4 +7,6 @@
 #   --cfg-options model.backbone.init_cfg.checkpoint=work_dirs/.../epoch_200.pth
 _base_ = 'mmpretrain::mae/benchmarks/vit-base-p16_8xb128-coslr-100e_in1k.py'
 
-optim_wrapper = dict(paramwise_cfg=dict(layer_decay_rate=0.8))
+optim_wrapper = dict(
+    type='GuardedAmpOptimWrapper',  # skips non-finite steps
+    paramwise_cfg=dict(layer_decay_rate=0.8))

@@ -16,7 +16,7 @@ model = dict(
 # optimizer
 optim_wrapper = dict(
     _delete_=True,
-    type='AmpOptimWrapper',
+    type='GuardedAmpOptimWrapper',
     optimizer=dict(type='SGD', lr=1e-3 * 4096 / 256, momentum=0.9,
                    weight_decay=0.0))
 

@@ -10,7 +10,7 @@ _base_ = [
 # optimizer
 optim_wrapper = dict(
     _delete_=True,
-    type='AmpOptimWrapper',
+    type='GuardedAmpOptimWrapper',
     constructor='LayerDecayOptimWrapperConstructor',
     paramwise_cfg=dict(num_layers=12, layer_decay_rate=0.7),
     optimizer=dict(

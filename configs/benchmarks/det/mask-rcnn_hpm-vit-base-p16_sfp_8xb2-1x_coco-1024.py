@@ -42,7 +42,7 @@ test_dataloader = val_dataloader
 # optimizer
 optim_wrapper = dict(
     _delete_=True,
-    type='AmpOptimWrapper',
+    type='GuardedAmpOptimWrapper',
     constructor='LayerDecayOptimWrapperConstructor',
     paramwise_cfg=dict(num_layers=12, layer_decay_rate=0.7),
     optimizer=dict(

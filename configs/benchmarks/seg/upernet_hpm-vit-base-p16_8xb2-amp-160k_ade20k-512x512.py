@@ -2,7 +2,8 @@
 # recipe unchanged: 512x512, 16 images per iteration (8 GPUs x 2), AdamW
 # lr 1e-4, wd 0.05, layer decay 0.65, poly schedule with 1500 warmup
 # iterations, 160k iterations. mmseg's recipe asks for fp16 with an old-style
-# key that mmengine ignores; AmpOptimWrapper here really enables it.
+# key that mmengine ignores; an AMP wrapper here really enables it (with the
+# non-finite guard: GuardedAmpOptimWrapper).
 #
 # Pretrained weights: convert an HPM checkpoint first,
 #   python tools/model_converters/hpm2backbone.py work_dirs/.../epoch_200.pth \
@@ -14,4 +15,4 @@ _base_ = 'mmseg::mae/mae-base_upernet_8xb2-amp-160k_ade20k-512x512.py'
 model = dict(
     pretrained='pretrain/hpm_vit-base-p16_mmseg.pth',
     backbone=dict(norm_cfg=dict(type='LN', eps=1e-6)))
-optim_wrapper = dict(type='AmpOptimWrapper', loss_scale='dynamic')
+optim_wrapper = dict(type='GuardedAmpOptimWrapper', loss_scale='dynamic')

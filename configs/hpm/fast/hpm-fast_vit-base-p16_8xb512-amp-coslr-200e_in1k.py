@@ -7,4 +7,4 @@
 # AMP dtype like the rest of the step, and is skipped while K = 0.
 _base_ = '../hpm_vit-base-p16_8xb512-amp-coslr-200e_in1k.py'
 
-model = dict(neck=dict(predictor_depth=2), teacher_input_scale=0.5)
+model = dict(neck=dict(predictor_depth=2), teacher=dict(input_scale=0.5))

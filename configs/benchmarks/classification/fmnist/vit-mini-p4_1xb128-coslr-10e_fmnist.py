@@ -25,7 +25,7 @@ model = dict(
 # optimizer: lr 5e-4 x 128/256 x 4 (short schedule), layer decay 0.8
 optim_wrapper = dict(
     _delete_=True,
-    type='OptimWrapper',
+    type='GuardedOptimWrapper',
     optimizer=dict(
         type='AdamW', lr=1e-3, weight_decay=0.05, betas=(0.9, 0.999)),
     constructor='LearningRateDecayOptimWrapperConstructor',

@@ -6,35 +6,38 @@
 custom_imports = dict(imports=['hpm_mm'], allow_failed_imports=False)
 _base_ = [
     '../../../_base_/datasets/fashion_mnist_cls.py',
+    '../../../_base_/models/vit-mini-p4.py',
     'mmpretrain::_base_/default_runtime.py',
 ]
 
-# model
+# model: the pretrained mini ViT, frozen
 model = dict(
     type='ImageClassifier',
     backbone=dict(
         type='VisionTransformer',
-        arch=dict(
-            embed_dims=192, num_layers=4, num_heads=3,
-            feedforward_channels=768),
-        img_size=32,
-        patch_size=4,
-        in_channels=1,
+        arch={{_base_.vit_mini.arch}},
+        img_size={{_base_.vit_mini.img_size}},
+        patch_size={{_base_.vit_mini.patch_size}},
+        in_channels={{_base_.vit_mini.in_channels}},
         frozen_stages=4,
         out_type='avg_featmap',
         final_norm=True,
         init_cfg=dict(type='Pretrained', checkpoint='', prefix='backbone.')),
-    neck=dict(type='ClsBatchNormNeck', input_features=192, affine=False),
+    neck=dict(
+        type='ClsBatchNormNeck',
+        input_features={{_base_.vit_mini.arch.embed_dims}},
+        affine=False),
     head=dict(
         type='LinearClsHead',
         num_classes=10,
-        in_channels=192,
+        in_channels={{_base_.vit_mini.arch.embed_dims}},
         loss=dict(type='CrossEntropyLoss'),
         init_cfg=[dict(type='TruncNormal', layer='Linear', std=0.01)]))
 
 # optimizer: lr 1e-3 x 256/256 is the paper's base; a 10-epoch probe of a
 # tiny model needs a larger one
 optim_wrapper = dict(
+    type='GuardedOptimWrapper',
     optimizer=dict(type='SGD', lr=0.1, momentum=0.9, weight_decay=0.0))
 
 # schedule
