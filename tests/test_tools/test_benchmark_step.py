@@ -36,5 +36,24 @@ def test_benchmark_runs_tiny(capsys):
     assert '| ViT-T |' in out and 'teacher_half_res |' in out
     assert set(res['t']['fast']) == {'teacher_half_res', 'alpha0_no_teacher'}
     assert res['t']['hpm']['step'] > 0 and res['t']['mae']['step'] > 0
+    # the sections of the real modules were timed, every step of them
+    hpm = res['t']['hpm']
+    assert all(hpm[k] > 0 for k in ('teacher', 'mask', 'student_fwd',
+                                    'losses'))
+    assert hpm['teacher'] + hpm['mask'] + hpm['student_fwd'] + \
+        hpm['losses'] + hpm['rest'] == pytest.approx(hpm['step'], rel=0.5)
     assert res['t']['fast']['teacher_half_res']['flop_ratio'] < \
         res['t']['flop_ratio']
+
+
+def test_benchmark_builds_from_the_configs():
+    """The timed models are the configs' (mmpretrain's own MAE, hpm_mm's
+    HPM) at the requested ViT size, with the fast settings applied."""
+    mae, hpm = bench.model_cfgs('s', 64, {'teacher.input_scale': 0.5,
+                                          'neck.predictor_depth': 2})
+    assert mae['type'] == 'MAE' and mae['backbone']['type'] == 'MAEViT'
+    assert hpm['type'] == 'HPM' and hpm['teacher']['input_scale'] == 0.5
+    assert hpm['neck']['predictor_depth'] == 2
+    for cfg in (mae, hpm):
+        assert cfg['backbone']['arch']['embed_dims'] == 384
+        assert cfg['neck']['num_patches'] == 16

@@ -2,30 +2,41 @@
 
     python tools/analysis_tools/benchmark_step.py [--archs t s b] \
         [--batch 8] [--iters 5] [--img-size 224] [--device cpu|cuda] \
-        [--amp] [--out bench.json]
+        [--amp [bf16|fp16]] [--out bench.json]
 
-For each ViT size, the same encoder / decoder shapes (MAE's recipe: patch
-16, decoder 8 x 512-d; HPM adds an equal loss-predictor trunk and the EMA
-teacher) are built as mmpretrain ``MAE`` and as ``HPM`` (alpha = 0.5, so the
-teacher runs), and timed over the same batch: forward + backward + AdamW
-step, median of ``--iters`` after a warm-up. HPM's step is broken down into
-teacher update + pass, mask generation, student forward + backward + step
-and losses (each the median over steps). Peak memory is reported on CUDA
-only. The printed ratio HPM/MAE stands next to the FLOP model's
-ratio (multiply-accumulates: forward x3 for trained parts, forward only for
-the teacher). Fast settings are timed too, each with its own FLOP-model
-ratio: teacher in bf16, a lighter predictor (2 blocks), a half-resolution
-teacher (``teacher_input_scale=0.5``), the last two combined, and alpha = 0
-(teacher skipped).
+For each ViT size the models are built from the configs, with the ViT's
+width and depth set per ``--archs`` (the decoders stay MAE's 8 x 512-d):
+mmpretrain's own MAE from ``mmpretrain::_base_/models/mae_vit-base-p16.py``
+and HPM from ``configs/_base_/models/hpm_vit-base-p16.py`` (alpha 0.5 ->
+0.5, so the teacher runs every step). Each step is the model's own
+``train_step`` (data preprocessor, ``loss``, backward, AdamW step through an
+optimizer wrapper), timed over the same batch: median of ``--iters`` steps
+after a warm-up, CUDA synchronised around each. A second set of steps times
+the sections of HPM's step on the real modules, through forward hooks and
+method wrappers: the teacher (EMA update + scoring pass), the mask
+generator, the student forward (backbone + neck), the losses (head) and the
+rest (backward, optimizer step, preprocessing). Peak memory
+(``torch.cuda.max_memory_allocated``) is reported on CUDA only. The printed
+ratio HPM/MAE stands next to the FLOP model's ratio (multiply-accumulates:
+forward x3 for trained parts, forward only for the teacher). Fast settings
+are timed too, each a config override with its own FLOP-model ratio: teacher
+in bf16, a lighter predictor (2 blocks), a half-resolution teacher
+(``teacher.input_scale=0.5``), the last two combined, and alpha = 0
+(no teacher).
 """
 import argparse
+import copy
 import json
+import os.path as osp
 import statistics
 import time
 from contextlib import contextmanager
 
 import torch
 
+REPO = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
+HPM_CFG = osp.join(REPO, 'configs', '_base_', 'models', 'hpm_vit-base-p16.py')
+MAE_CFG = 'mmpretrain::_base_/models/mae_vit-base-p16.py'
 ARCHS = {  # name: (embed_dims, depth, heads)
     't': (192, 12, 3),
     's': (384, 12, 6),
@@ -68,23 +79,19 @@ def flop_model(dim, depth, num_patches, mask_ratio=0.75, dec_dim=512,
     return mae, hpm
 
 
-# name: (HPM config overrides, FLOP-model arguments)
+# name: (HPM model config overrides (dotted keys), FLOP-model arguments)
 FAST = {
-    'teacher_bf16': (dict(teacher_dtype='bfloat16'), {}),
-    'predictor_2blocks': (dict(pred_depth=2), dict(pred_depth=2)),
-    'teacher_half_res': (dict(teacher_input_scale=0.5),
+    'teacher_bf16': ({'teacher.dtype': 'bfloat16'}, {}),
+    'predictor_2blocks': ({'neck.predictor_depth': 2}, dict(pred_depth=2)),
+    'teacher_half_res': ({'teacher.input_scale': 0.5},
                          dict(teacher_scale=0.5)),
-    'teacher_half_res+2blocks': (dict(pred_depth=2, teacher_input_scale=0.5),
+    'teacher_half_res+2blocks': ({'neck.predictor_depth': 2,
+                                  'teacher.input_scale': 0.5},
                                  dict(pred_depth=2, teacher_scale=0.5)),
-    'alpha0_no_teacher': (dict(alpha=0.), dict(teacher=False)),
+    'alpha0_no_teacher': ({'mask_generator.alpha_0': 0.,
+                           'mask_generator.alpha_T': 0.},
+                          dict(teacher=False)),
 }
-
-
-def fast_cfg(arch, img_size, pred_depth=8, alpha=0.5, **model):
-    cfg = model_cfgs(arch, img_size, pred_depth=pred_depth)[1]
-    cfg['mask_generator'].update(alpha_0=alpha, alpha_T=alpha)
-    cfg.update(model)
-    return cfg
 
 
 def fast_flops(arch, img_size, pred_depth=8, teacher_scale=1., teacher=True):
@@ -95,35 +102,31 @@ def fast_flops(arch, img_size, pred_depth=8, teacher_scale=1., teacher=True):
                       teacher_patches=t_side**2, teacher=teacher)
 
 
-def model_cfgs(arch, img_size, pred_depth=8, pred_dim=None):
+def model_cfgs(arch, img_size, overrides=None):
+    """(MAE, HPM) model configs from the configs, at this ViT size."""
+    from mmengine.config import Config
+    from mmengine.hub import get_config  # resolves mmpretrain::
     dim, depth, heads = ARCHS[arch]
-    n = (img_size // 16)**2
-    backbone = dict(arch=dict(embed_dims=dim, num_layers=depth,
-                              num_heads=heads, feedforward_channels=4 * dim),
-                    img_size=img_size, patch_size=16)
-    neck = dict(num_patches=n, patch_size=16, in_chans=3, embed_dim=dim,
-                decoder_embed_dim=512, decoder_depth=8,
-                decoder_num_heads=16, mlp_ratio=4.)
+    vit = dict(arch=dict(embed_dims=dim, num_layers=depth, num_heads=heads,
+                         feedforward_channels=4 * dim),
+               img_size=img_size, patch_size=16)
+    neck = dict(num_patches=(img_size // 16)**2, embed_dim=dim)
     pre = dict(type='SelfSupDataPreprocessor', mean=[123.675, 116.28, 103.53],
                std=[58.395, 57.12, 57.375], to_rgb=True)
-    mae = dict(type='MAE', backbone=dict(type='MAEViT', mask_ratio=0.75,
-                                         **backbone),
-               neck=dict(type='MAEPretrainDecoder', **neck),
-               head=dict(type='MAEPretrainHead', norm_pix=False,
-                         patch_size=16,
-                         loss=dict(type='PixelReconstructionLoss',
-                                   criterion='L2')),
-               data_preprocessor=pre)
-    hpm = dict(type='HPM', backbone=dict(type='HPMViT', **backbone),
-               neck=dict(type='HPMPretrainDecoder', predictor_depth=pred_depth,
-                         predictor_embed_dim=pred_dim,
-                         predictor_num_heads=8 if pred_dim else None,
-                         **neck),
-               head=dict(type='HPMPretrainHead', patch_size=16),
-               mask_generator=dict(type='HPMMaskGenerator', alpha_0=0.5,
-                                   alpha_T=0.5),
-               data_preprocessor=pre)
-    return mae, hpm
+    mae, hpm = get_config(MAE_CFG).model, Config.fromfile(HPM_CFG).model
+    for cfg in (mae, hpm):
+        cfg.backbone.update(vit)
+        cfg.neck.update(neck)
+        cfg.data_preprocessor = pre
+    mae.head.norm_pix = False  # HPM's targets
+    hpm.mask_generator.update(alpha_0=0.5, alpha_T=0.5)
+    for key, value in (overrides or {}).items():
+        *parents, leaf = key.split('.')
+        node = hpm
+        for k in parents:
+            node = node[k]
+        node[leaf] = value
+    return mae.to_dict(), hpm.to_dict()
 
 
 class Timer:
@@ -145,38 +148,49 @@ class Timer:
         self.sync()
         self.times.setdefault(name, []).append(time.perf_counter() - t)
 
+    def wrap(self, obj, method, name):
+        """Time every call of ``obj.method`` (an instance attribute that
+        shadows the method; ``unwrap`` removes it)."""
+        original = getattr(obj, method)
 
-def step_fn(model, optim, x, amp, timer=None, breakdown=False):
-    ctx = torch.autocast(x.device.type, dtype=torch.bfloat16, enabled=amp)
-    if not breakdown:
-        with ctx:
-            losses = model.loss(x, [])
-        loss = sum(v for k, v in losses.items() if 'loss' in k)
-        loss.backward()
-        optim.step()
-        optim.zero_grad(set_to_none=True)
-        return
-    # HPM, section by section (same work as HPM.loss + backward + step)
-    gen, N, B = model.mask_generator, model.backbone.num_patches, x.shape[0]
-    with ctx:
-        with timer.section('teacher'):
-            model._update_teacher()
-            scores = model.teacher_scores(x)
-        with timer.section('mask'):
-            mask = gen(scores, model.progress)
-        with timer.section('student_fwd'):
-            latent, ids = model.backbone(x, mask, N - gen.num_masked(N))
-            pred, pred_scores = model.neck(latent, ids)
-        with timer.section('losses'):
-            losses = model.head.loss(pred, pred_scores, x, mask)
-    with timer.section('student_bwd'):
-        (losses['loss_rec'] + losses['loss_pred']).backward()
-        optim.step()
-        optim.zero_grad(set_to_none=True)
-    del B
+        def timed(*args, **kwargs):
+            with self.section(name):
+                return original(*args, **kwargs)
+
+        setattr(obj, method, timed)
+        return lambda: delattr(obj, method)
 
 
-def measure(cfg, x, iters, amp, breakdown=False):
+def sections(model, timer):
+    """Time HPM's (or MAE's) real modules; returns the undo callables."""
+    undo = []
+    student = [('backbone', model.backbone), ('neck', model.neck)]
+    for name, module in student:
+        undo.append(timer.wrap(module, 'forward', 'student_fwd'))
+    undo.append(timer.wrap(model.head, 'loss', 'losses'))
+    if getattr(model, 'mask_generator', None) is not None:
+        undo.append(timer.wrap(model.mask_generator, 'forward', 'mask'))
+    if getattr(model, 'teacher', None) is not None:
+        undo.append(timer.wrap(model.teacher, 'update', 'teacher'))
+        undo.append(timer.wrap(model.teacher, 'forward', 'teacher'))
+    return undo
+
+
+def optim_wrapper(model, amp):
+    """AdamW through the optimizer wrapper the configs use."""
+    from mmengine.optim import build_optim_wrapper
+    cfg = dict(type='GuardedOptimWrapper',
+               optimizer=dict(type='AdamW', lr=1e-4, betas=(0.9, 0.95)))
+    if amp == 'bf16':
+        cfg.update(type='AutocastOptimWrapper', dtype='bfloat16')
+    elif amp == 'fp16':
+        cfg.update(type='GuardedAmpOptimWrapper', dtype='float16',
+                   loss_scale='dynamic')
+    return build_optim_wrapper(model, cfg)
+
+
+def measure(cfg, x, iters, amp=None, breakdown=False):
+    """Median step time (and sections, peak memory) of one model."""
     from mmpretrain.registry import MODELS
     torch.manual_seed(0)
     model = MODELS.build(cfg).to(x.device)
@@ -184,25 +198,29 @@ def measure(cfg, x, iters, amp, breakdown=False):
     model.train()
     if hasattr(model, 'set_progress'):
         model.set_progress(1.0)
-    optim = torch.optim.AdamW(
-        [p for p in model.parameters() if p.requires_grad], lr=1e-4)
+    optim = optim_wrapper(model, amp)
+    data = dict(inputs=x, data_samples=None)
     timer = Timer(x.device)
-    step_fn(model, optim, x, amp)  # warm-up
+    model.train_step(copy.copy(data), optim)  # warm-up
     if x.device.type == 'cuda':
         torch.cuda.reset_peak_memory_stats()
-    times = []
     for _ in range(iters):
         with timer.section('step'):
-            step_fn(model, optim, x, amp, timer, breakdown)
-        times.append(timer.times['step'][-1])
-    out = dict(step=statistics.median(times))
-    for k, v in timer.times.items():
-        if k != 'step':
-            out[k] = statistics.median(v)
-    if 'student_fwd' in out:
-        out['student'] = out.pop('student_fwd') + out.pop('student_bwd')
+            model.train_step(copy.copy(data), optim)
+    out = dict(step=statistics.median(timer.times.pop('step')))
     if x.device.type == 'cuda':
         out['peak_mem_gib'] = torch.cuda.max_memory_allocated() / 2**30
+    if breakdown:
+        undo = sections(model, timer)
+        for _ in range(iters):
+            with timer.section('timed_step'):
+                model.train_step(copy.copy(data), optim)
+        for u in undo:
+            u()
+        steps = timer.times.pop('timed_step')
+        per_step = {k: sum(v) / len(steps) for k, v in timer.times.items()}
+        per_step['rest'] = statistics.median(steps) - sum(per_step.values())
+        out.update(per_step)
     del model, optim
     return out
 
@@ -215,7 +233,11 @@ def main(argv=None):
     parser.add_argument('--iters', type=int, default=5)
     parser.add_argument('--img-size', type=int, default=224)
     parser.add_argument('--device', default=None)
-    parser.add_argument('--amp', action='store_true', help='bf16 autocast')
+    parser.add_argument('--amp', nargs='?', const='bf16',
+                        choices=['bf16', 'fp16'],
+                        help='mixed precision: bf16 autocast (default with '
+                        'no value; any device) or fp16 with a dynamic loss '
+                        'scale (CUDA)')
     parser.add_argument('--no-fast', action='store_true',
                         help='skip the fast settings')
     parser.add_argument('--fast', nargs='+', default=list(FAST),
@@ -234,7 +256,7 @@ def main(argv=None):
     dev_name = torch.cuda.get_device_name(device) if device.type == 'cuda' \
         else f'CPU ({torch.get_num_threads()} threads)'
     print(f'device: {dev_name}; batch {args.batch}; {args.img_size}px; '
-          f"{'bf16 autocast' if args.amp else 'fp32'}; median of "
+          f"{args.amp + ' autocast' if args.amp else 'fp32'}; median of "
           f'{args.iters} steps')
     rows, results, fast_rows = [], {}, {}
     for arch in args.archs:
@@ -253,7 +275,7 @@ def main(argv=None):
             for name, (overrides, flop_args) in FAST.items():
                 if name not in args.fast:
                     continue
-                t = measure(fast_cfg(arch, args.img_size, **overrides), x,
+                t = measure(model_cfgs(arch, args.img_size, overrides)[1], x,
                             args.iters, args.amp)
                 f_m, f_h = fast_flops(arch, args.img_size, **flop_args)
                 res['fast'][name] = dict(ratio=t['step'] / mae['step'],
@@ -265,11 +287,16 @@ def main(argv=None):
             f"| ViT-{arch.upper()} | {mae['step']:.3f} | {hpm['step']:.3f} | "
             f"**{hpm['step'] / mae['step']:.2f}x** | "
             f"{res['flop_ratio']:.2f}x | {hpm['teacher']:.3f} | "
-            f"{hpm['mask'] * 1e3:.1f} ms | {hpm['student']:.3f} | "
-            f"{hpm['losses'] * 1e3:.1f} ms | {100 * overhead:.1f}% |")
+            f"{hpm['mask'] * 1e3:.1f} ms | {hpm['student_fwd']:.3f} | "
+            f"{hpm['losses'] * 1e3:.1f} ms | {hpm['rest']:.3f} | "
+            f"{100 * overhead:.1f}% |"
+            + (f" {mae['peak_mem_gib']:.2f} / {hpm['peak_mem_gib']:.2f} |"
+               if 'peak_mem_gib' in hpm else ''))
     header = ('| model | MAE step (s) | HPM step (s) | HPM/MAE | FLOP model '
-              '| teacher (s) | mask gen | student fwd+bwd+step (s) | losses '
-              '| mask+loss share |')
+              '| teacher (s) | mask gen | student fwd (s) | losses '
+              '| bwd+step+rest (s) | mask+loss share |' +
+              (' peak mem MAE / HPM (GiB) |' if device.type == 'cuda'
+               else ''))
     print(header)
     print('|' + '---|' * (header.count('|') - 1))
     print('\n'.join(rows))
