@@ -4,14 +4,15 @@ from typing import Optional
 
 import numpy as np
 from mmengine.dataset import default_collate
-from mmengine.hooks import Hook
 from mmengine.runner import Runner
 from mmpretrain.registry import HOOKS
 from mmpretrain.utils import get_ori_model
 
+from .eval_hook_base import AfterCheckpointEvalHook
+
 
 @HOOKS.register_module()
-class HardPatchVisHook(Hook):
+class HardPatchVisHook(AfterCheckpointEvalHook):
     """Save hard-patch grids of fixed images and log the predictor's
     Spearman correlation during training.
 
@@ -29,26 +30,27 @@ class HardPatchVisHook(Hook):
             to 4.
         interval (int): Defaults to 1.
         by_epoch (bool): Count ``interval`` in epochs. Defaults to True.
-        alpha (float, optional): alpha of the drawn mask; defaults to the
-            model's current alpha.
+        progress (float, optional): Training progress t/T at which the
+            model's mask generator draws the mask; defaults to the model's
+            current progress.
         num_masks (int): Random masks averaged for the true loss.
             Defaults to 4.
     """
 
-    priority = 'LOW'
+    rerun_tool = 'tools/analysis_tools/visualize_hard_patches.py'
 
     def __init__(self,
                  dataloader: dict,
                  num_images: int = 4,
                  interval: int = 1,
                  by_epoch: bool = True,
-                 alpha: Optional[float] = None,
+                 progress: Optional[float] = None,
                  num_masks: int = 4) -> None:
         self.dataloader_cfg = dataloader
         self.num_images = num_images
         self.interval = interval
         self.by_epoch = by_epoch
-        self.alpha = alpha
+        self.progress = progress
         self.num_masks = num_masks
         self._samples = None
 
@@ -69,15 +71,16 @@ class HardPatchVisHook(Hook):
         model = get_ori_model(runner.model)
         inputs = model.data_preprocessor(self._batch(runner),
                                          False)['inputs']
-        alpha = self.alpha if self.alpha is not None else \
-            model.mask_generator.alpha(model.progress)
-        result = analyze_hard_patches(model, inputs, alpha, self.num_masks)
+        progress = model.progress if self.progress is None else \
+            self.progress
+        result = analyze_hard_patches(model, inputs, progress,
+                                      self.num_masks)
         out_dir = osp.join(runner.work_dir, 'hard_patches')
         os.makedirs(out_dir, exist_ok=True)
         pre = model.data_preprocessor
         mean, std = pre.mean.view(-1).tolist(), pre.std.view(-1).tolist()
         for i in range(inputs.shape[0]):
-            rgb = draw_hard_patches(result, inputs, i, mean, std, alpha,
+            rgb = draw_hard_patches(result, inputs, i, mean, std,
                                     osp.join(out_dir, f'{tag}_img{i}.png'))
             runner.visualizer.add_image(f'hard_patches_img{i}', rgb,
                                         step=runner.iter)
@@ -94,7 +97,8 @@ class HardPatchVisHook(Hook):
         if self.by_epoch and (done >= runner.max_epochs or
                               (self.interval > 0
                                and done % self.interval == 0)):
-            self.visualize(runner, f'epoch_{done}')
+            self.run_evaluation(runner, self.visualize, runner,
+                                f'epoch_{done}')
 
     def after_train_iter(self, runner, batch_idx, data_batch=None,
                          outputs=None) -> None:
@@ -102,4 +106,5 @@ class HardPatchVisHook(Hook):
         if not self.by_epoch and (done >= runner.max_iters or
                                   (self.interval > 0
                                    and done % self.interval == 0)):
-            self.visualize(runner, f'iter_{done}')
+            self.run_evaluation(runner, self.visualize, runner,
+                                f'iter_{done}')

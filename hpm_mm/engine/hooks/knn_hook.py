@@ -3,16 +3,16 @@ from typing import Optional, Sequence
 
 from mmengine.dist import is_main_process
 from mmengine.fileio import dump
-from mmengine.hooks import Hook
 from mmengine.runner import Runner
 from mmpretrain.registry import HOOKS
 from mmpretrain.utils import get_ori_model
 
 from hpm_mm.evaluation import extract_features, knn_classify
+from .eval_hook_base import AfterCheckpointEvalHook
 
 
 @HOOKS.register_module()
-class KNNEvalHook(Hook):
+class KNNEvalHook(AfterCheckpointEvalHook):
     """Periodic DINO-style kNN evaluation of the encoder during pretraining.
 
     Every ``interval`` epochs (or iterations) and after the last one, pooled
@@ -22,7 +22,8 @@ class KNNEvalHook(Hook):
     ``knn/top1_best``) through the message hub, the logger and the
     visualizer backends, and written to ``{work_dir}/knn.json``.
     ``tools/analysis_tools/knn_eval.py`` reads the same hook config, so the
-    tool and the hook always evaluate alike.
+    tool and the hook always evaluate alike. It runs after the epoch's
+    checkpoint is saved (:class:`AfterCheckpointEvalHook`).
 
     Args:
         train_dataloader (dict): Dataloader config of the memory bank.
@@ -34,7 +35,7 @@ class KNNEvalHook(Hook):
         temperature (float): Defaults to 0.07.
     """
 
-    priority = 'LOW'
+    rerun_tool = 'tools/analysis_tools/knn_eval.py'
 
     def __init__(self,
                  train_dataloader: dict,
@@ -88,10 +89,10 @@ class KNNEvalHook(Hook):
         done = runner.epoch + 1  # the loop increments epoch after this hook
         if self.by_epoch and self._due(runner, done,
                                        done >= runner.max_epochs):
-            self.evaluate(runner)
+            self.run_evaluation(runner, self.evaluate, runner)
 
     def after_train_iter(self, runner, batch_idx, data_batch=None,
                          outputs=None) -> None:
         if not self.by_epoch and self._due(
                 runner, runner.iter + 1, runner.iter + 1 >= runner.max_iters):
-            self.evaluate(runner)
+            self.run_evaluation(runner, self.evaluate, runner)
