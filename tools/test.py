@@ -1,7 +1,14 @@
 """Evaluate a checkpoint with the config's test loop.
 
     python tools/test.py CONFIG CHECKPOINT [--work-dir DIR] [--out FILE]
-                         [--cfg-options k=v ...] [--launcher pytorch]
+                         [--partial-load] [--cfg-options k=v ...]
+                         [--launcher pytorch]
+
+The checkpoint must fill the model (every tensor present, with its shape):
+a pretraining checkpoint tested with a classifier config, or a file of other
+tensors, is refused with one line instead of evaluating a partly random
+model. ``--partial-load`` evaluates anyway (missing tensors keep their
+initialisation).
 """
 import argparse
 import os
@@ -18,6 +25,10 @@ def parse_args(argv=None):
     parser.add_argument('--work-dir', help='the dir to save logs and results')
     parser.add_argument(
         '--out', help='dump the metrics to this file (.json/.yaml/.pkl)')
+    parser.add_argument(
+        '--partial-load',
+        action='store_true',
+        help='evaluate even when the checkpoint does not fill the model')
     parser.add_argument(
         '--cfg-options',
         nargs='+',
@@ -50,6 +61,21 @@ def main(argv=None):
     from hpm_mm.utils import setup_cpu_distributed
     setup_cpu_distributed(cfg)  # gloo + CPU DDP when there is no GPU
     runner = Runner.from_cfg(cfg)
+    if not args.partial_load:
+        from mmengine.model import is_model_wrapper
+        from mmengine.runner.checkpoint import _load_checkpoint
+
+        from hpm_mm.utils import checkpoint_mismatch
+        ckpt = _load_checkpoint(args.checkpoint, map_location='cpu')
+        model = runner.model.module if is_model_wrapper(runner.model) \
+            else runner.model
+        problem = checkpoint_mismatch(
+            model, ckpt.get('state_dict', ckpt), args.checkpoint)
+        if problem:
+            raise SystemExit(
+                f'tools/test.py: {problem}. Fix: test it with the config it '
+                'was trained with (a pretraining checkpoint needs a linear '
+                'probe or fine-tune first), or pass --partial-load.')
     metrics = runner.test()
     if args.out:
         from mmengine.fileio import dump

@@ -19,6 +19,11 @@ Checkpoints written by mmengine without hpm_mm imported still contain
 ``getattr`` and are refused by ``weights_only`` loading; re-save them after
 loading with ``weights_only=False`` if (and only if) you trust their source.
 """
+import os
+import os.path as osp
+import re
+from typing import List, Optional, Tuple
+
 import torch
 
 _DEFAULT_STATS = ('min', 'max', 'current', 'mean')
@@ -133,3 +138,88 @@ def load_checkpoint_strict(model: torch.nn.Module,
             f'{filename}, e.g. {required[:3]}. Is it a checkpoint of this '
             'architecture?')
     return dict(missing=missing, unexpected=unexpected)
+
+
+def checkpoint_mismatch(model: torch.nn.Module, state_dict: dict,
+                        name: str = 'the checkpoint') -> Optional[str]:
+    """One line saying how ``state_dict`` fails to fill ``model``, or None.
+
+    Missing keys and shape mismatches make it fail; keys the model does not
+    have (a pretraining checkpoint's teacher or decoder) are only counted.
+    """
+    own = model.state_dict()
+    missing = [k for k in own if k not in state_dict]
+    shapes = [k for k in own if k in state_dict and
+              tuple(state_dict[k].shape) != tuple(own[k].shape)]
+    if not missing and not shapes:
+        return None
+    extra = sum(1 for k in state_dict if k not in own)
+    parts = []
+    if missing:
+        parts.append(f'{len(missing)} of the model\'s {len(own)} tensors are '
+                     f'missing (e.g. {", ".join(missing[:3])})')
+    if shapes:
+        k = shapes[0]
+        parts.append(f'{len(shapes)} have another shape (e.g. {k}: '
+                     f'{tuple(state_dict[k].shape)} in the file, '
+                     f'{tuple(own[k].shape)} in the model)')
+    return (f'{name} does not fill the model: ' + '; '.join(parts) +
+            f'; {extra} keys of the file are not in the model')
+
+
+def checkpoint_problem(path: str) -> Optional[str]:
+    """Why ``path`` is not a complete checkpoint, or None.
+
+    torch saves zip archives: a file cut short by a kill has no central
+    directory, and a damaged one fails the members' CRC check. Nothing is
+    unpickled.
+    """
+    import zipfile
+    if not osp.isfile(path):
+        return 'no such file'
+    if osp.getsize(path) == 0:
+        return 'empty file'
+    try:
+        with zipfile.ZipFile(path) as zf:
+            bad = zf.testzip()
+    except (zipfile.BadZipFile, OSError) as e:
+        return f'truncated or not a torch checkpoint ({e})'
+    if bad is not None:
+        return f'corrupt member {bad}'
+    return None
+
+
+def _checkpoint_step(name: str) -> Optional[int]:
+    m = re.fullmatch(r'(?:epoch|iter)_(\d+)\.pth', name)
+    return int(m.group(1)) if m else None
+
+
+def find_resume_checkpoint(work_dir: str) -> Tuple[Optional[str], List[str]]:
+    """The newest complete checkpoint of ``work_dir`` to resume from.
+
+    ``last_checkpoint`` first when it names a complete file, else the
+    complete ``epoch_N.pth`` / ``iter_N.pth`` with the largest N.
+
+    Returns:
+        tuple: (path or None, ['<path>: <why skipped>', ...]).
+    """
+    skipped, candidates = [], []
+    pointer = osp.join(work_dir, 'last_checkpoint')
+    if osp.isfile(pointer):
+        with open(pointer) as f:
+            candidates.append(f.read().strip())
+    if osp.isdir(work_dir):
+        found = [(s, n) for n in os.listdir(work_dir)
+                 if (s := _checkpoint_step(n)) is not None]
+        candidates += [osp.join(work_dir, n) for _, n in sorted(found,
+                                                               reverse=True)]
+    seen = set()
+    for path in candidates:
+        if path in seen:
+            continue
+        seen.add(path)
+        problem = checkpoint_problem(path)
+        if problem is None:
+            return path, skipped
+        skipped.append(f'{path}: {problem}')
+    return None, skipped
