@@ -101,10 +101,51 @@ def merge_args(cfg: Config, args) -> Config:
     return cfg
 
 
+def resolve_resume(cfg: Config) -> None:
+    """What ``--resume`` (or ``resume = True``) resumes from, checked.
+
+    Without a path: the newest complete checkpoint of the work dir
+    (``last_checkpoint`` when it names a complete file, else the newest
+    complete ``epoch_N/iter_N.pth``), naming every file skipped; with
+    checkpoints present but none complete it refuses to start from scratch
+    over them. With a path: that file must be a complete checkpoint.
+    """
+    if not cfg.get('resume'):
+        return
+    from mmengine.logging import print_log
+
+    from hpm_mm.utils import checkpoint_problem, find_resume_checkpoint
+    path = cfg.get('load_from')
+    if path:
+        problem = None if '://' in path else checkpoint_problem(path)
+        if problem:
+            newest, _ = find_resume_checkpoint(osp.dirname(path) or '.')
+            hint = f' The newest complete one there: --resume {newest}' \
+                if newest else ''
+            raise SystemExit(
+                f'train.py: cannot resume from {path}: {problem}.{hint}')
+        return
+    path, skipped = find_resume_checkpoint(cfg.work_dir)
+    for line in skipped:
+        print_log(f'resume: skipped {line}', logger='current', level=30)
+    if path:
+        cfg.load_from = path
+        print_log(f'resume: from {path}', logger='current')
+    elif skipped:
+        raise SystemExit(
+            f'train.py: --resume found no complete checkpoint in '
+            f'{cfg.work_dir} ({"; ".join(skipped)}) and will not train from '
+            'scratch over them. Fix: move them away, or pass --resume PATH.')
+    else:
+        print_log(f'resume: no checkpoint in {cfg.work_dir} yet: training '
+                  'from scratch', logger='current', level=30)
+
+
 def main(argv=None):
     args = parse_args(argv)
     import hpm_mm  # noqa: F401  (registers modules, checkpoint safe types)
     cfg = merge_args(Config.fromfile(args.config), args)
+    resolve_resume(cfg)
     from hpm_mm.utils import setup_cpu_distributed
     setup_cpu_distributed(cfg)  # gloo + CPU DDP when there is no GPU
     if cfg.get('strategy') is not None or \

@@ -7,6 +7,8 @@ import sys
 import torch
 from conftest import FMNIST_CFG, REPO, tiny_config
 
+import hpm_mm  # noqa: F401  (allow-lists the checkpoint types for torch.load)
+
 BROKEN_KNN = '''
 custom_hooks = [
     dict(type='HPMScheduleHook'),
@@ -66,3 +68,142 @@ def test_runaway_learning_rate_stops_with_one_clear_error(tmp_path):
         sd = torch.load(path, map_location='cpu')['state_dict']
         assert all(torch.isfinite(v).all() for v in sd.values()
                    if v.is_floating_point()), path
+
+
+def test_test_tool_refuses_a_checkpoint_that_does_not_fill_the_model(
+        tmp_path, hpm_checkpoint):
+    """A pretraining checkpoint (no classifier head) or a file of random
+    tensors is not evaluated as a random model: one line, exit != 0, unless
+    --partial-load."""
+    from conftest import make_image_folder
+    from test_benchmarks import LINEAR, _folder_loader
+    data = make_image_folder(str(tmp_path / 'val'), 2, 2)
+    cfg = tmp_path / 'linear.py'
+    cfg.write_text(f'''
+_base_ = [{LINEAR!r}]
+model = dict(backbone=dict(init_cfg=None))
+test_dataloader = {dict(_delete_=True, **_folder_loader(data))!r}
+''')
+    random = tmp_path / 'random.pth'
+    torch.save(dict(state_dict={'a': torch.randn(3)}), random)
+    for ckpt in (hpm_checkpoint, str(random)):
+        proc = subprocess.run(
+            [sys.executable, 'tools/test.py', str(cfg), ckpt, '--work-dir',
+             str(tmp_path / 'work')], cwd=REPO, capture_output=True,
+            text=True, timeout=600)
+        assert proc.returncode != 0
+        lines = [ln for ln in proc.stderr.splitlines()
+                 if ln.startswith('tools/test.py:')]
+        assert len(lines) == 1, proc.stderr[-2000:]
+        assert f'{ckpt} does not fill the model' in lines[0]
+        assert 'head.fc.weight' in lines[0] or 'missing' in lines[0]
+        assert '--partial-load' in lines[0]
+    proc = subprocess.run(
+        [sys.executable, 'tools/test.py', str(cfg), hpm_checkpoint,
+         '--work-dir', str(tmp_path / 'work'), '--partial-load'],
+        cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert 'accuracy/top1' in proc.stdout + proc.stderr
+
+
+TINY = '''
+model = dict(
+    backbone=dict(arch=dict(embed_dims=16, num_layers=1, num_heads=2,
+                            feedforward_channels=32)),
+    neck=dict(embed_dim=16, decoder_embed_dim=8, decoder_depth=1,
+              decoder_num_heads=2))
+default_hooks = dict(checkpoint=dict(interval=1, max_keep_ckpts={keep}))
+train_cfg = dict(max_epochs={epochs})
+'''
+# Kill the process (as kill -9 would: no cleanup, no exception) halfway
+# through writing the checkpoint of epoch 2.
+KILL_IN_SAVE = '''
+import io
+import os
+
+import torch
+import mmengine.runner.runner as runner_module
+
+_save = runner_module.save_checkpoint
+
+
+def save_then_die(checkpoint, filename, *args, **kwargs):
+    if 'epoch_2' in filename:
+        buf = io.BytesIO()
+        torch.save(checkpoint, buf)
+        with open(filename, 'wb') as f:
+            f.write(buf.getvalue()[:len(buf.getvalue()) // 2])
+        os._exit(137)
+    return _save(checkpoint, filename, *args, **kwargs)
+
+
+runner_module.save_checkpoint = save_then_die
+'''
+
+
+def _train(cfg, work, *args, env=None, check=True):
+    import os
+    proc = subprocess.run(
+        [sys.executable, 'tools/train.py', cfg, '--work-dir', str(work),
+         *args], cwd=REPO, capture_output=True, text=True, timeout=600,
+        env=dict(os.environ, **(env or {})))
+    if check:
+        assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    return proc, proc.stdout + proc.stderr
+
+
+def test_kill_during_a_save_keeps_the_previous_checkpoint(tmp_path):
+    """max_keep_ckpts=1 and a kill halfway through writing epoch 2: epoch 1
+    is still on disk and named by last_checkpoint (mmengine deleted it
+    before writing the new file, in place); --resume continues from it."""
+    (tmp_path / 'kill_in_save.py').write_text(KILL_IN_SAVE)
+    body = TINY.format(keep=1, epochs=2) + (
+        "custom_imports = dict(imports=['hpm_mm', 'kill_in_save'], "
+        'allow_failed_imports=False)\n')
+    cfg = tiny_config(tmp_path, FMNIST_CFG, body, num_images=8)
+    work = tmp_path / 'work'
+    proc, out = _train(cfg, work, env=dict(PYTHONPATH=str(tmp_path)),
+                       check=False)
+    assert proc.returncode == 137, out[-3000:]
+    assert not (work / 'epoch_2.pth').exists()
+    assert (work / 'epoch_2.pth.tmp').exists()  # the half-written file
+    assert (work / 'last_checkpoint').read_text() == str(work / 'epoch_1.pth')
+    from hpm_mm.utils import checkpoint_problem
+    assert checkpoint_problem(str(work / 'epoch_1.pth')) is None
+    (tmp_path / 'kill_in_save.py').write_text('')  # no more kills
+    _, out = _train(cfg, work, '--resume', env=dict(PYTHONPATH=str(tmp_path)))
+    assert 'resumed epoch: 1, iter: 2' in out
+    assert checkpoint_problem(str(work / 'epoch_2.pth')) is None
+    assert not (work / 'epoch_1.pth').exists()  # rotated out after epoch 2
+
+
+def test_resume_finds_the_newest_complete_checkpoint(tmp_path):
+    """No last_checkpoint, the newest file truncated: --resume takes the
+    newest complete one and names what it skipped (before: 'Auto resumed
+    from the latest checkpoint None', training from scratch over them)."""
+    cfg = tiny_config(tmp_path, FMNIST_CFG, TINY.format(keep=3, epochs=3),
+                      num_images=8)
+    work = tmp_path / 'work'
+    _train(cfg, work, '--cfg-options', 'train_cfg.max_epochs=2')
+    (work / 'last_checkpoint').unlink()
+    data = (work / 'epoch_2.pth').read_bytes()
+    (work / 'epoch_2.pth').write_bytes(data[:len(data) // 3])
+    _, out = _train(cfg, work, '--resume')
+    assert f'resume: skipped {work}/epoch_2.pth: truncated' in out
+    assert f'resume: from {work}/epoch_1.pth' in out
+    assert 'resumed epoch: 1, iter: 2' in out
+    # an explicit path to a broken file: one line naming it and the fix
+    (work / 'epoch_3.pth').write_bytes(b'')
+    proc, out = _train(cfg, work, '--resume', str(work / 'epoch_3.pth'),
+                       check=False)
+    assert proc.returncode != 0
+    assert (f'train.py: cannot resume from {work}/epoch_3.pth: empty file. '
+            f'The newest complete one there: --resume {work}/epoch_2.pth'
+            in out)
+    # nothing complete: refuse to start from scratch over the files
+    for p in work.glob('epoch_*.pth'):
+        p.write_bytes(b'x' * 100)
+    proc, out = _train(cfg, work, '--resume', check=False)
+    assert proc.returncode != 0
+    assert 'found no complete checkpoint' in out
+    assert 'will not train from scratch over them' in out

@@ -31,6 +31,6 @@ auto_scale_lr = dict(base_batch_size=256)
 
 default_hooks = dict(
     logger=dict(type='LoggerHook', interval=20),
-    checkpoint=dict(type='CheckpointHook', interval=1, max_keep_ckpts=2))
+    checkpoint=dict(type='AtomicCheckpointHook', interval=1, max_keep_ckpts=2))
 env_cfg = dict(dist_cfg=dict(backend='gloo'))
 randomness = dict(seed=0, diff_rank_seed=True)

@@ -29,3 +29,6 @@ param_scheduler = [
 ]
 train_cfg = dict(by_epoch=True, max_epochs=100)
 auto_scale_lr = dict(base_batch_size=4096)
+
+# runtime: checkpoints written atomically (a kill never loses the last one)
+default_hooks = dict(checkpoint=dict(type='AtomicCheckpointHook'))

@@ -5,3 +5,6 @@ _base_ = 'mmpretrain::mae/benchmarks/vit-large-p16_8xb128-coslr-50e_in1k.py'
 optim_wrapper = dict(
     type='GuardedAmpOptimWrapper',  # skips non-finite steps
     paramwise_cfg=dict(layer_decay_rate=0.8))
+
+# runtime: checkpoints written atomically (a kill never loses the last one)
+default_hooks = dict(checkpoint=dict(type='AtomicCheckpointHook'))

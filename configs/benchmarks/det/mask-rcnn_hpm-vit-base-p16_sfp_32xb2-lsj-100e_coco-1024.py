@@ -15,3 +15,6 @@ optim_wrapper = dict(
     paramwise_cfg=dict(num_layers=12, layer_decay_rate=0.7),
     optimizer=dict(
         type='AdamW', lr=4e-4, betas=(0.9, 0.999), weight_decay=0.1))
+
+# runtime: checkpoints written atomically (a kill never loses the last one)
+default_hooks = dict(checkpoint=dict(type='AtomicCheckpointHook'))

@@ -50,3 +50,6 @@ optim_wrapper = dict(
     clip_grad=None)
 
 auto_scale_lr = dict(base_batch_size=16)
+
+# runtime: checkpoints written atomically (a kill never loses the last one)
+default_hooks = dict(checkpoint=dict(type='AtomicCheckpointHook'))

@@ -16,3 +16,6 @@ model = dict(
     pretrained='pretrain/hpm_vit-base-p16_mmseg.pth',
     backbone=dict(norm_cfg=dict(type='LN', eps=1e-6)))
 optim_wrapper = dict(type='GuardedAmpOptimWrapper', loss_scale='dynamic')
+
+# runtime: checkpoints written atomically (a kill never loses the last one)
+default_hooks = dict(checkpoint=dict(type='AtomicCheckpointHook'))

@@ -55,6 +55,6 @@ test_cfg = dict()
 # runtime
 default_hooks = dict(
     logger=dict(type='LoggerHook', interval=50),
-    checkpoint=dict(type='CheckpointHook', interval=5, max_keep_ckpts=1))
+    checkpoint=dict(type='AtomicCheckpointHook', interval=5, max_keep_ckpts=1))
 env_cfg = dict(dist_cfg=dict(backend='gloo'))
 randomness = dict(seed=0)

@@ -1,0 +1,68 @@
+import os
+import os.path as osp
+
+from mmengine.dist import is_main_process
+from mmengine.fileio import LocalBackend
+from mmengine.hooks import CheckpointHook
+from mmengine.registry import HOOKS  # root: every scope finds it
+
+
+@HOOKS.register_module()
+class AtomicCheckpointHook(CheckpointHook):
+    """mmengine's :class:`CheckpointHook`, but a kill never loses the last
+    good checkpoint.
+
+    mmengine deletes the checkpoint that falls out of ``max_keep_ckpts``
+    *before* writing the new one, and writes the new one in place: a kill
+    during the save leaves a truncated file and, with ``max_keep_ckpts=1``,
+    nothing to resume from. Here, on a local file system, the new checkpoint
+    is written to ``<name>.tmp`` and renamed (``os.replace``, atomic) once
+    complete, ``last_checkpoint`` is rewritten the same way, and only then
+    are the checkpoints beyond ``max_keep_ckpts`` removed. At any moment of
+    a save, the previous complete checkpoint is on disk and
+    ``last_checkpoint`` names a complete file. Other storage backends keep
+    mmengine's behaviour. All arguments are :class:`CheckpointHook`'s.
+    """
+
+    def _save_checkpoint_with_step(self, runner, step, meta):
+        if not isinstance(self.file_backend, LocalBackend):
+            return super()._save_checkpoint_with_step(runner, step, meta)
+        outdated = []
+        if self.max_keep_ckpts > 0 and not (self.keep_ckpt_ids and
+                                            self.keep_ckpt_ids[-1] == step):
+            # (mmengine's deque has maxlen=max_keep_ckpts: make room first)
+            while len(self.keep_ckpt_ids) >= self.max_keep_ckpts:
+                outdated.append(self.keep_ckpt_ids.popleft())
+            self.keep_ckpt_ids.append(step)
+            runner.message_hub.update_info('keep_ckpt_ids',
+                                           list(self.keep_ckpt_ids))
+        name = self.filename_tmpl.format(step)
+        self.last_ckpt = osp.join(self.out_dir, name)
+        runner.message_hub.update_info('last_ckpt', self.last_ckpt)
+        tmp = self.last_ckpt + '.tmp'
+        try:
+            runner.save_checkpoint(
+                self.out_dir,
+                name + '.tmp',
+                self.file_client_args,
+                save_optimizer=self.save_optimizer,
+                save_param_scheduler=self.save_param_scheduler,
+                meta=meta,
+                by_epoch=self.by_epoch,
+                backend_args=self.backend_args,
+                **self.args)
+        except BaseException:
+            if is_main_process() and osp.isfile(tmp):
+                os.remove(tmp)
+            raise
+        if not is_main_process():
+            return
+        os.replace(tmp, self.last_ckpt)
+        pointer = osp.join(runner.work_dir, 'last_checkpoint')
+        with open(pointer + '.tmp', 'w') as f:
+            f.write(self.last_ckpt)
+        os.replace(pointer + '.tmp', pointer)
+        for old in outdated:
+            path = osp.join(self.out_dir, self.filename_tmpl.format(old))
+            if osp.isfile(path):
+                os.remove(path)
