@@ -10,9 +10,13 @@ NODE_RANK=${NODE_RANK:-0}
 PORT=${PORT:-29500}
 MASTER_ADDR=${MASTER_ADDR:-"127.0.0.1"}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
+# the project's environment (tools/install.sh) when there is one; PYTHON=...
+# to choose another interpreter
+VENV_PY=${HPM_VENV:-$ROOT/.venv}/bin/python
+[[ -x $VENV_PY ]] || VENV_PY=python
 
 PYTHONPATH="$ROOT":$PYTHONPATH \
-exec ${PYTHON:-python} -m torch.distributed.run \
+exec ${PYTHON:-$VENV_PY} -m torch.distributed.run \
     --nnodes=$NNODES \
     --node_rank=$NODE_RANK \
     --master_addr=$MASTER_ADDR \

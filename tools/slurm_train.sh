@@ -13,6 +13,10 @@ CPUS_PER_TASK=${CPUS_PER_TASK:-5}
 SRUN_ARGS=${SRUN_ARGS:-""}
 PY_ARGS=${@:5}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
+# the project's environment (tools/install.sh) when there is one; PYTHON=...
+# to choose another interpreter
+VENV_PY=${HPM_VENV:-$ROOT/.venv}/bin/python
+[[ -x $VENV_PY ]] || VENV_PY=python
 
 PYTHONPATH="$ROOT":$PYTHONPATH \
 srun -p ${PARTITION} \
@@ -23,5 +27,5 @@ srun -p ${PARTITION} \
     --cpus-per-task=${CPUS_PER_TASK} \
     --kill-on-bad-exit=1 \
     ${SRUN_ARGS} \
-    ${PYTHON:-python} -u "$ROOT/tools/train.py" ${CONFIG} \
+    ${PYTHON:-$VENV_PY} -u "$ROOT/tools/train.py" ${CONFIG} \
     --work-dir=${WORK_DIR} --launcher="slurm" ${PY_ARGS}

@@ -14,8 +14,10 @@ import argparse
 import os
 import os.path as osp
 
-from mmengine.config import Config, DictAction
+from mmengine.config import Config
 from mmengine.runner import Runner
+
+from hpm_mm.utils.cli import CfgOptionsAction, merge_cfg_options
 
 
 def parse_args(argv=None):
@@ -32,7 +34,7 @@ def parse_args(argv=None):
     parser.add_argument(
         '--cfg-options',
         nargs='+',
-        action=DictAction,
+        action=CfgOptionsAction,
         help='override settings of the config, key=value')
     parser.add_argument(
         '--launcher',
@@ -50,7 +52,7 @@ def main(argv=None):
     import hpm_mm  # noqa: F401
     cfg = Config.fromfile(args.config)
     if args.cfg_options is not None:
-        cfg.merge_from_dict(args.cfg_options)
+        merge_cfg_options(cfg, args.cfg_options)
     cfg.launcher = args.launcher
     if args.work_dir is not None:
         cfg.work_dir = args.work_dir

@@ -7,8 +7,10 @@ import argparse
 import os
 import os.path as osp
 
-from mmengine.config import Config, DictAction
+from mmengine.config import Config
 from mmengine.runner import Runner
+
+from hpm_mm.utils.cli import CfgOptionsAction, merge_cfg_options
 
 
 def parse_args(argv=None):
@@ -44,7 +46,7 @@ def parse_args(argv=None):
     parser.add_argument(
         '--cfg-options',
         nargs='+',
-        action=DictAction,
+        action=CfgOptionsAction,
         help='override settings of the config, key=value (xxx=[a,b] lists)')
     parser.add_argument(
         '--launcher',
@@ -97,7 +99,7 @@ def merge_args(cfg: Config, args) -> Config:
         set_loader('persistent_workers', False)
 
     if args.cfg_options is not None:
-        cfg.merge_from_dict(args.cfg_options)
+        merge_cfg_options(cfg, args.cfg_options)
     return cfg
 
 

@@ -1,3 +1,6 @@
+import os
+import os.path as osp
+
 from mmpretrain.datasets import FashionMNIST
 from mmpretrain.registry import DATASETS
 
@@ -26,6 +29,16 @@ class FashionMNISTSplit(FashionMNIST):
             data_root=data_root, split=split, download=download, **kwargs)
 
     def load_data_list(self):
+        root = self.data_prefix['root']
+        if '://' not in root and not self._check_exists():
+            where = osp.abspath(root)
+            raise FileNotFoundError(
+                f'Fashion-MNIST is not in {where} (data_root={root!r} is '
+                f'relative to the working directory {os.getcwd()}). Fix: '
+                'python tools/dataset_converters/prepare_fashion_mnist.py '
+                f'--out {where} (offline, from Debian\'s dataset-fashion-'
+                'mnist), or run from the repository root, or set data_root '
+                'to the folder with the idx files.')
         test_mode = self.test_mode
         self.test_mode = self.split == 'test'
         try:

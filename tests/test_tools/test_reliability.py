@@ -207,3 +207,70 @@ def test_resume_finds_the_newest_complete_checkpoint(tmp_path):
     assert proc.returncode != 0
     assert 'found no complete checkpoint' in out
     assert 'will not train from scratch over them' in out
+
+
+def _train_main(*argv):
+    sys.path.insert(0, osp.join(REPO, 'tools'))
+    try:
+        import train
+        return train.main(list(argv))
+    finally:
+        sys.path.pop(0)
+
+
+def test_bad_cfg_options_name_the_key_and_the_type(capsys):
+    import pytest
+    cases = [('train_cfg.max_epochs=abc', "train_cfg.max_epochs='abc': "
+              'expected a whole number (the config has 10)'),
+             ('optim_wrapper.optimizer.lr=fast', "optim_wrapper.optimizer."
+              "lr='fast': expected a number (the config has 0.0015)"),
+             ('train_dataloader.persistent_workers=2', 'expected True or '
+              'False')]
+    for option, message in cases:
+        with pytest.raises(SystemExit, match=message.replace('(', r'\(')
+                           .replace(')', r'\)')):
+            _train_main(FMNIST_CFG, '--cfg-options', option)
+    with pytest.raises(SystemExit):
+        _train_main(FMNIST_CFG, '--cfg-options', 'train_cfg.max_epochs')
+    err = capsys.readouterr().err
+    assert "'train_cfg.max_epochs': expected key=value" in err
+
+
+def test_missing_dataset_gives_the_real_fix(tmp_path, monkeypatch):
+    import pytest
+    from hpm_mm.datasets import FashionMNISTSplit
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(FileNotFoundError) as e:
+        FashionMNISTSplit(data_root='data/fashion_mnist/', split='test')
+    msg = str(e.value)
+    where = osp.join(str(tmp_path), 'data', 'fashion_mnist')
+    assert f'Fashion-MNIST is not in {where}' in msg
+    assert f'relative to the working directory {tmp_path}' in msg
+    assert f'prepare_fashion_mnist.py --out {where}' in msg
+    assert 'download=True' not in msg
+    assert not (tmp_path / 'data').exists()  # nothing left behind
+
+
+def test_dist_launchers_use_the_project_environment(tmp_path):
+    """Not `python` from PATH (a fresh shell often has none with torch),
+    but the environment tools/install.sh made."""
+    import os
+    import stat
+    venv = tmp_path / 'venv'
+    (venv / 'bin').mkdir(parents=True)
+    fake = venv / 'bin' / 'python'
+    fake.write_text('#!/bin/sh\necho "venv python: $@"\n')
+    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
+    wrong = tmp_path / 'path'
+    wrong.mkdir()
+    (wrong / 'python').write_text('#!/bin/sh\necho "PATH python"\nexit 3\n')
+    (wrong / 'python').chmod(0o755)
+    env = dict(os.environ, HPM_VENV=str(venv),
+               PATH=f'{wrong}{os.pathsep}{os.environ["PATH"]}')
+    env.pop('PYTHON', None)
+    for script, args in (('dist_train.sh', ['cfg.py', '2']),
+                         ('dist_test.sh', ['cfg.py', 'ckpt.pth', '2'])):
+        out = subprocess.run(['bash', f'tools/{script}', *args], cwd=REPO,
+                             env=env, capture_output=True, text=True)
+        assert out.returncode == 0, out.stdout + out.stderr
+        assert out.stdout.startswith('venv python: -m torch.distributed.run')

@@ -10,9 +10,11 @@ import argparse
 import json
 
 import torch
-from mmengine.config import Config, DictAction
+from mmengine.config import Config
 from mmengine.registry import init_default_scope
 from mmengine.runner import Runner
+
+from hpm_mm.utils.cli import CfgOptionsAction, merge_cfg_options
 
 
 def parse_args(argv=None):
@@ -27,7 +29,7 @@ def parse_args(argv=None):
                         help='baseline: kNN on the normalised pixels (the '
                         'checkpoint argument is ignored)')
     parser.add_argument('--out', help='write the accuracies to this json')
-    parser.add_argument('--cfg-options', nargs='+', action=DictAction)
+    parser.add_argument('--cfg-options', nargs='+', action=CfgOptionsAction)
     return parser.parse_args(argv)
 
 
@@ -56,7 +58,7 @@ def main(argv=None):
     from hpm_mm.evaluation import extract_features, knn_classify
     cfg = Config.fromfile(args.config)
     if args.cfg_options:
-        cfg.merge_from_dict(args.cfg_options)
+        merge_cfg_options(cfg, args.cfg_options)
     init_default_scope(cfg.get('default_scope', 'mmpretrain'))
     hooks = [h for h in cfg.get('custom_hooks', [])
              if h.get('type') == 'KNNEvalHook']

@@ -24,10 +24,12 @@ import os.path as osp
 
 import numpy as np
 import torch
-from mmengine.config import Config, DictAction
+from mmengine.config import Config
 from mmengine.dataset import Compose, default_collate
 from mmengine.registry import init_default_scope
 from mmengine.runner import Runner
+
+from hpm_mm.utils.cli import CfgOptionsAction, merge_cfg_options
 
 
 def parse_args(argv=None):
@@ -48,7 +50,7 @@ def parse_args(argv=None):
                         help='foreground = raw pixel value above this')
     parser.add_argument('--masks', help='folder of label maps <stem>.png '
                         '(foreground = label > 0) for --saliency')
-    parser.add_argument('--cfg-options', nargs='+', action=DictAction)
+    parser.add_argument('--cfg-options', nargs='+', action=CfgOptionsAction)
     return parser.parse_args(argv)
 
 
@@ -106,7 +108,7 @@ def main(argv=None):
                                       saliency_mask)
     cfg = Config.fromfile(args.config)
     if args.cfg_options:
-        cfg.merge_from_dict(args.cfg_options)
+        merge_cfg_options(cfg, args.cfg_options)
     init_default_scope(cfg.get('default_scope', 'mmpretrain'))
     model = build_model(cfg)
     if model.__class__.__name__ != 'HPM':

@@ -1,0 +1,60 @@
+"""``--cfg-options`` with one clear line for a bad option, for every tool."""
+from typing import Any
+
+from mmengine.config import Config, DictAction
+
+_MISSING = object()
+
+
+class CfgOptionsAction(DictAction):
+    """mmengine's :class:`DictAction`, refusing an option that is not
+    ``key=value`` with one line (mmengine raised a bare unpacking error)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        for kv in values:
+            if '=' not in kv or kv.startswith('='):
+                parser.error(f'{option_string} {kv!r}: expected key=value, '
+                             'e.g. train_cfg.max_epochs=20')
+        super().__call__(parser, namespace, values, option_string)
+
+
+def _lookup(cfg: Any, key: str) -> Any:
+    node = cfg
+    for part in key.split('.'):
+        if isinstance(node, (list, tuple)) and part.isdigit() and \
+                int(part) < len(node):
+            node = node[int(part)]
+        elif isinstance(node, dict) and part in node:
+            node = node[part]
+        else:
+            return _MISSING
+    return node
+
+
+def _fits(old: Any, new: Any) -> bool:
+    if new is None or old is _MISSING or old is None:
+        return True
+    if isinstance(old, bool):
+        return isinstance(new, bool)
+    if isinstance(old, int):
+        return isinstance(new, int) and not isinstance(new, bool)
+    if isinstance(old, float):
+        return isinstance(new, (int, float)) and not isinstance(new, bool)
+    return True
+
+
+def merge_cfg_options(cfg: Config, options: dict) -> Config:
+    """``cfg.merge_from_dict(options)``, refusing a value whose type does not
+    fit the config's (``max_epochs=abc``, ``lr=fast``) with one line that
+    names the key, the expected type and the config's value."""
+    current = cfg.to_dict()
+    for key, value in options.items():
+        old = _lookup(current, key)
+        if not _fits(old, value):
+            kind = {bool: 'True or False', int: 'a whole number',
+                    float: 'a number'}[type(old)]
+            raise SystemExit(
+                f'--cfg-options {key}={value!r}: expected {kind} (the '
+                f'config has {old!r}).')
+    cfg.merge_from_dict(options)
+    return cfg
