@@ -30,6 +30,11 @@ def parse_args(argv=None):
         help='mixed precision: fp16 with dynamic loss scale on CUDA, bf16 '
         'autocast on CPU')
     parser.add_argument(
+        '--check-data',
+        action='store_true',
+        help='open every image file of the config first (as '
+        'tools/misc/check_data.py) and stop on any problem')
+    parser.add_argument(
         '--no-validate',
         action='store_true',
         help='skip the validation loop during training')
@@ -148,6 +153,13 @@ def main(argv=None):
     import hpm_mm  # noqa: F401  (registers modules, checkpoint safe types)
     cfg = merge_args(Config.fromfile(args.config), args)
     resolve_resume(cfg)
+    if args.check_data:
+        from hpm_mm.utils.data_check import check_data
+        result = check_data(cfg)
+        print('\n'.join(result['report']))
+        if result['problems']:
+            raise SystemExit('train.py --check-data: ' +
+                             '\n'.join(result['problems']))
     from hpm_mm.utils import setup_cpu_distributed
     setup_cpu_distributed(cfg)  # gloo + CPU DDP when there is no GPU
     if cfg.get('strategy') is not None or \

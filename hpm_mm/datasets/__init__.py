@@ -1,3 +1,4 @@
 from .fashion_mnist import FashionMNISTSplit
+from .transforms import LoadImageFromFileChecked
 
-__all__ = ['FashionMNISTSplit']
+__all__ = ['FashionMNISTSplit', 'LoadImageFromFileChecked']

@@ -1,4 +1,5 @@
 from .backbones import *  # noqa: F401,F403
+from .data_preprocessor import ChannelCheckedDataPreprocessor  # noqa: F401
 from .heads import *  # noqa: F401,F403
 from .losses import *  # noqa: F401,F403
 from .necks import *  # noqa: F401,F403

@@ -274,3 +274,150 @@ def test_dist_launchers_use_the_project_environment(tmp_path):
                              env=env, capture_output=True, text=True)
         assert out.returncode == 0, out.stdout + out.stderr
         assert out.stdout.startswith('venv python: -m torch.distributed.run')
+
+
+class _Exploit:
+    """Unpickling this runs ``touch <marker>``."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        import os
+        return (os.system, (f'touch {self.marker}', ))
+
+
+def test_code_executing_pickles_are_refused_by_every_tool(tmp_path):
+    """A checkpoint (a complete zip, so it passes the resume check) whose
+    unpickling would run a command: every loading path refuses it (torch's
+    weights_only loading with mmengine's types allow-listed), and the
+    command never runs."""
+    marker = tmp_path / 'pwned'
+    hostile = tmp_path / 'epoch_1.pth'
+    torch.save(dict(state_dict={'x': torch.zeros(1)}, meta=_Exploit(marker)),
+               hostile)
+    from hpm_mm.utils import checkpoint_problem
+    assert checkpoint_problem(str(hostile)) is None  # a well-formed archive
+    linear = osp.join(REPO, 'configs', 'benchmarks', 'classification',
+                      'fmnist', 'vit-mini-p4_1xb256-linear-coslr-10e_fmnist.py')
+    cfg = tiny_config(tmp_path, FMNIST_CFG, num_images=8)
+    runs = [
+        ['tools/train.py', cfg, '--work-dir', str(tmp_path / 'w1'),
+         '--resume', str(hostile)],
+        ['tools/test.py', linear, str(hostile), '--work-dir',
+         str(tmp_path / 'w2')],
+        ['tools/analysis_tools/knn_eval.py', FMNIST_CFG, str(hostile)],
+        ['tools/analysis_tools/visualize_hard_patches.py', FMNIST_CFG,
+         str(hostile), '--out-dir', str(tmp_path / 'vis')],
+        ['tools/model_converters/hpm2backbone.py', str(hostile),
+         str(tmp_path / 'out.pth'), '--target', 'mmpretrain'],
+        ['tools/train.py', linear, '--work-dir', str(tmp_path / 'w3'),
+         '--cfg-options', f'model.backbone.init_cfg.checkpoint={hostile}',
+         'train_cfg.max_epochs=1'],
+    ]
+    for args in runs:
+        proc = subprocess.run([sys.executable, *args], cwd=REPO,
+                              capture_output=True, text=True, timeout=600)
+        out = proc.stdout + proc.stderr
+        assert proc.returncode != 0, (args, out[-2000:])
+        assert 'Weights only load failed' in out or \
+            'Unsupported global' in out, (args, out[-2000:])
+        assert not marker.exists(), args
+
+
+def test_kill_9_during_training_then_resume(tmp_path):
+    """SIGKILL while epoch 2 trains: --resume continues from epoch 1 with its
+    step counts, and the run completes."""
+    import signal
+    import time
+    cfg = tiny_config(tmp_path, FMNIST_CFG, TINY.format(keep=2, epochs=3),
+                      num_images=64)
+    work = tmp_path / 'work'
+    proc = subprocess.Popen(
+        [sys.executable, 'tools/train.py', cfg, '--work-dir', str(work)],
+        cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 300
+    while not (work / 'epoch_1.pth').exists() and time.time() < deadline:
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert proc.returncode == -signal.SIGKILL
+    assert not (work / 'epoch_3.pth').exists()
+    _, out = _train(cfg, work, '--resume')
+    assert 'resumed epoch: ' in out
+    ckpt = torch.load(work / 'epoch_3.pth', map_location='cpu')
+    assert ckpt['meta']['epoch'] == 3 and ckpt['meta']['iter'] == 48
+
+
+def _folder_config(tmp_path, data, color='grayscale', skip=False):
+    cfg = tmp_path / f'folder_{color}_{skip}.py'
+    cfg.write_text(f'''
+_base_ = [{FMNIST_CFG!r}]
+train_dataloader = dict(
+    batch_size=4, num_workers=0, persistent_workers=False,
+    dataset=dict(_delete_=True, type='CustomDataset', data_root={data!r},
+                 with_label=False, pipeline=[
+                     dict(type='LoadImageFromFileChecked',
+                          color_type={color!r}, skip_unreadable={skip}),
+                     dict(type='Resize', scale=32),
+                     dict(type='PackInputs')]))
+custom_hooks = [dict(type='HPMScheduleHook')]
+train_cfg = dict(max_epochs=1)
+''')
+    return str(cfg)
+
+
+def test_unreadable_image_named_or_skipped_and_checked_before(tmp_path):
+    """A 0-byte PNG: training stops naming the file (mmcv's error named
+    none), or, opted in, skips it and logs the count; the pre-flight check
+    lists it before any training."""
+    from conftest import make_image_folder
+    data = make_image_folder(str(tmp_path / 'imgs'), 2, 4)
+    bad = osp.join(data, 'class_1', 'broken.png')
+    open(bad, 'wb').close()
+    proc, out = _train(_folder_config(tmp_path, data), tmp_path / 'w1',
+                       check=False)
+    assert proc.returncode != 0
+    assert f'cannot read image {bad}' in out and 'skip_unreadable' in out
+    _, out = _train(_folder_config(tmp_path, data, skip=True),
+                    tmp_path / 'w2')
+    assert f'skipped unreadable image {bad}' in out
+    assert (tmp_path / 'w2' / 'epoch_1.pth').exists()
+    check = subprocess.run(
+        [sys.executable, 'tools/misc/check_data.py',
+         _folder_config(tmp_path, data)], cwd=REPO, capture_output=True,
+        text=True, timeout=300)
+    assert check.returncode == 1
+    assert f'PROBLEM train_dataloader: unreadable image {bad}' in check.stdout
+    assert '9 image files checked, 1 unreadable (L: 8)' in check.stdout
+    proc, out = _train(_folder_config(tmp_path, data), tmp_path / 'w3',
+                       '--check-data', check=False)
+    assert proc.returncode != 0 and f'unreadable image {bad}' in out
+    assert not (tmp_path / 'w3' / 'epoch_1.pth').exists()
+
+
+def test_channel_mismatch_is_one_line_naming_both(tmp_path):
+    import pytest
+    from conftest import make_image_folder
+    from hpm_mm.models import ChannelCheckedDataPreprocessor
+    gray_model = ChannelCheckedDataPreprocessor(mean=[0.], std=[1.])
+    rgb_model = ChannelCheckedDataPreprocessor(mean=[0.] * 3, std=[1.] * 3,
+                                               to_rgb=True)
+    with pytest.raises(ValueError, match=r'3 channel\(s\) but the model '
+                       r'takes 1'):
+        gray_model(dict(inputs=torch.zeros(2, 3, 8, 8)))
+    with pytest.raises(ValueError, match=r'1 channel\(s\) but the model '
+                       r'takes 3.*color_type=.color'):
+        rgb_model(dict(inputs=[torch.zeros(1, 8, 8)]))
+    # RGB files loaded as colour into the grayscale main-job model
+    data = make_image_folder(str(tmp_path / 'rgb'), 1, 4, gray=False)
+    cfg = _folder_config(tmp_path, data, color='color')
+    check = subprocess.run([sys.executable, 'tools/misc/check_data.py', cfg],
+                           cwd=REPO, capture_output=True, text=True,
+                           timeout=300)
+    assert check.returncode == 1
+    assert ('the pipeline loads 3-channel images but the model takes 1'
+            in check.stdout)
+    proc, out = _train(cfg, tmp_path / 'w', check=False)
+    assert proc.returncode != 0
+    assert 'the images have 3 channel(s) but the model takes 1' in out

@@ -6,8 +6,9 @@
 # here once for every pretraining config on this data.
 dataset_type = 'FashionMNISTSplit'  # split alone picks the files (no leak)
 data_root = 'data/fashion_mnist/'
-data_preprocessor = dict(
-    type='SelfSupDataPreprocessor', mean=[72.94], std=[90.02], to_rgb=False)
+data_preprocessor = dict(  # refuses RGB images in one line
+    type='ChannelCheckedDataPreprocessor', mean=[72.94], std=[90.02],
+    to_rgb=False)
 
 train_pipeline = [
     dict(

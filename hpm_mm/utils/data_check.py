@@ -1,0 +1,93 @@
+"""Pre-flight check of a config's image files (``tools/misc/check_data.py``,
+``tools/train.py --check-data``)."""
+from collections import Counter
+from typing import Dict, List, Tuple
+
+from mmengine.config import Config
+
+CHANNELS = {'1': 1, 'L': 1, 'P': 3, 'RGB': 3, 'RGBA': 4, 'CMYK': 4,
+            'I;16': 1, 'I': 1, 'F': 1, 'LA': 2}
+
+
+def _loaders(cfg: Config) -> List[Tuple[str, dict]]:
+    """(name, dataloader config) of every dataset the config reads."""
+    out = []
+    for key in ('train_dataloader', 'val_dataloader', 'test_dataloader'):
+        if cfg.get(key):
+            out.append((key, cfg[key]))
+    for hook in cfg.get('custom_hooks', []) or []:
+        for key, value in hook.items():
+            if key.endswith('dataloader') and isinstance(value, dict):
+                out.append((f"{hook['type']}.{key}", value))
+    return out
+
+
+def _pipeline_channels(pipeline) -> int:
+    for t in pipeline or []:
+        if 'LoadImage' in str(t.get('type', '')):
+            # 'unchanged' keeps each file's own channels: not known here
+            return {'grayscale': 1, 'color': 3}.get(
+                t.get('color_type', 'color'), 0)
+    return 0
+
+
+def _model_channels(cfg: Config) -> int:
+    backbone = cfg.get('model', {}).get('backbone', {}) or {}
+    patch_cfg = backbone.get('patch_cfg', {}) or {}
+    return patch_cfg.get('in_channels', backbone.get('in_channels', 3))
+
+
+def check_data(cfg: Config, max_images: int = 0) -> Dict[str, list]:
+    """Open every image file the config's datasets list.
+
+    Returns:
+        dict: ``problems`` (one line each: unreadable files, channel
+        mismatches) and ``report`` (one line per dataset).
+    """
+    from mmengine.registry import init_default_scope
+    from PIL import Image
+    init_default_scope(cfg.get('default_scope', 'mmpretrain'))
+    from mmpretrain.registry import DATASETS
+    problems, report, seen = [], [], set()
+    want = _model_channels(cfg)
+    for name, loader in _loaders(cfg):
+        ds_cfg = loader['dataset']
+        key = repr(ds_cfg)
+        if key in seen:
+            continue
+        seen.add(key)
+        try:
+            dataset = DATASETS.build(ds_cfg)
+        except Exception as e:  # missing folders, bad annotation files
+            problems.append(f'{name}: cannot build the dataset: {e}')
+            continue
+        loads = _pipeline_channels(ds_cfg.get('pipeline'))
+        if loads and want and loads != want:
+            problems.append(
+                f'{name}: the pipeline loads {loads}-channel images but the '
+                f'model takes {want}: set LoadImageFromFile color_type='
+                f"'{'grayscale' if want == 1 else 'color'}'")
+        n = len(dataset) if not max_images else min(len(dataset), max_images)
+        modes, bad = Counter(), 0
+        for i in range(n):
+            info = dataset.get_data_info(i)
+            path = info.get('img_path')
+            if path is None:
+                continue
+            try:
+                with Image.open(path) as img:
+                    img.verify()
+                with Image.open(path) as img:
+                    img.load()
+                    modes[img.mode] += 1
+            except Exception as e:
+                bad += 1
+                problems.append(f'{name}: unreadable image {path} '
+                                f'({type(e).__name__}: {e})')
+        files = sum(modes.values()) + bad
+        kinds = ', '.join(f'{k}: {v}' for k, v in sorted(modes.items()))
+        report.append(
+            f'{name}: {len(dataset)} samples; ' +
+            (f'{files} image files checked, {bad} unreadable ({kinds})'
+             if files else 'in memory, no image files to check'))
+    return dict(problems=problems, report=report)
