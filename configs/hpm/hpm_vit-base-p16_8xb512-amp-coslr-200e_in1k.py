@@ -10,6 +10,7 @@ _base_ = [
 # runtime
 default_hooks = dict(
     logger=dict(type='LoggerHook', interval=50),
-    checkpoint=dict(type='AtomicCheckpointHook', interval=10, max_keep_ckpts=3))
+    checkpoint=dict(
+        type='AtomicCheckpointHook', interval=10, max_keep_ckpts=3))
 randomness = dict(seed=0, diff_rank_seed=True)
 resume = True  # auto-resume from the latest checkpoint in work_dir

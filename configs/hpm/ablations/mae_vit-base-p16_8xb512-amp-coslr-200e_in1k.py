@@ -13,6 +13,7 @@ model = dict(head=dict(norm_pix=False))
 # runtime
 default_hooks = dict(
     logger=dict(type='LoggerHook', interval=50),
-    checkpoint=dict(type='AtomicCheckpointHook', interval=10, max_keep_ckpts=3))
+    checkpoint=dict(
+        type='AtomicCheckpointHook', interval=10, max_keep_ckpts=3))
 randomness = dict(seed=0, diff_rank_seed=True)
 resume = True
