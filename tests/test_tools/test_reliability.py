@@ -375,24 +375,32 @@ def test_unreadable_image_named_or_skipped_and_checked_before(tmp_path):
     data = make_image_folder(str(tmp_path / 'imgs'), 2, 4)
     bad = osp.join(data, 'class_1', 'broken.png')
     open(bad, 'wb').close()
+    cut = osp.join(data, 'class_0', 'cut.png')  # a PNG cut short
+    with open(osp.join(data, 'class_0', '000.png'), 'rb') as f:
+        head = f.read()[:60]
+    with open(cut, 'wb') as f:
+        f.write(head)
     proc, out = _train(_folder_config(tmp_path, data), tmp_path / 'w1',
                        check=False)
     assert proc.returncode != 0
-    assert f'cannot read image {bad}' in out and 'skip_unreadable' in out
+    assert (f'cannot read image {bad}' in out or
+            f'cannot read image {cut}' in out) and 'skip_unreadable' in out
     _, out = _train(_folder_config(tmp_path, data, skip=True),
-                    tmp_path / 'w2')
+                    tmp_path / 'w2', '--cfg-options', 'train_cfg.max_epochs=3')
     assert f'skipped unreadable image {bad}' in out
-    assert (tmp_path / 'w2' / 'epoch_1.pth').exists()
+    assert f'skipped unreadable image {cut}' in out
+    assert (tmp_path / 'w2' / 'epoch_3.pth').exists()
     check = subprocess.run(
         [sys.executable, 'tools/misc/check_data.py',
          _folder_config(tmp_path, data)], cwd=REPO, capture_output=True,
         text=True, timeout=300)
     assert check.returncode == 1
     assert f'PROBLEM train_dataloader: unreadable image {bad}' in check.stdout
-    assert '9 image files checked, 1 unreadable (L: 8)' in check.stdout
+    assert f'PROBLEM train_dataloader: unreadable image {cut}' in check.stdout
+    assert '10 image files checked, 2 unreadable (L: 8)' in check.stdout
     proc, out = _train(_folder_config(tmp_path, data), tmp_path / 'w3',
                        '--check-data', check=False)
-    assert proc.returncode != 0 and f'unreadable image {bad}' in out
+    assert proc.returncode != 0 and f'unreadable image {cut}' in out
     assert not (tmp_path / 'w3' / 'epoch_1.pth').exists()
 
 
