@@ -163,10 +163,8 @@ class Timer:
 
 def sections(model, timer):
     """Time HPM's (or MAE's) real modules; returns the undo callables."""
-    undo = []
-    student = [('backbone', model.backbone), ('neck', model.neck)]
-    for name, module in student:
-        undo.append(timer.wrap(module, 'forward', 'student_fwd'))
+    undo = [timer.wrap(module, 'forward', 'student_fwd')
+            for module in (model.backbone, model.neck)]
     undo.append(timer.wrap(model.head, 'loss', 'losses'))
     if getattr(model, 'mask_generator', None) is not None:
         undo.append(timer.wrap(model.mask_generator, 'forward', 'mask'))
