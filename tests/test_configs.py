@@ -132,6 +132,7 @@ def test_study_report_only_tabulates_finished_runs(tmp_path):
         work.mkdir()
         (work / 'last_checkpoint').write_text(str(work / 'epoch_10.pth'))
         (work / 'knn.json').write_text(json.dumps(dict(best=best)))
+        (work / 'knn_cls.json').write_text(json.dumps(dict(best=best - 2)))
     (tmp_path / 'mae_seed0' / 'linear').mkdir()  # probed on seed 0 only
     (tmp_path / 'mae_seed0' / 'linear' / 'metrics.json').write_text(
         json.dumps({'accuracy/top1': 70.0}))
@@ -139,9 +140,11 @@ def test_study_report_only_tabulates_finished_runs(tmp_path):
     fmnist_study.main(['--report-only', '--out', str(tmp_path),
                        '--variants', 'mae', 'hpm'])
     table = (tmp_path / 'study.md').read_text()
-    assert '| mae |' in table and '79.00 ± 1.41' in table
-    # the linear column names the one seed it covers, not the row's two
-    assert '| 70.00 (seed 0) | 0, 1 |' in table
+    assert '| mae |' in table
+    # kNN on the patch average and on the CLS token; the linear column names
+    # the one seed it covers, not the row's two; no CLS linear probe ran
+    assert '| 79.00 ± 1.41 | 77.00 ± 1.41 | 70.00 (seed 0) | - | 0, 1 |' \
+        in table
     assert '| hpm |' not in table
     res = json.loads((tmp_path / 'study.json').read_text())
     assert set(res) == {'mae'} and set(res['mae']) == {'0', '1'}

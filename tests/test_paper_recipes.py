@@ -40,7 +40,10 @@ CONFIGS = {
     'benchmarks/classification/vit-large-p16_8xb128-coslr-50e_in1k.py':
     dict(FINETUNE, epochs=50),
     'benchmarks/classification/vit-base-p16_8xb512-linear-coslr-100e_in1k.py':
-    LINEAR,
+    dict(LINEAR, feature='avg_featmap'),
+    'benchmarks/classification/'
+    'vit-base-p16_8xb512-linear-cls-coslr-100e_in1k.py':
+    dict(LINEAR, feature='cls_token'),
 }
 
 
@@ -80,6 +83,8 @@ def test_recipe_matches_the_paper(name):
     types = [t.type for t in pipeline]
     for aug in want.get('augmentation', []):
         assert aug in types
+    if 'feature' in want:
+        assert cfg.model.backbone.out_type == want['feature']
     if 'drop_path' in want:
         assert cfg.model.backbone.get('drop_path_rate') == want['drop_path']
     if 'randaug' in want:

@@ -62,18 +62,37 @@ def knn_classify(train_feats: torch.Tensor,
     return {k: 100. * c / test.shape[0] for k, c in correct.items()}
 
 
-def pool_features(feats, num_extra_tokens: int = 1) -> torch.Tensor:
+#: image features of a ViT for kNN and linear probing
+FEATURES = ('avg', 'cls')
+
+
+def pool_features(feats, num_extra_tokens: int = 1,
+                  feature: str = 'avg') -> torch.Tensor:
     """(B, D) image features from a backbone's output.
 
-    Token sequences (B, L, D) are averaged over the patch tokens (the
-    paper's global average for kNN and linear probing), feature maps
-    (B, D, H, W) over space; (B, D) passes through. A tuple uses its last
+    Token sequences (B, L, D): ``feature='avg'`` averages the patch tokens
+    (global average pooling, the paper's text for kNN and linear probing);
+    ``'cls'`` takes the CLS token (what the authors' kNN and linear scripts
+    read, MAE's ``global_pool=False``). Feature maps (B, D, H, W) are
+    averaged over space; (B, D) passes through. A tuple uses its last
     element.
     """
+    if feature not in FEATURES:
+        raise ValueError(f'feature must be one of {FEATURES}, got '
+                         f'{feature!r}.')
     if isinstance(feats, (tuple, list)):
         feats = feats[-1]
     if feats.dim() == 3:
+        if feature == 'cls':
+            if num_extra_tokens < 1:
+                raise ValueError("feature='cls' needs a backbone with a CLS "
+                                 'token; this one has none: use avg.')
+            return feats[:, 0]
         return feats[:, num_extra_tokens:].mean(dim=1)
+    if feature == 'cls':
+        raise ValueError("feature='cls' needs token outputs (B, L, D) "
+                         "(out_type='raw'), got a tensor of shape "
+                         f'{tuple(feats.shape)}.')
     if feats.dim() == 4:
         return feats.mean(dim=(2, 3))
     return feats
@@ -82,7 +101,8 @@ def pool_features(feats, num_extra_tokens: int = 1) -> torch.Tensor:
 @torch.no_grad()
 def extract_features(model,
                      dataloader,
-                     progress: bool = True) -> Dict[str, torch.Tensor]:
+                     progress: bool = True,
+                     feature: str = 'avg') -> Dict[str, torch.Tensor]:
     """Pooled features and labels of a whole dataloader (all ranks).
 
     Args:
@@ -90,6 +110,8 @@ def extract_features(model,
             ``extract_feat`` (HPM, MAE, an ImageClassifier).
         dataloader: Yields mmpretrain batches with ``gt_label``.
         progress (bool): Show a progress bar. Defaults to True.
+        feature (str): ``'avg'`` (patch tokens averaged) or ``'cls'`` (the
+            CLS token); see :func:`pool_features`. Defaults to ``'avg'``.
 
     Returns:
         dict: ``feats`` (N, D) float32 on CPU, ``labels`` (N,) int64.
@@ -103,7 +125,8 @@ def extract_features(model,
     bar = ProgressBar(len(dataloader.dataset)) if progress else None
     for batch in dataloader:
         data = model.data_preprocessor(batch, False)
-        feats = pool_features(model.extract_feat(data['inputs']), extra)
+        feats = pool_features(model.extract_feat(data['inputs']), extra,
+                              feature)
         labels = [s.gt_label for s in data['data_samples']]
         for f, label in zip(feats.float().cpu(), labels):
             results.append((f, int(label.reshape(-1)[0])))

@@ -53,3 +53,68 @@ def test_pool_features():
     fmap = torch.randn(2, 3, 4, 4)
     assert torch.allclose(pool_features(fmap), fmap.mean((2, 3)))
     assert pool_features(torch.ones(2, 3)).shape == (2, 3)
+
+
+def test_pool_features_cls_token():
+    tokens = torch.randn(2, 5, 3)
+    assert torch.equal(pool_features((tokens, ), feature='cls'), tokens[:, 0])
+    with pytest.raises(ValueError, match='CLS token'):
+        pool_features(tokens, num_extra_tokens=0, feature='cls')
+    with pytest.raises(ValueError, match='token outputs'):
+        pool_features(torch.randn(2, 3, 4, 4), feature='cls')
+    with pytest.raises(ValueError, match='feature must be one of'):
+        pool_features(tokens, feature='max')
+
+
+@pytest.mark.parametrize('feature', ['cls', 'avg'])
+def test_knn_on_model_features_matches_brute_force(tmp_path, feature):
+    """extract_features on a real (tiny) HPM through a dataloader, then kNN,
+    against features taken by hand from the encoder's tokens and the
+    one-sample-at-a-time brute force."""
+    from conftest import make_image_folder
+    from mmengine.registry import init_default_scope
+    from mmengine.runner import Runner
+    from mmpretrain.registry import MODELS
+
+    from hpm_mm.evaluation import extract_features
+    init_default_scope('mmpretrain')
+    root = make_image_folder(str(tmp_path / 'imgs'), 3, 6)
+    loader = Runner.build_dataloader(dict(
+        batch_size=5, num_workers=0,
+        sampler=dict(type='DefaultSampler', shuffle=False),
+        collate_fn=dict(type='default_collate'),
+        dataset=dict(type='CustomDataset', data_root=root, pipeline=[
+            dict(type='LoadImageFromFile', color_type='grayscale'),
+            dict(type='PackInputs')])), seed=0)
+    torch.manual_seed(0)
+    model = MODELS.build(dict(
+        type='HPM',
+        backbone=dict(type='HPMViT', arch=dict(
+            embed_dims=16, num_layers=1, num_heads=2,
+            feedforward_channels=32), img_size=32, patch_size=8,
+            patch_cfg=dict(in_channels=1)),
+        neck=dict(type='HPMPretrainDecoder', num_patches=16, patch_size=8,
+                  in_chans=1, embed_dim=16, decoder_embed_dim=8,
+                  decoder_depth=1, decoder_num_heads=2),
+        head=dict(type='HPMPretrainHead', patch_size=8, in_channels=1),
+        data_preprocessor=dict(type='SelfSupDataPreprocessor', mean=[50.],
+                               std=[60.])))
+    model.init_weights()
+    got = extract_features(model, loader, progress=False, feature=feature)
+    want, labels = [], []
+    with torch.no_grad():
+        for batch in loader:
+            data = model.data_preprocessor(batch, False)
+            tokens = model.backbone(data['inputs'])[0]  # (B, 1 + N, D)
+            want.append(tokens[:, 0] if feature == 'cls' else
+                        tokens[:, 1:].mean(1))
+            labels += [int(s.gt_label) for s in data['data_samples']]
+    want = torch.cat(want)
+    assert torch.allclose(got['feats'], want, atol=1e-6)
+    assert got['labels'].tolist() == labels
+    # leave-nothing-out kNN on those features = the brute force
+    y = got['labels']
+    acc = knn_classify(got['feats'], y, got['feats'], y, ks=(3, ),
+                       temperature=0.07)
+    assert acc[3] == pytest.approx(
+        knn_brute_force(want, y, want, y, 3, 0.07, 3))

@@ -3,13 +3,15 @@ Fashion-MNIST, equal epochs, several seeds, kNN (and optionally linear
 probing) of every run.
 
     python tools/analysis_tools/fmnist_study.py [--seeds 0 1 2] [--linear]
-        [--variants mae hpm random ...] [--out work_dirs/fmnist_study]
+        [--cls] [--variants mae hpm random ...] [--out work_dirs/fmnist_study]
         [--report-only]
 
 Each run is ``tools/train.py`` on the small config with the variant's
 ``--cfg-options`` and ``randomness.seed``, then
 ``tools/analysis_tools/knn_eval.py`` on its last checkpoint (and, with
-``--linear``, the linear-probe benchmark config). Finished runs are reused
+``--linear``, the linear-probe benchmark config). kNN and the linear probe
+read the average of the patch tokens (the paper's text); ``--cls`` adds both
+on the CLS token (what the authors' scripts read). Finished runs are reused
 and an interrupted one resumes from its last checkpoint (``--resume``): a
 run counts as finished only when its ``last_checkpoint`` is the config's
 final epoch. ``--report-only`` tabulates the finished runs without
@@ -36,6 +38,8 @@ HPM_CFG = 'configs/hpm/hpm_vit-mini-p4_1xb256-coslr-10e_fmnist.py'
 MAE_CFG = 'configs/hpm/ablations/mae_vit-mini-p4_1xb256-coslr-10e_fmnist.py'
 LINEAR_CFG = ('configs/benchmarks/classification/fmnist/'
               'vit-mini-p4_1xb256-linear-coslr-10e_fmnist.py')
+LINEAR_CLS_CFG = ('configs/benchmarks/classification/fmnist/'
+                  'vit-mini-p4_1xb256-linear-cls-coslr-10e_fmnist.py')
 
 
 def mask(alpha_0, alpha_T, mode='argmax'):
@@ -108,7 +112,26 @@ def train_until_done(cmd, work, config, log):
     return ckpt
 
 
-def one_run(name, seed, out, linear):
+def linear_probe(config, lin_work, ckpt, seed, log, commands):
+    """Train and test one linear probe (or reuse it); its top-1."""
+    py = sys.executable
+    lin = [py, 'tools/train.py', config, '--work-dir', lin_work,
+           '--cfg-options', f'model.backbone.init_cfg.checkpoint={ckpt}',
+           f'randomness.seed={seed}']
+    commands.append(' '.join(lin[1:]))
+    done = osp.join(lin_work, 'metrics.json')
+    final = f'epoch_{max_epochs(config)}.pth'
+    test = [py, 'tools/test.py', config, osp.join(lin_work, final),
+            '--work-dir', lin_work, '--out', done]
+    commands.append(' '.join(test[1:]))
+    if not osp.exists(done):
+        train_until_done(lin, lin_work, config, log)
+        run(test, log)
+    with open(done) as f:
+        return json.load(f)['accuracy/top1']
+
+
+def one_run(name, seed, out, linear, cls=False):
     config, options, _ = VARIANTS[name]
     work = osp.join(out, f'{name}_seed{seed}')
     os.makedirs(work, exist_ok=True)
@@ -117,34 +140,32 @@ def one_run(name, seed, out, linear):
     train = [py, 'tools/train.py', config, '--work-dir', work,
              '--cfg-options', f'randomness.seed={seed}', *options]
     knn_json = osp.join(work, 'knn.json')
+    cls_json = osp.join(work, 'knn_cls.json')
     commands = [' '.join(train[1:])]
-    if final_checkpoint(work, config) is None and osp.exists(knn_json):
-        os.remove(knn_json)  # it evaluated an unfinished run
+    if final_checkpoint(work, config) is None:
+        for stale in (knn_json, cls_json):  # they evaluated an unfinished run
+            if osp.exists(stale):
+                os.remove(stale)
     ckpt = train_until_done(train, work, config, log)
-    knn = [py, 'tools/analysis_tools/knn_eval.py', config, ckpt, '--out',
-           knn_json]
-    commands.append(' '.join(knn[1:]))
-    if not osp.exists(knn_json):
-        run(knn, log)
-    with open(knn_json) as f:
-        result = dict(knn=json.load(f)['best'])
-    lin_work = osp.join(work, 'linear')
-    if linear or osp.exists(osp.join(lin_work, 'metrics.json')):
-        lin = [py, 'tools/train.py', LINEAR_CFG, '--work-dir', lin_work,
-               '--cfg-options', f'model.backbone.init_cfg.checkpoint={ckpt}',
-               f'randomness.seed={seed}']
-        commands.append(' '.join(lin[1:]))
-        done = osp.join(lin_work, 'metrics.json')
-        final = f'epoch_{max_epochs(LINEAR_CFG)}.pth'
-        test = [py, 'tools/test.py', LINEAR_CFG,
-                osp.join(lin_work, final), '--work-dir', lin_work,
-                '--out', done]
-        commands.append(' '.join(test[1:]))
-        if not osp.exists(done):
-            train_until_done(lin, lin_work, LINEAR_CFG, log)
-            run(test, log)
-        with open(done) as f:
-            result['linear'] = json.load(f)['accuracy/top1']
+    result = {}
+    for key, path, extra in (('knn', knn_json, []),
+                             ('knn_cls', cls_json, ['--feature', 'cls'])):
+        if key == 'knn_cls' and not (cls or osp.exists(path)):
+            continue
+        knn = [py, 'tools/analysis_tools/knn_eval.py', config, ckpt, *extra,
+               '--out', path]
+        commands.append(' '.join(knn[1:]))
+        if not osp.exists(path):
+            run(knn, log)
+        with open(path) as f:
+            result[key] = json.load(f)['best']
+    for key, lin_cfg, sub in (('linear', LINEAR_CFG, 'linear'),
+                              ('linear_cls', LINEAR_CLS_CFG, 'linear_cls')):
+        lin_work = osp.join(work, sub)
+        wanted = linear and (key == 'linear' or cls)
+        if wanted or osp.exists(osp.join(lin_work, 'metrics.json')):
+            result[key] = linear_probe(lin_cfg, lin_work, ckpt, seed, log,
+                                       commands)
     result['commands'] = commands
     return result
 
@@ -171,6 +192,9 @@ def main(argv=None):
                         choices=list(VARIANTS))
     parser.add_argument('--seeds', type=int, nargs='+', default=[0, 1, 2])
     parser.add_argument('--linear', action='store_true')
+    parser.add_argument('--cls', action='store_true',
+                        help='also kNN (and with --linear, a linear probe) '
+                        'on the CLS token')
     parser.add_argument('--out', default='work_dirs/fmnist_study')
     parser.add_argument(
         '--report-only', action='store_true',
@@ -186,13 +210,16 @@ def main(argv=None):
                     final_checkpoint(work, VARIANTS[name][0])):
                 continue
             results.setdefault(name, {})[seed] = one_run(
-                name, seed, args.out, args.linear and not args.report_only)
-    rows = ['| variant | what | kNN top-1 (best k) | linear top-1 | seeds |',
-            '|---|---|---|---|---|']
+                name, seed, args.out, args.linear and not args.report_only,
+                args.cls and not args.report_only)
+    rows = ['| variant | what | kNN top-1 (best k), patch avg | kNN, CLS '
+            '| linear top-1, patch avg | linear, CLS | seeds |',
+            '|---|---|---|---|---|---|---|']
     for name, runs in results.items():
         rows.append(
             f'| {name} | {VARIANTS[name][2]} | '
-            f"{fmt(runs, 'knn')} | {fmt(runs, 'linear')} | "
+            f"{fmt(runs, 'knn')} | {fmt(runs, 'knn_cls')} | "
+            f"{fmt(runs, 'linear')} | {fmt(runs, 'linear_cls')} | "
             f"{', '.join(map(str, runs))} |")
     table = '\n'.join(rows)
     print(table)

@@ -23,6 +23,10 @@ def parse_args(argv=None):
     parser.add_argument('checkpoint')
     parser.add_argument('--ks', type=int, nargs='+', default=None)
     parser.add_argument('--temperature', type=float, default=None)
+    parser.add_argument('--feature', choices=['avg', 'cls'], default=None,
+                        help="'avg': patch tokens averaged (the paper's "
+                        "text); 'cls': the CLS token (the authors' scripts); "
+                        "default: the config's KNNEvalHook (avg)")
     parser.add_argument('--teacher', action='store_true',
                         help="evaluate the EMA teacher's encoder")
     parser.add_argument('--raw-pixels', action='store_true',
@@ -70,6 +74,7 @@ def main(argv=None):
     hook = hooks[0]
     ks = args.ks or hook.get('ks', (10, 20, 100, 200))
     temperature = args.temperature or hook.get('temperature', 0.07)
+    feature = args.feature or hook.get('feature', 'avg')
     if args.raw_pixels:
         from hpm_mm.utils import build_model
         model = PixelFeatures(build_model(cfg).data_preprocessor)
@@ -80,11 +85,12 @@ def main(argv=None):
         loader = Runner.build_dataloader(hook[f'{split}_dataloader'], seed=0)
         print(f'extracting {split} features '
               f'({len(loader.dataset)} images)')
-        feats[split] = extract_features(model, loader)
+        feats[split] = extract_features(
+            model, loader, feature='avg' if args.raw_pixels else feature)
     acc = knn_classify(feats['train']['feats'], feats['train']['labels'],
                        feats['val']['feats'], feats['val']['labels'], ks,
                        temperature)
-    print(f'\nkNN top-1 (T={temperature}), '
+    print(f'\nkNN top-1 (T={temperature}, {feature} features), '
           f"{len(feats['train']['labels'])} train / "
           f"{len(feats['val']['labels'])} test images")
     print('| k | top-1 (%) |\n|---|---|')
@@ -95,7 +101,8 @@ def main(argv=None):
     if args.out:
         with open(args.out, 'w') as f:
             json.dump(dict(acc={str(k): v for k, v in acc.items()},
-                           best_k=best, best=acc[best]), f, indent=2)
+                           best_k=best, best=acc[best], feature=feature),
+                      f, indent=2)
     return acc
 
 

@@ -7,7 +7,7 @@ from mmengine.runner import Runner
 from mmpretrain.registry import HOOKS
 from mmpretrain.utils import get_ori_model
 
-from hpm_mm.evaluation import extract_features, knn_classify
+from hpm_mm.evaluation import FEATURES, extract_features, knn_classify
 from .eval_hook_base import AfterCheckpointEvalHook
 
 
@@ -33,6 +33,9 @@ class KNNEvalHook(AfterCheckpointEvalHook):
         by_epoch (bool): Count ``interval`` in epochs. Defaults to True.
         ks (Sequence[int]): Defaults to (10, 20, 100, 200).
         temperature (float): Defaults to 0.07.
+        feature (str): ``'avg'``: the patch tokens averaged (the paper's
+            text); ``'cls'``: the CLS token (the authors' kNN and linear
+            scripts). Defaults to ``'avg'``.
     """
 
     rerun_tool = 'tools/analysis_tools/knn_eval.py'
@@ -43,13 +46,18 @@ class KNNEvalHook(AfterCheckpointEvalHook):
                  interval: int = 0,
                  by_epoch: bool = True,
                  ks: Sequence[int] = (10, 20, 100, 200),
-                 temperature: float = 0.07) -> None:
+                 temperature: float = 0.07,
+                 feature: str = 'avg') -> None:
         self.loader_cfgs = dict(train=train_dataloader, val=val_dataloader)
         self.loaders = None
         self.interval = interval
         self.by_epoch = by_epoch
         self.ks = tuple(ks)
         self.temperature = temperature
+        if feature not in FEATURES:
+            raise ValueError(f'feature must be one of {FEATURES}, got '
+                             f'{feature!r}.')
+        self.feature = feature
         self.last_result: Optional[dict] = None
 
     def evaluate(self, runner) -> dict:
@@ -60,8 +68,10 @@ class KNNEvalHook(AfterCheckpointEvalHook):
                 for k, cfg in self.loader_cfgs.items()
             }
         model = get_ori_model(runner.model)
-        train = extract_features(model, self.loaders['train'], False)
-        val = extract_features(model, self.loaders['val'], False)
+        train = extract_features(model, self.loaders['train'], False,
+                                 self.feature)
+        val = extract_features(model, self.loaders['val'], False,
+                               self.feature)
         acc = knn_classify(train['feats'], train['labels'], val['feats'],
                            val['labels'], self.ks, self.temperature)
         scalars = {f'knn/top1_k{k}': v for k, v in acc.items()}
@@ -69,14 +79,16 @@ class KNNEvalHook(AfterCheckpointEvalHook):
         for key, value in scalars.items():
             runner.message_hub.update_scalar(key, value)
         runner.visualizer.add_scalars(scalars, step=runner.iter)
-        runner.logger.info('kNN top-1 (T=%.2f): %s', self.temperature,
+        runner.logger.info('kNN top-1 (T=%.2f, %s features): %s',
+                           self.temperature, self.feature,
                            '  '.join(f'k={k}: {v:.2f}'
                                      for k, v in acc.items()))
         self.last_result = acc
         if is_main_process():
             best = max(acc, key=acc.get)
             dump(dict(acc={str(k): v for k, v in acc.items()}, best_k=best,
-                      best=acc[best], epoch=runner.epoch, iter=runner.iter,
+                      best=acc[best], feature=self.feature,
+                      epoch=runner.epoch, iter=runner.iter,
                       num_train=len(train['labels']),
                       num_val=len(val['labels'])),
                  osp.join(runner.work_dir, 'knn.json'), indent=2)
