@@ -61,7 +61,7 @@ VARIANTS = {
     'argmin': (HPM_CFG, mask(0., 0.5, 'argmin'),
                'mask the predicted-easy patches (Tab. 4)'),
     'hard2easy': (HPM_CFG, mask(0.5, 0.), 'alpha 0.5->0 (Tab. 4)'),
-    # fast settings (README "Speed"): their effect on the representation
+    # fast settings (docs/speed.md): their effect on the representation
     'hpm-halfres': (HPM_CFG, ['model.teacher.input_scale=0.5'],
                     'HPM, teacher on the half-resolution image (4x4 patches)'),
     'hpm-fast': (HPM_CFG, ['model.teacher.input_scale=0.5',

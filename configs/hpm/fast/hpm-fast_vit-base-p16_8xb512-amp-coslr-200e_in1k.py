@@ -1,4 +1,4 @@
-# HPM ViT-B/16, 200 epochs, fast settings (README "Speed"): the teacher
+# HPM ViT-B/16, 200 epochs, fast settings (docs/speed.md): the teacher
 # scores the half-resolution image (7x7 patches, its score map upsampled to
 # 14x14) and the loss predictor has 2 blocks instead of 8 (the paper's
 # decoder-depth ablation, Tab. S4: 2 blocks gave 82.50 vs 82.95 fine-tune
