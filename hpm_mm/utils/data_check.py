@@ -5,10 +5,6 @@ from typing import Dict, List, Tuple
 
 from mmengine.config import Config
 
-CHANNELS = {'1': 1, 'L': 1, 'P': 3, 'RGB': 3, 'RGBA': 4, 'CMYK': 4,
-            'I;16': 1, 'I': 1, 'F': 1, 'LA': 2}
-
-
 def _loaders(cfg: Config) -> List[Tuple[str, dict]]:
     """(name, dataloader config) of every dataset the config reads."""
     out = []

@@ -1,6 +1,6 @@
 import math
 from contextlib import nullcontext
-from typing import Optional, Tuple, Union
+from typing import Optional, Tuple
 
 import torch
 import torch.nn as nn
