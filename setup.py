@@ -71,9 +71,18 @@ if __name__ == '__main__':
         packages=find_packages(exclude=('configs', 'tools', 'tests')),
         include_package_data=True,
         package_data={'hpm_mm': ['.mim/**/*']},
-        install_requires=parse_requirements('requirements/runtime.txt') +
-        parse_requirements('requirements/mminstall.txt'),
+        # mmcv comes from the profile: mmcv-lite (pure Python) for
+        # pretraining, or mmcv with compiled ops for detection/segmentation
+        # (tools/install.sh pretrain|full; hpm_mm checks the imported one)
+        install_requires=['torch>=2.0', 'torchvision'] +
+        parse_requirements('requirements/runtime.txt') + [
+            r for r in parse_requirements('requirements/mminstall.txt')
+            if not r.startswith('mmcv')
+        ],
         extras_require={
+            'lite': ['mmcv-lite>=2.1.0,<2.2.0'],
+            'full': ['mmcv>=2.1.0,<2.2.0'] +
+            parse_requirements('requirements/full.txt'),
             'tests': parse_requirements('requirements/tests.txt'),
             'optional': parse_requirements('requirements/optional.txt'),
         },

@@ -1,54 +1,30 @@
 """hpm_mm: Hard Patches Mining for Masked Image Modeling on OpenMMLab.
 
-Importing the package checks that the OpenMMLab libraries are in the supported
-ranges and registers the pretraining components into mmpretrain's registries.
-Detection and segmentation modules live in :mod:`hpm_mm.det` and
-:mod:`hpm_mm.seg`, imported only by the downstream configs.
+Importing the package checks that the pretraining stack (mmengine, mmcv or
+mmcv-lite, mmpretrain) is in the supported ranges (:mod:`hpm_mm.compat`) and
+registers the pretraining components into mmpretrain's registries. Detection
+and segmentation modules live in :mod:`hpm_mm.det` and :mod:`hpm_mm.seg`,
+imported only by the downstream configs; they also need mmdet / mmseg and
+mmcv's compiled ops (``bash tools/install.sh full``).
 """
-from importlib.metadata import PackageNotFoundError, version as _dist_version
+import warnings
 
-from mmengine.utils import digit_version
+# Two import-time warnings of the stack that every run would print, these
+# messages only (set before hpm_mm's first mmengine import): mmengine 0.10.7
+# imports pkg_resources, which setuptools deprecates (fixed in mmengine's
+# unreleased main); under mmcv-lite (the pretraining profile) mmcv warns that
+# its deformable-attention op is missing, which pretraining never uses
+# (hpm_mm.det / hpm_mm.seg check the compiled ops themselves).
+warnings.filterwarnings(
+    'ignore', message='pkg_resources is deprecated', category=UserWarning)
+warnings.filterwarnings(
+    'ignore', message='Fail to import ``MultiScaleDeformableAttention``')
 
-from .version import __version__, version_info
+from .compat import (SUPPORTED, MissingCompiledOpsError,  # noqa: E402
+                     check_versions, require_compiled_ops)
+from .version import __version__, version_info  # noqa: E402
 
-# distribution -> (min inclusive, max exclusive)
-SUPPORTED = {
-    'mmengine': ('0.10.4', '1.0.0'),
-    'mmcv': ('2.1.0', '2.2.0'),
-    'mmpretrain': ('1.2.0', '1.3.0'),
-    'mmdet': ('3.3.0', '3.4.0'),
-    'mmsegmentation': ('1.2.2', '1.3.0'),
-}
-OPTIONAL = ('mmdet', 'mmsegmentation')  # needed by hpm_mm.det / hpm_mm.seg only
-
-
-def check_versions(packages=None) -> None:
-    """Raise ImportError naming installed vs required versions when out of range.
-
-    Args:
-        packages (Sequence[str], optional): Distributions to check. Defaults
-            to all in :data:`SUPPORTED`, where a missing optional one (mmdet,
-            mmsegmentation) is only an error once it is asked for by name.
-    """
-    for name in packages or SUPPORTED:
-        low, high = SUPPORTED[name]
-        try:
-            version = _dist_version(name)
-        except PackageNotFoundError as e:
-            if packages is None and name in OPTIONAL:
-                continue
-            raise ImportError(
-                f'hpm_mm needs {name}>={low},<{high}, which is not installed '
-                f'({e}). Fix: bash tools/install.sh') from e
-        if not digit_version(low) <= digit_version(version) < digit_version(
-                high):
-            raise ImportError(
-                f'hpm_mm needs {name}>={low},<{high}, but {name}=={version} is '
-                f'installed. Fix: pip install "{name}>={low},<{high}" '
-                '(or bash tools/install.sh).')
-
-
-check_versions()
+check_versions()  # mmengine, mmcv (lite is enough), mmpretrain
 
 
 def _register_config_scope() -> None:
@@ -69,4 +45,7 @@ register_checkpoint_safe_globals()
 
 from . import datasets, engine, evaluation, models  # noqa: E402,F401
 
-__all__ = ['__version__', 'version_info', 'check_versions']
+__all__ = [
+    '__version__', 'version_info', 'SUPPORTED', 'check_versions',
+    'require_compiled_ops', 'MissingCompiledOpsError'
+]

@@ -1,31 +1,48 @@
 #!/usr/bin/env bash
-# Set up hpm_mm on a fresh machine, idempotently.
+# Set up hpm_mm on a fresh machine, idempotently, in one of two profiles.
 #
-#   bash tools/install.sh            # creates .venv/ and installs everything
+#   bash tools/install.sh pretrain   # torch, mmengine, mmcv-lite, mmpretrain, hpm_mm:
+#                                    # pretraining, kNN, linear/fine-tune, the pictures;
+#                                    # no compiler, a few minutes (used by tools/main_job.sh)
+#   bash tools/install.sh [full]     # + mmcv built with its compiled ops, mmdet,
+#                                    # mmsegmentation, test tools (used by tools/run_tests.sh
+#                                    # and the detection/segmentation configs)
+#
+# Moving from pretrain to full in the same environment replaces mmcv-lite by
+# mmcv (both ship the `mmcv` package); a full install also serves pretrain.
 #
 # Environment knobs:
 #   HPM_VENV=path          virtual environment to create/use (default: <repo>/.venv)
 #   HPM_USE_CURRENT_ENV=1  install into the active Python instead (keeps your own CUDA torch)
 #   HPM_TORCH="torch==X torchvision==Y"   torch pins used when torch is missing
+#   HPM_WHEELHOUSE=dir     install offline from a wheelhouse made by tools/build_wheelhouse.sh
+#                          (pip --no-index; a full install takes mmcv from it too)
 #   HPM_WHEEL_CACHE=dir    where the locally built mmcv wheel is cached
 #                          (default: ~/.cache/hpm_mm/wheels); a second install reuses it
 #   HPM_SKIP_DATA=1        do not prepare the embedded Fashion-MNIST data
 #
-# Steps: venv -> torch/torchvision -> mmengine, numpy<2 -> mmcv 2.1.0 (cached wheel, or a
-# source build with compiled ops and the C++ standard raised for new torch) -> mmpretrain,
-# mmdet, mmsegmentation -> hpm_mm (editable) -> data/fashion_mnist.
+# Versions: requirements/constraints.txt (pip -c). Steps: venv -> torch/torchvision ->
+# mmcv (pretrain: mmcv-lite; full: mmcv 2.1.0 from the wheelhouse, the cache, or a
+# source build with compiled ops and the C++ standard raised for new torch) ->
+# mmengine, mmpretrain [, mmdet, mmsegmentation] -> hpm_mm (editable) -> data/fashion_mnist.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+PROFILE=${1:-${HPM_PROFILE:-full}}
 VENV=${HPM_VENV:-$ROOT/.venv}
 WHEEL_CACHE=${HPM_WHEEL_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/hpm_mm/wheels}
+WHEELHOUSE=${HPM_WHEELHOUSE:-}
 TORCH_SPEC=${HPM_TORCH:-"torch==2.14.1 torchvision==0.29.1"}
 MMCV_VERSION=2.1.0
-MM_SPEC="mmengine==0.10.7 mmpretrain==1.2.0 mmdet==3.3.0 mmsegmentation==1.2.2"
+REQ=$ROOT/requirements
 
 log() { printf '[install] %s\n' "$*"; }
 die() { printf '[install] ERROR: %s\n' "$*" >&2; exit 1; }
 start=$(date +%s)
+case $PROFILE in
+  pretrain|full) ;;
+  *) die "unknown profile '$PROFILE'. Use: bash tools/install.sh pretrain   (or: full)" ;;
+esac
 
 # ---------------------------------------------------------------- python / venv
 if [[ ${HPM_USE_CURRENT_ENV:-0} == 1 ]]; then
@@ -44,14 +61,34 @@ import sys
 sys.exit(0 if (3, 8) <= sys.version_info[:2] <= (3, 12) else 1)
 EOF
 PIP=("$PY" -m pip --disable-pip-version-check)
+SOURCE=()  # where `pip install` looks: the index, or only the wheelhouse
+if [[ -n $WHEELHOUSE ]]; then
+  [[ -d $WHEELHOUSE ]] || die "HPM_WHEELHOUSE=$WHEELHOUSE is not a directory. Fix: bash tools/build_wheelhouse.sh $WHEELHOUSE"
+  WHEELHOUSE=$(cd "$WHEELHOUSE" && pwd)
+  SOURCE=(--no-index --find-links "$WHEELHOUSE")
+  log "offline: installing from the wheelhouse $WHEELHOUSE (no package index)"
+fi
+INSTALL=("${PIP[@]}" install -q "${SOURCE[@]}" -c "$REQ/constraints.txt")
 
-# Fast path: everything present and importable -> nothing to do.
-stamp_src=$(cat "$ROOT/tools/install.sh" "$ROOT"/requirements/*.txt "$ROOT/setup.py" 2>/dev/null | sha1sum | cut -c1-16)
-STAMP=$("$PY" -c 'import sys; print(sys.prefix)')/.hpm_mm_install_$stamp_src
-if [[ -f $STAMP ]] && "$PY" -c "import hpm_mm, mmcv.ops" 2>/dev/null; then
-  log "already installed ($STAMP); $(( $(date +%s) - start )) s"
+# Fast path: this profile (or full, which serves pretrain too) installed and importable.
+stamp_src=$(cat "$ROOT/tools/install.sh" "$REQ"/*.txt "$ROOT/setup.py" 2>/dev/null | sha1sum | cut -c1-16)
+PREFIX=$("$PY" -c 'import sys; print(sys.prefix)')
+stamp() { echo "$PREFIX/.hpm_mm_install_$1_$stamp_src"; }
+mmcv_ops_ok() { "$PY" - <<EOF 2>/dev/null
+import mmcv, mmcv.ops, torch
+assert mmcv.__version__ == "$MMCV_VERSION"
+mmcv.ops.nms(torch.rand(4, 4).sort(1)[0], torch.rand(4), 0.5)
+EOF
+}
+if [[ -f $(stamp full) ]] && "$PY" -c "import hpm_mm" 2>/dev/null && mmcv_ops_ok; then
+  log "already installed (full profile: $(stamp full)); $(( $(date +%s) - start )) s"
   exit 0
 fi
+if [[ $PROFILE == pretrain && -f $(stamp pretrain) ]] && "$PY" -c "import hpm_mm" 2>/dev/null; then
+  log "already installed (pretrain profile: $(stamp pretrain)); $(( $(date +%s) - start )) s"
+  exit 0
+fi
+log "profile: $PROFILE"
 
 # ---------------------------------------------------------------- torch
 if "$PY" -c "import torch, torchvision" 2>/dev/null; then
@@ -59,32 +96,32 @@ if "$PY" -c "import torch, torchvision" 2>/dev/null; then
 else
   log "installing $TORCH_SPEC"
   # shellcheck disable=SC2086
-  "${PIP[@]}" install $TORCH_SPEC "numpy<2" || die "could not install $TORCH_SPEC. Fix: set HPM_TORCH to a torch/torchvision pair pip can install here."
+  "${INSTALL[@]}" $TORCH_SPEC "numpy<2" || die "could not install $TORCH_SPEC. Fix: set HPM_TORCH to a torch/torchvision pair pip can install here${WHEELHOUSE:+ (the wheelhouse must hold it: build it without --no-torch)}."
 fi
+"${INSTALL[@]}" "setuptools>=77.0.3" "numpy<2" || die "pip could not install setuptools/numpy"
 
-# ---------------------------------------------------------------- mmengine + build tools
-"${PIP[@]}" install -q "numpy<2" "mmengine==0.10.7" wheel ninja packaging \
-  || die "pip could not install mmengine / build tools"
-
-# ---------------------------------------------------------------- mmcv (compiled ops)
-mmcv_ok() { "$PY" - <<EOF 2>/dev/null
-import mmcv, mmcv.ops, torch
-assert mmcv.__version__ == "$MMCV_VERSION"
-mmcv.ops.nms(torch.rand(4, 4).sort(1)[0], torch.rand(4), 0.5)
-EOF
-}
-if mmcv_ok; then
+# ---------------------------------------------------------------- mmcv
+dist_installed() { "$PY" -c "import importlib.metadata as m, sys; m.version(sys.argv[1])" "$1" 2>/dev/null; }
+if [[ $PROFILE == pretrain ]]; then
+  if "$PY" -c "import mmcv, sys; sys.exit(mmcv.__version__ != '$MMCV_VERSION')" 2>/dev/null; then
+    log "keeping the installed mmcv $MMCV_VERSION"
+  else
+    log "installing mmcv-lite $MMCV_VERSION (pure Python: pretraining never imports mmcv.ops)"
+    "${INSTALL[@]}" "mmcv-lite==$MMCV_VERSION" || die "pip could not install mmcv-lite $MMCV_VERSION"
+  fi
+elif mmcv_ops_ok; then
   log "mmcv $MMCV_VERSION with ops already installed"
 else
   # The wheel is specific to the python and torch it was built against.
   tag=$("$PY" -c 'import sys, torch; print("py%d%d-torch%s" % (*sys.version_info[:2], torch.__version__.replace("+", "_")))')
   cache_dir=$WHEEL_CACHE/$tag
-  wheel=$(ls "$cache_dir"/mmcv-$MMCV_VERSION-*.whl 2>/dev/null | head -n1 || true)
+  wheel=$(ls "${WHEELHOUSE:-/nonexistent}/mmcv-$tag"/mmcv-$MMCV_VERSION-*.whl "$cache_dir"/mmcv-$MMCV_VERSION-*.whl 2>/dev/null | head -n1 || true)
   if [[ -z $wheel ]]; then
-    command -v g++ >/dev/null || die "g++ is needed to build mmcv's ops. Fix: apt-get install -y build-essential (as root)."
+    [[ -z $WHEELHOUSE ]] || die "the wheelhouse has no mmcv $MMCV_VERSION wheel built for $tag. Fix: on a machine with a compiler and this python/torch, bash tools/build_wheelhouse.sh DIR --with-mmcv"
+    command -v g++ >/dev/null || die "g++ is needed to build mmcv's ops. Fix: apt-get install -y build-essential (as root), or use the pretraining profile: bash tools/install.sh pretrain"
     "$PY" -c "import sysconfig, os, sys; sys.exit(0 if os.path.exists(os.path.join(sysconfig.get_paths()['include'], 'Python.h')) else 1)" \
       || die "Python headers are missing. Fix: apt-get install -y python3-dev."
-    "${PIP[@]}" install -q "setuptools<70"
+    "${PIP[@]}" install -q "setuptools<70" wheel ninja packaging
     build=$(mktemp -d)
     trap 'rm -rf "$build"' EXIT
     log "building mmcv $MMCV_VERSION from source with ops (~20 min on 2 cores; cached in $cache_dir)"
@@ -103,21 +140,29 @@ else
     (cd "$src" && MMCV_WITH_OPS=1 MAX_JOBS=${MAX_JOBS:-$(nproc)} "${PIP[@]}" wheel --no-deps --no-build-isolation -w "$cache_dir" .) \
       || die "mmcv build failed (see the compiler output above). Fix: check g++/python3-dev, or install a prebuilt mmcv for your torch/CUDA."
     wheel=$(ls "$cache_dir"/mmcv-$MMCV_VERSION-*.whl | head -n1)
+    # mmcv builds with setuptools<70; torch wants >=77 and mmengine needs pkg_resources (<81).
+    "${INSTALL[@]}" "setuptools>=77.0.3"
   else
-    log "reusing cached mmcv wheel $wheel"
+    log "reusing the mmcv wheel $wheel"
   fi
-  "${PIP[@]}" install -q --no-deps "$wheel"
-  # mmcv builds with setuptools<70; torch wants >=77 and mmengine needs pkg_resources (<81).
-  "${PIP[@]}" install -q "setuptools>=77.0.3,<81"
-  "${PIP[@]}" install -q addict yapf opencv-python "numpy<2" pyyaml regex || true
-  mmcv_ok || die "mmcv installed but mmcv.ops does not run. Remove $cache_dir and rerun to rebuild."
+  if dist_installed mmcv-lite; then
+    log "replacing mmcv-lite by mmcv with compiled ops"
+    "${PIP[@]}" uninstall -q -y mmcv-lite
+  fi
+  "${PIP[@]}" install -q --no-deps --force-reinstall "$wheel"
+  "${INSTALL[@]}" addict yapf opencv-python packaging pyyaml Pillow regex
+  mmcv_ops_ok || die "mmcv installed but mmcv.ops does not run. Remove $cache_dir and rerun to rebuild."
 fi
 
 # ---------------------------------------------------------------- OpenMMLab libraries + hpm_mm
-log "installing $MM_SPEC and hpm_mm (editable)"
-"${PIP[@]}" install -q $MM_SPEC "numpy<2" -r "$ROOT/requirements/runtime.txt" -r "$ROOT/requirements/tests.txt" \
-  || die "pip could not install the OpenMMLab libraries"
-"${PIP[@]}" install -q --no-deps --no-build-isolation -e "$ROOT" || die "pip could not install hpm_mm itself"
+if [[ $PROFILE == pretrain ]]; then
+  reqs=(mmengine mmpretrain -r "$REQ/runtime.txt")
+else
+  reqs=(mmengine mmpretrain -r "$REQ/full.txt" -r "$REQ/runtime.txt" -r "$REQ/tests.txt")
+fi
+log "installing ${reqs[*]} and hpm_mm (editable)"
+"${INSTALL[@]}" "${reqs[@]}" || die "pip could not install the OpenMMLab libraries${WHEELHOUSE:+ from the wheelhouse (was it built for the $PROFILE profile?)}"
+"${PIP[@]}" install -q "${SOURCE[@]}" --no-deps --no-build-isolation -e "$ROOT" || die "pip could not install hpm_mm itself"
 "$PY" -c "import hpm_mm" || die "hpm_mm does not import; see the message above"
 
 # ---------------------------------------------------------------- embedded data
@@ -126,5 +171,5 @@ if [[ ${HPM_SKIP_DATA:-0} != 1 ]]; then
     || log "WARNING: Fashion-MNIST not prepared (see above); the main job needs it, the tests do not."
 fi
 
-touch "$STAMP"
-log "done in $(( $(date +%s) - start )) s; activate with: source ${VENV}/bin/activate"
+touch "$(stamp "$PROFILE")"
+log "done ($PROFILE profile) in $(( $(date +%s) - start )) s; activate with: source ${VENV}/bin/activate"

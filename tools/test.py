@@ -17,7 +17,8 @@ import os.path as osp
 from mmengine.config import Config
 from mmengine.runner import Runner
 
-from hpm_mm.utils.cli import CfgOptionsAction, merge_cfg_options
+from hpm_mm.utils.cli import (CfgOptionsAction, load_config,
+                              merge_cfg_options)
 
 
 def parse_args(argv=None):
@@ -50,7 +51,7 @@ def parse_args(argv=None):
 def main(argv=None):
     args = parse_args(argv)
     import hpm_mm  # noqa: F401
-    cfg = Config.fromfile(args.config)
+    cfg = load_config(args.config, 'test.py')
     if args.cfg_options is not None:
         merge_cfg_options(cfg, args.cfg_options)
     cfg.launcher = args.launcher

@@ -7,8 +7,9 @@ ship (``projects/ViTDet`` is not part of the package). This package adds
 ViTDet's simple feature pyramid and a layer-decay optimizer constructor,
 both registered into mmdet's registries.
 """
-from hpm_mm import check_versions
+from hpm_mm import check_versions, require_compiled_ops
 
+require_compiled_ops('Detection (hpm_mm.det, mmdet\'s Mask R-CNN)')
 check_versions(['mmdet'])
 
 from .layer_decay import LayerDecayOptimWrapperConstructor  # noqa: E402

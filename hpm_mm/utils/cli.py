@@ -58,3 +58,37 @@ def merge_cfg_options(cfg: Config, options: dict) -> Config:
                 f'config has {old!r}).')
     cfg.merge_from_dict(options)
     return cfg
+
+
+def load_config(path: str, tool: str = 'hpm_mm') -> Config:
+    """``Config.fromfile(path)``, turning a det/seg config's failure on a
+    pretraining-only install into one line: a ``_base_`` from a missing
+    package (``mmdet::``), or a failed ``custom_imports``.
+
+    mmengine re-raises a failed custom import as a message about
+    ``sys.path``; the real cause (mmdet/mmseg missing or out of range, or
+    mmcv's compiled ops absent, from :mod:`hpm_mm.compat`) is further down
+    the exception chain: report that one.
+    """
+    import re
+
+    from hpm_mm.compat import FULL_INSTALL, MissingCompiledOpsError
+    try:
+        return Config.fromfile(path)
+    except ImportError as e:
+        # a ``_base_ = 'mmdet::...'`` whose package is missing
+        missing = re.match(r'(\w+) is not installed', str(e))
+        if missing:
+            raise SystemExit(
+                f'{tool}: {path}: inherits from {missing.group(1)}, which is '
+                'not installed (the pretraining profile has no mmdet, mmseg '
+                f"or mmcv's compiled ops). Fix: {FULL_INSTALL}") from None
+        cause, seen = e, set()
+        while cause is not None and id(cause) not in seen:
+            seen.add(id(cause))
+            if isinstance(cause, MissingCompiledOpsError) or (
+                    isinstance(cause, ImportError)
+                    and str(cause).startswith('hpm_mm needs')):
+                raise SystemExit(f'{tool}: {path}: {cause}') from None
+            cause = cause.__cause__ or cause.__context__
+        raise

@@ -9,6 +9,9 @@
 #   python tools/model_converters/hpm2backbone.py work_dirs/.../epoch_200.pth \
 #       pretrain/hpm_vit-base-p16_mmseg.pth --target mmseg --img-size 512
 _base_ = 'mmseg::mae/mae-base_upernet_8xb2-amp-160k_ade20k-512x512.py'
+# hpm_mm's hooks and optimizer wrappers; a pretraining-only install stops
+# here in one line naming the command that adds mmseg and mmcv's ops
+custom_imports = dict(imports=['hpm_mm.seg'], allow_failed_imports=False)
 
 # model: the pretrained encoder's LayerNorm eps (1e-6; mmseg's default is
 # 1e-5, which would perturb every converted block)

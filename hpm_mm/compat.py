@@ -1,0 +1,91 @@
+"""Which OpenMMLab stack hpm_mm runs on, judged by what Python imports.
+
+Each library is judged by the ``__version__`` its imported module reports,
+not by the name of the distribution that installed it: ``mmcv-lite`` (the
+pure-Python build of mmcv, enough for pretraining) and community forks that
+keep the import names pass when their version is in range.
+
+Two install profiles (``tools/install.sh pretrain|full``):
+
+- pretraining needs mmengine, mmcv (lite is enough: mmpretrain never imports
+  ``mmcv.ops``) and mmpretrain; checked when ``hpm_mm`` is imported;
+- detection and segmentation (:mod:`hpm_mm.det`, :mod:`hpm_mm.seg`) also
+  need mmdet / mmseg and mmcv's compiled ops; checked when those modules are
+  imported, with one line naming what is missing and the install command.
+"""
+import importlib
+from importlib.metadata import packages_distributions
+from typing import Optional, Sequence
+
+# import name -> (min inclusive, max exclusive)
+SUPPORTED = {
+    'mmengine': ('0.10.4', '1.0.0'),
+    'mmcv': ('2.1.0', '2.2.0'),
+    'mmpretrain': ('1.2.0', '1.3.0'),
+    'mmdet': ('3.3.0', '3.4.0'),
+    'mmseg': ('1.2.2', '1.3.0'),
+}
+PRETRAIN = ('mmengine', 'mmcv', 'mmpretrain')  # checked on ``import hpm_mm``
+FULL_INSTALL = 'bash tools/install.sh full'
+
+
+class MissingCompiledOpsError(ImportError):
+    """mmcv is importable but without its compiled ops (``mmcv._ext``)."""
+
+
+def _version_tuple(version: str) -> tuple:
+    from mmengine.utils import digit_version
+    return digit_version(version)
+
+
+def distribution_of(module: str) -> str:
+    """The distribution(s) that installed an import name, e.g.
+    ``'mmcv-lite'`` for ``mmcv``; ``'?'`` when unknown."""
+    return ', '.join(packages_distributions().get(module, [])) or '?'
+
+
+def check_versions(modules: Optional[Sequence[str]] = None) -> None:
+    """Raise ImportError naming found vs required versions when a library is
+    missing or out of range.
+
+    Args:
+        modules (Sequence[str], optional): Import names to check (keys of
+            :data:`SUPPORTED`). Defaults to the pretraining stack
+            (:data:`PRETRAIN`).
+    """
+    for name in modules or PRETRAIN:
+        low, high = SUPPORTED[name]
+        try:
+            module = importlib.import_module(name)
+        except ImportError as e:
+            profile = '' if name in PRETRAIN else ' full'
+            raise ImportError(
+                f'hpm_mm needs {name}>={low},<{high}, which does not import '
+                f'({e}). Fix: bash tools/install.sh{profile}') from e
+        version = getattr(module, '__version__', None)
+        if version is None or not (_version_tuple(low) <= _version_tuple(
+                version) < _version_tuple(high)):
+            raise ImportError(
+                f'hpm_mm needs {name}>={low},<{high}, but the imported {name} '
+                f'reports {version} (installed by {distribution_of(name)}). '
+                'Fix: bash tools/install.sh '
+                f'{"pretrain" if name in PRETRAIN else "full"}')
+
+
+def require_compiled_ops(user: str) -> None:
+    """Raise :class:`MissingCompiledOpsError` in one line when mmcv's
+    compiled ops do not import.
+
+    Args:
+        user (str): What needs them (named in the message).
+    """
+    try:
+        importlib.import_module('mmcv._ext')
+    except (ImportError, OSError) as e:
+        import mmcv
+        raise MissingCompiledOpsError(
+            f'{user} needs mmcv\'s compiled ops (mmcv._ext), which this '
+            f'environment lacks: mmcv {mmcv.__version__} was installed by '
+            f'{distribution_of("mmcv")} ({type(e).__name__}: {e}). The '
+            f'pretraining profile does not build them. Fix: {FULL_INSTALL}'
+        ) from None

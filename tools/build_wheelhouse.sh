@@ -1,0 +1,114 @@
+#!/usr/bin/env bash
+# Build a wheelhouse: every wheel an install profile needs, for a given Python
+# version and platform, so that tools/install.sh can install with no network:
+#
+#   bash tools/build_wheelhouse.sh DIR [options]
+#   HPM_WHEELHOUSE=DIR bash tools/install.sh pretrain     # on the offline machine
+#
+# Options:
+#   --profile pretrain|full   what to collect (default: pretrain; full adds mmdet,
+#                             mmsegmentation and the test tools, and serves both)
+#   --python-version X.Y      target Python (default: the one running pip here)
+#   --platform TAG            target platform, repeatable (default: this machine's;
+#                             e.g. manylinux2014_x86_64 --platform manylinux_2_28_x86_64)
+#   --no-torch                leave out torch, torchvision and their CUDA/triton wheels
+#                             (for a machine whose environment has its own torch)
+#   --with-mmcv               add the locally built mmcv wheel with compiled ops (from
+#                             HPM_WHEEL_CACHE, built by tools/install.sh full) for the
+#                             local python/torch; the full profile needs it offline
+#
+# How: pip resolves the profile's requirements (requirements/, pinned by
+# requirements/constraints.txt) for the target into a report without installing,
+# then downloads exactly those wheels (binary only when the target differs from
+# here; a pure-Python package that PyPI ships only as a source archive is built
+# into a wheel here). Uses the network; the result is a plain folder to copy.
+set -euo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+REQ=$ROOT/requirements
+log() { printf '[wheelhouse] %s\n' "$*"; }
+die() { printf '[wheelhouse] ERROR: %s\n' "$*" >&2; exit 1; }
+
+OUT=${1:-}
+[[ -n $OUT && $OUT != -* ]] || die "usage: bash tools/build_wheelhouse.sh DIR [--profile pretrain|full] [--python-version X.Y] [--platform TAG]... [--no-torch] [--with-mmcv]"
+shift
+PROFILE=pretrain PYVER='' PLATFORMS=() NO_TORCH=0 WITH_MMCV=0
+while [[ $# -gt 0 ]]; do
+  case $1 in
+    --profile) PROFILE=$2; shift 2 ;;
+    --python-version) PYVER=$2; shift 2 ;;
+    --platform) PLATFORMS+=("$2"); shift 2 ;;
+    --no-torch) NO_TORCH=1; shift ;;
+    --with-mmcv) WITH_MMCV=1; shift ;;
+    *) die "unknown option $1 (see the header of tools/build_wheelhouse.sh)" ;;
+  esac
+done
+case $PROFILE in pretrain|full) ;; *) die "--profile must be pretrain or full, not '$PROFILE'" ;; esac
+
+VENV_PY=${HPM_VENV:-$ROOT/.venv}/bin/python
+PY=$( [[ -x $VENV_PY ]] && echo "$VENV_PY" || command -v python3 )
+PIP=("$PY" -m pip --disable-pip-version-check)
+mkdir -p "$OUT"
+OUT=$(cd "$OUT" && pwd)
+TARGET=()
+[[ -n $PYVER ]] && TARGET+=(--python-version "$PYVER")
+for p in "${PLATFORMS[@]}"; do TARGET+=(--platform "$p"); done
+CROSS=0
+[[ ${#TARGET[@]} -gt 0 ]] && CROSS=1
+
+reqs=(mmengine mmpretrain mmcv-lite "setuptools>=77.0.3" -r "$REQ/runtime.txt")
+if [[ $PROFILE == full ]]; then  # serves both profiles; mmcv itself: --with-mmcv
+  reqs+=(-r "$REQ/full.txt" -r "$REQ/tests.txt" wheel)
+fi
+if [[ $NO_TORCH == 0 ]]; then
+  reqs+=(${HPM_TORCH:-torch==2.14.1 torchvision==0.29.1})
+fi
+
+# 1. resolve for the target, without installing anything
+report=$(mktemp)
+trap 'rm -f "$report"' EXIT
+resolve=("${PIP[@]}" install --dry-run --ignore-installed --quiet --report "$report" -c "$REQ/constraints.txt")
+if [[ $CROSS == 1 ]]; then
+  resolve+=(--only-binary :all: --target "$(mktemp -d)" "${TARGET[@]}")
+fi
+log "resolving the $PROFILE profile${PYVER:+ for Python $PYVER}${PLATFORMS:+ on ${PLATFORMS[*]}}"
+"${resolve[@]}" "${reqs[@]}" || die "pip could not resolve the $PROFILE profile for this target (see above)"
+
+# 2. the resolved list, minus torch and its CUDA stack with --no-torch
+mapfile -t pins < <("$PY" - "$report" "$NO_TORCH" <<'EOF'
+import json, re, sys
+report, no_torch = json.load(open(sys.argv[1])), sys.argv[2] == '1'
+torch_stack = re.compile(r'^(torch|torchvision|torchaudio|triton|nvidia-.*|cuda-.*)$')
+for item in report['install']:
+    name, version = item['metadata']['name'], item['metadata']['version']
+    if no_torch and torch_stack.match(name.lower().replace('_', '-')):
+        continue
+    print(f'{name}=={version}')
+EOF
+)
+log "${#pins[@]} distributions"
+
+# 3. download them (wheels; a source-only pure-Python package is built into a wheel)
+get=("${PIP[@]}" download --quiet --no-deps -d "$OUT")
+if [[ $CROSS == 1 ]]; then get+=(--only-binary :all: "${TARGET[@]}"); fi
+missing=()
+for pin in "${pins[@]}"; do
+  "${get[@]}" --only-binary :all: "$pin" 2>/dev/null || missing+=("$pin")
+done
+for pin in "${missing[@]}"; do
+  log "no wheel on the index for $pin: building one"
+  "${PIP[@]}" wheel --quiet --no-deps -w "$OUT" "$pin" || die "could not get a wheel for $pin"
+done
+rm -f "$OUT"/*.tar.gz "$OUT"/*.zip
+
+# 4. the locally built mmcv with compiled ops
+if [[ $WITH_MMCV == 1 ]]; then
+  tag=$("$PY" -c 'import sys, torch; print("py%d%d-torch%s" % (*sys.version_info[:2], torch.__version__.replace("+", "_")))')
+  cache=${HPM_WHEEL_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/hpm_mm/wheels}/$tag
+  wheel=$(ls "$cache"/mmcv-2.1.0-*.whl 2>/dev/null | head -n1 || true)
+  [[ -n $wheel ]] || die "no built mmcv wheel for $tag in $cache. Fix: bash tools/install.sh full (builds and caches it), then rerun"
+  mkdir -p "$OUT/mmcv-$tag"
+  cp "$wheel" "$OUT/mmcv-$tag/"
+  log "added $(basename "$wheel") (built for $tag) in $OUT/mmcv-$tag/"
+fi
+log "done: $(ls "$OUT"/*.whl | wc -l) wheels, $(du -sh "$OUT" | cut -f1) in $OUT"
+log "install with no network: HPM_WHEELHOUSE=$OUT bash tools/install.sh $PROFILE"
