@@ -1,22 +1,27 @@
 #!/usr/bin/env bash
-# README command 1: set up (idempotent), pretrain HPM on the embedded
-# Fashion-MNIST data with the small config; its KNNEvalHook evaluates the
-# encoder with kNN (DINO protocol) after training; print the table.
+# README command 1: set up (idempotent; the pretraining profile: no compiler),
+# pretrain HPM on the embedded Fashion-MNIST data with the small config in bf16
+# autocast (--amp; fp16 on a GPU), evaluate the encoder with kNN (DINO protocol)
+# after training and draw the hard-patch grids; print the table and the paths.
+# The console shows one line per epoch; the full log is in the work dir.
 #   bash tools/main_job.sh [extra tools/train.py args, e.g. --cfg-options ...]
-# Env: CONFIG (default: the small Fashion-MNIST config), WORK_DIR.
+# Env: CONFIG (default: the small Fashion-MNIST config), WORK_DIR,
+#      HPM_PRECISION=fp32 (train and evaluate in fp32 instead, ~1.6x slower here).
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-bash "$ROOT/tools/install.sh"
+bash "$ROOT/tools/install.sh" pretrain
 if [[ ${HPM_USE_CURRENT_ENV:-0} == 1 ]]; then PY=python; else PY=${HPM_VENV:-$ROOT/.venv}/bin/python; fi
 CONFIG=${CONFIG:-configs/hpm/hpm_vit-mini-p4_1xb256-coslr-10e_fmnist.py}
 NAME=$(basename "$CONFIG" .py)
 WORK_DIR=${WORK_DIR:-work_dirs/$NAME}
+AMP=(--amp)
+[[ ${HPM_PRECISION:-amp} == fp32 ]] && AMP=()
 cd "$ROOT"
 [[ -f data/fashion_mnist/train-images-idx3-ubyte ]] || "$PY" tools/dataset_converters/prepare_fashion_mnist.py
 
 echo "== HPM pretraining + kNN evaluation: $CONFIG -> $WORK_DIR"
 start=$(date +%s)
-"$PY" tools/train.py "$CONFIG" --work-dir "$WORK_DIR" "$@"
+"$PY" tools/train.py "$CONFIG" --work-dir "$WORK_DIR" --quiet "${AMP[@]}" "$@"
 echo "== pretraining and evaluation took $(( $(date +%s) - start )) s"
 
 "$PY" - "$WORK_DIR/knn.json" <<'PYEOF'
@@ -29,5 +34,7 @@ for k, v in r['acc'].items():
     print(f'| {k} | {v:.2f} |')
 print(f"best: k={r['best_k']}: {r['best']:.2f}%  (kNN on raw pixels, same protocol: 86.59% at k=5)")
 PYEOF
+echo "hard-patch grids:"
+ls "$WORK_DIR"/hard_patches/epoch_*_img*.png | sed 's/^/  /'
 echo "checkpoint: $(cat "$WORK_DIR/last_checkpoint")"
-echo "re-evaluate: $PY tools/analysis_tools/knn_eval.py $CONFIG \$(cat $WORK_DIR/last_checkpoint)"
+echo "re-evaluate: $PY tools/analysis_tools/knn_eval.py $CONFIG \$(cat $WORK_DIR/last_checkpoint) ${AMP[*]}"

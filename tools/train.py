@@ -1,16 +1,19 @@
 """Train a model from a config (mmpretrain's CLI conventions).
 
     python tools/train.py CONFIG [--work-dir DIR] [--resume [CKPT]] [--amp]
+                          [--quiet] [--tensorboard]
                           [--cfg-options k=v ...] [--launcher pytorch]
 """
 import argparse
 import os
 import os.path as osp
 
+import hpm_mm  # noqa: F401,I001  (first: registers modules, quiets imports)
 from mmengine.config import Config
 from mmengine.runner import Runner
 
-from hpm_mm.utils.cli import CfgOptionsAction, merge_cfg_options
+from hpm_mm.utils.cli import (CfgOptionsAction, load_config,
+                              merge_cfg_options)
 
 
 def parse_args(argv=None):
@@ -29,6 +32,17 @@ def parse_args(argv=None):
         action='store_true',
         help='mixed precision: fp16 with dynamic loss scale on CUDA, bf16 '
         'autocast on CPU')
+    parser.add_argument(
+        '--quiet',
+        action='store_true',
+        help='console: one line per epoch (ConsoleProgressHook) and warnings; '
+        'the environment, the config and every logged line stay in the work '
+        "dir's log file")
+    parser.add_argument(
+        '--tensorboard',
+        action='store_true',
+        help='also log to TensorBoard (work_dir/<timestamp>/vis_data): the '
+        'loss curves, kNN and the hard-patch grids')
     parser.add_argument(
         '--check-data',
         action='store_true',
@@ -103,6 +117,21 @@ def merge_args(cfg: Config, args) -> Config:
     if args.no_persistent_workers:
         set_loader('persistent_workers', False)
 
+    if args.tensorboard:
+        try:
+            import tensorboard  # noqa: F401
+        except ImportError:
+            raise SystemExit('train.py --tensorboard: the tensorboard package '
+                             'is not installed. Fix: pip install tensorboard')
+        backends = cfg.visualizer.setdefault('vis_backends', [])
+        if not any(b.get('type') == 'TensorboardVisBackend'
+                   for b in backends):
+            backends.append(dict(type='TensorboardVisBackend'))
+    if args.quiet:
+        cfg.custom_hooks = list(cfg.get('custom_hooks', [])) + [
+            dict(type='ConsoleProgressHook')
+        ]
+
     if args.cfg_options is not None:
         merge_cfg_options(cfg, args.cfg_options)
     return cfg
@@ -150,8 +179,7 @@ def resolve_resume(cfg: Config) -> None:
 
 def main(argv=None):
     args = parse_args(argv)
-    import hpm_mm  # noqa: F401  (registers modules, checkpoint safe types)
-    cfg = merge_args(Config.fromfile(args.config), args)
+    cfg = merge_args(load_config(args.config, 'train.py'), args)
     resolve_resume(cfg)
     if args.check_data:
         from hpm_mm.utils.data_check import check_data
@@ -162,14 +190,17 @@ def main(argv=None):
                              '\n'.join(result['problems']))
     from hpm_mm.utils import setup_cpu_distributed
     setup_cpu_distributed(cfg)  # gloo + CPU DDP when there is no GPU
+    runner_cls = Runner
     if cfg.get('strategy') is not None or \
             cfg.get('runner_type') == 'FlexibleRunner':
         # mmengine's FlexibleRunner: FSDP / DeepSpeed / ... strategies
         from mmengine.runner import FlexibleRunner
-        runner = FlexibleRunner.from_cfg(cfg)
-    else:
-        runner = Runner.from_cfg(cfg)
-    runner.train()
+        runner_cls = FlexibleRunner
+    if args.quiet:
+        from hpm_mm.engine.hooks import QuietConsoleMixin
+        runner_cls = type(f'Quiet{runner_cls.__name__}',
+                          (QuietConsoleMixin, runner_cls), {})
+    runner_cls.from_cfg(cfg).train()
 
 
 if __name__ == '__main__':

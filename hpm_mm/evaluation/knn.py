@@ -102,7 +102,8 @@ def pool_features(feats, num_extra_tokens: int = 1,
 def extract_features(model,
                      dataloader,
                      progress: bool = True,
-                     feature: str = 'avg') -> Dict[str, torch.Tensor]:
+                     feature: str = 'avg',
+                     amp: bool = False) -> Dict[str, torch.Tensor]:
     """Pooled features and labels of a whole dataloader (all ranks).
 
     Args:
@@ -112,6 +113,9 @@ def extract_features(model,
         progress (bool): Show a progress bar. Defaults to True.
         feature (str): ``'avg'`` (patch tokens averaged) or ``'cls'`` (the
             CLS token); see :func:`pool_features`. Defaults to ``'avg'``.
+        amp (bool): Run the encoder under autocast, bf16 on a CPU and fp16
+            on CUDA (as ``tools/train.py --amp``); features are returned in
+            fp32. Defaults to False.
 
     Returns:
         dict: ``feats`` (N, D) float32 on CPU, ``labels`` (N,) int64.
@@ -123,10 +127,14 @@ def extract_features(model,
         backbone, 'cls_token', None) is not None else 0)
     results = []
     bar = ProgressBar(len(dataloader.dataset)) if progress else None
+    device = next(model.parameters()).device.type
     for batch in dataloader:
         data = model.data_preprocessor(batch, False)
-        feats = pool_features(model.extract_feat(data['inputs']), extra,
-                              feature)
+        with torch.autocast(device, enabled=amp,
+                            dtype=torch.float16 if device == 'cuda' else
+                            torch.bfloat16):
+            feats = pool_features(model.extract_feat(data['inputs']), extra,
+                                  feature)
         labels = [s.gt_label for s in data['data_samples']]
         for f, label in zip(feats.float().cpu(), labels):
             results.append((f, int(label.reshape(-1)[0])))

@@ -1,7 +1,8 @@
 """kNN evaluation of a pretrained checkpoint (DINO protocol).
 
     python tools/analysis_tools/knn_eval.py CONFIG CHECKPOINT \
-        [--ks 10 20 100 200] [--temperature 0.07] [--teacher] [--out res.json]
+        [--ks 10 20 100 200] [--temperature 0.07] [--teacher] [--amp]
+        [--out res.json]
 
 The memory bank and evaluated data come from the config's ``KNNEvalHook``
 (in ``custom_hooks``), so this tool and the periodic evaluation agree.
@@ -27,6 +28,10 @@ def parse_args(argv=None):
                         help="'avg': patch tokens averaged (the paper's "
                         "text); 'cls': the CLS token (the authors' scripts); "
                         "default: the config's KNNEvalHook (avg)")
+    parser.add_argument('--amp', action='store_true',
+                        help='extract features under autocast (bf16 on a '
+                        'CPU, fp16 on CUDA), as the KNNEvalHook of a run '
+                        'trained with --amp')
     parser.add_argument('--teacher', action='store_true',
                         help="evaluate the EMA teacher's encoder")
     parser.add_argument('--raw-pixels', action='store_true',
@@ -86,11 +91,13 @@ def main(argv=None):
         print(f'extracting {split} features '
               f'({len(loader.dataset)} images)')
         feats[split] = extract_features(
-            model, loader, feature='avg' if args.raw_pixels else feature)
+            model, loader, feature='avg' if args.raw_pixels else feature,
+            amp=args.amp)
     acc = knn_classify(feats['train']['feats'], feats['train']['labels'],
                        feats['val']['feats'], feats['val']['labels'], ks,
                        temperature)
-    print(f'\nkNN top-1 (T={temperature}, {feature} features), '
+    print(f'\nkNN top-1 (T={temperature}, {feature} features'
+          f'{", autocast" if args.amp else ""}), '
           f"{len(feats['train']['labels'])} train / "
           f"{len(feats['val']['labels'])} test images")
     print('| k | top-1 (%) |\n|---|---|')
@@ -101,7 +108,8 @@ def main(argv=None):
     if args.out:
         with open(args.out, 'w') as f:
             json.dump(dict(acc={str(k): v for k, v in acc.items()},
-                           best_k=best, best=acc[best], feature=feature),
+                           best_k=best, best=acc[best], feature=feature,
+                           amp=args.amp),
                       f, indent=2)
     return acc
 

@@ -8,6 +8,8 @@ _base_ = ['mmpretrain::_base_/default_runtime.py', './hpm_pretrain_amp.py']
 optim_wrapper = dict(
     _delete_=True,
     type='GuardedOptimWrapper',
+    # the EMA teacher's frozen parameters: one log line, not one warning each
+    constructor='FrozenAwareOptimWrapperConstructor',
     clip_grad=dict(max_norm=5.0),
     optimizer=dict(
         type='AdamW', lr=1.5e-3, betas=(0.9, 0.95), weight_decay=0.05),

@@ -5,6 +5,8 @@
 optim_wrapper = dict(
     type='GuardedAmpOptimWrapper',
     loss_scale='dynamic',
+    # the EMA teacher's frozen parameters: one log line, not one warning each
+    constructor='FrozenAwareOptimWrapperConstructor',
     clip_grad=dict(max_norm=5.0),
     optimizer=dict(
         type='AdamW', lr=1.5e-4 * 4096 / 256, betas=(0.9, 0.95),

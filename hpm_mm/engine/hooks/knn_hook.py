@@ -36,6 +36,10 @@ class KNNEvalHook(AfterCheckpointEvalHook):
         feature (str): ``'avg'``: the patch tokens averaged (the paper's
             text); ``'cls'``: the CLS token (the authors' kNN and linear
             scripts). Defaults to ``'avg'``.
+        amp (bool, optional): Extract features under autocast (bf16 on a
+            CPU, fp16 on CUDA). Defaults to None: as the training step, i.e.
+            when the optimizer wrapper runs its forward under autocast
+            (``tools/train.py --amp``, the AMP configs).
     """
 
     rerun_tool = 'tools/analysis_tools/knn_eval.py'
@@ -47,7 +51,8 @@ class KNNEvalHook(AfterCheckpointEvalHook):
                  by_epoch: bool = True,
                  ks: Sequence[int] = (10, 20, 100, 200),
                  temperature: float = 0.07,
-                 feature: str = 'avg') -> None:
+                 feature: str = 'avg',
+                 amp: Optional[bool] = None) -> None:
         self.loader_cfgs = dict(train=train_dataloader, val=val_dataloader)
         self.loaders = None
         self.interval = interval
@@ -58,6 +63,7 @@ class KNNEvalHook(AfterCheckpointEvalHook):
             raise ValueError(f'feature must be one of {FEATURES}, got '
                              f'{feature!r}.')
         self.feature = feature
+        self.amp = amp
         self.last_result: Optional[dict] = None
 
     def evaluate(self, runner) -> dict:
@@ -68,10 +74,17 @@ class KNNEvalHook(AfterCheckpointEvalHook):
                 for k, cfg in self.loader_cfgs.items()
             }
         model = get_ori_model(runner.model)
+        amp = self.amp
+        if amp is None:
+            from mmengine.optim import AmpOptimWrapper
+
+            from hpm_mm.engine.optimizers import AutocastOptimWrapper
+            amp = isinstance(runner.optim_wrapper,
+                             (AmpOptimWrapper, AutocastOptimWrapper))
         train = extract_features(model, self.loaders['train'], False,
-                                 self.feature)
+                                 self.feature, amp)
         val = extract_features(model, self.loaders['val'], False,
-                               self.feature)
+                               self.feature, amp)
         acc = knn_classify(train['feats'], train['labels'], val['feats'],
                            val['labels'], self.ks, self.temperature)
         scalars = {f'knn/top1_k{k}': v for k, v in acc.items()}
@@ -79,15 +92,16 @@ class KNNEvalHook(AfterCheckpointEvalHook):
         for key, value in scalars.items():
             runner.message_hub.update_scalar(key, value)
         runner.visualizer.add_scalars(scalars, step=runner.iter)
-        runner.logger.info('kNN top-1 (T=%.2f, %s features): %s',
+        runner.logger.info('kNN top-1 (T=%.2f, %s features%s): %s',
                            self.temperature, self.feature,
+                           ', autocast' if amp else '',
                            '  '.join(f'k={k}: {v:.2f}'
                                      for k, v in acc.items()))
         self.last_result = acc
         if is_main_process():
             best = max(acc, key=acc.get)
             dump(dict(acc={str(k): v for k, v in acc.items()}, best_k=best,
-                      best=acc[best], feature=self.feature,
+                      best=acc[best], feature=self.feature, amp=amp,
                       epoch=runner.epoch, iter=runner.iter,
                       num_train=len(train['labels']),
                       num_val=len(val['labels'])),

@@ -1,0 +1,100 @@
+import logging
+import sys
+import time
+from typing import Sequence
+
+from mmengine.dist import is_main_process
+from mmengine.hooks import Hook
+from mmpretrain.registry import HOOKS
+
+
+def _duration(seconds: float) -> str:
+    m, s = divmod(int(round(seconds)), 60)
+    return f'{m}m{s:02d}s' if m else f'{s}s'
+
+
+@HOOKS.register_module()
+class ConsoleProgressHook(Hook):
+    """One console line per epoch: the epoch's mean of a few logged values
+    and the time left, for runs whose console is quiet
+    (``tools/train.py --quiet``; the full log stays in the work dir).
+
+    Example line::
+
+        epoch  3/10  loss_rec 0.5301  rank_acc 0.7074  alpha 0.100  |  42s/epoch, ~4m54s left
+
+    Iteration-based loops get a line every ``max_iters // 10`` iterations.
+
+    Args:
+        keys (Sequence[str]): Logged training values (``train/<key>`` in the
+            message hub) to show when present. Defaults to
+            ``('loss_rec', 'loss_pred', 'rank_acc', 'alpha')``.
+    """
+
+    priority = 'LOW'
+
+    def __init__(self,
+                 keys: Sequence[str] = ('loss_rec', 'loss_pred', 'rank_acc',
+                                        'alpha')) -> None:
+        self.keys = tuple(keys)
+        self._start = self._start_iter = None
+
+    def before_train(self, runner) -> None:
+        self._start, self._start_iter = time.time(), runner.iter
+
+    def _line(self, runner, head: str, window: int) -> str:
+        parts = [head]
+        for key in self.keys:
+            buf = runner.message_hub.log_scalars.get(f'train/{key}')
+            if buf is not None:
+                parts.append(f'{key} {buf.mean(max(window, 1)):.4g}')
+        done = runner.iter + 1 - self._start_iter
+        spent = time.time() - self._start
+        left = spent / max(done, 1) * (runner.max_iters - runner.iter - 1)
+        return '  '.join(parts) + f'  |  {_duration(spent)} spent, ' \
+            f'~{_duration(left)} left'
+
+    def _print(self, line: str) -> None:
+        if is_main_process():
+            print(line, flush=True)
+
+    def after_train_epoch(self, runner) -> None:
+        if not hasattr(runner.train_loop, 'max_epochs'):
+            return
+        width = len(str(runner.max_epochs))
+        self._print(self._line(
+            runner, f'epoch {runner.epoch + 1:>{width}}/{runner.max_epochs}',
+            len(runner.train_dataloader)))
+
+    def after_train_iter(self, runner, batch_idx, data_batch=None,
+                         outputs=None) -> None:
+        if hasattr(runner.train_loop, 'max_epochs'):
+            return
+        every = max(runner.max_iters // 10, 1)
+        if (runner.iter + 1) % every == 0 or runner.iter + 1 == \
+                runner.max_iters:
+            self._print(self._line(
+                runner, f'iter {runner.iter + 1}/{runner.max_iters}', every))
+
+
+class QuietConsoleMixin:
+    """Runner mixin: the console shows warnings and errors only; the log
+    file keeps everything (the environment, the config, every logged line).
+
+    Mixed into mmengine's ``Runner`` or ``FlexibleRunner`` by
+    ``tools/train.py --quiet``, which adds :class:`ConsoleProgressHook` for
+    the per-epoch lines.
+    """
+
+    def build_logger(self, *args, **kwargs):
+        logger = super().build_logger(*args, **kwargs)
+        files = []
+        for handler in logger.handlers:
+            if isinstance(handler, logging.FileHandler):
+                files.append(handler.baseFilename)
+            elif isinstance(handler, logging.StreamHandler) and \
+                    handler.stream in (sys.stdout, sys.stderr):
+                handler.setLevel(max(handler.level, logging.WARNING))
+        if is_main_process() and files:
+            print(f'full log: {files[0]}', flush=True)
+        return logger
