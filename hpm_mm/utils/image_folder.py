@@ -1,0 +1,248 @@
+"""A folder of your own images, scanned and turned into a pretraining config
+(``tools/pretrain_folder.py``).
+
+:func:`scan_folder` finds every image under a folder (nested folders, JPEG /
+PNG / BMP / WebP / TIFF, any size, grayscale or colour), opens each one,
+names the unreadable ones, tells whether the folder is labelled (one
+subfolder per class) and measures what the defaults are chosen from.
+:func:`choose_settings` picks the input size, channels, patch size, batch
+size and epochs; :func:`folder_config` writes them into the main job's
+config (the mini ViT and its recipe), with kNN when there are labels.
+"""
+import os
+import os.path as osp
+import random
+from statistics import median
+from typing import Dict, List, Optional
+
+import numpy as np
+
+IMAGE_EXTENSIONS = ('.jpg', '.jpeg', '.png', '.bmp', '.webp', '.tif',
+                    '.tiff')
+GRAY_MODES = ('1', 'L', 'LA', 'I', 'I;16', 'F')
+SIZES = (32, 64, 96, 128, 224)  # candidate input sizes
+TARGET_STEPS = 400  # the main job's schedule length
+
+
+def scan_folder(root: str) -> Dict:
+    """Every image file under ``root``, opened and decoded.
+
+    Returns:
+        dict: ``files`` (readable, paths relative to root, sorted),
+        ``unreadable`` (``(path, reason)``), ``sizes`` ((w, h) per readable
+        file), ``gray`` (all readable files single-channel), ``classes``
+        (sorted class names when labelled, else None).
+
+    Raises:
+        SystemExit: ``root`` is not a folder or holds no image file.
+    """
+    from PIL import Image
+    if not osp.isdir(root):
+        raise SystemExit(f'{root} is not a folder. Fix: pass the folder that '
+                         'holds your images.')
+    paths = []
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=True):
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith('.'))
+        for name in sorted(filenames):
+            if name.lower().endswith(IMAGE_EXTENSIONS) and \
+                    not name.startswith('.'):
+                paths.append(osp.relpath(osp.join(dirpath, name), root))
+    if not paths:
+        raise SystemExit(
+            f'{root} holds no image file ({", ".join(IMAGE_EXTENSIONS)}; '
+            'nested folders searched). Fix: point at the folder that holds '
+            'your images.')
+    files, sizes, unreadable, gray = [], [], [], True
+    for rel in paths:
+        try:
+            with Image.open(osp.join(root, rel)) as img:
+                img.load()  # decode: a truncated file fails here
+                size, mode = img.size, img.mode
+            if min(size) < 1:
+                raise ValueError(f'empty image {size}')
+        except Exception as e:  # PIL raises many types for bad files
+            unreadable.append((rel, f'{type(e).__name__}: {e}'))
+            continue
+        files.append(rel)
+        sizes.append(size)
+        gray = gray and mode in GRAY_MODES
+    tops = {f.split(os.sep)[0] for f in files}
+    labelled = bool(files) and all(os.sep in f for f in files) and \
+        len(tops) >= 2
+    return dict(files=files, unreadable=unreadable, sizes=sizes, gray=gray,
+                classes=sorted(tops) if labelled else None)
+
+
+def choose_settings(scan: Dict,
+                    img_size: Optional[int] = None,
+                    channels: Optional[int] = None,
+                    batch_size: Optional[int] = None,
+                    epochs: Optional[int] = None) -> Dict:
+    """Defaults from the images, each overridable.
+
+    - input size: the largest of 32/64/96/128/224 not above the median short
+      side (at least 32); patch size: an 8 x 8 grid up to 128 px, 16 px
+      patches at 224;
+    - channels: 1 when every image is single-channel, else 3 (grayscale
+      files are then read as RGB);
+    - batch size: 256, or an eighth of the images for small folders (>= 8);
+    - epochs: about the main job's 400 optimizer steps, within 10..200.
+    """
+    n = len(scan['files'])
+    short = median(min(s) for s in scan['sizes'])
+    size = img_size or max([s for s in SIZES if s <= short] or [SIZES[0]])
+    patch = 16 if size >= 224 else size // 8
+    if size % patch:
+        raise SystemExit(f'--img-size {size}: must be a multiple of '
+                         f'{patch} (patch size). Fix: use one of {SIZES}.')
+    ch = channels or (1 if scan['gray'] else 3)
+    batch = batch_size or max(8, min(256, n // 8))
+    batch = min(batch, n)
+    steps = max(n // batch, 1)
+    ep = epochs or int(min(200, max(10, round(TARGET_STEPS / steps))))
+    return dict(img_size=size, patch_size=patch, channels=ch,
+                batch_size=batch, epochs=ep, steps_per_epoch=steps,
+                median_short_side=short, num_images=n)
+
+
+def channel_stats(root: str, files: List[str], size: int, channels: int,
+                  max_images: int = 500, seed: int = 0) -> Dict:
+    """Per-channel mean and std (0..255) of up to ``max_images`` images
+    resized to ``size``, for the data preprocessor."""
+    from PIL import Image
+    rng = random.Random(seed)
+    pick = files if len(files) <= max_images else rng.sample(
+        files, max_images)
+    values = []
+    for rel in pick:
+        with Image.open(osp.join(root, rel)) as img:
+            img = img.convert('L' if channels == 1 else 'RGB')
+            img = img.resize((size, size), Image.BICUBIC)
+            values.append(np.asarray(img, np.float64).reshape(-1, channels))
+    values = np.concatenate(values)
+    std = np.maximum(values.std(0), 1.0)  # a constant folder: no blow-up
+    return dict(mean=[round(float(v), 2) for v in values.mean(0)],
+                std=[round(float(v), 2) for v in std])
+
+
+def split_labelled(files: List[str], classes: List[str],
+                   val_fraction: float = 0.2, seed: int = 0):
+    """Deterministic per-class split into (memory bank, evaluated) lists of
+    ``(path, label)``: ``val_fraction`` of each class (at least one image
+    when the class has two or more) is evaluated, the rest is the kNN
+    memory bank."""
+    rng = random.Random(seed)
+    index = {c: i for i, c in enumerate(classes)}
+    by_class = {c: [] for c in classes}
+    for f in files:
+        by_class[f.split(os.sep)[0]].append(f)
+    bank, val = [], []
+    for c in classes:
+        items = sorted(by_class[c])
+        rng.shuffle(items)
+        k = max(1, round(len(items) * val_fraction)) if len(items) > 1 \
+            else 0
+        val += [(f, index[c]) for f in items[:k]]
+        bank += [(f, index[c]) for f in items[k:]]
+    return bank, val
+
+
+def folder_config(base_cfg, root: str, work_dir: str, scan: Dict,
+                  settings: Dict, stats: Dict):
+    """The main job's config (``base_cfg``, an mmengine Config) retargeted
+    at ``root``: writes the file lists into ``work_dir`` and returns the new
+    config."""
+    from mmengine.config import Config
+    root, work_dir = osp.abspath(root), osp.abspath(work_dir)
+    os.makedirs(work_dir, exist_ok=True)
+    size, patch, ch = (settings['img_size'], settings['patch_size'],
+                       settings['channels'])
+
+    def write(name, rows):
+        path = osp.join(work_dir, name)
+        with open(path, 'w') as f:
+            f.writelines(f'{row}\n' for row in rows)
+        return path
+
+    load = dict(type='LoadImageFromFileChecked',
+                color_type='grayscale' if ch == 1 else 'color')
+    train_pipeline = [
+        load,
+        dict(type='RandomResizedCrop', scale=size,
+             crop_ratio_range=(0.2, 1.0), backend='pillow',
+             interpolation='bicubic'),
+        dict(type='RandomFlip', prob=0.5),
+        dict(type='PackInputs')
+    ]
+    eval_pipeline = [
+        load,
+        dict(type='ResizeEdge', scale=size, edge='short', backend='pillow',
+             interpolation='bicubic'),
+        dict(type='CenterCrop', crop_size=size),
+        dict(type='PackInputs')
+    ]
+
+    def dataset(ann_file, with_label, pipeline):
+        ds = dict(type='CustomDataset', data_root=root, data_prefix='',
+                  ann_file=ann_file, with_label=with_label,
+                  pipeline=pipeline)
+        if with_label:
+            ds['metainfo'] = dict(classes=tuple(scan['classes']))
+        return ds
+
+    loader = dict(batch_size=min(256, settings['num_images']),
+                  num_workers=0, persistent_workers=False,
+                  sampler=dict(type='DefaultSampler', shuffle=False),
+                  collate_fn=dict(type='default_collate'))
+    all_files = write('images.txt', scan['files'])
+    hooks = [dict(type='HPMScheduleHook', by_epoch=True)]
+    if scan['classes']:
+        bank, val = split_labelled(scan['files'], scan['classes'])
+        bank_file = write('knn_bank.txt', [f'{f} {c}' for f, c in bank])
+        val_file = write('knn_val.txt', [f'{f} {c}' for f, c in val])
+        with open(osp.join(work_dir, 'classes.txt'), 'w') as f:
+            f.writelines(f'{c}\n' for c in scan['classes'])
+        vis_loader = dict(loader, dataset=dataset(val_file, True,
+                                                  eval_pipeline))
+        hooks.append(
+            dict(type='KNNEvalHook', interval=0,
+                 train_dataloader=dict(
+                     loader, dataset=dataset(bank_file, True,
+                                             eval_pipeline)),
+                 val_dataloader=vis_loader))
+    else:
+        vis_loader = dict(loader, dataset=dataset(all_files, False,
+                                                  eval_pipeline))
+    hooks.append(dict(type='HardPatchVisHook', interval=0,
+                      num_images=min(4, settings['num_images']),
+                      num_masks=8, dataloader=vis_loader))
+
+    cfg = Config(base_cfg.to_dict())
+    model = cfg.model
+    model.backbone.update(img_size=size, patch_size=patch,
+                          patch_cfg=dict(in_channels=ch))
+    model.neck.update(num_patches=(size // patch)**2, patch_size=patch,
+                      in_chans=ch)
+    model.head.update(patch_size=patch, in_channels=ch)
+    cfg.data_preprocessor.update(mean=stats['mean'], std=stats['std'],
+                                 to_rgb=ch == 3)
+    train_pipeline[0] = dict(load, skip_unreadable=True)
+    cfg.train_dataloader.update(batch_size=settings['batch_size'],
+                                num_workers=2, persistent_workers=True)
+    # replaced, not merged (ConfigDict.update would keep Fashion-MNIST's keys)
+    cfg.train_dataloader['dataset'] = dataset(all_files, False,
+                                              train_pipeline)
+    cfg.train_cfg.max_epochs = settings['epochs']
+    teacher = model.get('teacher') or {}
+    if 'momentum_epochs' in teacher:  # the ramp spans the whole run
+        teacher['momentum_epochs'] = settings['epochs']
+    epochs = settings['epochs']
+    if epochs > 1:  # 1 warmup epoch, then cosine
+        cfg.param_scheduler[1].update(T_max=epochs - 1, end=epochs)
+    else:  # a single epoch: cosine only
+        cfg.param_scheduler = [dict(cfg.param_scheduler[1], begin=0, end=1,
+                                    T_max=1)]
+    cfg.auto_scale_lr = dict(base_batch_size=256, enable=False)
+    cfg.custom_hooks = hooks
+    cfg.work_dir = work_dir
+    return cfg
