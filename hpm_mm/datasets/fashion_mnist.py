@@ -1,5 +1,6 @@
 import os
 import os.path as osp
+import warnings
 
 from mmpretrain.datasets import FashionMNIST
 from mmpretrain.registry import DATASETS
@@ -42,6 +43,11 @@ class FashionMNISTSplit(FashionMNIST):
         test_mode = self.test_mode
         self.test_mode = self.split == 'test'
         try:
-            return super().load_data_list()
+            with warnings.catch_warnings():
+                # mmpretrain wraps the read-only file buffer in a tensor that
+                # nothing writes to; torch warns about it on every run
+                warnings.filterwarnings(
+                    'ignore', message='The given NumPy array is not writable')
+                return super().load_data_list()
         finally:
             self.test_mode = test_mode

@@ -1,4 +1,5 @@
 """``--cfg-options`` with one clear line for a bad option, for every tool."""
+import re
 from typing import Any
 
 from mmengine.config import Config, DictAction
@@ -15,6 +16,12 @@ class CfgOptionsAction(DictAction):
             if '=' not in kv or kv.startswith('='):
                 parser.error(f'{option_string} {kv!r}: expected key=value, '
                              'e.g. train_cfg.max_epochs=20')
+            if re.search(r'(^|[=\[(,\s])dict\(', kv):
+                # mmengine's parser recurses without end on dict(...)
+                parser.error(f'{option_string} {kv!r}: values cannot be '
+                             'dict(...) here. Fix: set the keys one by one '
+                             '(a.b=1 a.c=2), or write a config that inherits '
+                             'this one (_base_ = ...) and changes it.')
         super().__call__(parser, namespace, values, option_string)
 
 

@@ -130,7 +130,8 @@ def test_quiet_console_and_tensorboard(tmp_path):
         'alpha' in epochs[0] and 'left' in epochs[0]
     assert lines[0].startswith('full log: ')
     for noise in ('requires_grad', 'System environment', 'Config:',
-                  'pkg_resources', 'Epoch(train)'):
+                  'pkg_resources', 'Epoch(train)', 'FileClient',
+                  'HardDiskBackend'):
         assert noise not in out + proc.stderr, noise
     assert len(lines) <= 6, out
     log_file = lines[0][len('full log: '):]

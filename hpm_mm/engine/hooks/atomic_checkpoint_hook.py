@@ -6,6 +6,14 @@ from mmengine.fileio import LocalBackend
 from mmengine.hooks import CheckpointHook
 from mmengine.registry import HOOKS  # root: every scope finds it
 
+from hpm_mm.utils.log_filter import drop_log_messages
+
+# mmengine builds a deprecated FileClient in CheckpointHook.before_train and
+# in save_checkpoint even when it does not use it ("to avoid breaking
+# backward compatibility") and warns about its own deprecation on every run
+FILE_CLIENT_DEPRECATION = ('"FileClient" will be deprecated',
+                           '"HardDiskBackend" is the alias')
+
 
 @HOOKS.register_module()
 class AtomicCheckpointHook(CheckpointHook):
@@ -24,6 +32,10 @@ class AtomicCheckpointHook(CheckpointHook):
     mmengine's behaviour. All arguments are :class:`CheckpointHook`'s.
     """
 
+    def before_train(self, runner) -> None:
+        with drop_log_messages(*FILE_CLIENT_DEPRECATION):
+            super().before_train(runner)
+
     def _save_checkpoint_with_step(self, runner, step, meta):
         if not isinstance(self.file_backend, LocalBackend):
             return super()._save_checkpoint_with_step(runner, step, meta)
@@ -41,16 +53,17 @@ class AtomicCheckpointHook(CheckpointHook):
         runner.message_hub.update_info('last_ckpt', self.last_ckpt)
         tmp = self.last_ckpt + '.tmp'
         try:
-            runner.save_checkpoint(
-                self.out_dir,
-                name + '.tmp',
-                self.file_client_args,
-                save_optimizer=self.save_optimizer,
-                save_param_scheduler=self.save_param_scheduler,
-                meta=meta,
-                by_epoch=self.by_epoch,
-                backend_args=self.backend_args,
-                **self.args)
+            with drop_log_messages(*FILE_CLIENT_DEPRECATION):
+                runner.save_checkpoint(
+                    self.out_dir,
+                    name + '.tmp',
+                    self.file_client_args,
+                    save_optimizer=self.save_optimizer,
+                    save_param_scheduler=self.save_param_scheduler,
+                    meta=meta,
+                    by_epoch=self.by_epoch,
+                    backend_args=self.backend_args,
+                    **self.args)
         except BaseException:
             if is_main_process() and osp.isfile(tmp):
                 os.remove(tmp)

@@ -42,15 +42,16 @@ class ConsoleProgressHook(Hook):
     def before_train(self, runner) -> None:
         self._start, self._start_iter = time.time(), runner.iter
 
-    def _line(self, runner, head: str, window: int) -> str:
+    def _line(self, runner, head: str, window: int, done: int) -> str:
+        """``done``: iterations completed so far (all of them, this run)."""
         parts = [head]
         for key in self.keys:
             buf = runner.message_hub.log_scalars.get(f'train/{key}')
             if buf is not None:
                 parts.append(f'{key} {buf.mean(max(window, 1)):.4g}')
-        done = runner.iter + 1 - self._start_iter
         spent = time.time() - self._start
-        left = spent / max(done, 1) * (runner.max_iters - runner.iter - 1)
+        run = max(done - self._start_iter, 1)
+        left = spent / run * max(runner.max_iters - done, 0)
         return '  '.join(parts) + f'  |  {_duration(spent)} spent, ' \
             f'~{_duration(left)} left'
 
@@ -62,9 +63,11 @@ class ConsoleProgressHook(Hook):
         if not hasattr(runner.train_loop, 'max_epochs'):
             return
         width = len(str(runner.max_epochs))
+        # mmengine has counted the epoch's iterations (runner.iter) but not
+        # the epoch itself (runner.epoch) when after_train_epoch runs
         self._print(self._line(
             runner, f'epoch {runner.epoch + 1:>{width}}/{runner.max_epochs}',
-            len(runner.train_dataloader)))
+            len(runner.train_dataloader), runner.iter))
 
     def after_train_iter(self, runner, batch_idx, data_batch=None,
                          outputs=None) -> None:
@@ -74,7 +77,8 @@ class ConsoleProgressHook(Hook):
         if (runner.iter + 1) % every == 0 or runner.iter + 1 == \
                 runner.max_iters:
             self._print(self._line(
-                runner, f'iter {runner.iter + 1}/{runner.max_iters}', every))
+                runner, f'iter {runner.iter + 1}/{runner.max_iters}', every,
+                runner.iter + 1))
 
 
 class QuietConsoleMixin:

@@ -1,10 +1,10 @@
-import logging
-
 import torch.nn as nn
-from mmengine.logging import MMLogger, print_log
+from mmengine.logging import print_log
 from mmengine.optim import DefaultOptimWrapperConstructor, OptimWrapper
 from mmengine.registry import \
     OPTIM_WRAPPER_CONSTRUCTORS  # root: every scope finds it
+
+from hpm_mm.utils.log_filter import drop_log_messages
 
 
 def frozen_summary(model: nn.Module) -> str:
@@ -28,14 +28,6 @@ def frozen_summary(model: nn.Module) -> str:
     return ', '.join(parts)
 
 
-class _DropPerParameterSkips(logging.Filter):
-    """Drops mmengine's one-warning-per-frozen-parameter records."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return 'is skipped since its requires_grad=False' not in \
-            record.getMessage()
-
-
 @OPTIM_WRAPPER_CONSTRUCTORS.register_module()
 class FrozenAwareOptimWrapperConstructor(DefaultOptimWrapperConstructor):
     """mmengine's default constructor (``paramwise_cfg`` and all), naming
@@ -52,13 +44,8 @@ class FrozenAwareOptimWrapperConstructor(DefaultOptimWrapperConstructor):
     """
 
     def __call__(self, model: nn.Module) -> OptimWrapper:
-        logger = MMLogger.get_current_instance()
-        drop = _DropPerParameterSkips()
-        logger.addFilter(drop)
-        try:
+        with drop_log_messages('is skipped since its requires_grad=False'):
             wrapper = super().__call__(model)
-        finally:
-            logger.removeFilter(drop)
         frozen = frozen_summary(model)
         if frozen:
             print_log(f'not optimised (requires_grad=False): {frozen}',
