@@ -234,6 +234,12 @@ def test_bad_cfg_options_name_the_key_and_the_type(capsys):
         _train_main(FMNIST_CFG, '--cfg-options', 'train_cfg.max_epochs')
     err = capsys.readouterr().err
     assert "'train_cfg.max_epochs': expected key=value" in err
+    # mmengine's parser recursed without end on dict(...) values
+    with pytest.raises(SystemExit):
+        _train_main(FMNIST_CFG, '--cfg-options',
+                    "custom_hooks=[dict(type='HPMScheduleHook')]")
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert 'values cannot be dict(...) here. Fix:' in err
 
 
 def test_missing_dataset_gives_the_real_fix(tmp_path, monkeypatch):
