@@ -22,9 +22,9 @@
 #   HPM_SKIP_DATA=1        do not prepare the embedded Fashion-MNIST data
 #
 # Versions: requirements/constraints.txt (pip -c). Steps: venv -> torch/torchvision ->
-# mmcv (pretrain: mmcv-lite; full: mmcv 2.1.0 from the wheelhouse, the cache, or a
+# mmengine -> mmcv (pretrain: mmcv-lite; full: mmcv 2.1.0 from the wheelhouse, the cache, or a
 # source build with compiled ops and the C++ standard raised for new torch) ->
-# mmengine, mmpretrain [, mmdet, mmsegmentation] -> hpm_mm (editable) -> data/fashion_mnist.
+# mmpretrain [, mmdet, mmsegmentation] -> hpm_mm (editable) -> data/fashion_mnist.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -98,7 +98,8 @@ else
   # shellcheck disable=SC2086
   "${INSTALL[@]}" $TORCH_SPEC "numpy<2" || die "could not install $TORCH_SPEC. Fix: set HPM_TORCH to a torch/torchvision pair pip can install here${WHEELHOUSE:+ (the wheelhouse must hold it: build it without --no-torch)}."
 fi
-"${INSTALL[@]}" "setuptools>=77.0.3" "numpy<2" || die "pip could not install setuptools/numpy"
+# mmengine first: mmcv's ops (checked below) import it
+"${INSTALL[@]}" "setuptools>=77.0.3" "numpy<2" mmengine || die "pip could not install setuptools/numpy/mmengine"
 
 # ---------------------------------------------------------------- mmcv
 dist_installed() { "$PY" -c "import importlib.metadata as m, sys; m.version(sys.argv[1])" "$1" 2>/dev/null; }
