@@ -97,3 +97,106 @@ def test_recipe_matches_the_paper(name):
     else:  # linear probing: no mixup, cutmix, drop path, colour jitter
         assert 'RandAugment' not in types and 'ColorJitter' not in types
         assert not (cfg.model.get('train_cfg') or {}).get('augments')
+
+
+# ViTDet (detectron2's mask_rcnn_vitdet_{b,l}_100ep), which the paper's
+# detection follows; Tab. 6: the same with max_iter 88750 (12 epochs at 16)
+DET = 'benchmarks/det/mask-rcnn_hpm-vit-{}-p16_sfp_{}_coco-1024.py'
+DET_RECIPES = {
+    ('base', '8xb2-1x'): dict(batch=16, decay=0.7, drop_path=0.1,
+                              max_iters=88750),
+    ('large', '8xb2-1x'): dict(batch=16, decay=0.8, drop_path=0.4,
+                               max_iters=88750),
+    ('base', '32xb2-lsj-100e'): dict(batch=64, decay=0.7, drop_path=0.1,
+                                     epochs=25, repeat=4),
+    ('large', '32xb2-lsj-100e'): dict(batch=64, decay=0.8, drop_path=0.4,
+                                      epochs=25, repeat=4),
+}
+
+
+@pytest.mark.parametrize('key', list(DET_RECIPES), ids='-'.join)
+def test_detection_configs_follow_vitdet(key):
+    want = DET_RECIPES[key]
+    cfg = Config.fromfile(osp.join(REPO, 'configs', DET.format(*key)))
+    gpus, per_gpu = re.search(r'_(\d+)xb(\d+)', DET.format(*key)).groups()
+    assert int(gpus) * int(per_gpu) == want['batch'] == \
+        cfg.auto_scale_lr.base_batch_size
+    opt = cfg.optim_wrapper.optimizer
+    assert (opt.type, opt.lr, opt.weight_decay) == ('AdamW', 1e-4, 0.1)
+    assert cfg.optim_wrapper.paramwise_cfg.layer_decay_rate == want['decay']
+    assert cfg.model.backbone.drop_path_rate == want['drop_path']
+    # ViTDet's heads: 2-conv RPN, 4conv1fc box head and mask head with LN
+    m = cfg.model
+    assert m.rpn_head.num_convs == 2
+    assert m.roi_head.bbox_head.type == 'Shared4Conv1FCBBoxHead'
+    for norm in (m.roi_head.bbox_head.norm_cfg, m.roi_head.mask_head.norm_cfg,
+                 m.neck.norm_cfg):
+        assert norm.type == 'mmpretrain.LN2d' and norm.eps == 1e-6
+    # large-scale jitter at 1024 for training, 1024 for testing
+    train_ds = cfg.train_dataloader.dataset
+    if 'repeat' in want:
+        assert train_ds.type == 'RepeatDataset' and \
+            train_ds.times == want['repeat']
+        train_ds = train_ds.dataset
+    jitter = next(t for t in train_ds.pipeline if t.type == 'RandomResize')
+    assert tuple(jitter.scale) == (1024, 1024) and \
+        tuple(jitter.ratio_range) == (0.1, 2.0)
+    crop = next(t for t in train_ds.pipeline if t.type == 'RandomCrop')
+    assert tuple(crop.crop_size) == (1024, 1024)
+    for loader in (cfg.val_dataloader, cfg.test_dataloader):
+        resize = next(t for t in loader.dataset.pipeline
+                      if t.type == 'Resize')
+        assert tuple(resize.scale) == (1024, 1024) and resize.keep_ratio
+    warmup, steps = cfg.param_scheduler
+    assert warmup.type == 'LinearLR' and warmup.start_factor == 0.001
+    if 'max_iters' in want:  # detectron2 scales the 100-epoch schedule
+        n = want['max_iters']
+        assert cfg.train_cfg.type == 'IterBasedTrainLoop' and \
+            cfg.train_cfg.max_iters == n
+        assert warmup.end == round(250 / 184375 * n) == 120
+        assert steps.milestones == [78889, 85463] and not steps.by_epoch
+    else:
+        assert cfg.train_cfg.max_epochs == want['epochs']
+        assert warmup.end == 250 and not warmup.by_epoch
+        assert steps.milestones == [22, 24] and steps.by_epoch
+
+
+def test_detection_layer_decay_matches_vitdet():
+    """Each parameter's lr scale and weight decay from the constructor vs
+    ViTDet's get_vit_lr_decay_rate and detectron2's norm / pos_embed rule,
+    written out here by name, on a small ViTSAM Mask R-CNN."""
+    import torch.nn as nn
+    from mmengine.optim import build_optim_wrapper
+    from mmengine.registry import init_default_scope
+    from mmdet.registry import MODELS
+    cfg = Config.fromfile(osp.join(REPO, 'configs',
+                                   DET.format('base', '8xb2-1x')))
+    init_default_scope('mmdet')
+    model_cfg = cfg.model
+    model_cfg.backbone.update(
+        arch=dict(embed_dims=64, num_layers=4, num_heads=2,
+                  feedforward_channels=128, global_attn_indexes=[1, 3]),
+        img_size=128, window_size=4, init_cfg=None)
+    model_cfg.neck.in_channels = 64
+    model = MODELS.build(model_cfg)
+    wrapper = build_optim_wrapper(
+        model, dict(cfg.optim_wrapper, type='OptimWrapper',
+                    paramwise_cfg=dict(num_layers=4, layer_decay_rate=0.7)))
+    norms = {id(p) for mod in model.modules()
+             if isinstance(mod, (nn.LayerNorm, nn.GroupNorm))
+             for p in mod.parameters(recurse=False)}
+    seen = 0
+    for group in wrapper.optimizer.param_groups:
+        for name, p in zip(group['param_names'], group['params']):
+            layer = 5  # num_layers + 1
+            if name.startswith('backbone'):
+                if '.pos_embed' in name or '.patch_embed' in name:
+                    layer = 0
+                elif '.layers.' in name:
+                    layer = int(name.split('.layers.')[1].split('.')[0]) + 1
+            assert group['lr'] == pytest.approx(1e-4 * 0.7**(5 - layer)), \
+                name
+            decay = 0. if id(p) in norms or 'pos_embed' in name else 0.1
+            assert group['weight_decay'] == decay, name
+            seen += 1
+    assert seen == sum(1 for p in model.parameters() if p.requires_grad)

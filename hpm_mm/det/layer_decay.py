@@ -14,24 +14,33 @@ class LayerDecayOptimWrapperConstructor(DefaultOptimWrapperConstructor):
     mmdet 3.3 has no such constructor. A parameter of block ``i`` of
     ``backbone.layers`` gets ``lr * decay ** (num_layers - i)``; the patch
     embedding, position embeddings and tokens get
-    ``decay ** (num_layers + 1)``; everything outside the backbone (neck,
-    heads) gets the full lr. Norms, biases, position embeddings and the
-    relative-position tables get no weight decay.
+    ``decay ** (num_layers + 1)``; everything else (the neck, the heads and
+    any other backbone parameter, e.g. a final norm) gets the full lr, as
+    ViTDet's ``get_vit_lr_decay_rate``. Weight decay as ViTDet's detectron2
+    optimizer (``weight_decay_norm=0``, ``pos_embed`` overridden to 0):
+    none for the parameters of normalisation layers and the position
+    embedding; biases and the relative-position tables are decayed.
 
     ``paramwise_cfg``: ``layer_decay_rate`` (float) and ``num_layers`` (int).
     """
 
-    NO_DECAY = ('pos_embed', 'cls_token', 'rel_pos_h', 'rel_pos_w')
+    NORMS = (nn.modules.batchnorm._NormBase, nn.LayerNorm, nn.GroupNorm,
+             nn.LocalResponseNorm)
+    NO_DECAY = ('pos_embed', )
 
     def layer_id(self, name: str, num_layers: int) -> int:
-        if not name.startswith('backbone.'):
-            return num_layers + 1
-        m = re.match(r'backbone\.layers\.(\d+)\.', name)
-        if m:
-            return int(m.group(1)) + 1
-        if any(k in name for k in ('patch_embed', 'pos_embed', 'cls_token')):
-            return 0
-        return num_layers  # e.g. a final norm of the backbone
+        """ViTDet's ``get_vit_lr_decay_rate``: the patch embedding, position
+        embedding and tokens are layer 0, block ``i`` is layer ``i + 1``,
+        everything else (other backbone parameters, the neck, the heads) is
+        layer ``num_layers + 1``, i.e. the full lr."""
+        if name.startswith('backbone.'):
+            m = re.match(r'backbone\.layers\.(\d+)\.', name)
+            if m:
+                return int(m.group(1)) + 1
+            if any(k in name
+                   for k in ('patch_embed', 'pos_embed', 'cls_token')):
+                return 0
+        return num_layers + 1
 
     def add_params(self, params: List[dict], module: nn.Module,
                    **kwargs) -> None:
@@ -39,11 +48,16 @@ class LayerDecayOptimWrapperConstructor(DefaultOptimWrapperConstructor):
         num_layers = self.paramwise_cfg['num_layers']
         wd = self.base_wd or 0.
         groups = {}
+        norm_params = {
+            id(p)
+            for m in module.modules() if isinstance(m, self.NORMS)
+            for p in m.parameters(recurse=False)
+        }
         for name, param in module.named_parameters():
             if not param.requires_grad:
                 continue
-            no_decay = (param.ndim == 1 or name.endswith('.bias')
-                        or any(k in name for k in self.NO_DECAY))
+            no_decay = id(param) in norm_params or any(
+                k in name for k in self.NO_DECAY)
             lid = self.layer_id(name, num_layers)
             key = (lid, no_decay)
             if key not in groups:

@@ -1,10 +1,13 @@
-# Mask R-CNN with a ViTDet-style HPM ViT-B/16 backbone (see the configs in
-# configs/benchmarks/det/). Only the model: the leaf configs add data,
-# schedule and optimizer (AdamW + layer decay).
+# Mask R-CNN with a ViTDet-style HPM ViT-B/16 backbone and ViTDet's heads
+# (detectron2's mask_rcnn_vitdet_b: a 2-conv RPN head, a 4conv1fc box head
+# and a 4-conv mask head, their convs with LayerNorm). Only the model: the
+# leaf configs in configs/benchmarks/det/ add data, schedule and optimizer.
 _base_ = 'mmdet::_base_/models/mask-rcnn_r50_fpn.py'
 custom_imports = dict(
     imports=['hpm_mm.det', 'mmpretrain.models'], allow_failed_imports=False)
 
+# LayerNorm over the channels of NCHW maps (detectron2's LayerNorm, eps 1e-6)
+head_norm_cfg = dict(type='mmpretrain.LN2d', eps=1e-6)
 model = dict(
     data_preprocessor=dict(
         pad_size_divisor=32,
@@ -33,4 +36,12 @@ model = dict(
         type='SimpleFeaturePyramid',
         in_channels=768,
         out_channels=256,
-        num_outs=5))
+        num_outs=5,
+        norm_cfg=head_norm_cfg),
+    rpn_head=dict(num_convs=2),
+    roi_head=dict(
+        bbox_head=dict(
+            type='Shared4Conv1FCBBoxHead',
+            conv_out_channels=256,
+            norm_cfg=head_norm_cfg),
+        mask_head=dict(norm_cfg=head_norm_cfg)))
