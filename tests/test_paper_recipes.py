@@ -200,3 +200,26 @@ def test_detection_layer_decay_matches_vitdet():
             assert group['weight_decay'] == decay, name
             seen += 1
     assert seen == sum(1 for p in model.parameters() if p.requires_grad)
+
+
+@pytest.mark.parametrize('size,ends', [('base', [2, 5, 8, 11]),
+                                       ('large', [5, 11, 17, 23])])
+def test_multi_level_variant_differs_only_in_the_pyramid(size, ends):
+    """The MAE-paper variant: the 4 subsets' last blocks (the global ones)
+    -> MultiLevelViTAdapter -> FPN; all else as the Tab. 6 config."""
+    ml = Config.fromfile(osp.join(
+        REPO, 'configs', DET.format(size, 'mlfpn_8xb2-1x').replace(
+            '_sfp_', '_')))
+    sfp = Config.fromfile(osp.join(REPO, 'configs',
+                                   DET.format(size, '8xb2-1x')))
+    assert ml.model.backbone.out_indices == ends == \
+        ml.model.backbone.arch.global_attn_indexes
+    adapter, fpn = ml.model.neck
+    assert adapter.type == 'MultiLevelViTAdapter' and fpn.type == 'FPN'
+    width = ml.model.backbone.arch.embed_dims
+    assert adapter.in_channels == width and fpn.in_channels == [width] * 4
+    a, b = ml.to_dict(), sfp.to_dict()
+    for cfg in (a, b):
+        cfg['model'].pop('neck')
+        cfg['model']['backbone'].pop('out_indices', None)
+    assert a == b

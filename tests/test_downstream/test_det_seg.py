@@ -6,10 +6,21 @@ import os.path as osp
 import subprocess
 import sys
 
+import pytest
+
 from conftest import (ARCH, REPO, make_ade20k, make_coco, run_tool)
 
-DET_CFG = osp.join(REPO, 'configs', 'benchmarks', 'det',
-                   'mask-rcnn_hpm-vit-base-p16_sfp_8xb2-1x_coco-1024.py')
+DET_DIR = osp.join(REPO, 'configs', 'benchmarks', 'det')
+# the model part each tiny run changes: ViTDet's simple feature pyramid (on
+# the last map) or the multi-level adapter + FPN (on the 4 subsets' maps)
+DET_VARIANTS = {
+    'sfp': ('mask-rcnn_hpm-vit-base-p16_sfp_8xb2-1x_coco-1024.py',
+            'neck=dict(in_channels=64)'),
+    'mlfpn': ('mask-rcnn_hpm-vit-base-p16_mlfpn_8xb2-1x_coco-1024.py',
+              "neck=[dict(type='MultiLevelViTAdapter', in_channels=64, "
+              "norm_cfg=dict(type='BN')), dict(type='FPN', in_channels=[64] "
+              "* 4, out_channels=256, num_outs=5)]"),
+}
 SEG_CFG = osp.join(REPO, 'configs', 'benchmarks', 'seg',
                    'upernet_hpm-vit-base-p16_8xb2-amp-80k_ade20k-512x512.py')
 
@@ -30,7 +41,10 @@ def _scalars(work_dir):
     return rows
 
 
-def test_mask_rcnn_vitdet_trains_and_evaluates(tmp_path, rgb_hpm_checkpoint):
+@pytest.mark.parametrize('variant', list(DET_VARIANTS))
+def test_mask_rcnn_vitdet_trains_and_evaluates(tmp_path, rgb_hpm_checkpoint,
+                                               variant):
+    config, neck = DET_VARIANTS[variant]
     ann = make_coco(str(tmp_path / 'coco'))
     weights = _convert(rgb_hpm_checkpoint, tmp_path / 'det.pth', 'mmdet', 128)
     data = dict(data_root=str(tmp_path / 'coco'), ann_file=ann,
@@ -39,7 +53,7 @@ def test_mask_rcnn_vitdet_trains_and_evaluates(tmp_path, rgb_hpm_checkpoint):
     loader = dict(batch_size=2, num_workers=0, persistent_workers=False)
     cfg = tmp_path / 'det_tiny.py'
     cfg.write_text(f'''
-_base_ = [{DET_CFG!r}]
+_base_ = [{osp.join(DET_DIR, config)!r}]
 image_size = (128, 128)
 model = dict(
     data_preprocessor=dict(batch_augments=[
@@ -47,8 +61,9 @@ model = dict(
     backbone=dict(arch=dict({', '.join(f'{k}={v}' for k, v in ARCH.items())},
                             global_attn_indexes=[1, 3]),
                   img_size=128, window_size=4,
+                  out_indices={[0, 1, 2, 3] if variant == 'mlfpn' else -1},
                   init_cfg=dict(checkpoint={weights!r})),
-    neck=dict(in_channels=64),
+    {neck},
     roi_head=dict(mask_head=dict(num_classes=2),
                   bbox_head=dict(num_classes=2)),
     # after 2 iterations the LN box head still scores every box near the
@@ -155,3 +170,34 @@ env_cfg = dict(dist_cfg=dict(backend='gloo'))
     assert all(r['decode.loss_ce'] == r['decode.loss_ce'] for r in train)
     val = [r for r in rows if 'mIoU' in r]
     assert val and 0 <= val[-1]['mIoU'] <= 100
+
+
+def test_pyramids_give_every_stride():
+    """ViTDet's simple pyramid (from the last map) and the multi-level
+    adapter + FPN (from each subset's map): strides 4, 8, 16, 32, 64 of a
+    128 px image whose ViT maps are at stride 16."""
+    import torch
+    from mmengine.registry import init_default_scope
+
+    import hpm_mm.det  # noqa: F401
+    from mmdet.registry import MODELS
+    init_default_scope('mmdet')
+    maps = tuple(torch.randn(2, 64, 8, 8) for _ in range(4))
+    want = [(2, 256, 128 // s, 128 // s) for s in (4, 8, 16, 32, 64)]
+    sfp = MODELS.build(dict(type='SimpleFeaturePyramid', in_channels=64,
+                            out_channels=256, num_outs=5))
+    assert [tuple(o.shape) for o in sfp(maps[-1:])] == want
+    adapter = MODELS.build(dict(type='MultiLevelViTAdapter', in_channels=64,
+                                norm_cfg=dict(type='BN')))
+    levels = adapter(maps)
+    assert [tuple(o.shape) for o in levels] == \
+        [(2, 64, 128 // s, 128 // s) for s in (4, 8, 16, 32)]
+    # each level comes from its own subset's map
+    assert torch.equal(levels[2], maps[2])
+    assert torch.equal(levels[3], torch.nn.functional.max_pool2d(maps[3], 2))
+    fpn = MODELS.build(dict(type='FPN', in_channels=[64] * 4,
+                            out_channels=256, num_outs=5))
+    assert [tuple(o.shape) for o in fpn(levels)] == want
+    import pytest
+    with pytest.raises(ValueError, match='out_indices'):
+        adapter(maps[:1])

@@ -1,0 +1,17 @@
+# The multi-level variant with an HPM ViT-L/16: subsets end at blocks 5, 11,
+# 17, 23 (the global-attention blocks); otherwise the ViT-L 1x config.
+_base_ = './mask-rcnn_hpm-vit-large-p16_sfp_8xb2-1x_coco-1024.py'
+
+model = dict(
+    backbone=dict(out_indices=[5, 11, 17, 23]),
+    neck=[
+        dict(
+            type='MultiLevelViTAdapter',
+            in_channels=1024,
+            norm_cfg=dict(type='SyncBN', requires_grad=True)),
+        dict(
+            type='FPN',
+            in_channels=[1024, 1024, 1024, 1024],
+            out_channels=256,
+            num_outs=5)
+    ])
