@@ -10,7 +10,10 @@
 # AdamW lr 1e-4, wd 0.1, layer decay 0.7, drop path 0.1; 88,750 iterations
 # at batch 16 (8 GPUs x 2), the lr x0.1 at 88.9% and 96.3% of the run and a
 # warmup over its first 250/184375 (detectron2 scales the 100-epoch
-# schedule to max_iter: milestones 163889 and 177546 of 184375).
+# schedule to max_iter: milestones 163889 and 177546 of 184375). Scaling to
+# batch 16: the schedule by iterations as above; the lr stays ViTDet's 1e-4
+# (set at batch 64), as a max_iter-only change leaves it (linear scaling
+# would give 2.5e-5); auto_scale_lr (base 16) rescales other batch sizes.
 #
 # Pretrained weights: convert an HPM checkpoint first,
 #   python tools/model_converters/hpm2backbone.py work_dirs/.../epoch_200.pth \
