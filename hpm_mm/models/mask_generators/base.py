@@ -112,6 +112,16 @@ class BaseMaskGenerator(nn.Module):
             raise ValueError('give scores, or num_patches and batch_size')
         return batch_size, num_patches, device
 
+    def keys(self, batch_size: int, num_patches: int,
+             device: Optional[torch.device] = None) -> torch.Tensor:
+        """(B, N) masking priorities in [0, 1]: the :meth:`num_masked`
+        largest are masked. Generators that need no scores implement it, so
+        :class:`HPMMaskGenerator` can draw its non-hard patches with them
+        (``rest=``)."""
+        raise NotImplementedError(
+            f'{type(self).__name__} does not define keys(), so it cannot '
+            'be the rest= generator of HPMMaskGenerator.')
+
     def _mask_largest(self, keys: torch.Tensor) -> torch.Tensor:
         """Mask the :meth:`num_masked` largest keys of each row."""
         num_visible = keys.shape[1] - self.num_masked(keys.shape[1])
@@ -137,7 +147,10 @@ class RandomMaskGenerator(BaseMaskGenerator):
         [12.0, 12.0]
     """
 
+    def keys(self, batch_size, num_patches, device=None) -> torch.Tensor:
+        return torch.rand(batch_size, num_patches, device=device)
+
     def forward(self, scores, progress, num_patches=None, batch_size=None,
                 device=None) -> torch.Tensor:
         B, N, device = self._shape(scores, num_patches, batch_size, device)
-        return self._mask_largest(torch.rand(B, N, device=device))
+        return self._mask_largest(self.keys(B, N, device))

@@ -74,6 +74,11 @@ class BlockwiseMaskGenerator(BaseMaskGenerator):
     def forward(self, scores, progress, num_patches=None, batch_size=None,
                 device=None) -> torch.Tensor:
         B, N, device = self._shape(scores, num_patches, batch_size, device)
+        return self._mask_largest(self.keys(B, N, device))
+
+    def keys(self, batch_size, num_patches, device=None) -> torch.Tensor:
+        """Priorities in (0, 1]: patches of earlier rectangles first."""
+        B, N = batch_size, num_patches
         h, w = self.grid(N)
         target = self.num_masked(N)
         low = min(self.min_num_patches, target)
@@ -96,9 +101,9 @@ class BlockwiseMaskGenerator(BaseMaskGenerator):
         # earlier rectangles first; inside one, raster order (a cut keeps
         # its top rows); uncovered patches last, in random order
         raster = torch.arange(N, device=device) / N
-        keys = first + torch.where(first < M, raster,
-                                   torch.rand(B, N, device=device))
-        return self._mask_largest(-keys)
+        order = first + torch.where(first < M, raster,
+                                    torch.rand(B, N, device=device))
+        return 1. - order / (M + 1)
 
     def extra_repr(self) -> str:
         return (f'mask_ratio={self.mask_ratio}, input_size={self.input_size}, '

@@ -1,5 +1,5 @@
 import math
-from typing import Dict
+from typing import Dict, Optional
 
 import torch
 from mmpretrain.registry import MODELS
@@ -16,9 +16,10 @@ class HPMMaskGenerator(BaseMaskGenerator):
     :meth:`num_masked` masked patches, ``K = floor(alpha * num_masked)`` are
     those with the highest scores (``mode='argmax'``; the lowest with
     ``'argmin'``) and the other ``num_masked - K`` are drawn uniformly from
-    the remaining patches. Everything stays on the device: the top-K patches
-    get key 2 and the rest a uniform key in [0, 1); an argsort then masks
-    the largest keys.
+    the remaining patches (or by the ``rest`` generator, e.g. BEiT's
+    block-wise masking). Everything stays on the device: the top-K patches
+    get key 2 and the rest a key in [0, 1] (uniform, or ``rest.keys``); an
+    argsort then masks the largest keys.
 
     The scores are the EMA teacher's predicted losses
     (``score_source = 'predicted_loss'``). Special cases:
@@ -32,6 +33,11 @@ class HPMMaskGenerator(BaseMaskGenerator):
         alpha_T (float): alpha at the end of training. Defaults to 0.5.
         mode (str): ``'argmax'`` masks the highest-scored patches,
             ``'argmin'`` the lowest. Defaults to ``'argmax'``.
+        rest (dict, optional): A score-free mask generator (one with
+            :meth:`~BaseMaskGenerator.keys`, e.g.
+            ``dict(type='BlockwiseMaskGenerator')``) that picks the
+            ``num_masked - K`` non-hard patches. Defaults to None: uniform
+            at random, as in the paper.
 
     Example:
         >>> import torch
@@ -47,7 +53,8 @@ class HPMMaskGenerator(BaseMaskGenerator):
                  mask_ratio: float = 0.75,
                  alpha_0: float = 0.,
                  alpha_T: float = 0.5,
-                 mode: str = 'argmax') -> None:
+                 mode: str = 'argmax',
+                 rest: Optional[dict] = None) -> None:
         super().__init__(mask_ratio)
         for name, a in (('alpha_0', alpha_0), ('alpha_T', alpha_T)):
             if not 0 <= a <= 1:
@@ -58,6 +65,14 @@ class HPMMaskGenerator(BaseMaskGenerator):
         self.alpha_0 = alpha_0
         self.alpha_T = alpha_T
         self.mode = mode
+        self.rest = None
+        if rest is not None:
+            self.rest = MODELS.build(
+                rest, default_args=dict(mask_ratio=mask_ratio))
+            if self.rest.uses_scores:
+                raise ValueError(
+                    f'rest= must be a score-free generator, got '
+                    f'{type(self.rest).__name__}.')
 
     @property
     def uses_scores(self) -> bool:
@@ -86,7 +101,8 @@ class HPMMaskGenerator(BaseMaskGenerator):
                 device=None) -> torch.Tensor:
         B, N, device = self._shape(scores, num_patches, batch_size, device)
         k = self.num_hard(N, progress)
-        keys = torch.rand(B, N, device=device)
+        keys = torch.rand(B, N, device=device) if self.rest is None else \
+            self.rest.keys(B, N, device)
         if k > 0:
             if scores is None:
                 raise ValueError(
@@ -101,6 +117,11 @@ class HPMMaskGenerator(BaseMaskGenerator):
     def extra_repr(self) -> str:
         return (f'mask_ratio={self.mask_ratio}, alpha_0={self.alpha_0}, '
                 f'alpha_T={self.alpha_T}, mode={self.mode!r}')
+
+    def check(self, num_patches: int) -> None:
+        super().check(num_patches)
+        if self.rest is not None:
+            self.rest.keys(1, num_patches, None)  # e.g. a grid that fits
 
 
 @MODELS.register_module()
