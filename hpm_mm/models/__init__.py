@@ -6,3 +6,4 @@ from .necks import *  # noqa: F401,F403
 from .selfsup import *  # noqa: F401,F403
 from .mask_generators import *  # noqa: F401,F403
 from .teachers import *  # noqa: F401,F403
+from .target_generators import *  # noqa: F401,F403

@@ -71,8 +71,8 @@ def test_teacher_skipped_when_k_is_zero():
     model = tiny_hpm(mask_generator=dict(
         type='HPMMaskGenerator', alpha_0=0., alpha_T=0.5))
     x = torch.randn(2, 1, 16, 16)
-    with mock.patch.object(type(model.teacher), 'scores',
-                           wraps=model.teacher.scores) as spy:
+    with mock.patch.object(type(model.teacher), 'run',
+                           wraps=model.teacher.run) as spy:
         model.set_progress(0.)   # K = 0
         model.loss(x, [])
         assert spy.call_count == 0

@@ -1,10 +1,11 @@
 from typing import Dict, Optional
 
 import torch
+import torch.nn.functional as F
 from mmpretrain.models.heads import MAEPretrainHead
 from mmpretrain.registry import MODELS
 
-from ..losses import pairwise_rank_accuracy
+from ..losses import hpm_losses
 
 
 @MODELS.register_module()
@@ -54,26 +55,55 @@ class HPMPretrainHead(MAEPretrainHead):
         return ((pred.float() - target)**2).mean(-1)
 
     def loss(self, pred: torch.Tensor, scores: Optional[torch.Tensor],
-             imgs: torch.Tensor, mask: torch.Tensor) -> Dict[str, torch.Tensor]:
+             target: torch.Tensor,
+             mask: torch.Tensor) -> Dict[str, torch.Tensor]:
         """Compute the losses and the predictor's ranking accuracy.
 
         Args:
-            pred (torch.Tensor): (B, N, p*p*C) reconstruction.
+            pred (torch.Tensor): (B, N, D) reconstruction.
             scores (torch.Tensor, optional): (B, N) predicted losses of the
                 student's loss predictor.
-            imgs (torch.Tensor): (B, C, H, W) input images.
+            target (torch.Tensor): What :meth:`patch_losses` compares
+                ``pred`` with: the (B, C, H, W) input images here.
             mask (torch.Tensor): (B, N), 1 = masked.
 
         Returns:
             dict: ``loss_rec``, and with a predictor ``loss_pred`` and
             ``rank_acc`` (log only).
         """
-        with torch.autocast(device_type=imgs.device.type, enabled=False):
-            per_patch = self.patch_losses(pred, imgs)
-            m = mask.float()
-            losses = dict(loss_rec=(per_patch * m).sum() / m.sum())
-            if self.loss_pred is not None and scores is not None:
-                losses['loss_pred'] = self.loss_pred(scores, per_patch, m)
-                losses['rank_acc'] = pairwise_rank_accuracy(
-                    scores, per_patch, m)
-        return losses
+        with torch.autocast(device_type=mask.device.type, enabled=False):
+            per_patch = self.patch_losses(pred, target)
+            return hpm_losses(per_patch, mask, scores, self.loss_pred)
+
+
+@MODELS.register_module()
+class HPMFeaturePretrainHead(HPMPretrainHead):
+    """HPM head for feature targets (paper Tab. 1): the reconstructor
+    predicts a target network's patch features.
+
+    As the paper: both the prediction and the target are l2-normalised over
+    the channels, then compared with the MSE; a patch's loss is the mean
+    over its C channels, ``||p/|p| - t/|t|||^2 / C = (2 - 2 cos) / C``
+    (MILAN's ``CosineSimilarityLoss(shift_factor=2, scale_factor=2)`` per
+    patch, divided by C). The loss predictor learns from it.
+
+    Args:
+        loss_pred (dict, optional): See :class:`HPMPretrainHead`.
+    """
+
+    def __init__(self,
+                 loss_pred: Optional[dict] = dict(type='HPMRelativeLoss')
+                 ) -> None:
+        super().__init__(loss_pred=loss_pred)
+
+    def patch_losses(self, pred: torch.Tensor,
+                     target: torch.Tensor) -> torch.Tensor:
+        """(B, N, C) prediction and target features -> (B, N) fp32."""
+        if pred.shape != target.shape:
+            raise ValueError(
+                f'the reconstructor predicts {tuple(pred.shape)} but the '
+                f'target features are {tuple(target.shape)}: set '
+                f'neck.predict_feature_dim={target.shape[-1]}.')
+        pred = F.normalize(pred.float(), dim=-1)
+        target = F.normalize(target.detach().float(), dim=-1)
+        return ((pred - target)**2).mean(-1)

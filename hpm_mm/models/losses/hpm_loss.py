@@ -5,6 +5,8 @@ reconstruction losses and ``mask`` (B, N) with 1 = masked; only masked
 patches count. Targets are detached and everything is computed in fp32
 whatever the autocast context.
 """
+from typing import Dict, Optional
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -111,3 +113,29 @@ def pairwise_rank_accuracy(pred: torch.Tensor, target: torch.Tensor,
     n = valid.sum()
     acc = (correct * valid).sum() / n.clamp(min=1)
     return torch.where(n > 0, acc, torch.full_like(acc, 0.5))
+
+
+def hpm_losses(per_patch: torch.Tensor, mask: torch.Tensor,
+               scores: Optional[torch.Tensor] = None,
+               loss_pred: Optional[nn.Module] = None
+               ) -> Dict[str, torch.Tensor]:
+    """What every HPM head returns, from its per-patch losses.
+
+    Args:
+        per_patch (torch.Tensor): (B, N) fp32 loss of every patch (only
+            masked ones are read) under the framework's own loss.
+        mask (torch.Tensor): (B, N), 1 = masked.
+        scores (torch.Tensor, optional): (B, N) the student's predicted
+            losses.
+        loss_pred (nn.Module, optional): The predicting loss.
+
+    Returns:
+        dict: ``loss_rec`` (mean over masked patches) and, with a predictor,
+        ``loss_pred`` and ``rank_acc`` (log only).
+    """
+    m = mask.float()
+    losses = dict(loss_rec=(per_patch * m).sum() / m.sum())
+    if loss_pred is not None and scores is not None:
+        losses['loss_pred'] = loss_pred(scores, per_patch, m)
+        losses['rank_acc'] = pairwise_rank_accuracy(scores, per_patch, m)
+    return losses

@@ -23,7 +23,8 @@ class HPMPretrainDecoder(MAEPretrainDecoder):
     reconstructor gets a linear projection after the shared embedding.
 
     Args:
-        predictor_depth (int, optional): Blocks in the loss predictor.
+        predictor_depth (int, optional): Blocks in the loss predictor; 0
+            builds none (the plain-MAE rows with feature targets, Tab. 1).
             Defaults to ``decoder_depth``.
         predictor_embed_dim (int, optional): Width of the loss predictor.
             Defaults to ``decoder_embed_dim``.
@@ -73,8 +74,11 @@ class HPMPretrainDecoder(MAEPretrainDecoder):
         depth = decoder_depth if predictor_depth is None else predictor_depth
         dim = predictor_embed_dim or decoder_embed_dim
         heads = predictor_num_heads or decoder_num_heads
-        if depth < 1:
-            raise ValueError(f'predictor_depth must be >= 1, got {depth}.')
+        if depth < 0:
+            raise ValueError(f'predictor_depth must be >= 0, got {depth}.')
+        self.with_predictor = depth > 0
+        if not self.with_predictor:
+            return
         self.predictor_proj = (
             nn.Identity() if dim == decoder_embed_dim else nn.Linear(
                 decoder_embed_dim, dim))
@@ -164,7 +168,8 @@ class HPMPretrainDecoder(MAEPretrainDecoder):
 
         Returns:
             tuple: ``(pred, scores)``: the reconstruction (B, N, p*p*C) and
-            the predicted per-patch losses (B, N).
+            the predicted per-patch losses (B, N), None without a predictor.
         """
         x = self.embed(x, ids_restore)
-        return self.reconstruct(x), self.predict_loss(x)
+        scores = self.predict_loss(x) if self.with_predictor else None
+        return self.reconstruct(x), scores

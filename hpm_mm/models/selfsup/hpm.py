@@ -1,4 +1,4 @@
-from typing import Dict, List, Optional, Union
+from typing import Dict, List, Optional, Tuple, Union
 
 import torch
 import torch.nn as nn
@@ -49,8 +49,18 @@ class HPM(BaseSelfSupervisor):
         mask_generator (dict): Mask generator config. Defaults to
             ``dict(type='HPMMaskGenerator')`` (gamma 0.75, alpha 0 -> 0.5).
         teacher (dict): :class:`EMATeacher` config, built only when the mask
-            generator uses scores. Defaults to ``dict(type='EMATeacher')``
-            (momentum 1e-3 -> 1e-4 over 100 epochs, as the authors).
+            generator uses scores or the target is the teacher's features.
+            Defaults to ``dict(type='EMATeacher')`` (momentum 1e-3 -> 1e-4
+            over 100 epochs, as the authors).
+        target_generator (dict, optional): What is reconstructed: None for
+            the pixels; a feature target (paper Tab. 1):
+            :class:`EMATeacherTarget`, :class:`ViTFeatureTarget` (DINO) or
+            :class:`CLIPFeatureTarget`, with
+            :class:`HPMFeaturePretrainHead`. Defaults to None.
+        predictor (dict, optional): A loss predictor outside the neck
+            (:class:`HPMLossPredictor`), for encoders that keep every token
+            (:class:`HPMSimMIM`, :class:`HPMBEiT`); HPM's own predictor lives
+            in its decoder. Defaults to None.
         data_preprocessor (dict, optional): Defaults to None.
         init_cfg (dict, optional): Defaults to None.
     """
@@ -61,6 +71,8 @@ class HPM(BaseSelfSupervisor):
                  head: dict,
                  mask_generator: dict = dict(type='HPMMaskGenerator'),
                  teacher: dict = dict(type='EMATeacher'),
+                 target_generator: Optional[dict] = None,
+                 predictor: Optional[dict] = None,
                  pretrained: Optional[str] = None,
                  data_preprocessor: Optional[dict] = None,
                  init_cfg: Optional[Union[List[dict], dict]] = None,
@@ -72,25 +84,62 @@ class HPM(BaseSelfSupervisor):
             backbone=backbone,
             neck=neck,
             head=head,
+            target_generator=target_generator,
             pretrained=pretrained,
             data_preprocessor=data_preprocessor,
             init_cfg=init_cfg)
+        self.predictor = MODELS.build(predictor) if predictor else None
         self.mask_generator = MODELS.build(mask_generator)
         self.mask_generator.check(self.backbone.num_patches)
-        # random masking throughout needs no teacher
+        self._check_predictor()
+        self.target_from_teacher = getattr(self.target_generator,
+                                           'uses_teacher', False)
+        # random masking of pixels throughout needs no teacher
         self.teacher = MODELS.build(
             teacher,
             default_args=dict(
                 model=self.student(),
                 score_source=self.mask_generator.score_source)
-        ) if self.mask_generator.uses_scores else None
+        ) if (self.mask_generator.uses_scores
+              or self.target_from_teacher) else None
+        if self.target_from_teacher and self.teacher.input_scale != 1:
+            raise ValueError(
+                'the EMA feature target needs the teacher to see the full '
+                f'image, but teacher.input_scale={self.teacher.input_scale}.'
+                ' Fix: teacher=dict(input_scale=1.0).')
         self.progress = 0.
         self.optim_steps = None
         self._progress_set = False
 
     def student(self) -> nn.ModuleDict:
-        """The part the teacher averages, keyed as in the teacher."""
+        """The part the teacher averages, keyed as in the teacher: the
+        encoder and the module holding the loss predictor."""
+        if self.predictor is not None:
+            return nn.ModuleDict(
+                dict(backbone=self.backbone, predictor=self.predictor))
         return nn.ModuleDict(dict(backbone=self.backbone, neck=self.neck))
+
+    @property
+    def with_predictor(self) -> bool:
+        """Whether the student has a loss predictor."""
+        return self.predictor is not None or getattr(
+            self.neck, 'with_predictor', False)
+
+    def _check_predictor(self) -> None:
+        """A predicting loss or a predicted-loss mask needs a predictor."""
+        if self.with_predictor:
+            return
+        if getattr(self.head, 'loss_pred', None) is not None:
+            raise ValueError(
+                'head.loss_pred is set but the model has no loss predictor '
+                '(neck.predictor_depth=0): set head.loss_pred=None, or give '
+                'the neck a predictor.')
+        if self.mask_generator.score_source == 'predicted_loss' and \
+                self.mask_generator.uses_scores:
+            raise ValueError(
+                'the mask generator masks by predicted loss but the model '
+                'has no loss predictor: use alpha_0=alpha_T=0 (random '
+                'masks), or give the model a predictor.')
 
     def set_progress(self,
                      progress: float,
@@ -126,18 +175,60 @@ class HPM(BaseSelfSupervisor):
             dict: ``loss_rec``, ``loss_pred`` and the log-only ``rank_acc``
             and mask-generator scalars.
         """
-        gen, p, N = self.mask_generator, self.progress, self.backbone.num_patches
-        self._warn_without_schedule()
-        scores = None
-        if self.teacher is not None:
-            self.teacher.update(self.student(), self.optim_steps)
-            if gen.needs_scores(N, p):
-                scores = self.teacher(inputs)
-        mask = gen(scores, p, N, inputs.shape[0], inputs.device)
-        latent, ids_restore = self.backbone(inputs, mask, N - gen.num_masked(N))
+        scores, teacher_features = self.teach(inputs)
+        mask = self.choose_mask(scores, inputs)
+        latent, ids_restore = self.backbone(inputs, mask, self.num_visible)
         pred, pred_scores = self.neck(latent, ids_restore)
-        losses = self.head.loss(pred, pred_scores, inputs, mask)
-        for key, value in gen.log_vars(N, p).items():
+        target = self.target(inputs, teacher_features)
+        losses = self.head.loss(pred, pred_scores, target, mask)
+        return self.with_mask_log(losses, inputs)
+
+    @property
+    def num_visible(self) -> int:
+        N = self.backbone.num_patches
+        return N - self.mask_generator.num_masked(N)
+
+    def teach(self, inputs: torch.Tensor
+              ) -> Tuple[Optional[torch.Tensor], Optional[torch.Tensor]]:
+        """The EMA teacher's part of a step: follow the student, then score
+        the full image (when the mask needs scores now) and give its
+        features (when they are the target), in one pass.
+
+        Returns:
+            tuple: ``(scores, features)``, each None when not needed.
+        """
+        if self.teacher is None:
+            return None, None
+        self._warn_without_schedule()
+        self.teacher.update(self.student(), self.optim_steps)
+        gen, N = self.mask_generator, self.backbone.num_patches
+        source = self.teacher.score_source if gen.needs_scores(
+            N, self.progress) else None
+        if source is None and not self.target_from_teacher:
+            return None, None
+        return self.teacher.run(inputs, source, self.target_from_teacher)
+
+    def choose_mask(self, scores: Optional[torch.Tensor],
+                    inputs: torch.Tensor) -> torch.Tensor:
+        """(B, N) mask, 1 = masked, from the mask generator."""
+        return self.mask_generator(scores, self.progress,
+                                   self.backbone.num_patches,
+                                   inputs.shape[0], inputs.device)
+
+    def target(self, inputs: torch.Tensor,
+               teacher_features: Optional[torch.Tensor]) -> torch.Tensor:
+        """What the head compares the reconstruction with: the images
+        (pixels), the EMA teacher's features or a frozen network's."""
+        if self.target_generator is None:
+            return inputs
+        if self.target_from_teacher:
+            return teacher_features
+        return self.target_generator(inputs)
+
+    def with_mask_log(self, losses: dict, inputs: torch.Tensor) -> dict:
+        """Add the mask generator's log scalars (alpha, num_hard)."""
+        for key, value in self.mask_generator.log_vars(
+                self.backbone.num_patches, self.progress).items():
             losses[key] = inputs.new_tensor(value)
         return losses
 

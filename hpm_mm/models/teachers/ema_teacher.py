@@ -15,8 +15,9 @@ from ..mask_generators import SCORE_SOURCES
 class EMATeacher(ExponentialMovingAverage):
     """The EMA teacher that scores every patch of the full image.
 
-    An exponential moving average of the student's encoder and decoders
-    (``module['backbone']``, ``module['neck']``), mmengine's
+    An exponential moving average of the student's encoder and loss
+    predictor (``module['backbone']``, and ``module['neck']`` -- HPM's
+    decoders -- or ``module['predictor']``), mmengine's
     :class:`ExponentialMovingAverage` (so checkpoints keep the keys
     ``teacher.module.*`` and ``teacher.steps``), plus what HPM needs of it:
 
@@ -138,7 +139,6 @@ class EMATeacher(ExponentialMovingAverage):
         """The scores the mask generator reads (``score_source``), (B, N)."""
         return self.scores(inputs, self.score_source)
 
-    @torch.no_grad()
     def scores(self, inputs: torch.Tensor,
                source: str = 'predicted_loss') -> torch.Tensor:
         """Per-patch scores of the full images, (B, N) fp32.
@@ -148,8 +148,36 @@ class EMATeacher(ExponentialMovingAverage):
                 student's size.
             source (str): ``'predicted_loss'`` or ``'cls_attention'``.
         """
+        return self.run(inputs, source)[0]
+
+    @torch.no_grad()
+    def run(self,
+            inputs: torch.Tensor,
+            source: Optional[str] = 'predicted_loss',
+            features: bool = False
+            ) -> Tuple[Optional[torch.Tensor], Optional[torch.Tensor]]:
+        """One encoder pass over the full images; what it gives.
+
+        Args:
+            inputs (torch.Tensor): Normalised images (B, C, H, W) at the
+                student's size.
+            source (str, optional): Scores to compute (see
+                :meth:`scores`); None computes none.
+            features (bool): Also return the encoder's patch tokens (after
+                its final norm, raster order), the EMA feature target
+                (BootMAE, paper Tab. 1). Needs ``input_scale=1``.
+
+        Returns:
+            tuple: ``(scores, features)``: (B, N) fp32 or None and
+            (B, N, C) fp32 or None.
+        """
         backbone = self.module['backbone']
         full, grid = tuple(backbone.patch_resolution), self.grid
+        if features and grid != full:
+            raise ValueError(
+                'the EMA feature target needs the teacher to see the full '
+                f'image, but teacher.input_scale={self.input_scale}. '
+                'Fix: set teacher=dict(input_scale=1.0).')
         if grid != full:
             stride = backbone.patch_embed.projection.stride
             inputs = F.interpolate(
@@ -159,25 +187,40 @@ class EMATeacher(ExponentialMovingAverage):
         visible = inputs.new_zeros(B, num_patches)
         precision = nullcontext() if self.dtype is None else \
             torch.autocast(inputs.device.type, dtype=self.dtype)
+        scores = feats = None
         with precision:
             if source == 'cls_attention':
-                scores = self._cls_attention(backbone, inputs, visible)
+                scores, latent = self._cls_attention(backbone, inputs,
+                                                     visible)
             else:
                 latent, ids_restore = backbone(inputs, visible, num_patches)
-                scores = self.module['neck'].predict_scores(
-                    latent, ids_restore,
-                    patch_resolution=None if grid == full else grid)
-        scores = scores.float()
-        if grid != full:
-            scores = F.interpolate(
-                scores.view(B, 1, *grid), size=full, mode='bilinear',
-                align_corners=False).flatten(1)
-        return scores
+                if source is not None:
+                    scores = self.scorer.predict_scores(
+                        latent, ids_restore,
+                        patch_resolution=None if grid == full else grid)
+        if features:
+            feats = latent[:, 1:].float()
+        if scores is not None:
+            scores = scores.float()
+            if grid != full:
+                scores = F.interpolate(
+                    scores.view(B, 1, *grid), size=full, mode='bilinear',
+                    align_corners=False).flatten(1)
+        return scores, feats
+
+    @property
+    def scorer(self) -> nn.Module:
+        """The averaged module with ``predict_scores``: the student's
+        ``predictor`` when it has one, else its ``neck`` (HPM's decoder)."""
+        return self.module['predictor'] if 'predictor' in self.module \
+            else self.module['neck']
 
     @staticmethod
     def _cls_attention(backbone: nn.Module, inputs: torch.Tensor,
-                       visible: torch.Tensor) -> torch.Tensor:
-        """Last block's CLS-to-patch attention, mean over heads, (B, N).
+                       visible: torch.Tensor
+                       ) -> Tuple[torch.Tensor, torch.Tensor]:
+        """Last block's CLS-to-patch attention, mean over heads, (B, N), and
+        the encoder output.
 
         Read off the q/k projections of the encoder pass (a forward hook on
         the last block's ``qkv``), so no extra pass runs.
@@ -187,14 +230,14 @@ class EMATeacher(ExponentialMovingAverage):
         handle = attn.qkv.register_forward_hook(
             lambda m, i, out: seen.append(out))
         try:
-            backbone(inputs, visible, visible.shape[1])
+            latent = backbone(inputs, visible, visible.shape[1])[0]
         finally:
             handle.remove()
         B, L, _ = seen[0].shape
         qkv = seen[0].float().view(B, L, 3, attn.num_heads, attn.head_dims)
         q_cls, k = qkv[:, 0, 0], qkv[:, :, 1]  # (B, H, D), (B, L, H, D)
         logits = torch.einsum('bhd,blhd->bhl', q_cls, k) * attn.head_dims**-.5
-        return logits.softmax(-1)[:, :, 1:].mean(1)
+        return logits.softmax(-1)[:, :, 1:].mean(1), latent
 
     def extra_repr(self) -> str:
         return (f'momentum={self.start_momentum} -> {self.end_momentum} over '

@@ -1,0 +1,188 @@
+"""Feature targets for HPM (paper Tab. 1): what the reconstructor predicts
+instead of pixels.
+
+Every generator maps normalised images (B, C, H, W) to per-patch target
+features (B, N, C_t) of the full image, without gradients. The EMA target
+comes from the EMA teacher's own full-image pass (no extra network); the
+DINO and CLIP targets are frozen pretrained networks loaded from a local
+checkpoint in :meth:`init_weights` (nothing is downloaded; see
+``docs/targets.md`` for where the weights come from and how to convert
+them).
+"""
+import os.path as osp
+from typing import Optional
+
+import torch
+import torch.nn as nn
+from mmengine.logging import print_log
+from mmengine.model import BaseModule
+from mmpretrain.registry import MODELS
+
+
+@MODELS.register_module()
+class EMATeacherTarget(nn.Module):
+    """The EMA teacher's encoder features of the full image (BootMAE's
+    target, paper Tab. 1 "EMA features").
+
+    Has no parameters: the algorithm takes the patch tokens (after the final
+    norm) from the pass in which the EMA teacher scores the patches, so the
+    target costs nothing extra when HPM masks by score; the teacher runs
+    even when the mask is random.
+    """
+
+    uses_teacher = True
+
+
+class FrozenFeatureTarget(BaseModule):
+    """A frozen pretrained network as the target: no gradients, always in
+    eval mode, its weights loaded from ``checkpoint`` by
+    :meth:`init_weights` (after the model's own initialisation, which
+    mmengine runs parents-first).
+
+    Args:
+        checkpoint (str, optional): Local path of the converted weights
+            (see ``docs/targets.md``). None keeps the random initialisation
+            and says so (for tests only).
+        prefix (str): Key prefix of the network's weights in the
+            checkpoint. Defaults to ''.
+    """
+
+    uses_teacher = False
+    #: how to get the weights, for the missing-file error
+    source = 'docs/targets.md'
+
+    def __init__(self, checkpoint: Optional[str], prefix: str = '') -> None:
+        super().__init__()
+        self.checkpoint = checkpoint
+        self.prefix = prefix
+
+    def freeze(self) -> None:
+        for p in self.parameters():
+            p.requires_grad_(False)
+        self.eval()
+
+    def train(self, mode: bool = True) -> 'FrozenFeatureTarget':
+        return super().train(False)
+
+    def load_target_state(self, state: dict) -> dict:
+        """The network's own keys from a checkpoint's state dict."""
+        return {k[len(self.prefix):]: v for k, v in state.items()
+                if k.startswith(self.prefix)}
+
+    def init_weights(self) -> None:
+        super().init_weights()
+        name = type(self).__name__
+        if self.checkpoint is None:
+            print_log(
+                f'{name}: checkpoint=None, the target network keeps its '
+                'random initialisation (for tests only).',
+                logger='current', level=30)
+            return
+        if not osp.isfile(self.checkpoint):
+            raise FileNotFoundError(
+                f'{name}: no target weights at {self.checkpoint!r}. Get and '
+                f'convert them as {self.source} says, or set '
+                'model.target_generator.checkpoint.')
+        from mmengine.runner.checkpoint import _load_checkpoint
+        ckpt = _load_checkpoint(self.checkpoint, map_location='cpu')
+        state = self.load_target_state(ckpt.get('state_dict', ckpt))
+        missing, unexpected = self.network.load_state_dict(state,
+                                                           strict=False)
+        if missing:
+            raise KeyError(
+                f'{name}: {self.checkpoint} lacks {len(missing)} weights of '
+                f'the target network, e.g. {missing[:3]}. Is it converted '
+                f'as {self.source} says?')
+        print_log(
+            f'{name}: loaded {len(state) - len(unexpected)} tensors from '
+            f'{self.checkpoint} ({len(unexpected)} unused).',
+            logger='current')
+        self.freeze()
+
+
+@MODELS.register_module()
+class ViTFeatureTarget(FrozenFeatureTarget):
+    """A frozen mmpretrain :class:`VisionTransformer`'s last-layer patch
+    tokens after its final norm: the DINO target (paper Tab. 1, DINO
+    ViT-B/16).
+
+    Args:
+        checkpoint (str, optional): mmpretrain-format weights (``backbone.``
+            keys or bare ones; DINO's release is converted by
+            ``tools/model_converters/timm_vit2mmpretrain.py``).
+        arch (str | dict): Defaults to ``'b'``.
+        img_size (int): Defaults to 224.
+        patch_size (int): Defaults to 16.
+        in_channels (int): Defaults to 3.
+        prefix (str): Defaults to ``'backbone.'``; keys without it are
+            taken as they are.
+    """
+
+    def __init__(self,
+                 checkpoint: Optional[str],
+                 arch='b',
+                 img_size: int = 224,
+                 patch_size: int = 16,
+                 in_channels: int = 3,
+                 prefix: str = 'backbone.') -> None:
+        super().__init__(checkpoint, prefix)
+        self.network = MODELS.build(
+            dict(type='VisionTransformer', arch=arch, img_size=img_size,
+                 patch_size=patch_size, out_type='raw', final_norm=True,
+                 in_channels=in_channels))
+        self.freeze()
+
+    def load_target_state(self, state: dict) -> dict:
+        if not any(k.startswith(self.prefix) for k in state):
+            return dict(state)
+        return super().load_target_state(state)
+
+    @torch.no_grad()
+    def forward(self, inputs: torch.Tensor) -> torch.Tensor:
+        """(B, C, H, W) -> (B, N, C_t) patch tokens."""
+        return self.network(inputs)[0][:, 1:]
+
+
+@MODELS.register_module()
+class CLIPFeatureTarget(FrozenFeatureTarget):
+    """A frozen CLIP image encoder's patch tokens, after ``ln_post`` and the
+    projection: MILAN's target (mmpretrain's :class:`CLIPGenerator`), here
+    with the architecture given in the config so that it builds without
+    the weights (paper Tab. 1/6, CLIP ViT-B/16).
+
+    The images must be normalised with CLIP's mean and std (the CLIP
+    configs set the data preprocessor so).
+
+    Args:
+        checkpoint (str, optional): OpenAI CLIP state dict (``visual.*``
+            keys; see ``docs/targets.md``).
+        img_size (int): Defaults to 224.
+        patch_size (int): Defaults to 16.
+        width (int): Defaults to 768.
+        layers (int): Defaults to 12.
+        heads (int): Defaults to 12.
+        output_dim (int): Defaults to 512.
+        prefix (str): Defaults to ``'visual.'``.
+    """
+
+    def __init__(self,
+                 checkpoint: Optional[str],
+                 img_size: int = 224,
+                 patch_size: int = 16,
+                 width: int = 768,
+                 layers: int = 12,
+                 heads: int = 12,
+                 output_dim: int = 512,
+                 prefix: str = 'visual.') -> None:
+        super().__init__(checkpoint, prefix)
+        from mmpretrain.models.utils.clip_generator_helper import \
+            VisionTransformer
+        self.network = VisionTransformer(
+            input_resolution=img_size, patch_size=patch_size, width=width,
+            layers=layers, heads=heads, output_dim=output_dim)
+        self.freeze()
+
+    @torch.no_grad()
+    def forward(self, inputs: torch.Tensor) -> torch.Tensor:
+        """(B, 3, H, W) -> (B, N, output_dim) patch tokens."""
+        return self.network(inputs)[0][:, 1:]
