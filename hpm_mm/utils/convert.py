@@ -29,11 +29,13 @@ REQUIRED = ('patch_embed.projection.weight', 'pos_embed',
 
 def encoder_state(checkpoint: dict, teacher: bool = False) -> dict:
     """The encoder's ``VisionTransformer`` keys (no prefix) from an HPM or
-    MAE pretraining checkpoint; one clear error for anything else."""
+    MAE pretraining checkpoint (any target, or HPMSimMIM/HPMBEiT, whose
+    ``mask_token`` is dropped); one clear error for anything else."""
     state = checkpoint.get('state_dict', checkpoint)
     prefix = 'teacher.module.backbone.' if teacher else 'backbone.'
+    # mask_token: MaskTokenViT's (SimMIM/BEiT students), pretraining only
     enc = {k[len(prefix):]: v for k, v in state.items()
-           if k.startswith(prefix)}
+           if k.startswith(prefix) and k != prefix + 'mask_token'}
     missing = [k for k in REQUIRED if k not in enc]
     if missing:
         what = 'EMA teacher encoder (teacher.module.backbone.*)' if teacher \

@@ -3,6 +3,7 @@ import glob
 import json
 import os.path as osp
 
+import pytest
 import torch
 
 import hpm_mm  # noqa: F401  (allow-lists the checkpoint types)
@@ -171,3 +172,51 @@ def test_example_mask_generator_project_trains(tmp_path):
     sd = torch.load(tmp_path / 'work' / 'epoch_1.pth',
                     map_location='cpu')['state_dict']
     assert not any(k.startswith('teacher.') for k in sd)  # needs no scores
+
+
+REPO_CFG = osp.join(osp.dirname(FMNIST_CFG), '..')
+TWO_PIC = ("dict(type='RandomResizedCropAndInterpolationWithTwoPic', "
+           "size=32, second_size=64, scale=(0.5, 1.0))")
+
+
+@pytest.mark.parametrize('name,body,transform', [
+    ('hpm/targets/hpm-ema-feat_vit-mini-p4_1xb256-coslr-10e_fmnist.py',
+     'model = dict(mask_generator=dict(alpha_0=0.5, alpha_T=1.0))', None),
+    # the DINO target's architecture with random weights (nothing to load)
+    ('hpm/targets/hpm-ema-feat_vit-mini-p4_1xb256-coslr-10e_fmnist.py',
+     "model = dict(target_generator=dict(_delete_=True, "
+     "type='ViTFeatureTarget', checkpoint=None, "
+     "arch=dict(embed_dims=48, num_layers=1, num_heads=2, "
+     "feedforward_channels=96), img_size=32, patch_size=4, in_channels=1), "
+     "neck=dict(predict_feature_dim=48), "
+     "mask_generator=dict(alpha_0=0.5, alpha_T=1.0))", None),
+    ('hpm/frameworks/hpm-simmim_vit-mini-p4_1xb256-coslr-10e_fmnist.py',
+     'model = dict(mask_generator=dict(alpha_0=0.5, alpha_T=1.0))', None),
+    ('hpm/frameworks/hpm-beit_vit-mini-p4_1xb256-coslr-10e_fmnist.py',
+     'model = dict(mask_generator=dict(alpha_0=0.5, alpha_T=1.0))',
+     TWO_PIC),
+], ids=['ema-target', 'vit-target', 'simmim', 'beit'])
+def test_new_targets_and_frameworks_train_and_resume(tmp_path, name, body,
+                                                     transform):
+    base = osp.join(REPO_CFG, name)
+    cfg = tiny_config(tmp_path, base=base, num_images=8,
+                      body=body + '\ntrain_cfg = dict(max_epochs=2)\n',
+                      **({'transform': transform} if transform else {}))
+    work = str(tmp_path / 'work')
+    run_tool('tools/train.py', cfg, '--work-dir', work, '--cfg-options',
+             'train_cfg.max_epochs=1')
+    first = osp.join(work, 'epoch_1.pth')
+    proc = run_tool('tools/train.py', cfg, '--work-dir', work, '--resume',
+                    first)
+    assert 'resumed epoch: 1, iter: 2' in proc.stdout + proc.stderr
+    ckpt = _check_resumed_state(cfg, work, first)
+    assert int(ckpt['state_dict']['teacher.steps']) == 2
+    rows = [r for r in _scalars(work) if 'loss_rec' in r]
+    assert [r['iter'] for r in rows] == [1, 2, 3, 4]
+    assert all(r['num_hard'] > 0 and 0 <= r['rank_acc'] <= 1 for r in rows)
+    # the encoder converts to a plain ViT, every tensor used (strict)
+    out = str(tmp_path / 'vit.pth')
+    conv = run_tool('tools/model_converters/hpm2backbone.py',
+                    osp.join(work, 'epoch_2.pth'), out, '--target',
+                    'mmpretrain')
+    assert '0 missing, 0 unexpected, 0 shape' in conv.stdout, conv.stdout

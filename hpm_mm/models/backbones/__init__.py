@@ -1,3 +1,3 @@
-from .hpm_vit import HPMViT
+from .hpm_vit import HPMViT, MaskTokenViT
 
-__all__ = ['HPMViT']
+__all__ = ['HPMViT', 'MaskTokenViT']

@@ -61,12 +61,31 @@ class HPMViT(MAEViT):
         """
         if mask is None:
             return super(MAEViT, self).forward(x)
+        tokens, pos_embed = self.embed_patches(x, mask)
+        B, N, C = tokens.shape
+        if num_visible is None:
+            num_visible = int(N - mask[0].sum().item())
+        # stable sort: visible patches (0) first, each group in raster order
+        ids_shuffle = torch.argsort(mask.to(torch.uint8), dim=1, stable=True)
+        ids_restore = torch.argsort(ids_shuffle, dim=1)
+        ids_keep = ids_shuffle[:, :num_visible]
+        tokens = torch.gather(
+            tokens, 1, ids_keep.unsqueeze(-1).expand(-1, -1, C))
+        return self.encode(tokens, pos_embed), ids_restore
+
+    def embed_patches(self,
+                      x: torch.Tensor,
+                      mask: torch.Tensor,
+                      mask_token: Optional[torch.Tensor] = None
+                      ) -> Tuple[torch.Tensor, torch.Tensor]:
+        """Patch tokens plus position embedding (interpolated to the input's
+        grid), (B, N, C), and that position embedding; checks the mask.
+        With ``mask_token``, masked patches are replaced by it first."""
         B = x.shape[0]
         tokens, grid = self.patch_embed(x)
         pos_embed = resize_pos_embed(self.pos_embed, self.patch_resolution,
                                      grid, self.interpolate_mode, 1)
-        tokens = tokens + pos_embed[:, 1:, :]
-        N, C = tokens.shape[1:]
+        N = tokens.shape[1]
         if mask.shape != (B, N):
             built = tuple(r * s for r, s in zip(
                 self.patch_resolution, self.patch_embed.projection.stride))
@@ -77,18 +96,76 @@ class HPMViT(MAEViT):
                 f'{built[0]}x{built[1]} images: resize/crop to that size in '
                 'the train pipeline, or set backbone.img_size and '
                 'neck.num_patches to match the data.')
-        if num_visible is None:
-            num_visible = int(N - mask[0].sum().item())
-        # stable sort: visible patches (0) first, each group in raster order
-        ids_shuffle = torch.argsort(mask.to(torch.uint8), dim=1, stable=True)
-        ids_restore = torch.argsort(ids_shuffle, dim=1)
-        ids_keep = ids_shuffle[:, :num_visible]
-        tokens = torch.gather(
-            tokens, 1, ids_keep.unsqueeze(-1).expand(-1, -1, C))
+        if mask_token is not None:
+            w = mask.to(tokens.dtype).unsqueeze(-1)
+            tokens = tokens * (1 - w) + mask_token.to(tokens.dtype) * w
+        return tokens + pos_embed[:, 1:, :], pos_embed
 
+    def encode(self, tokens: torch.Tensor,
+               pos_embed: torch.Tensor) -> torch.Tensor:
+        """Prepend the cls token, run the blocks and the final norm."""
         cls_token = (self.cls_token + pos_embed[:, :1, :]).expand(
-            B, -1, -1)
+            tokens.shape[0], -1, -1)
         tokens = self.drop_after_pos(torch.cat((cls_token, tokens), dim=1))
         for layer in self.layers:
             tokens = layer(tokens)
-        return self.norm1(tokens), ids_restore
+        return self.norm1(tokens)
+
+
+@MODELS.register_module()
+class MaskTokenViT(HPMViT):
+    """The same ViT for frameworks that keep masked patches as a learnt
+    mask token (SimMIM, BEiT, iBOT) instead of dropping them.
+
+    Masked patch tokens are replaced by ``mask_token`` before the position
+    embedding is added (as BEiT/SimMIM), and every token runs through the
+    blocks. Apart from ``mask_token`` the parameters are
+    :class:`HPMViT`'s (absolute sin-cos position embedding, no layer scale,
+    no relative position bias), so every framework's encoder goes through
+    the same converters and fine-tune configs.
+
+    Args:
+        All arguments of :class:`HPMViT`.
+
+    Example:
+        >>> import torch
+        >>> from hpm_mm.models import MaskTokenViT
+        >>> vit = MaskTokenViT(arch=dict(embed_dims=32, num_layers=1,
+        ...     num_heads=2, feedforward_channels=64), img_size=32,
+        ...     patch_size=8)
+        >>> vit.init_weights()
+        >>> x, _ = vit(torch.rand(2, 3, 32, 32), torch.ones(2, 16))
+        >>> tuple(x.shape)
+        ((2, 17, 32))
+    """
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.mask_token = torch.nn.Parameter(torch.zeros(1, 1,
+                                                         self.embed_dims))
+
+    def init_weights(self) -> None:
+        super().init_weights()
+        torch.nn.init.trunc_normal_(self.mask_token, std=.02)
+
+    def forward(self,
+                x: torch.Tensor,
+                mask: Optional[torch.Tensor] = None,
+                num_visible: Optional[int] = None):
+        """Encode every patch, the masked ones as ``mask_token``.
+
+        Args:
+            x (torch.Tensor): Images, (B, C, H, W).
+            mask (torch.Tensor, optional): (B, N), 1 = masked; None runs the
+                plain ViT forward (feature extraction, ``out_type``).
+            num_visible (int, optional): Unused (every token is kept).
+
+        Returns:
+            With ``mask``: ``(latent, None)``, latent (B, 1 + N, C) in raster
+            order after the final norm. Without: :class:`VisionTransformer`'s
+            tuple.
+        """
+        if mask is None:
+            return super(MAEViT, self).forward(x)
+        tokens, pos_embed = self.embed_patches(x, mask, self.mask_token)
+        return self.encode(tokens, pos_embed), None

@@ -1,3 +1,7 @@
-from .hpm_head import HPMPretrainHead
+from .framework_heads import HPMBEiTHead, HPMSimMIMHead
+from .hpm_head import HPMFeaturePretrainHead, HPMPretrainHead
 
-__all__ = ['HPMPretrainHead']
+__all__ = [
+    'HPMPretrainHead', 'HPMFeaturePretrainHead', 'HPMSimMIMHead',
+    'HPMBEiTHead'
+]

@@ -1,3 +1,5 @@
 from .hpm_decoder import HPMPretrainDecoder
+from .loss_predictor import HPMLossPredictor
+from .simmim_decoder import HPMSimMIMDecoder
 
-__all__ = ['HPMPretrainDecoder']
+__all__ = ['HPMPretrainDecoder', 'HPMLossPredictor', 'HPMSimMIMDecoder']

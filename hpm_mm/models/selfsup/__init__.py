@@ -1,3 +1,4 @@
+from .frameworks import HPMBEiT, HPMSimMIM
 from .hpm import HPM
 
-__all__ = ['HPM']
+__all__ = ['HPM', 'HPMSimMIM', 'HPMBEiT']

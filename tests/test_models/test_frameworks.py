@@ -1,0 +1,290 @@
+"""Feature targets (Tab. 1) and hard-patch mining on SimMIM / BEiT: each
+head's per-patch loss is its framework's own loss, the targets and the
+teacher do what they say, bad settings stop in one line."""
+import pytest
+import torch
+import torch.nn.functional as F
+from mmpretrain.registry import MODELS
+
+import hpm_mm  # noqa: F401
+
+ARCH = dict(embed_dims=32, num_layers=2, num_heads=2, feedforward_channels=64)
+CLIP_TINY = dict(type='CLIPFeatureTarget', checkpoint=None, img_size=32,
+                 patch_size=8, width=32, layers=1, heads=2, output_dim=24)
+
+
+def build(cfg):
+    model = MODELS.build(cfg)
+    model.init_weights()
+    return model
+
+
+def hpm_cfg(**kw):
+    cfg = dict(
+        type='HPM',
+        backbone=dict(type='HPMViT', arch=ARCH, img_size=32, patch_size=8),
+        neck=dict(type='HPMPretrainDecoder', num_patches=16, patch_size=8,
+                  embed_dim=32, decoder_embed_dim=16, decoder_depth=1,
+                  decoder_num_heads=2, predictor_depth=1),
+        head=dict(type='HPMPretrainHead', patch_size=8),
+        mask_generator=dict(type='HPMMaskGenerator', alpha_0=0.5,
+                            alpha_T=0.5))
+    cfg.update(kw)
+    return cfg
+
+
+def feature_cfg(target, dim, **kw):
+    cfg = hpm_cfg(target_generator=target,
+                  head=dict(type='HPMFeaturePretrainHead'), **kw)
+    cfg['neck'] = dict(cfg['neck'], predict_feature_dim=dim)
+    return cfg
+
+
+def simmim_cfg(**kw):
+    cfg = dict(
+        type='HPMSimMIM',
+        backbone=dict(type='MaskTokenViT', arch=ARCH, img_size=32,
+                      patch_size=8),
+        neck=dict(type='HPMSimMIMDecoder', in_channels=32, encoder_stride=8),
+        head=dict(type='HPMSimMIMHead', patch_size=8),
+        predictor=dict(type='HPMLossPredictor', embed_dim=32,
+                       predictor_embed_dim=16, predictor_depth=1,
+                       predictor_num_heads=2),
+        mask_generator=dict(type='HPMMaskGenerator', mask_ratio=0.6,
+                            alpha_0=0.5, alpha_T=0.5))
+    cfg.update(kw)
+    return cfg
+
+
+def beit_cfg(**kw):
+    cfg = simmim_cfg(
+        type='HPMBEiT', neck=None,
+        head=dict(type='HPMBEiTHead', embed_dims=32, num_embed=64),
+        target_generator=dict(type='DALL-E', n_hid=8, vocab_size=64),
+        mask_generator=dict(
+            type='HPMMaskGenerator', mask_ratio=0.4, alpha_0=0.5,
+            alpha_T=0.5, rest=dict(type='BlockwiseMaskGenerator',
+                                   min_num_patches=2)))
+    cfg.update(kw)
+    return cfg
+
+
+def random_mask(B=3, N=16, k=10, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.rand(B, N, generator=g).argsort(1)[:, :k]
+    return torch.zeros(B, N).scatter_(1, ids, 1.)
+
+
+# ---- per-patch losses = the frameworks' own losses -------------------------
+
+def test_feature_head_is_milan_cosine_loss_per_patch():
+    torch.manual_seed(0)
+    pred, target, mask = torch.randn(3, 16, 24), torch.randn(3, 16, 24), \
+        random_mask()
+    head = MODELS.build(dict(type='HPMFeaturePretrainHead'))
+    per_patch = head.patch_losses(pred, target)
+    # brute force: l2-normalise, MSE over channels
+    want = torch.stack([torch.stack([
+        ((pred[b, i] / pred[b, i].norm() - target[b, i] / target[b, i].norm())
+         **2).mean() for i in range(16)]) for b in range(3)])
+    torch.testing.assert_close(per_patch, want)
+    milan = MODELS.build(dict(type='CosineSimilarityLoss', shift_factor=2.0,
+                              scale_factor=2.0))
+    losses = head.loss(pred, torch.randn(3, 16), target, mask)
+    torch.testing.assert_close(losses['loss_rec'] * 24,
+                               milan(pred, target, mask))
+    assert set(losses) == {'loss_rec', 'loss_pred', 'rank_acc'}
+    with pytest.raises(ValueError, match='predict_feature_dim=24'):
+        head.patch_losses(torch.randn(3, 16, 8), target)
+
+
+def test_simmim_head_is_simmim_loss_per_patch():
+    torch.manual_seed(0)
+    pred, imgs = torch.randn(3, 3, 32, 32), torch.randn(3, 3, 32, 32)
+    mask = random_mask()
+    head = MODELS.build(dict(type='HPMSimMIMHead', patch_size=8))
+    per_patch = head.patch_losses(pred, imgs)
+    p = (pred - imgs).abs()
+    assert per_patch[1, 5] == pytest.approx(
+        float(p[1, :, 8:16, 8:16].mean()), rel=1e-5)  # patch (1, 1)
+    losses = head.loss(pred, torch.randn(3, 16), imgs, mask)
+    own = head.loss_module(  # SimMIMHead.loss with the (B, h, w) mask
+        pred, imgs, mask.view(3, 4, 4).repeat_interleave(8, 1)
+        .repeat_interleave(8, 2).unsqueeze(1))
+    torch.testing.assert_close(losses['loss_rec'], own)
+
+
+def test_beit_head_is_beit_loss_per_patch():
+    torch.manual_seed(0)
+    head = MODELS.build(dict(type='HPMBEiTHead', embed_dims=32, num_embed=64))
+    feats, tokens = torch.randn(3, 17, 32), torch.randn(3, 64, 4, 4)
+    mask = random_mask()
+    per_patch = head.patch_losses(feats, tokens, mask)
+    ids = tokens.argmax(1).flatten(1)
+    logits = head.cls_head(feats[:, 1:])
+    want = F.cross_entropy(logits.flatten(0, 1), ids.flatten(),
+                           reduction='none').view(3, 16) * mask
+    torch.testing.assert_close(per_patch, want)
+    losses = head.loss(feats, torch.randn(3, 16), tokens, mask)
+    own = super(type(head), head).loss(feats, tokens, mask.view(3, 4, 4))
+    torch.testing.assert_close(losses['loss_rec'], own)
+
+
+# ---- targets ----------------------------------------------------------------
+
+def test_ema_target_is_the_teachers_full_image_features():
+    torch.manual_seed(0)
+    # random masks: the teacher is built for the target alone
+    model = build(feature_cfg(
+        dict(type='EMATeacherTarget'), 32,
+        mask_generator=dict(type='HPMMaskGenerator', alpha_0=0.,
+                            alpha_T=0.)))
+    assert model.teacher is not None
+    x = torch.randn(2, 3, 32, 32)
+    model.set_progress(0.)
+    seen = {}
+    head_loss = model.head.loss
+    model.head.loss = lambda *a: seen.setdefault('a', a) and head_loss(*a)
+    model.loss(x, [])
+    teacher = model.teacher.module['backbone']
+    full = teacher(x, torch.zeros(2, 16), 16)[0][:, 1:]
+    torch.testing.assert_close(seen['a'][2], full)
+    plain = teacher(x)[0][:, 1:]  # the ViT forward: same tokens
+    torch.testing.assert_close(seen['a'][2], plain, rtol=1e-4, atol=1e-5)
+    with pytest.raises(ValueError, match='input_scale=1.0'):
+        build(feature_cfg(dict(type='EMATeacherTarget'), 32,
+                          teacher=dict(type='EMATeacher', input_scale=0.5)))
+
+
+@pytest.mark.parametrize('target,dim', [
+    (dict(type='ViTFeatureTarget', checkpoint=None, arch=ARCH, img_size=32,
+          patch_size=8), 32),
+    (CLIP_TINY, 24)])
+def test_frozen_targets_load_stay_frozen_and_refuse_missing_weights(
+        tmp_path, target, dim):
+    torch.manual_seed(0)
+    model = build(feature_cfg(target, dim))
+    net = model.target_generator.network
+    assert not any(p.requires_grad for p in model.target_generator.parameters())
+    model.train()
+    assert not model.target_generator.training
+    # weights saved as the converters write them, loaded at init_weights
+    prefix = model.target_generator.prefix
+    path = str(tmp_path / 'target.pth')
+    state = {prefix + k: torch.randn_like(v) for k, v in
+             net.state_dict().items()}
+    torch.save({'state_dict': state}, path)
+    loaded = build(feature_cfg(dict(target, checkpoint=path), dim))
+    for k, v in loaded.target_generator.network.state_dict().items():
+        assert torch.equal(v, state[prefix + k]), k
+    x = torch.randn(2, 3, 32, 32)
+    out = loaded.target_generator(x)
+    assert out.shape == (2, 16, dim) and not out.requires_grad
+    losses = loaded.loss(x, [])
+    losses['loss_rec'].backward()
+    assert all(p.grad is None for p in loaded.target_generator.parameters())
+    with pytest.raises(FileNotFoundError, match='docs/targets.md'):
+        build(feature_cfg(dict(target, checkpoint=str(tmp_path / 'no.pth')),
+                          dim))
+
+
+def test_plain_rows_need_no_predictor_and_refuse_half_configs():
+    plain = feature_cfg(CLIP_TINY, 24,
+                        mask_generator=dict(type='RandomMaskGenerator'))
+    plain['neck']['predictor_depth'] = 0
+    plain['head']['loss_pred'] = None
+    model = build(plain)
+    assert model.teacher is None and not model.with_predictor
+    assert not any('predictor' in k for k in model.state_dict())
+    assert set(model.loss(torch.randn(2, 3, 32, 32), [])) == {'loss_rec'}
+    with pytest.raises(ValueError, match='head.loss_pred is set'):
+        build(dict(plain, head=dict(type='HPMFeaturePretrainHead')))
+    with pytest.raises(ValueError, match='masks by predicted loss'):
+        build(dict(plain, mask_generator=dict(type='HPMMaskGenerator')))
+
+
+# ---- mask-token frameworks ---------------------------------------------------
+
+def test_mask_token_vit_is_hpm_vit_on_the_full_image():
+    torch.manual_seed(0)
+    cfg = dict(arch=ARCH, img_size=32, patch_size=8)
+    vit = build(dict(type='MaskTokenViT', **cfg))
+    ref = MODELS.build(dict(type='HPMViT', **cfg))
+    ref.load_state_dict(vit.state_dict(), strict=False)
+    x = torch.randn(2, 3, 32, 32)
+    latent, ids = vit(x, torch.zeros(2, 16))
+    assert ids is None and latent.shape == (2, 17, 32)
+    torch.testing.assert_close(latent, ref(x, torch.zeros(2, 16), 16)[0])
+    # a masked patch sees the mask token, not its pixels
+    mask = torch.zeros(2, 16)
+    mask[:, 3] = 1
+    x2 = x.clone()
+    x2[:, :, 0:8, 24:32] = 100.  # patch 3 only
+    torch.testing.assert_close(vit(x, mask)[0], vit(x2, mask)[0])
+
+
+@pytest.mark.parametrize('cfg', [simmim_cfg, beit_cfg])
+def test_teacher_scores_with_the_predictor_on_the_full_image(cfg):
+    torch.manual_seed(0)
+    model = build(cfg())
+    model.set_progress(0.5)
+    x = torch.randn(2, 3, 32, 32)
+    inputs = [x, torch.randn(2, 3, 32, 32)] if cfg is beit_cfg else x
+    losses = model.loss(inputs, [])
+    assert set(losses) == {'loss_rec', 'loss_pred', 'rank_acc', 'alpha',
+                           'num_hard'}
+    t = model.teacher.module
+    assert set(t) == {'backbone', 'predictor'}
+    want = t['predictor'](t['backbone'](x, torch.zeros(2, 16))[0])
+    torch.testing.assert_close(model.teacher(x), want)
+    # the predictor's loss trains predictor and encoder, never the teacher
+    losses['loss_pred'].backward()
+    assert model.predictor.embed.weight.grad.abs().sum() > 0
+    assert model.backbone.mask_token.grad is not None
+    assert all(p.grad is None for p in model.teacher.parameters())
+
+
+def test_plain_frameworks_build_no_teacher():
+    simmim = build(simmim_cfg(
+        predictor=None, head=dict(type='HPMSimMIMHead', patch_size=8,
+                                  loss_pred=None),
+        mask_generator=dict(type='RandomMaskGenerator', mask_ratio=0.6)))
+    assert simmim.teacher is None
+    assert set(simmim.loss(torch.randn(2, 3, 32, 32), [])) == {'loss_rec'}
+
+
+def test_hpm_mask_with_blockwise_rest():
+    gen = MODELS.build(dict(type='HPMMaskGenerator', mask_ratio=0.4,
+                            alpha_0=0.5, alpha_T=0.5,
+                            rest=dict(type='BlockwiseMaskGenerator')))
+    assert gen.rest.mask_ratio == 0.4  # inherited
+    scores = torch.rand(4, 196)
+    mask = gen(scores, 0.5)
+    k = gen.num_hard(196, 0.5)
+    assert (mask.sum(1) == gen.num_masked(196)).all() and k == 39
+    top = scores.topk(k, 1).indices
+    assert mask.gather(1, top).all()
+    # with alpha 0 it is BEiT's block-wise mask, draw for draw
+    gen0 = MODELS.build(dict(type='HPMMaskGenerator', mask_ratio=0.4,
+                             alpha_0=0., alpha_T=0.,
+                             rest=dict(type='BlockwiseMaskGenerator')))
+    block = MODELS.build(dict(type='BlockwiseMaskGenerator', mask_ratio=0.4))
+    torch.manual_seed(3)
+    a = gen0(None, 0., 196, 4)
+    torch.manual_seed(3)
+    assert torch.equal(a, block(None, 0., 196, 4))
+    with pytest.raises(ValueError, match='score-free'):
+        MODELS.build(dict(type='HPMMaskGenerator',
+                          rest=dict(type='HPMMaskGenerator')))
+
+
+def test_framework_checkpoints_convert_to_a_plain_vit():
+    from hpm_mm.utils.convert import convert, encoder_state
+    from mmpretrain.models import VisionTransformer
+    model = build(beit_cfg())
+    enc = encoder_state({'state_dict': model.state_dict()})
+    assert 'mask_token' not in enc
+    vit = VisionTransformer(arch=ARCH, img_size=32, patch_size=8)
+    out = {k[len('backbone.'):]: v for k, v in convert(enc,
+                                                       'mmpretrain').items()}
+    vit.load_state_dict(out, strict=True)
