@@ -27,6 +27,26 @@ REQUIRED = ('patch_embed.projection.weight', 'pos_embed',
             'layers.0.attn.qkv.weight')
 
 
+TIMM_RENAME = [
+    (r'^patch_embed\.projection\.', 'patch_embed.proj.'),
+    (r'^layers\.(\d+)\.ln1\.', r'blocks.\1.norm1.'),
+    (r'^layers\.(\d+)\.ln2\.', r'blocks.\1.norm2.'),
+    (r'^layers\.(\d+)\.attn\.', r'blocks.\1.attn.'),
+    (r'^layers\.(\d+)\.ffn\.layers\.0\.0\.', r'blocks.\1.mlp.fc1.'),
+    (r'^layers\.(\d+)\.ffn\.layers\.1\.', r'blocks.\1.mlp.fc2.'),
+    (r'^ln1\.', 'norm.'),
+]
+FROM_TIMM_RENAME = [
+    (r'^patch_embed\.proj\.', 'patch_embed.projection.'),
+    (r'^blocks\.(\d+)\.norm1\.', r'layers.\1.ln1.'),
+    (r'^blocks\.(\d+)\.norm2\.', r'layers.\1.ln2.'),
+    (r'^blocks\.(\d+)\.attn\.', r'layers.\1.attn.'),
+    (r'^blocks\.(\d+)\.mlp\.fc1\.', r'layers.\1.ffn.layers.0.0.'),
+    (r'^blocks\.(\d+)\.mlp\.fc2\.', r'layers.\1.ffn.layers.1.'),
+    (r'^norm\.', 'ln1.'),
+]
+
+
 def encoder_state(checkpoint: dict, teacher: bool = False) -> dict:
     """The encoder's ``VisionTransformer`` keys (no prefix) from an HPM or
     MAE pretraining checkpoint (any target, or HPMSimMIM/HPMBEiT, whose
@@ -107,20 +127,26 @@ def convert(enc: Dict[str, torch.Tensor], target: str,
             out[f'layers.{i}.gamma_2'] = torch.ones(dim)
         return out
     # timm
-    rename = [
-        (r'^patch_embed\.projection\.', 'patch_embed.proj.'),
-        (r'^layers\.(\d+)\.ln1\.', r'blocks.\1.norm1.'),
-        (r'^layers\.(\d+)\.ln2\.', r'blocks.\1.norm2.'),
-        (r'^layers\.(\d+)\.attn\.', r'blocks.\1.attn.'),
-        (r'^layers\.(\d+)\.ffn\.layers\.0\.0\.', r'blocks.\1.mlp.fc1.'),
-        (r'^layers\.(\d+)\.ffn\.layers\.1\.', r'blocks.\1.mlp.fc2.'),
-        (r'^ln1\.', 'norm.'),
-    ]
     out = {}
     for k, v in enc.items():
-        for pattern, repl in rename:
+        for pattern, repl in TIMM_RENAME:
             k = re.sub(pattern, repl, k)
         out[k] = v
     out['pos_embed'] = torch.cat([cls_pos, grid.flatten(2).transpose(1, 2)],
                                  dim=1)
+    return out
+
+
+def from_timm(state: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
+    """A timm-layout ViT (e.g. DINO's released ViT-B/16) to mmpretrain's
+    :class:`VisionTransformer` keys under ``backbone.``; the classifier
+    ``head.*``, if any, is dropped. The inverse of ``convert(..., 'timm')``.
+    """
+    out = {}
+    for k, v in state.items():
+        if k.startswith('head.'):
+            continue
+        for pattern, repl in FROM_TIMM_RENAME:
+            k = re.sub(pattern, repl, k)
+        out['backbone.' + k] = v
     return out

@@ -65,6 +65,15 @@ def analyze_hard_patches(model,
     num_masked = gen.num_masked(N)
     head = model.head
 
+    # what the reconstructor is compared with: the pixels, or a feature
+    # target (the EMA teacher's or a frozen network's, paper Tab. 1)
+    target = inputs
+    feature_target = getattr(model, 'target_generator', None) is not None
+    if feature_target:
+        feats = model.teacher.run(inputs, None, True)[1] \
+            if model.target_from_teacher else None
+        target = model.target(inputs, feats)
+
     # true per-patch losses, averaged over random masks
     total = torch.zeros(B, N)
     count = torch.zeros(B, N)
@@ -74,7 +83,7 @@ def analyze_hard_patches(model,
             1, keys.argsort(1)[:, N - num_masked:], 1.).to(inputs.device)
         latent, ids = model.backbone(inputs, mask, N - num_masked)
         pred, _ = model.neck(latent, ids)
-        loss = head.patch_losses(pred, inputs).cpu()
+        loss = head.patch_losses(pred, target).cpu()
         total += loss * mask.cpu()
         count += mask.cpu()
     true_loss = total / count.clamp(min=1)
@@ -98,14 +107,21 @@ def analyze_hard_patches(model,
     latent, ids = model.backbone(inputs, mask.to(inputs.device),
                                  N - num_masked)
     pred, _ = model.neck(latent, ids)
-    pred = pred.float()
-    target = head.patchify(inputs.float())
-    if head.norm_pix:  # back to pixel space with each patch's statistics
-        mean = target.mean(-1, keepdim=True)
-        std = (target.var(-1, keepdim=True) + 1e-6).sqrt()
-        pred = pred * std + mean
-    m = mask.to(inputs.device).unsqueeze(-1)
-    recon = head.unpatchify(pred * m + target * (1 - m)).cpu()
+    if feature_target:  # no pixels predicted: show what the student saw
+        p = model.backbone.patch_embed.projection.stride[0]
+        h, w = model.backbone.patch_resolution
+        m = mask.view(B, 1, h, w).repeat_interleave(p, 2).repeat_interleave(
+            p, 3).to(inputs.device)
+        recon = (inputs.float() * (1 - m)).cpu()
+    else:
+        pred = pred.float()
+        target = head.patchify(inputs.float())
+        if head.norm_pix:  # back to pixel space with each patch's statistics
+            mean = target.mean(-1, keepdim=True)
+            std = (target.var(-1, keepdim=True) + 1e-6).sqrt()
+            pred = pred * std + mean
+        m = mask.to(inputs.device).unsqueeze(-1)
+        recon = head.unpatchify(pred * m + target * (1 - m)).cpu()
     if was_training:
         model.train()
     return dict(

@@ -288,3 +288,23 @@ def test_framework_checkpoints_convert_to_a_plain_vit():
     out = {k[len('backbone.'):]: v for k, v in convert(enc,
                                                        'mmpretrain').items()}
     vit.load_state_dict(out, strict=True)
+
+
+@pytest.mark.parametrize('target,dim', [(dict(type='EMATeacherTarget'), 32),
+                                        (CLIP_TINY, 24)])
+def test_hard_patch_pictures_with_feature_targets(target, dim):
+    from hpm_mm.visualization.hard_patches import analyze_hard_patches
+    torch.manual_seed(0)
+    model = build(feature_cfg(target, dim))
+    model.set_progress(0.5)
+    model.loss(torch.randn(2, 3, 32, 32), [])  # the teacher copies once
+    x = torch.randn(2, 3, 32, 32)
+    out = analyze_hard_patches(model, x, num_masks=2)
+    assert out['true_loss'].shape == (2, 16) and out['recon'].shape == x.shape
+    # the true losses are feature losses ((2 - 2 cos) / C <= 4 / C), not
+    # pixel errors of N(0, 1) images (~2 per pixel)
+    assert 0 < out['true_loss'].max() <= 4 / dim
+    # the picture shows the visible pixels, zero where masked
+    m = out['mask'].view(2, 1, 4, 4).repeat_interleave(8, 2) \
+        .repeat_interleave(8, 3)
+    torch.testing.assert_close(out['recon'], x * (1 - m))

@@ -1,0 +1,99 @@
+"""Convert released DINO / CLIP weights into the files the feature-target
+configs read (paper Tab. 1; see docs/targets.md).
+
+    python tools/model_converters/target_weights.py dino \
+        dino_vitbase16_pretrain.pth \
+        data/pretrained/dino_vit-base-p16_mmpretrain.pth
+    python tools/model_converters/target_weights.py clip ViT-B-16.pt \
+        data/pretrained/clip_vit-base-p16.pth
+
+``dino``: DINO's ViT (timm key layout) -> mmpretrain ``VisionTransformer``
+keys under ``backbone.`` (:class:`ViTFeatureTarget`). ``clip``: OpenAI's
+CLIP release (a TorchScript archive, or a plain state dict) -> its
+``visual.*`` image-encoder weights (:class:`CLIPFeatureTarget`). Either way
+the result is loaded into the target network before it is written, and
+any key it lacks or does not use is named.
+"""
+import argparse
+import os
+import os.path as osp
+
+import torch
+
+
+def read_state(path: str) -> dict:
+    """A state dict from a plain checkpoint or a TorchScript archive."""
+    try:
+        obj = torch.load(path, map_location='cpu')
+    except Exception:  # OpenAI's CLIP .pt files are TorchScript archives
+        obj = torch.jit.load(path, map_location='cpu').state_dict()
+    if isinstance(obj, dict):
+        for key in ('state_dict', 'model', 'teacher'):
+            if isinstance(obj.get(key), dict):
+                obj = obj[key]
+                break
+    return {strip_prefixes(k): v for k, v in obj.items()}
+
+
+def strip_prefixes(key: str) -> str:
+    """DINO's full checkpoints keep the ViT under ``module.backbone.``."""
+    for prefix in ('module.', 'backbone.'):
+        if key.startswith(prefix):
+            key = key[len(prefix):]
+    return key
+
+
+def convert(kind: str, state: dict):
+    """(converted state, target network config) for ``kind``."""
+    from mmpretrain.registry import MODELS
+
+    import hpm_mm  # noqa: F401
+    from hpm_mm.utils.convert import from_timm
+    if kind == 'dino':
+        out = from_timm(state)
+        dim = out['backbone.cls_token'].shape[-1]
+        depth = 1 + max(int(k.split('.')[2]) for k in out
+                        if k.startswith('backbone.layers.'))
+        patch = out['backbone.patch_embed.projection.weight'].shape[-1]
+        grid = round((out['backbone.pos_embed'].shape[1] - 1)**0.5)
+        target = MODELS.build(dict(
+            type='ViTFeatureTarget', checkpoint=None, patch_size=patch,
+            img_size=grid * patch,
+            arch=dict(embed_dims=dim, num_layers=depth, num_heads=dim // 64,
+                      feedforward_channels=4 * dim)))
+        return out, target
+    out = {k: v for k, v in state.items() if k.startswith('visual.')}
+    if 'visual.proj' not in out:
+        raise SystemExit('not a CLIP ViT checkpoint: no visual.proj')
+    width, _, patch, _ = out['visual.conv1.weight'].shape
+    grid = round((out['visual.positional_embedding'].shape[0] - 1)**0.5)
+    layers = len({k.split('.')[3] for k in out
+                  if k.startswith('visual.transformer.resblocks.')})
+    target = MODELS.build(dict(
+        type='CLIPFeatureTarget', checkpoint=None, img_size=grid * patch,
+        patch_size=patch, width=width, layers=layers, heads=width // 64,
+        output_dim=out['visual.proj'].shape[1]))
+    return out, target
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    parser.add_argument('kind', choices=['dino', 'clip'])
+    parser.add_argument('src')
+    parser.add_argument('dst')
+    args = parser.parse_args(argv)
+    out, target = convert(args.kind, read_state(args.src))
+    own = target.load_target_state(out)
+    missing, unexpected = target.network.load_state_dict(own, strict=False)
+    print(f'[{args.kind}] {len(own) - len(unexpected)} tensors loaded, '
+          f'{len(missing)} missing, {len(unexpected)} unused')
+    if missing:
+        raise SystemExit(f'the target network lacks {missing[:5]}; '
+                         'nothing written')
+    os.makedirs(osp.dirname(osp.abspath(args.dst)), exist_ok=True)
+    torch.save({'state_dict': out}, args.dst)
+    print(f'wrote {args.dst}')
+
+
+if __name__ == '__main__':
+    main()
