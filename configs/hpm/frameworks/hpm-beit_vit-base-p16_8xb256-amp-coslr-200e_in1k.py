@@ -8,20 +8,12 @@ _base_ = './beit_vit-base-p16_8xb256-amp-coslr-200e_in1k.py'
 
 model = dict(
     head=dict(loss_pred=dict(_delete_=True, type='HPMRelativeLoss')),
-    predictor=dict(
-        type='HPMLossPredictor',
-        embed_dim=768,
-        predictor_embed_dim=512,
-        predictor_depth=2,
-        predictor_num_heads=16),
+    predictor=dict(type='HPMLossPredictor'),  # 2 blocks, 512-d, 16 heads
     mask_generator=dict(
         _delete_=True,
         type='HPMMaskGenerator',
         mask_ratio=0.382,
         alpha_0=0.,
         alpha_T=0.5,
-        rest=dict(type='BlockwiseMaskGenerator', min_num_patches=16)),
-    teacher=dict(
-        type='EMATeacher', momentum=1e-3, end_momentum=1e-4,
-        momentum_epochs=100))
+        rest=dict(type='BlockwiseMaskGenerator', min_num_patches=16)))  # teacher: EMATeacher's defaults, HPM's 1e-3 -> 1e-4
 custom_hooks = [dict(type='HPMScheduleHook', by_epoch=True)]

@@ -5,6 +5,7 @@
 # clipping 5.0, crops of scale (0.67, 1).
 _base_ = [
     '../../_base_/models/simmim_vit-base-p16.py',
+    '../../_base_/schedules/hpm_pretrain_amp.py',
     'mmpretrain::_base_/datasets/imagenet_bs512_mae.py',
     'mmpretrain::_base_/default_runtime.py',
 ]
@@ -24,23 +25,9 @@ train_dataloader = dict(
         dict(type='PackInputs')
     ]))
 
+# HPM's wrapper, clipping at 5.0 and no-decay keys; SimMIM's optimizer
 optim_wrapper = dict(
-    type='GuardedAmpOptimWrapper',
-    loss_scale='dynamic',
-    constructor='FrozenAwareOptimWrapperConstructor',
-    clip_grad=dict(max_norm=5.0),
-    optimizer=dict(
-        type='AdamW', lr=1e-4 * 2048 / 512, betas=(0.9, 0.999), eps=1e-8,
-        weight_decay=0.05),
-    paramwise_cfg=dict(
-        custom_keys={
-            'ln': dict(decay_mult=0.0),
-            'norm': dict(decay_mult=0.0),
-            'bias': dict(decay_mult=0.0),
-            'pos_embed': dict(decay_mult=0.),
-            'mask_token': dict(decay_mult=0.),
-            'cls_token': dict(decay_mult=0.)
-        }))
+    optimizer=dict(lr=1e-4 * 2048 / 512, betas=(0.9, 0.999), eps=1e-8))
 max_epochs = 200
 param_scheduler = [
     dict(type='LinearLR', start_factor=5e-7 / 4e-4, by_epoch=True, begin=0,
@@ -48,7 +35,7 @@ param_scheduler = [
     dict(type='MultiStepLR', milestones=[max_epochs * 7 // 8], gamma=0.1,
          by_epoch=True, begin=10, end=max_epochs)
 ]
-train_cfg = dict(type='EpochBasedTrainLoop', max_epochs=max_epochs)
+train_cfg = dict(max_epochs=max_epochs)
 auto_scale_lr = dict(base_batch_size=2048)
 
 default_hooks = dict(
