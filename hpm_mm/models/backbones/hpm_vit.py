@@ -136,7 +136,7 @@ class MaskTokenViT(HPMViT):
         >>> vit.init_weights()
         >>> x, _ = vit(torch.rand(2, 3, 32, 32), torch.ones(2, 16))
         >>> tuple(x.shape)
-        ((2, 17, 32))
+        (2, 17, 32)
     """
 
     def __init__(self, *args, **kwargs) -> None:

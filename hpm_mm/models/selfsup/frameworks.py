@@ -48,10 +48,6 @@ class HPMSimMIM(HPM):
         losses = self.head.loss(reconstruction, pred_scores, inputs, mask)
         return self.with_mask_log(losses, inputs)
 
-    def predict_losses(self, latent: torch.Tensor):
-        """The student's predicted per-patch losses, None without one."""
-        return None if self.predictor is None else self.predictor(latent)
-
     def feature_map(self, latent: torch.Tensor) -> torch.Tensor:
         """(B, 1 + N, C) tokens -> (B, C, h, w) patch features."""
         h, w = self.backbone.patch_resolution
@@ -59,7 +55,7 @@ class HPMSimMIM(HPM):
 
 
 @MODELS.register_module()
-class HPMBEiT(HPMSimMIM):
+class HPMBEiT(HPM):
     """BEiT (v1) with hard-patch mining.
 
     BEiT (Bao et al., ICLR 2022): the inputs are two views of each image

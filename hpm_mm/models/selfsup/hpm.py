@@ -215,6 +215,11 @@ class HPM(BaseSelfSupervisor):
                                    self.backbone.num_patches,
                                    inputs.shape[0], inputs.device)
 
+    def predict_losses(self, latent: torch.Tensor) -> Optional[torch.Tensor]:
+        """The separate ``predictor``'s per-patch losses on the encoder
+        output (mask-token frameworks), None without one."""
+        return None if self.predictor is None else self.predictor(latent)
+
     def target(self, inputs: torch.Tensor,
                teacher_features: Optional[torch.Tensor]) -> torch.Tensor:
         """What the head compares the reconstruction with: the images
