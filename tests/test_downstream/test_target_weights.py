@@ -1,5 +1,6 @@
 """tools/model_converters/target_weights.py: DINO (timm layout) and CLIP
 releases -> the files the feature-target configs load, exactly."""
+import pytest
 import torch
 from conftest import run_tool
 from mmpretrain.models import VisionTransformer
@@ -9,6 +10,14 @@ from mmpretrain.registry import MODELS
 
 import hpm_mm  # noqa: F401
 from hpm_mm.utils.convert import convert, from_timm
+
+
+@pytest.fixture(autouse=True)
+def mmpretrain_scope():
+    """Build by name in mmpretrain's registry whatever scope an earlier
+    test left current (e.g. mmdet's)."""
+    from mmengine.registry import init_default_scope
+    init_default_scope('mmpretrain')
 
 
 def test_dino_release_round_trip(tmp_path):

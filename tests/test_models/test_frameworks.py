@@ -13,6 +13,14 @@ CLIP_TINY = dict(type='CLIPFeatureTarget', checkpoint=None, img_size=32,
                  patch_size=8, width=32, layers=1, heads=2, output_dim=24)
 
 
+@pytest.fixture(autouse=True)
+def mmpretrain_scope():
+    """Build by name in mmpretrain's registry whatever scope an earlier
+    test left current (e.g. mmdet's)."""
+    from mmengine.registry import init_default_scope
+    init_default_scope('mmpretrain')
+
+
 def build(cfg):
     model = MODELS.build(cfg)
     model.init_weights()

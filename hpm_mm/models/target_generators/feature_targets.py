@@ -126,10 +126,10 @@ class ViTFeatureTarget(FrozenFeatureTarget):
                  in_channels: int = 3,
                  prefix: str = 'backbone.') -> None:
         super().__init__(checkpoint, prefix)
-        self.network = MODELS.build(
-            dict(type='VisionTransformer', arch=arch, img_size=img_size,
-                 patch_size=patch_size, out_type='raw', final_norm=True,
-                 in_channels=in_channels))
+        from mmpretrain.models import VisionTransformer
+        self.network = VisionTransformer(
+            arch=arch, img_size=img_size, patch_size=patch_size,
+            out_type='raw', final_norm=True, in_channels=in_channels)
         self.freeze()
 
     def load_target_state(self, state: dict) -> dict:
