@@ -27,24 +27,27 @@ REQUIRED = ('patch_embed.projection.weight', 'pos_embed',
             'layers.0.attn.qkv.weight')
 
 
-TIMM_RENAME = [
-    (r'^patch_embed\.projection\.', 'patch_embed.proj.'),
-    (r'^layers\.(\d+)\.ln1\.', r'blocks.\1.norm1.'),
-    (r'^layers\.(\d+)\.ln2\.', r'blocks.\1.norm2.'),
-    (r'^layers\.(\d+)\.attn\.', r'blocks.\1.attn.'),
-    (r'^layers\.(\d+)\.ffn\.layers\.0\.0\.', r'blocks.\1.mlp.fc1.'),
-    (r'^layers\.(\d+)\.ffn\.layers\.1\.', r'blocks.\1.mlp.fc2.'),
-    (r'^ln1\.', 'norm.'),
+# mmpretrain VisionTransformer key prefix <-> timm's ({} = block index)
+TIMM_NAMES = [
+    ('patch_embed.projection.', 'patch_embed.proj.'),
+    ('layers.{}.ln1.', 'blocks.{}.norm1.'),
+    ('layers.{}.ln2.', 'blocks.{}.norm2.'),
+    ('layers.{}.attn.', 'blocks.{}.attn.'),
+    ('layers.{}.ffn.layers.0.0.', 'blocks.{}.mlp.fc1.'),
+    ('layers.{}.ffn.layers.1.', 'blocks.{}.mlp.fc2.'),
+    ('ln1.', 'norm.'),
 ]
-FROM_TIMM_RENAME = [
-    (r'^patch_embed\.proj\.', 'patch_embed.projection.'),
-    (r'^blocks\.(\d+)\.norm1\.', r'layers.\1.ln1.'),
-    (r'^blocks\.(\d+)\.norm2\.', r'layers.\1.ln2.'),
-    (r'^blocks\.(\d+)\.attn\.', r'layers.\1.attn.'),
-    (r'^blocks\.(\d+)\.mlp\.fc1\.', r'layers.\1.ffn.layers.0.0.'),
-    (r'^blocks\.(\d+)\.mlp\.fc2\.', r'layers.\1.ffn.layers.1.'),
-    (r'^norm\.', 'ln1.'),
-]
+
+
+def _rename(key: str, to_timm: bool) -> str:
+    """One key between mmpretrain's and timm's ViT names (:data:`TIMM_NAMES`)."""
+    for mm, timm in TIMM_NAMES:
+        src, dst = (mm, timm) if to_timm else (timm, mm)
+        pattern = '^' + re.escape(src).replace(r'\{\}', r'(\d+)')
+        key, n = re.subn(pattern, dst.replace('{}', r'\1'), key)
+        if n:
+            break
+    return key
 
 
 def encoder_state(checkpoint: dict, teacher: bool = False) -> dict:
@@ -127,11 +130,7 @@ def convert(enc: Dict[str, torch.Tensor], target: str,
             out[f'layers.{i}.gamma_2'] = torch.ones(dim)
         return out
     # timm
-    out = {}
-    for k, v in enc.items():
-        for pattern, repl in TIMM_RENAME:
-            k = re.sub(pattern, repl, k)
-        out[k] = v
+    out = {_rename(k, to_timm=True): v for k, v in enc.items()}
     out['pos_embed'] = torch.cat([cls_pos, grid.flatten(2).transpose(1, 2)],
                                  dim=1)
     return out
@@ -142,11 +141,5 @@ def from_timm(state: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
     :class:`VisionTransformer` keys under ``backbone.``; the classifier
     ``head.*``, if any, is dropped. The inverse of ``convert(..., 'timm')``.
     """
-    out = {}
-    for k, v in state.items():
-        if k.startswith('head.'):
-            continue
-        for pattern, repl in FROM_TIMM_RENAME:
-            k = re.sub(pattern, repl, k)
-        out['backbone.' + k] = v
-    return out
+    return {'backbone.' + _rename(k, to_timm=False): v
+            for k, v in state.items() if not k.startswith('head.')}

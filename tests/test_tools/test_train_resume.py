@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import hpm_mm  # noqa: F401  (allow-lists the checkpoint types)
-from conftest import FMNIST_CFG, HPM_HOOKS, run_tool, tiny_config
+from conftest import FMNIST_CFG, HPM_HOOKS, REPO, run_tool, tiny_config
 from mmengine.config import Config
 from mmengine.runner import Runner
 
@@ -174,7 +174,6 @@ def test_example_mask_generator_project_trains(tmp_path):
     assert not any(k.startswith('teacher.') for k in sd)  # needs no scores
 
 
-REPO_CFG = osp.join(osp.dirname(FMNIST_CFG), '..')
 TWO_PIC = ("dict(type='RandomResizedCropAndInterpolationWithTwoPic', "
            "size=32, second_size=64, scale=(0.5, 1.0))")
 
@@ -198,7 +197,7 @@ TWO_PIC = ("dict(type='RandomResizedCropAndInterpolationWithTwoPic', "
 ], ids=['ema-target', 'vit-target', 'simmim', 'beit'])
 def test_new_targets_and_frameworks_train_and_resume(tmp_path, name, body,
                                                      transform):
-    base = osp.join(REPO_CFG, name)
+    base = osp.join(REPO, 'configs', name)
     cfg = tiny_config(tmp_path, base=base, num_images=8,
                       body=body + '\ntrain_cfg = dict(max_epochs=2)\n',
                       **({'transform': transform} if transform else {}))
