@@ -67,12 +67,8 @@ def analyze_hard_patches(model,
 
     # what the reconstructor is compared with: the pixels, or a feature
     # target (the EMA teacher's or a frozen network's, paper Tab. 1)
-    target = inputs
-    feature_target = getattr(model, 'target_generator', None) is not None
-    if feature_target:
-        feats = model.teacher.run(inputs, None, True)[1] \
-            if model.target_from_teacher else None
-        target = model.target(inputs, feats)
+    target = model.target(inputs)
+    feature_target = target is not inputs
 
     # true per-patch losses, averaged over random masks
     total = torch.zeros(B, N)

@@ -220,13 +220,18 @@ class HPM(BaseSelfSupervisor):
         output (mask-token frameworks), None without one."""
         return None if self.predictor is None else self.predictor(latent)
 
-    def target(self, inputs: torch.Tensor,
-               teacher_features: Optional[torch.Tensor]) -> torch.Tensor:
+    def target(self,
+               inputs: torch.Tensor,
+               teacher_features: Optional[torch.Tensor] = None
+               ) -> torch.Tensor:
         """What the head compares the reconstruction with: the images
-        (pixels), the EMA teacher's features or a frozen network's."""
+        (pixels), the EMA teacher's features (from :meth:`teach`'s pass, or
+        a pass of their own when not given) or a frozen network's."""
         if self.target_generator is None:
             return inputs
         if self.target_from_teacher:
+            if teacher_features is None:
+                teacher_features = self.teacher.run(inputs, None, True)[1]
             return teacher_features
         return self.target_generator(inputs)
 
