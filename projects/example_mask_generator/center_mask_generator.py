@@ -20,10 +20,12 @@ class CenterMaskGenerator(BaseMaskGenerator):
 
     Each patch gets the key ``u + bias * closeness`` with ``u`` uniform in
     [0, 1) and ``closeness`` in [0, 1] (1 at the centre, 0 at the farthest
-    corner); the :meth:`num_masked` largest keys are masked. Needs no scores.
+    corner); the :meth:`num_masked` (or :meth:`counts`) largest keys are
+    masked. Needs no scores.
 
     Args:
-        mask_ratio (float): gamma. Defaults to 0.75.
+        mask_ratio (float | list): gamma, or per-image ranges (see
+            :class:`BaseMaskGenerator`). Defaults to 0.75.
         bias (float): Strength of the tilt. Defaults to 1.0.
     """
 
@@ -43,4 +45,4 @@ class CenterMaskGenerator(BaseMaskGenerator):
         dist = (d.view(-1, 1)**2 + d.view(1, -1)**2).sqrt().flatten()
         closeness = 1 - dist / dist.max().clamp(min=1e-6)
         keys = torch.rand(B, N, device=device) + self.bias * closeness
-        return self._mask_largest(keys)
+        return self._mask_largest(keys, self.counts(B, N, device))

@@ -83,6 +83,31 @@ def test_gradient_clipping_sees_only_finite_gradients():
     assert hub.get_scalar('train/grad_norm').current() == norm
 
 
+@pytest.mark.parametrize('wrapper', ['GuardedOptimWrapper',
+                                     'AutocastOptimWrapper'])
+def test_per_parameter_clipping_is_dinos(wrapper):
+    """clip_grad type 'param_norm' (DINO/iBOT): each gradient scaled by
+    max_norm / (norm + 1e-6) where that is below 1, on its own."""
+    model, optim = _setup(wrapper, clip_grad=dict(type='param_norm',
+                                                  max_norm=1.0))
+    captured = {}
+    step = optim.optimizer.step
+    optim.optimizer.step = lambda *a, **k: captured.update(
+        {n: p.grad.clone() for n, p in model.named_parameters()}) or step()
+    x = torch.randn(3, 4) * 100  # weight gradient far above 1, bias below
+    loss = model(x).sum() * 0.01
+    raw = torch.autograd.grad(loss, list(model.parameters()))
+    optim.update_params(model(x).sum() * 0.01)
+    for (name, _), g in zip(model.named_parameters(), raw):
+        n = g.norm()
+        want = g * (1. / (n + 1e-6)) if n > 1 else g
+        torch.testing.assert_close(captured[name], want)
+    assert raw[0].norm() > 1 > raw[1].norm()
+    hub = MessageHub.get_current_instance()
+    assert hub.get_scalar('train/grad_norm_max').current() == pytest.approx(
+        float(raw[0].norm()))
+
+
 def test_mae_baseline_is_guarded_too():
     """mmpretrain's own MAE (the baseline configs) through the same wrapper:
     a NaN batch leaves every weight as it was."""

@@ -110,6 +110,27 @@ def test_ema_update_matches_formula_and_momentum_schedule():
         assert torch.allclose(teacher[k], want, atol=1e-6), k
     model.set_progress(1., epoch=300)
     assert model.teacher.momentum == pytest.approx(1e-4)
+    model.set_progress(0.5, epoch=50.9)  # the linear ramp: whole epochs
+    assert model.teacher.momentum == pytest.approx(m)
+
+
+def test_cosine_momentum_follows_ibot_and_teacher_stays_in_eval():
+    """iBOT's teacher: decay 1 - (1 - 0.996) (1 + cos(pi t / T)) / 2 at
+    every iteration; the averaged model runs without drop path."""
+    import math
+    model = tiny_hpm(teacher=dict(momentum=4e-3, end_momentum=0.,
+                                  momentum_epochs=10,
+                                  momentum_schedule='cosine'))
+    for epoch in (0., 2.5, 5., 9.99, 12.):
+        model.set_progress(0.5, epoch=epoch)
+        t = min(epoch / 10, 1.)
+        decay = 1 - (1 - 0.996) * (1 + math.cos(math.pi * t)) / 2
+        assert 1 - model.teacher.momentum == pytest.approx(decay)
+    model.train()
+    assert model.training and model.backbone.training
+    assert not model.teacher.module.training
+    with pytest.raises(ValueError, match="'linear' or 'cosine'"):
+        tiny_hpm(teacher=dict(momentum_schedule='step'))
 
 
 def test_teacher_scores_use_full_image_and_predictor_only():
@@ -340,3 +361,25 @@ def test_mask_ratio_masking_every_patch_is_refused_at_build():
     with pytest.raises(ValueError, match='at least one patch'):
         tiny_hpm(mask_generator=dict(type='HPMMaskGenerator',
                                      mask_ratio=0.97))
+
+
+@pytest.mark.parametrize('by_epoch,progress', [(True, 0.3), (False, 26 / 80)])
+@pytest.mark.parametrize('loop', ['EpochBasedTrainLoop', 'IterBasedTrainLoop'])
+def test_schedule_hook_pushes_progress_and_fractional_epoch(
+        by_epoch, progress, loop):
+    """t/T for the mask, epochs done with the fraction of the current one
+    for the teacher (iteration 2 of 8 in epoch 3), the applied steps."""
+    from types import SimpleNamespace
+
+    import mmengine.runner
+    from hpm_mm.engine.hooks import HPMScheduleHook
+    got = []
+    runner = SimpleNamespace(
+        model=SimpleNamespace(set_progress=lambda *a: got.append(a)),
+        train_loop=mock.Mock(spec=getattr(mmengine.runner, loop)),
+        epoch=3, max_epochs=10, iter=3 * 8 + 2, max_iters=80,
+        train_dataloader=[None] * 8,
+        optim_wrapper=SimpleNamespace(applied_steps=25),
+        message_hub=mock.Mock())
+    HPMScheduleHook(by_epoch=by_epoch).before_train_iter(runner, 2)
+    assert got == [(pytest.approx(progress), 3.25, 25)]

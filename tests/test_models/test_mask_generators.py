@@ -67,13 +67,15 @@ def test_contract_invariants(cls, kwargs, N, device):
             assert torch.all(mask.gather(1, top) == 1)
 
 
+@pytest.mark.parametrize('ratio', [0.75, [(0., 0.), (0.1, 0.5)]],
+                         ids=['fixed', 'per-image'])
 @pytest.mark.parametrize('cls,kwargs', GENERATORS)
-def test_no_host_synchronisation(cls, kwargs):
+def test_no_host_synchronisation(cls, kwargs, ratio):
     """On the meta device a tensor has no data: any read back to the host
     (``.item()``, ``bool(t)``, ``nonzero``) raises, so a generator that runs
     there never synchronises. On CUDA, the sync debug mode checks the same
     on the real device."""
-    gen = cls(mask_ratio=0.75, **kwargs)
+    gen = cls(mask_ratio=ratio, **kwargs)
     mask = _draw(gen, torch.randn(4, 64, device='meta'), 1., 64, 4, 'meta')
     assert mask.shape == (4, 64) and mask.device.type == 'meta'
     if torch.cuda.is_available():
@@ -188,3 +190,46 @@ def test_random_generator_is_uniform_and_needs_no_scores():
     assert not gen.uses_scores and not gen.needs_scores(16, 0.5)
     freq = gen(None, 0., 16, 4000).mean(0)
     assert torch.all((freq - 0.75).abs() < 0.04)
+
+
+IBOT = [(0., 0.), (0.1, 0.5)]  # --pred_ratio 0 0.3 --pred_ratio_var 0 0.2
+
+
+@pytest.mark.parametrize('cls,kwargs', GENERATORS)
+def test_per_image_ratios_follow_ibot(cls, kwargs):
+    """Ranges per image: half of the images unmasked, the others masked
+    10-50% uniformly (N - int(N (1 - r)) patches, as a fixed ratio), each
+    row exactly the count drawn for it; the hardest floor(alpha count)
+    patches of each image are in its mask."""
+    N, B = 196, 4000
+    gen = cls(mask_ratio=IBOT, **kwargs)
+    assert gen.varies and gen.max_masked(N) == 98
+    torch.manual_seed(0)
+    counts = gen.counts(B, N)
+    assert counts.dtype == torch.long
+    assert abs((counts == 0).float().mean() - 0.5) < 0.03
+    some = counts[counts > 0].float()
+    assert some.min() >= 20 and some.max() <= 98
+    assert abs(some.mean() / N - 0.3) < 0.01
+    torch.manual_seed(1)
+    counts = gen.counts(64, N)
+    gen.counts = lambda *a: counts  # the draw the generator uses
+    scores = torch.randn(64, N)
+    for progress in (0., 1.):
+        mask = _draw(gen, scores, progress, N, 64, 'cpu')
+        assert torch.equal(mask.sum(1).long(), counts)
+        if isinstance(gen, HPMMaskGenerator) and gen.needs_scores(
+                N, progress):
+            k = (gen.alpha(progress) * counts).floor().long()
+            order = scores.argsort(1, descending=True)
+            for row in range(64):
+                assert mask[row, order[row, :k[row]]].all(), row
+    with pytest.raises(ValueError, match='use counts'):
+        gen.num_masked(N)
+
+
+@pytest.mark.parametrize('ratio', [[(0.1, 1.0)], [(0.5, 0.2)], [], [0.3],
+                                   [(0., 0.)]])
+def test_bad_per_image_ratios(ratio):
+    with pytest.raises(ValueError, match='mask_ratio'):
+        RandomMaskGenerator(ratio).check(16)

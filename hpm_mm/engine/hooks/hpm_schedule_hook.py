@@ -50,7 +50,9 @@ class HPMScheduleHook(Hook):
             progress = epoch / max_epochs
         else:
             progress = runner.iter / max(runner.max_iters, 1)
+        iters_per_epoch = max(len(runner.train_dataloader), 1)
+        done = epoch + (runner.iter % iters_per_epoch) / iters_per_epoch
         model.set_progress(
-            progress, epoch,
+            progress, done,
             getattr(runner.optim_wrapper, 'applied_steps', None))
         runner.message_hub.update_scalar('train/hpm_progress', progress)

@@ -7,6 +7,20 @@ from mmengine.optim import AmpOptimWrapper, OptimWrapper
 from mmengine.registry import OPTIM_WRAPPERS  # root: every scope finds it
 
 
+def clip_grad_norm_per_param_(params: List[torch.Tensor],
+                              max_norm: float,
+                              eps: float = 1e-6) -> torch.Tensor:
+    """Clip each parameter's gradient to an l2 norm of at most ``max_norm``
+    on its own (DINO's and iBOT's ``clip_gradients``: factor
+    ``max_norm / (norm + eps)`` where below 1); return the largest norm
+    before clipping."""
+    grads = [p.grad for p in params]
+    norms = torch._foreach_norm(grads)
+    torch._foreach_mul_(grads, [(max_norm / (n + eps)).clamp(max=1.)
+                                for n in norms])
+    return torch.stack(norms).max()
+
+
 class NonFiniteGuardMixin:
     """Skip an optimizer step whose loss or gradients are not finite.
 
@@ -27,6 +41,11 @@ class NonFiniteGuardMixin:
     a run that only skips would otherwise go on saving unchanged
     checkpoints and exit 0.
 
+    It also takes ``clip_grad=dict(type='param_norm', max_norm=...)``:
+    each parameter's gradient clipped on its own
+    (:func:`clip_grad_norm_per_param_`, DINO/iBOT), besides mmengine's
+    ``'norm'`` (global) and ``'value'``.
+
     Args:
         skip_nonfinite (bool): Defaults to True. False: the wrapped
             wrapper's plain behaviour.
@@ -41,7 +60,14 @@ class NonFiniteGuardMixin:
                  skip_nonfinite: bool = True,
                  max_consecutive_skips: int = 20,
                  **kwargs) -> None:
+        clip = kwargs.get('clip_grad')
+        per_param = isinstance(clip, dict) and clip.get('type') == 'param_norm'
+        if per_param:
+            kwargs['clip_grad'] = dict(clip, type='norm')
         super().__init__(*args, **kwargs)
+        if per_param:
+            self.clip_func = clip_grad_norm_per_param_
+            self.grad_name = 'grad_norm_max'  # of the parameters, unclipped
         if max_consecutive_skips < 1:
             raise ValueError('max_consecutive_skips must be >= 1, got '
                              f'{max_consecutive_skips}.')

@@ -33,6 +33,10 @@ class HPMViT(MAEViT):
         ((2, 5, 32), (2, 16))
     """
 
+    #: Whether masked patches are dropped (so every image needs the same
+    #: number masked) rather than kept as a mask token.
+    drops_masked = True
+
     def forward(
         self,
         x: torch.Tensor,
@@ -138,6 +142,8 @@ class MaskTokenViT(HPMViT):
         >>> tuple(x.shape)
         (2, 17, 32)
     """
+
+    drops_masked = False
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)

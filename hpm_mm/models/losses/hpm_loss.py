@@ -117,8 +117,8 @@ def pairwise_rank_accuracy(pred: torch.Tensor, target: torch.Tensor,
 
 def hpm_losses(per_patch: torch.Tensor, mask: torch.Tensor,
                scores: Optional[torch.Tensor] = None,
-               loss_pred: Optional[nn.Module] = None
-               ) -> Dict[str, torch.Tensor]:
+               loss_pred: Optional[nn.Module] = None,
+               per_image: bool = False) -> Dict[str, torch.Tensor]:
     """What every HPM head returns, from its per-patch losses.
 
     Args:
@@ -128,13 +128,21 @@ def hpm_losses(per_patch: torch.Tensor, mask: torch.Tensor,
         scores (torch.Tensor, optional): (B, N) the student's predicted
             losses.
         loss_pred (nn.Module, optional): The predicting loss.
+        per_image (bool): ``loss_rec`` is the mean over the images of each
+            image's mean over its masked patches (an image without any
+            counts 0, as iBOT), instead of the mean over all masked
+            patches. Defaults to False.
 
     Returns:
-        dict: ``loss_rec`` (mean over masked patches) and, with a predictor,
-        ``loss_pred`` and ``rank_acc`` (log only).
+        dict: ``loss_rec`` and, with a predictor, ``loss_pred`` and
+        ``rank_acc`` (log only).
     """
     m = mask.float()
-    losses = dict(loss_rec=(per_patch * m).sum() / m.sum())
+    if per_image:
+        loss_rec = ((per_patch * m).sum(1) / m.sum(1).clamp(min=1.)).mean()
+    else:
+        loss_rec = (per_patch * m).sum() / m.sum()
+    losses = dict(loss_rec=loss_rec)
     if loss_pred is not None and scores is not None:
         losses['loss_pred'] = loss_pred(scores, per_patch, m)
         losses['rank_acc'] = pairwise_rank_accuracy(scores, per_patch, m)

@@ -1,4 +1,5 @@
-from typing import Dict, Optional
+import math
+from typing import Dict, Optional, Sequence, Tuple, Union
 
 import torch
 import torch.nn as nn
@@ -7,6 +8,10 @@ from mmpretrain.registry import MODELS
 #: What a generator's per-patch scores are, and who computes them
 #: (:meth:`hpm_mm.models.EMATeacher.scores`).
 SCORE_SOURCES = ('predicted_loss', 'cls_attention')
+
+#: A fixed gamma, or per-image ranges ``[(low, high), ...]`` (see
+#: :class:`BaseMaskGenerator`).
+MaskRatio = Union[float, Sequence[Tuple[float, float]]]
 
 
 @MODELS.register_module()
@@ -25,9 +30,11 @@ class BaseMaskGenerator(nn.Module):
     teacher pass is skipped when not).
 
     **What it returns.** :meth:`forward` gives a (B, N) float mask,
-    **1 = masked (hidden), 0 = visible**, with exactly :meth:`num_masked`
-    ones in every row, on the scores' (or the given) device, without reading
-    anything back to the host.
+    **1 = masked (hidden), 0 = visible**, on the scores' (or the given)
+    device, without reading anything back to the host. With a fixed
+    ``mask_ratio`` every row has exactly :meth:`num_masked` ones; with
+    per-image ranges (iBOT) row ``i`` has ``counts[i]`` ones, drawn by
+    :meth:`counts` (only encoders that keep mask tokens take those).
 
     **What it logs.** :meth:`log_vars` returns the scalars worth logging at
     a progress (e.g. HPM's ``alpha`` and ``num_hard``); the algorithm adds
@@ -38,21 +45,48 @@ class BaseMaskGenerator(nn.Module):
     ``docs/extending.md`` for a worked example.
 
     Args:
-        mask_ratio (float): gamma, the fraction of the N patches masked:
-            ``N - int(N * (1 - gamma))`` patches (as the authors' code and
-            mmpretrain's MAE count them). Defaults to 0.75.
+        mask_ratio (float | list): gamma, the fraction of the N patches
+            masked: ``N - int(N * (1 - gamma))`` patches (as the authors'
+            code and mmpretrain's MAE count them). Or per-image ranges
+            ``[(low, high), ...]``: each image picks one range uniformly,
+            then gamma uniformly in it, and is masked the same way (iBOT's
+            ``pred_ratio 0 0.3 --pred_ratio_var 0 0.2`` is
+            ``[(0, 0), (0.1, 0.5)]``: half of the images unmasked, the
+            others 10-50%). Defaults to 0.75.
     """
 
     #: None, or one of :data:`SCORE_SOURCES`.
     score_source: Optional[str] = None
 
-    def __init__(self, mask_ratio: float = 0.75) -> None:
+    def __init__(self, mask_ratio: MaskRatio = 0.75) -> None:
         super().__init__()
-        if not 0 < mask_ratio < 1:
-            raise ValueError(
-                f'mask_ratio must be in (0, 1) (the fraction of patches '
-                f'masked), got {mask_ratio}.')
+        self.ratio_ranges = self._ranges(mask_ratio)
         self.mask_ratio = mask_ratio
+
+    @staticmethod
+    def _ranges(mask_ratio) -> Optional[Tuple[Tuple[float, float], ...]]:
+        """None for a fixed ratio; the checked per-image ranges else."""
+        if isinstance(mask_ratio, (int, float)):
+            if not 0 < mask_ratio < 1:
+                raise ValueError(
+                    f'mask_ratio must be in (0, 1) (the fraction of patches '
+                    f'masked), got {mask_ratio}.')
+            return None
+        try:
+            ranges = tuple((float(lo), float(hi)) for lo, hi in mask_ratio)
+        except (TypeError, ValueError):
+            ranges = ()
+        if not ranges or not all(0 <= lo <= hi < 1 for lo, hi in ranges):
+            raise ValueError(
+                'mask_ratio must be a float in (0, 1) or per-image ranges '
+                '[(low, high), ...] with 0 <= low <= high < 1 (iBOT: '
+                f'[(0, 0), (0.1, 0.5)]), got {mask_ratio!r}.')
+        return ranges
+
+    @property
+    def varies(self) -> bool:
+        """Whether the number of masked patches differs between images."""
+        return self.ratio_ranges is not None
 
     @property
     def uses_scores(self) -> bool:
@@ -65,11 +99,46 @@ class BaseMaskGenerator(nn.Module):
 
     def num_masked(self, num_patches: int) -> int:
         """Masked patches per image: ``N - int(N * (1 - gamma))``."""
+        if self.varies:
+            raise ValueError(
+                f'mask_ratio={self.mask_ratio!r} masks a different number '
+                'of patches in each image: use counts().')
         return num_patches - int(num_patches * (1 - self.mask_ratio))
+
+    def max_masked(self, num_patches: int) -> int:
+        """The most patches any image has masked."""
+        if not self.varies:
+            return self.num_masked(num_patches)
+        hi = max(hi for _, hi in self.ratio_ranges)
+        return num_patches - math.floor(num_patches * (1 - hi) + 1e-6)
+
+    def counts(self, batch_size: int, num_patches: int,
+               device: Optional[torch.device] = None
+               ) -> Optional[torch.Tensor]:
+        """(B,) masked patches of each image, drawn on the device from the
+        per-image ranges; None for a fixed ratio (every image
+        :meth:`num_masked`)."""
+        if not self.varies:
+            return None
+        ranges = torch.tensor(self.ratio_ranges, device=device)
+        pick = torch.randint(len(ranges), (batch_size, ), device=device)
+        lo, hi = ranges[pick].unbind(1)
+        ratio = lo + torch.rand(batch_size, device=device) * (hi - lo)
+        return num_patches - torch.floor(num_patches * (1 - ratio) +
+                                         1e-6).long()
 
     def check(self, num_patches: int) -> None:
         """Raise when this generator would mask no patch or every patch of
         an N-patch image (called by the algorithm at build time)."""
+        if self.varies:
+            k = self.max_masked(num_patches)
+            if not 0 < k < num_patches:
+                raise ValueError(
+                    f'mask_ratio={self.mask_ratio!r} masks up to {k} of the '
+                    f'{num_patches} patches: some patch must be masked and '
+                    'one always visible. Fix: a high below '
+                    f'{1 - 1 / num_patches:.3g} and above 0 in some range.')
+            return
         k = self.num_masked(num_patches)
         if not 0 < k < num_patches:
             raise ValueError(
@@ -99,7 +168,7 @@ class BaseMaskGenerator(nn.Module):
 
         Returns:
             torch.Tensor: (B, N) float, exactly :meth:`num_masked` ones per
-            row.
+            row (``counts[i]`` in row i when the ratio varies).
         """
         raise NotImplementedError
 
@@ -113,23 +182,32 @@ class BaseMaskGenerator(nn.Module):
         return batch_size, num_patches, device
 
     def keys(self, batch_size: int, num_patches: int,
-             device: Optional[torch.device] = None) -> torch.Tensor:
-        """(B, N) masking priorities in [0, 1]: the :meth:`num_masked`
-        largest are masked. Generators that need no scores implement it, so
-        :class:`HPMMaskGenerator` can draw its non-hard patches with them
-        (``rest=``)."""
+             device: Optional[torch.device] = None,
+             counts: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """(B, N) masking priorities in [0, 1]: the :meth:`num_masked` (or
+        ``counts[i]``, see :meth:`counts`) largest are masked. Generators
+        that need no scores implement it, so :class:`HPMMaskGenerator` can
+        draw its non-hard patches with them (``rest=``); those whose keys do
+        not depend on the count ignore ``counts``."""
         raise NotImplementedError(
             f'{type(self).__name__} does not define keys(), so it cannot '
             'be the rest= generator of HPMMaskGenerator.')
 
-    def _mask_largest(self, keys: torch.Tensor) -> torch.Tensor:
-        """Mask the :meth:`num_masked` largest keys of each row."""
-        num_visible = keys.shape[1] - self.num_masked(keys.shape[1])
-        ids_masked = torch.argsort(keys, dim=1)[:, num_visible:]
-        return torch.zeros_like(keys).scatter_(1, ids_masked, 1.0)
+    def _mask_largest(self, keys: torch.Tensor,
+                      counts: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """Mask the :meth:`num_masked` (or ``counts[i]``) largest keys of
+        each row."""
+        if counts is None:
+            num_visible = keys.shape[1] - self.num_masked(keys.shape[1])
+            ids_masked = torch.argsort(keys, dim=1)[:, num_visible:]
+            return torch.zeros_like(keys).scatter_(1, ids_masked, 1.0)
+        order = torch.argsort(keys, dim=1, descending=True)
+        rank = torch.arange(keys.shape[1], device=keys.device)
+        return torch.zeros_like(keys).scatter_(
+            1, order, (rank < counts.unsqueeze(1)).to(keys.dtype))
 
     def extra_repr(self) -> str:
-        return f'mask_ratio={self.mask_ratio}'
+        return f'mask_ratio={self.mask_ratio!r}'
 
 
 @MODELS.register_module()
@@ -147,10 +225,12 @@ class RandomMaskGenerator(BaseMaskGenerator):
         [12.0, 12.0]
     """
 
-    def keys(self, batch_size, num_patches, device=None) -> torch.Tensor:
+    def keys(self, batch_size, num_patches, device=None,
+             counts=None) -> torch.Tensor:
         return torch.rand(batch_size, num_patches, device=device)
 
     def forward(self, scores, progress, num_patches=None, batch_size=None,
                 device=None) -> torch.Tensor:
         B, N, device = self._shape(scores, num_patches, batch_size, device)
-        return self._mask_largest(self.keys(B, N, device))
+        keys = self.keys(B, N, device)
+        return self._mask_largest(keys, self.counts(B, N, device))

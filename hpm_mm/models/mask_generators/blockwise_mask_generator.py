@@ -20,15 +20,18 @@ class BlockwiseMaskGenerator(BaseMaskGenerator):
     keys adds whole rectangles in order. The last rectangle is cut (its top
     rows kept) to reach the exact count, where BEiT would retry smaller
     ones, and patches no rectangle covers fill up any remainder at random.
-    Needs no scores.
+    Needs no scores. With per-image ratios (iBOT's block-wise masking,
+    ``mask_ratio=[(0, 0), (0.1, 0.5)]``) each image lays rectangles up to
+    its own count.
 
     Args:
-        mask_ratio (float): gamma. Defaults to 0.4 (BEiT's 75 of 196).
+        mask_ratio (float | list): gamma, or per-image ranges (see
+            :class:`BaseMaskGenerator`). Defaults to 0.4 (BEiT's 75 of 196).
         input_size (int | tuple, optional): Patch grid (h, w); defaults to
             the square grid of N.
         min_num_patches (int): Smallest rectangle. Defaults to 4.
         max_num_patches (int, optional): Largest rectangle; defaults to the
-            number masked.
+            number masked (of each image).
         min_aspect (float): Defaults to 0.3.
         num_blocks (int): Rectangles drawn per image. Defaults to 32.
 
@@ -74,15 +77,24 @@ class BlockwiseMaskGenerator(BaseMaskGenerator):
     def forward(self, scores, progress, num_patches=None, batch_size=None,
                 device=None) -> torch.Tensor:
         B, N, device = self._shape(scores, num_patches, batch_size, device)
-        return self._mask_largest(self.keys(B, N, device))
+        counts = self.counts(B, N, device)
+        return self._mask_largest(self.keys(B, N, device, counts), counts)
 
-    def keys(self, batch_size, num_patches, device=None) -> torch.Tensor:
-        """Priorities in (0, 1]: patches of earlier rectangles first."""
+    def keys(self, batch_size, num_patches, device=None,
+             counts=None) -> torch.Tensor:
+        """Priorities in (0, 1]: patches of earlier rectangles first.
+        Rectangles are sized for :meth:`num_masked`, or for ``counts[i]`` in
+        row i."""
         B, N = batch_size, num_patches
         h, w = self.grid(N)
-        target = self.num_masked(N)
-        low = min(self.min_num_patches, target)
-        high = max(low, self.max_num_patches or target)
+        if counts is None:
+            target = torch.full((B, 1, 1), float(self.num_masked(N)),
+                                device=device)
+        else:
+            target = counts.view(B, 1, 1).float()
+        low = target.clamp(max=self.min_num_patches)
+        high = target if self.max_num_patches is None else \
+            low.clamp(min=self.max_num_patches)
         M = self.num_blocks
         area = low + torch.rand(B, M, 1, device=device) * (high - low)
         aspect = torch.exp(self.log_aspect[0] + torch.rand(

@@ -4,7 +4,7 @@ from typing import Dict, Optional
 import torch
 from mmpretrain.registry import MODELS
 
-from .base import BaseMaskGenerator
+from .base import BaseMaskGenerator, MaskRatio
 
 
 @MODELS.register_module()
@@ -21,13 +21,19 @@ class HPMMaskGenerator(BaseMaskGenerator):
     get key 2 and the rest a key in [0, 1] (uniform, or ``rest.keys``); an
     argsort then masks the largest keys.
 
+    With per-image ratios (``mask_ratio=[(low, high), ...]``, iBOT) image
+    i has ``counts[i]`` masked patches (:meth:`counts`), of which
+    ``floor(alpha * counts[i])`` are its hardest; the rest generator lays
+    the others for that count.
+
     The scores are the EMA teacher's predicted losses
     (``score_source = 'predicted_loss'``). Special cases:
     ``alpha_0 = alpha_T = 0`` is MAE's random masking (no scores needed, so
     no teacher is built); ``alpha_0 > alpha_T`` is hard-to-easy.
 
     Args:
-        mask_ratio (float): gamma, the fraction of patches masked.
+        mask_ratio (float | list): gamma, the fraction of patches masked,
+            or per-image ranges (see :class:`BaseMaskGenerator`).
             Defaults to 0.75.
         alpha_0 (float): alpha at the start of training. Defaults to 0.
         alpha_T (float): alpha at the end of training. Defaults to 0.5.
@@ -50,7 +56,7 @@ class HPMMaskGenerator(BaseMaskGenerator):
     score_source = 'predicted_loss'
 
     def __init__(self,
-                 mask_ratio: float = 0.75,
+                 mask_ratio: MaskRatio = 0.75,
                  alpha_0: float = 0.,
                  alpha_T: float = 0.5,
                  mode: str = 'argmax',
@@ -88,21 +94,26 @@ class HPMMaskGenerator(BaseMaskGenerator):
         return self.alpha_0 + p * (self.alpha_T - self.alpha_0)
 
     def num_hard(self, num_patches: int, progress: float) -> int:
-        """K = floor(alpha_t * num_masked) patches chosen by score."""
+        """K = floor(alpha_t * num_masked) patches chosen by score (with
+        per-image ratios: K of the image with the most masked patches)."""
         return int(
             math.floor(
-                self.alpha(progress) * self.num_masked(num_patches) + 1e-6))
+                self.alpha(progress) * self.max_masked(num_patches) + 1e-6))
 
     def log_vars(self, num_patches: int, progress: float) -> Dict[str, float]:
+        """``alpha``, and ``num_hard`` when every image has the same K."""
+        if self.varies:
+            return dict(alpha=self.alpha(progress))
         return dict(alpha=self.alpha(progress),
                     num_hard=float(self.num_hard(num_patches, progress)))
 
     def forward(self, scores, progress, num_patches=None, batch_size=None,
                 device=None) -> torch.Tensor:
         B, N, device = self._shape(scores, num_patches, batch_size, device)
+        counts = self.counts(B, N, device)
         k = self.num_hard(N, progress)
         keys = torch.rand(B, N, device=device) if self.rest is None else \
-            self.rest.keys(B, N, device)
+            self.rest.keys(B, N, device, counts)
         if k > 0:
             if scores is None:
                 raise ValueError(
@@ -111,17 +122,25 @@ class HPMMaskGenerator(BaseMaskGenerator):
             top = torch.topk(
                 scores.detach().float(), k, dim=1,
                 largest=self.mode == 'argmax').indices
-            keys.scatter_(1, top, 2.0)
-        return self._mask_largest(keys)
+            if counts is None:
+                keys.scatter_(1, top, 2.0)
+            else:  # the first floor(alpha * counts[i]) of row i
+                k_i = torch.floor(self.alpha(progress) * counts + 1e-6)
+                hard = torch.arange(k, device=keys.device) < k_i.unsqueeze(1)
+                keys.scatter_(1, top,
+                              torch.where(hard, 2.0, keys.gather(1, top)))
+        return self._mask_largest(keys, counts)
 
     def extra_repr(self) -> str:
-        return (f'mask_ratio={self.mask_ratio}, alpha_0={self.alpha_0}, '
+        return (f'mask_ratio={self.mask_ratio!r}, alpha_0={self.alpha_0}, '
                 f'alpha_T={self.alpha_T}, mode={self.mode!r}')
 
     def check(self, num_patches: int) -> None:
         super().check(num_patches)
         if self.rest is not None:
-            self.rest.keys(1, num_patches, None)  # e.g. a grid that fits
+            counts = torch.tensor([self.max_masked(num_patches)]) \
+                if self.varies else None
+            self.rest.keys(1, num_patches, None, counts)  # a grid that fits
 
 
 @MODELS.register_module()

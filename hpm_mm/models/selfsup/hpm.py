@@ -65,6 +65,10 @@ class HPM(BaseSelfSupervisor):
         init_cfg (dict, optional): Defaults to None.
     """
 
+    #: Whether the EMA teacher's outputs are the targets (iBOT), so a
+    #: teacher is built whatever the mask generator.
+    teacher_is_target = False
+
     def __init__(self,
                  backbone: dict,
                  neck: dict,
@@ -91,9 +95,17 @@ class HPM(BaseSelfSupervisor):
         self.predictor = MODELS.build(predictor) if predictor else None
         self.mask_generator = MODELS.build(mask_generator)
         self.mask_generator.check(self.backbone.num_patches)
+        if self.mask_generator.varies and self.backbone.drops_masked:
+            raise ValueError(
+                f'mask_ratio={self.mask_generator.mask_ratio!r} masks a '
+                'different number of patches in each image, but '
+                f'{type(self.backbone).__name__} drops the masked patches '
+                'and needs the same number in every image. Fix: a float '
+                'mask_ratio, or an encoder with mask tokens (MaskTokenViT: '
+                'HPMSimMIM, HPMBEiT, HPMiBOT).')
         self._check_predictor()
-        self.target_from_teacher = getattr(self.target_generator,
-                                           'uses_teacher', False)
+        self.target_from_teacher = self.teacher_is_target or getattr(
+            self.target_generator, 'uses_teacher', False)
         # random masking of pixels throughout needs no teacher
         self.teacher = MODELS.build(
             teacher,
@@ -143,14 +155,15 @@ class HPM(BaseSelfSupervisor):
 
     def set_progress(self,
                      progress: float,
-                     epoch: int = 0,
+                     epoch: float = 0,
                      optim_steps: Optional[int] = None) -> None:
         """Set t/T for the mask schedule, the epoch for the teacher momentum
         and the optimizer steps applied so far for the teacher update.
 
         Args:
             progress (float): t/T in [0, 1].
-            epoch (int): Completed epochs (the teacher's momentum ramp).
+            epoch (float): Epochs done, with the fraction of the current
+                one (the teacher's momentum schedule).
             optim_steps (int, optional): See :meth:`EMATeacher.update`.
         """
         self.progress = float(progress)
@@ -160,7 +173,10 @@ class HPM(BaseSelfSupervisor):
             self.teacher.set_epoch(epoch)
 
     def extract_feat(self, inputs: torch.Tensor):
-        """Unmasked features of the student encoder (``out_type`` tuple)."""
+        """Unmasked features of the student encoder (``out_type`` tuple);
+        of the first view when given several."""
+        if isinstance(inputs, (list, tuple)):
+            inputs = inputs[0]
         return self.backbone(inputs, mask=None)
 
     def loss(self, inputs: torch.Tensor, data_samples: List[DataSample],
@@ -232,7 +248,7 @@ class HPM(BaseSelfSupervisor):
         if self.target_from_teacher:
             if teacher_features is None:
                 teacher_features = self.teacher.run(inputs, None, True)[1]
-            return teacher_features
+            return teacher_features[:, 1:]
         return self.target_generator(inputs)
 
     def with_mask_log(self, losses: dict, inputs: torch.Tensor) -> dict:
@@ -243,9 +259,10 @@ class HPM(BaseSelfSupervisor):
         return losses
 
     def _warn_without_schedule(self) -> None:
-        if not self._progress_set and self.mask_generator.uses_scores:
+        if not self._progress_set:
             print_log(
-                'HPM.set_progress was never called, so the mask schedule '
-                'stays at its start. Add dict(type="HPMScheduleHook") to '
-                'custom_hooks.', logger='current', level=30)
+                f'{type(self).__name__}.set_progress was never called, so '
+                'the mask schedule and the teacher momentum stay at their '
+                'start. Add dict(type="HPMScheduleHook") to custom_hooks.',
+                logger='current', level=30)
             self._progress_set = True

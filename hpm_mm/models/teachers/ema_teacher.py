@@ -21,10 +21,15 @@ class EMATeacher(ExponentialMovingAverage):
     :class:`ExponentialMovingAverage` (so checkpoints keep the keys
     ``teacher.module.*`` and ``teacher.steps``), plus what HPM needs of it:
 
-    - **momentum schedule**: :meth:`set_epoch` ramps the momentum linearly
-      from ``momentum`` to ``end_momentum`` over ``momentum_epochs`` epochs
-      (mmengine convention ``teacher = (1 - m) teacher + m student``; the
-      authors' decay 0.999 -> 0.9999 is 1e-3 -> 1e-4);
+    - **momentum schedule**: :meth:`set_epoch` moves the momentum from
+      ``momentum`` to ``end_momentum`` over ``momentum_epochs`` epochs,
+      linearly once per epoch (HPM's authors: decay 0.999 -> 0.9999 is
+      1e-3 -> 1e-4 in mmengine's convention
+      ``teacher = (1 - m) teacher + m student``) or along a half cosine
+      every iteration (DINO/iBOT: decay 0.996 -> 1 is 4e-3 -> 0);
+    - **mode**: the averaged model always runs in eval mode (no dropout or
+      drop path), whatever the student's mode, as the teachers of
+      DINO/iBOT, which are built without drop path;
     - **update** (:meth:`update`): at the start of a training step, once
       per optimizer step applied to the student (the count comes from the
       guarded optimizer wrappers through :class:`HPMScheduleHook`): after a
@@ -48,6 +53,8 @@ class EMATeacher(ExponentialMovingAverage):
         end_momentum (float): Momentum after ``momentum_epochs`` epochs,
             kept afterwards. Defaults to 1e-4.
         momentum_epochs (int): Length of the ramp in epochs. Defaults to 100.
+        momentum_schedule (str): ``'linear'`` (stepped per epoch) or
+            ``'cosine'`` (per iteration). Defaults to ``'linear'``.
         dtype (str, optional): Run the scoring pass under autocast in this
             dtype (``'bfloat16'`` or ``'float16'``); the teacher only ranks
             patches. Defaults to None: the precision of the training step
@@ -57,9 +64,10 @@ class EMATeacher(ExponentialMovingAverage):
             (position embeddings interpolated), then upsample the scores
             bilinearly to the full grid. 0.5 costs ~1/4 of the pass.
             Defaults to 1.0 (the full image, as in the paper).
-        score_source (str): What :meth:`forward` returns, one of
-            ``'predicted_loss'``, ``'cls_attention'``; given by the
-            algorithm from its mask generator. Defaults to
+        score_source (str, optional): What :meth:`forward` returns, one of
+            ``'predicted_loss'``, ``'cls_attention'``, or None for a
+            teacher that only gives targets (score-free masks); given by
+            the algorithm from its mask generator. Defaults to
             ``'predicted_loss'``.
     """
 
@@ -68,6 +76,7 @@ class EMATeacher(ExponentialMovingAverage):
                  momentum: float = 1e-3,
                  end_momentum: float = 1e-4,
                  momentum_epochs: int = 100,
+                 momentum_schedule: str = 'linear',
                  dtype: Optional[str] = None,
                  input_scale: float = 1.0,
                  score_source: str = 'predicted_loss') -> None:
@@ -76,23 +85,39 @@ class EMATeacher(ExponentialMovingAverage):
             raise ValueError(
                 'input_scale must be in (0, 1] (the fraction of the patch '
                 f'grid the teacher sees per side), got {input_scale}.')
-        if score_source not in SCORE_SOURCES:
+        if momentum_schedule not in ('linear', 'cosine'):
+            raise ValueError("momentum_schedule must be 'linear' or "
+                             f"'cosine', got {momentum_schedule!r}.")
+        if score_source is not None and score_source not in SCORE_SOURCES:
             raise ValueError(f'score_source must be one of {SCORE_SOURCES}, '
                              f'got {score_source!r}.')
         self.start_momentum = momentum
         self.end_momentum = end_momentum
         self.momentum_epochs = momentum_epochs
+        self.momentum_schedule = momentum_schedule
         self.dtype = getattr(torch, dtype) if isinstance(dtype, str) else dtype
         self.input_scale = input_scale
         self.score_source = score_source
         self._last_optim_steps: Optional[int] = None
         self._checked = False
+        self.module.eval()
 
-    def set_epoch(self, epoch: int) -> None:
-        """Momentum at ``epoch`` completed epochs (linear ramp)."""
+    def set_epoch(self, epoch: float) -> None:
+        """Momentum after ``epoch`` epochs (fractional: iterations done /
+        iterations per epoch); the linear ramp counts whole epochs."""
+        if self.momentum_schedule == 'linear':
+            epoch = math.floor(epoch)
         r = min(epoch / max(self.momentum_epochs, 1), 1.)
+        if self.momentum_schedule == 'cosine':
+            r = (1 - math.cos(math.pi * r)) / 2
         self.momentum = self.start_momentum + r * (
             self.end_momentum - self.start_momentum)
+
+    def train(self, mode: bool = True) -> 'EMATeacher':
+        """Follow ``mode`` but keep the averaged model in eval mode."""
+        super().train(mode)
+        self.module.eval()
+        return self
 
     def update(self, student: nn.Module,
                optim_steps: Optional[int] = None) -> bool:
@@ -163,13 +188,14 @@ class EMATeacher(ExponentialMovingAverage):
                 student's size.
             source (str, optional): Scores to compute (see
                 :meth:`scores`); None computes none.
-            features (bool): Also return the encoder's patch tokens (after
-                its final norm, raster order), the EMA feature target
-                (BootMAE, paper Tab. 1). Needs ``input_scale=1``.
+            features (bool): Also return the encoder's tokens (after its
+                final norm: the CLS token, then the patches in raster
+                order): the EMA feature target (BootMAE, paper Tab. 1) or
+                iBOT's teacher tokens. Needs ``input_scale=1``.
 
         Returns:
             tuple: ``(scores, features)``: (B, N) fp32 or None and
-            (B, N, C) fp32 or None.
+            (B, 1 + N, C) or None.
         """
         backbone = self.module['backbone']
         full, grid = tuple(backbone.patch_resolution), self.grid
@@ -199,7 +225,7 @@ class EMATeacher(ExponentialMovingAverage):
                         latent, ids_restore,
                         patch_resolution=None if grid == full else grid)
         if features:
-            feats = latent[:, 1:].float()
+            feats = latent.float()
         if scores is not None:
             scores = scores.float()
             if grid != full:
@@ -241,6 +267,7 @@ class EMATeacher(ExponentialMovingAverage):
 
     def extra_repr(self) -> str:
         return (f'momentum={self.start_momentum} -> {self.end_momentum} over '
-                f'{self.momentum_epochs} epochs, dtype={self.dtype}, '
+                f'{self.momentum_epochs} epochs '
+                f'({self.momentum_schedule}), dtype={self.dtype}, '
                 f'input_scale={self.input_scale}, '
                 f'score_source={self.score_source!r}')
