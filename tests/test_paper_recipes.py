@@ -232,3 +232,79 @@ def test_multi_level_variant_differs_only_in_the_pyramid(size, ends):
         cfg['model'].pop('neck')
         cfg['model']['backbone'].pop('out_indices', None)
     assert a == b
+
+
+# iBOT as the supplementary table runs it (50 epochs, 2 x 224 + 10 x 96
+# crops), with iBOT's recipe: main_ibot.py's defaults, its README's ViT
+# command (temperatures, crops, masks, shared 8192-d head) and its advice
+# for ViT-B (a normalised last layer); batch 1024 as in the iBOT paper
+IBOT = dict(batch=1024, base_lr=5e-4, min_lr=1e-6, warmup=10, epochs=50,
+            betas=(0.9, 0.999), weight_decay=(0.04, 0.4), clip=3.0,
+            drop_path=0.1, momentum=(0.004, 0.), temps=(0.04, 0.07, 30),
+            head=dict(hidden_channels=2048, bottleneck_channels=256,
+                      out_channels=8192, norm_last_layer=True,
+                      freeze_last_layer=1),
+            crops=[(1, 224, (0.25, 1.)), (1, 224, (0.25, 1.)),
+                   (10, 96, (0.05, 0.25))],
+            solarize=[0., 0.2, 0.], blur=[1.0, 0.1, 0.5],
+            mask_ratio=[(0., 0.), (0.1, 0.5)], min_block=16)
+
+
+@pytest.mark.parametrize('hpm', [False, True], ids=['ibot', 'hpm-ibot'])
+def test_ibot_configs_follow_ibot(hpm):
+    name = 'hpm/frameworks/{}ibot_vit-base-p16_16xb64-amp-coslr-50e_in1k.py'
+    cfg = Config.fromfile(osp.join(REPO, 'configs',
+                                   name.format('hpm-' if hpm else '')))
+    want, model = IBOT, cfg.model
+    assert 16 * cfg.train_dataloader.batch_size == want['batch'] == \
+        cfg.auto_scale_lr.base_batch_size
+    opt = cfg.optim_wrapper.optimizer
+    assert opt.lr == pytest.approx(want['base_lr'] * want['batch'] / 256)
+    assert tuple(opt.betas) == want['betas']
+    assert cfg.optim_wrapper.clip_grad == dict(type='param_norm',
+                                               max_norm=want['clip'])
+    assert cfg.optim_wrapper.type == 'GuardedAmpOptimWrapper'  # fp16
+    warmup, cosine, wd = cfg.param_scheduler
+    assert (warmup.type, warmup.end) == ('LinearLR', want['warmup'])
+    assert (cosine.eta_min, cosine.end) == (want['min_lr'], want['epochs'])
+    assert (wd.type, opt.weight_decay, wd.eta_min, wd.end) == (
+        'CosineAnnealingWeightDecay', *want['weight_decay'], want['epochs'])
+    assert cfg.train_cfg.max_epochs == want['epochs']
+    assert model.backbone.drop_path_rate == want['drop_path']
+    teacher = model.teacher
+    assert (teacher.momentum, teacher.end_momentum) == want['momentum']
+    assert (teacher.momentum_schedule, teacher.momentum_epochs) == (
+        'cosine', want['epochs'])
+    from mmengine.registry import init_default_scope
+    from mmpretrain.registry import MODELS
+    init_default_scope('mmpretrain')  # whatever scope an earlier test left
+    head = model.head
+    built = MODELS.build(head)  # the class defaults count too
+    w, t, epochs = want['temps']
+    assert built.temps == ((w, t), (w, t)) and built.warmup_epochs == epochs
+    assert {k: model.neck[k] for k in want['head']} == want['head']
+    view = cfg.train_dataloader.dataset.pipeline[1]
+    assert view.type == 'MultiView'
+    for n, pipe, (num, size, scale), sol, blur in zip(
+            view.num_views, view.transforms, want['crops'],
+            want['solarize'], want['blur']):
+        types = {t.type: t for t in pipe}
+        crop = types['RandomResizedCrop']
+        assert (n, crop.scale, tuple(crop.crop_ratio_range)) == (num, size,
+                                                                 scale)
+        assert types['GaussianBlur'].prob == blur
+        assert types.get('Solarize', dict(prob=0.)).get('prob') == sol
+        assert types['RandomApply'].prob == 0.8  # colour jitter
+    gen = model.mask_generator
+    assert [tuple(r) for r in gen.mask_ratio] == want['mask_ratio']
+    if hpm:
+        assert (gen.type, gen.alpha_0, gen.alpha_T) == ('HPMMaskGenerator',
+                                                        0., 0.5)
+        assert gen.rest == dict(type='BlockwiseMaskGenerator',
+                                min_num_patches=want['min_block'])
+        assert model.predictor.type == 'HPMLossPredictor'
+        assert head.loss_pred.type == 'HPMRelativeLoss'
+    else:
+        assert (gen.type, gen.min_num_patches) == ('BlockwiseMaskGenerator',
+                                                   want['min_block'])
+        assert head.loss_pred is None and model.get('predictor') is None

@@ -316,3 +316,218 @@ def test_hard_patch_pictures_with_feature_targets(target, dim):
     m = out['mask'].view(2, 1, 4, 4).repeat_interleave(8, 2) \
         .repeat_interleave(8, 3)
     torch.testing.assert_close(out['recon'], x * (1 - m))
+
+
+# ---- iBOT ------------------------------------------------------------------
+
+IBOT_MASK = [(0., 0.), (0.1, 0.5)]
+
+
+def ibot_cfg(**kw):
+    cfg = dict(
+        type='HPMiBOT',
+        backbone=dict(type='MaskTokenViT', arch=ARCH, img_size=32,
+                      patch_size=8, drop_path_rate=0.1),
+        neck=dict(type='iBOTNeck', in_channels=32, hidden_channels=48,
+                  bottleneck_channels=16, out_channels=64),
+        head=dict(type='HPMiBOTHead', out_channels=64,
+                  warmup_teacher_temp_epochs=3),
+        predictor=dict(type='HPMLossPredictor', embed_dim=32,
+                       predictor_embed_dim=16, predictor_depth=1,
+                       predictor_num_heads=2),
+        mask_generator=dict(
+            type='HPMMaskGenerator', mask_ratio=[(0.2, 0.5)], alpha_0=0.5,
+            alpha_T=0.5, rest=dict(type='BlockwiseMaskGenerator',
+                                   min_num_patches=2)))
+    cfg.update(kw)
+    return cfg
+
+
+def views(B=2, num_local=3, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randn(B, 3, 32, 32, generator=g) for _ in range(2)] + [
+        torch.randn(B, 3, 16, 16, generator=g) for _ in range(num_local)]
+
+
+def ibot_reference(s_cls, s_patch, t_cls, t_patch, masks, center, center2,
+                   temp, temp2, ncrops, student_temp=0.1, ngcrops=2):
+    """iBOT's ``iBOTLoss.forward`` (main_ibot.py), loop for loop."""
+    student_cls = (s_cls / student_temp).chunk(ncrops)
+    student_patch = (s_patch / student_temp).chunk(ngcrops)
+    teacher_cls = F.softmax((t_cls - center) / temp, dim=-1).chunk(ngcrops)
+    teacher_patch = F.softmax((t_patch - center2) / temp2,
+                              dim=-1).chunk(ngcrops)
+    total1 = n1 = total2 = n2 = 0
+    for q in range(len(teacher_cls)):
+        for v in range(len(student_cls)):
+            if v == q:
+                loss2 = torch.sum(-teacher_patch[q] * F.log_softmax(
+                    student_patch[v], dim=-1), dim=-1)
+                mask = masks[v].flatten(-2, -1)
+                loss2 = torch.sum(loss2 * mask.float(), dim=-1) / \
+                    mask.sum(dim=-1).clamp(min=1.0)
+                total2 += loss2.mean()
+                n2 += 1
+            else:
+                loss1 = torch.sum(-teacher_cls[q] * F.log_softmax(
+                    student_cls[v], dim=-1), dim=-1)
+                total1 += loss1.mean()
+                n1 += 1
+    center = center * 0.9 + t_cls.mean(0, keepdim=True) * 0.1
+    center2 = center2 * 0.9 + t_patch.mean(1).mean(0, keepdim=True) * 0.1
+    return total1 / n1, total2 / n2, center, center2
+
+
+@pytest.mark.parametrize('epoch,temps', [(0, (0.04, 0.04)), (1, (0.055,
+                                                                  0.055)),
+                                         (7, (0.07, 0.07))])
+def test_ibot_head_is_ibot_loss_per_patch(epoch, temps):
+    """Both losses, the per-patch losses and the center updates equal
+    iBOT's own code; an image without masked patches counts 0."""
+    torch.manual_seed(0)
+    B, N, K, V = 3, 16, 64, 5
+    head = MODELS.build(dict(type='HPMiBOTHead', out_channels=K,
+                             warmup_teacher_temp_epochs=3))
+    head.set_epoch(epoch + 0.7)  # per epoch, as iBOT
+    assert head.teacher_temps() == pytest.approx(temps)
+    head.center.normal_()
+    head.patch_center.normal_()
+    center, center2 = head.center.clone(), head.patch_center.clone()
+    s_cls, s_patch = torch.randn(V * B, K), torch.randn(2 * B, N, K)
+    t_cls, t_patch = torch.randn(2 * B, K), torch.randn(2 * B, N, K)
+    mask = random_mask(2 * B, N, 6)
+    mask[1] = 0  # unmasked, as half of iBOT's images
+    m = mask.bool()
+    teacher_out = torch.cat([t_cls.unsqueeze(1), t_patch], 1)
+    losses = head.loss(s_cls.unflatten(0, (V, B)), s_patch[m],
+                       teacher_out.unflatten(0, (2, B)), torch.randn(2 * B,
+                                                                    N), mask)
+    cls, patch, c1, c2 = ibot_reference(
+        s_cls, s_patch, t_cls, t_patch, mask.view(2, B, 4, 4), center,
+        center2.unsqueeze(0), *temps, ncrops=V)
+    torch.testing.assert_close(losses['loss_cls'], cls)
+    torch.testing.assert_close(losses['loss_rec'], patch)
+    torch.testing.assert_close(head.center, c1)
+    torch.testing.assert_close(head.patch_center, c2.squeeze(0))
+    assert set(losses) == {'loss_cls', 'loss_rec', 'loss_pred', 'rank_acc'}
+    # the per-patch losses the predictor learns: iBOT's before its mean
+    head.center.copy_(center)
+    head.patch_center.copy_(center2)
+    per_patch = head.patch_losses(s_patch[m], t_patch.unflatten(0, (2, B)),
+                                  mask)
+    want = -(F.softmax((t_patch - center2) / temps[1], -1) *
+             F.log_softmax(s_patch / 0.1, -1)).sum(-1) * mask
+    torch.testing.assert_close(per_patch, want)
+    assert per_patch[1].abs().sum() == 0
+
+
+def test_ibot_teacher_projects_and_scores_the_whole_global_crops():
+    torch.manual_seed(0)
+    model = build(ibot_cfg())
+    model.train()
+    model.set_progress(0.5, 1.5)
+    inputs = views()
+    seen = {}
+    head_loss = model.head.loss
+    model.head.loss = lambda *a: seen.setdefault('a', a) and head_loss(*a)
+    losses = model.loss(inputs, [])
+    assert set(losses) == {'loss_cls', 'loss_rec', 'loss_pred', 'rank_acc',
+                           'alpha'}
+    t = model.teacher.module
+    assert set(t) == {'backbone', 'neck', 'predictor'}
+    assert not t.training  # no drop path in the teacher
+    g = torch.cat(inputs[:2])
+    tokens = t['backbone'](g, torch.zeros(4, 16))[0]
+    torch.testing.assert_close(seen['a'][2], t['neck'](tokens).unflatten(
+        0, (2, 2)))
+    torch.testing.assert_close(model.teacher(g), t['predictor'](tokens))
+    s_cls, s_patch, _, scores, mask = seen['a']
+    assert s_cls.shape == (5, 2, 64) and scores.shape == (4, 16)
+    assert s_patch.shape == (int(mask.sum()), 64)
+    # gradients reach the student and its predictor, never the teacher
+    sum(v for k, v in losses.items() if k.startswith('loss')).backward()
+    assert model.predictor.embed.weight.grad.abs().sum() > 0
+    assert model.backbone.mask_token.grad.abs().sum() > 0
+    assert model.neck.last_layer.weight.grad.abs().sum() > 0  # epoch 1.5
+    assert all(p.grad is None for p in model.teacher.parameters())
+
+
+def test_ibot_local_crops_only_meet_the_cls_loss():
+    torch.manual_seed(0)
+    model = build(ibot_cfg(predictor=None, head=dict(
+        type='HPMiBOTHead', out_channels=64, loss_pred=None),
+        mask_generator=dict(type='BlockwiseMaskGenerator',
+                            mask_ratio=[(0.2, 0.5)], min_num_patches=2)))
+    model.eval()  # no drop path: equal inputs give equal outputs
+    model.set_progress(0., 2.)
+    a, b = views(seed=0), views(seed=0)
+    b[3] = b[3] + 1.
+    outs = []
+    for inputs in (a, b):
+        torch.manual_seed(1)
+        model.head.center.zero_()
+        model.head.patch_center.zero_()
+        outs.append(model.loss(inputs, []))
+    torch.testing.assert_close(outs[0]['loss_rec'], outs[1]['loss_rec'])
+    assert outs[0]['loss_cls'] != outs[1]['loss_cls']
+    assert model.teacher is not None  # iBOT's own teacher, random masks
+    assert set(outs[0]) == {'loss_cls', 'loss_rec'}
+    with pytest.raises(ValueError, match='MultiView'):
+        model.loss(torch.randn(2, 3, 32, 32), [])
+    with pytest.raises(ValueError, match='2 global crops of 32x32'):
+        model.loss(views()[2:], [])
+
+
+def test_ibot_last_layer_is_frozen_in_the_first_epoch():
+    """Zero gradients while frozen: after an AdamW step with weight decay
+    the (normalised) prototypes are unchanged; a later epoch moves them."""
+    from torch.nn.functional import normalize
+    torch.manual_seed(0)
+    model = build(ibot_cfg())
+    opt = torch.optim.AdamW(
+        [p for p in model.parameters() if p.requires_grad], lr=1e-2,
+        weight_decay=0.04)
+    for epoch, moves in ((0.5, False), (1., True)):
+        model.set_progress(0.5, epoch)
+        before = normalize(model.neck.last_layer.weight, dim=1).clone()
+        opt.zero_grad()
+        losses = model.loss(views(), [])
+        sum(v for k, v in losses.items() if k.startswith('loss')).backward()
+        opt.step()
+        after = normalize(model.neck.last_layer.weight, dim=1)
+        assert torch.allclose(before, after, atol=1e-6) != moves, epoch
+    with pytest.raises(ValueError, match='drops the masked patches'):
+        build(hpm_cfg(mask_generator=dict(type='RandomMaskGenerator',
+                                          mask_ratio=IBOT_MASK)))
+
+
+def test_ibot_neck_matches_ibot_head():
+    """MLP, l2 norm, weight-normalised last layer (iBOT's iBOTHead with a
+    shared head): the same map as torch's weight_norm with g = 1."""
+    torch.manual_seed(0)
+    neck = build(dict(type='iBOTNeck', in_channels=32, hidden_channels=48,
+                      bottleneck_channels=16, out_channels=64,
+                      norm_last_layer=False))
+    assert neck.last_layer_scale.shape == (64, 1)
+    x = torch.randn(2, 5, 32)
+    last = torch.nn.utils.parametrizations.weight_norm(
+        torch.nn.Linear(16, 64, bias=False))
+    with torch.no_grad():
+        last.parametrizations.weight.original1.copy_(neck.last_layer.weight)
+        last.parametrizations.weight.original0.fill_(1)
+    want = last(F.normalize(neck.mlp(x), dim=-1))
+    torch.testing.assert_close(neck(x), want)
+    assert [type(m).__name__ for m in neck.mlp] == [
+        'Linear', 'GELU', 'Linear', 'GELU', 'Linear']
+
+
+def test_ibot_checkpoint_converts_to_a_plain_vit():
+    from hpm_mm.utils.convert import convert, encoder_state
+    from mmpretrain.models import VisionTransformer
+    model = build(ibot_cfg())
+    enc = encoder_state({'state_dict': model.state_dict()})
+    assert 'mask_token' not in enc
+    vit = VisionTransformer(arch=ARCH, img_size=32, patch_size=8)
+    out = {k[len('backbone.'):]: v for k, v in convert(enc,
+                                                       'mmpretrain').items()}
+    vit.load_state_dict(out, strict=True)

@@ -176,6 +176,9 @@ def test_example_mask_generator_project_trains(tmp_path):
 
 TWO_PIC = ("dict(type='RandomResizedCropAndInterpolationWithTwoPic', "
            "size=32, second_size=64, scale=(0.5, 1.0))")
+MULTI_CROP = ("dict(type='MultiView', num_views=[2, 2], transforms=["
+              "[dict(type='RandomResizedCrop', scale=32, backend='pillow')], "
+              "[dict(type='RandomResizedCrop', scale=16, backend='pillow')]])")
 
 
 @pytest.mark.parametrize('name,body,transform', [
@@ -194,7 +197,11 @@ TWO_PIC = ("dict(type='RandomResizedCropAndInterpolationWithTwoPic', "
     ('hpm/frameworks/hpm-beit_vit-mini-p4_1xb256-coslr-10e_fmnist.py',
      'model = dict(mask_generator=dict(alpha_0=0.5, alpha_T=1.0))',
      TWO_PIC),
-], ids=['ema-target', 'vit-target', 'simmim', 'beit'])
+    # every image masked (10-50%), so each step has hard patches
+    ('hpm/frameworks/hpm-ibot_vit-mini-p4_1xb256-coslr-10e_fmnist.py',
+     'model = dict(mask_generator=dict(alpha_0=0.5, alpha_T=1.0, '
+     'mask_ratio=[(0.1, 0.5)]))', MULTI_CROP),
+], ids=['ema-target', 'vit-target', 'simmim', 'beit', 'ibot'])
 def test_new_targets_and_frameworks_train_and_resume(tmp_path, name, body,
                                                      transform):
     base = osp.join(REPO, 'configs', name)
@@ -212,7 +219,8 @@ def test_new_targets_and_frameworks_train_and_resume(tmp_path, name, body,
     assert int(ckpt['state_dict']['teacher.steps']) == 2
     rows = [r for r in _scalars(work) if 'loss_rec' in r]
     assert [r['iter'] for r in rows] == [1, 2, 3, 4]
-    assert all(r['num_hard'] > 0 and 0 <= r['rank_acc'] <= 1 for r in rows)
+    assert all(r.get('num_hard', 1) > 0 and r['alpha'] >= 0.5 and
+               0 <= r['rank_acc'] <= 1 for r in rows)
     # the encoder converts to a plain ViT, every tensor used (strict)
     out = str(tmp_path / 'vit.pth')
     conv = run_tool('tools/model_converters/hpm2backbone.py',

@@ -28,14 +28,15 @@ class ConsoleProgressHook(Hook):
     Args:
         keys (Sequence[str]): Logged training values (``train/<key>`` in the
             message hub) to show when present. Defaults to
-            ``('loss_rec', 'loss_pred', 'rank_acc', 'alpha')``.
+            ``('loss_cls', 'loss_rec', 'loss_pred', 'rank_acc', 'alpha')``
+            (``loss_cls``: iBOT's CLS distillation).
     """
 
     priority = 'LOW'
 
     def __init__(self,
-                 keys: Sequence[str] = ('loss_rec', 'loss_pred', 'rank_acc',
-                                        'alpha')) -> None:
+                 keys: Sequence[str] = ('loss_cls', 'loss_rec', 'loss_pred',
+                                        'rank_acc', 'alpha')) -> None:
         self.keys = tuple(keys)
         self._start = self._start_iter = None
 

@@ -1,7 +1,7 @@
-from .framework_heads import HPMBEiTHead, HPMSimMIMHead
+from .framework_heads import HPMBEiTHead, HPMiBOTHead, HPMSimMIMHead
 from .hpm_head import HPMFeaturePretrainHead, HPMPretrainHead
 
 __all__ = [
     'HPMPretrainHead', 'HPMFeaturePretrainHead', 'HPMSimMIMHead',
-    'HPMBEiTHead'
+    'HPMBEiTHead', 'HPMiBOTHead'
 ]

@@ -1,4 +1,4 @@
-from .frameworks import HPMBEiT, HPMSimMIM
+from .frameworks import HPMBEiT, HPMiBOT, HPMSimMIM
 from .hpm import HPM
 
-__all__ = ['HPM', 'HPMSimMIM', 'HPMBEiT']
+__all__ = ['HPM', 'HPMSimMIM', 'HPMBEiT', 'HPMiBOT']

@@ -6,11 +6,13 @@ loss -- around another framework's pretext task: the encoder
 a separate :class:`HPMLossPredictor` reads its output; the framework's head
 computes its own loss per patch, which the predictor learns to rank. With
 ``predictor=None``, ``head.loss_pred=None`` and a score-free mask generator
-each class is the plain framework (no teacher is built).
+each class is the plain framework (no teacher is built; iBOT always has
+its own EMA teacher, which then also scores the patches).
 """
-from typing import Dict, List
+from typing import Dict, List, Optional, Tuple
 
 import torch
+import torch.nn as nn
 from mmpretrain.registry import MODELS
 from mmpretrain.structures import DataSample
 
@@ -80,11 +82,6 @@ class HPMBEiT(HPM):
             backbone=backbone, neck=neck, head=head,
             target_generator=target_generator, **kwargs)
 
-    def extract_feat(self, inputs):
-        if isinstance(inputs, (list, tuple)):
-            inputs = inputs[0]
-        return self.backbone(inputs, mask=None)
-
     def loss(self, inputs: List[torch.Tensor], data_samples: List[DataSample],
              **kwargs) -> Dict[str, torch.Tensor]:
         """One step: teacher scores, mask, encode with mask tokens, the
@@ -98,3 +95,124 @@ class HPMBEiT(HPM):
             tokens = self.target_generator(tokenizer_images)
         losses = self.head.loss(latent, pred_scores, tokens, mask)
         return self.with_mask_log(losses, images)
+
+
+#: iBOT's block-wise masking: half of the images unmasked, the others
+#: 10-50% (``--pred_ratio 0 0.3 --pred_ratio_var 0 0.2``), rectangles of at
+#: least (14 // 3)^2 = 16 patches.
+IBOT_MASK = dict(type='BlockwiseMaskGenerator',
+                 mask_ratio=[(0., 0.), (0.1, 0.5)], min_num_patches=16)
+#: iBOT's teacher: decay 0.996 -> 1 along a half cosine, every iteration
+#: (``momentum_epochs`` = the training's epochs).
+IBOT_TEACHER = dict(type='EMATeacher', momentum=4e-3, end_momentum=0.,
+                    momentum_epochs=100, momentum_schedule='cosine')
+
+
+@MODELS.register_module()
+class HPMiBOT(HPM):
+    """iBOT with hard-patch mining.
+
+    iBOT (Zhou et al., ICLR 2022): the inputs are multi-crop views
+    (mmpretrain's ``MultiView``: 2 global crops, then L local ones); the
+    EMA teacher (encoder + projection head, :class:`EMATeacher`) sees the
+    global crops whole, the student sees them with block-wise masks (mask
+    tokens, :class:`MaskTokenViT`) and the local crops whole; one projection
+    head (:class:`iBOTNeck`) maps the CLS and patch tokens to prototypes;
+    :class:`HPMiBOTHead` distils the teacher's CLS of each global view into
+    the student's CLS of every other view (``loss_cls``) and the teacher's
+    patches into the student's masked ones (``loss_rec``, per patch).
+
+    With a ``predictor`` (:class:`HPMLossPredictor`) on the encoder output
+    of the masked global crops, the predictor learns to rank the per-patch
+    ``loss_rec``, and the same teacher scores the patches with its copy of
+    the predictor in its pass over the global crops (no extra pass); the
+    mask generator then masks the hardest (e.g. :class:`HPMMaskGenerator`
+    with iBOT's per-image ratios and ``rest=`` block-wise masking).
+
+    Args:
+        backbone (dict): :class:`MaskTokenViT` config.
+        neck (dict): :class:`iBOTNeck` config.
+        head (dict): :class:`HPMiBOTHead` config.
+        mask_generator (dict): Defaults to iBOT's block-wise masking
+            (:data:`IBOT_MASK`).
+        teacher (dict): Defaults to iBOT's (:data:`IBOT_TEACHER`); set
+            ``momentum_epochs`` to the training's epochs.
+        predictor (dict, optional): :class:`HPMLossPredictor`; None for
+            plain iBOT.
+        **kwargs: The other arguments of :class:`HPM`.
+    """
+
+    #: The teacher's outputs are the targets, so it is always built.
+    teacher_is_target = True
+
+    def __init__(self,
+                 backbone: dict,
+                 neck: dict,
+                 head: dict,
+                 mask_generator: dict = IBOT_MASK,
+                 teacher: dict = IBOT_TEACHER,
+                 predictor: Optional[dict] = None,
+                 **kwargs) -> None:
+        super().__init__(
+            backbone=backbone, neck=neck, head=head,
+            mask_generator=mask_generator, teacher=teacher,
+            predictor=predictor, **kwargs)
+
+    def student(self) -> nn.ModuleDict:
+        """What the teacher averages: encoder, projection head and, with
+        hard-patch mining, the loss predictor."""
+        parts = dict(backbone=self.backbone, neck=self.neck)
+        if self.predictor is not None:
+            parts['predictor'] = self.predictor
+        return nn.ModuleDict(parts)
+
+    def set_progress(self, progress: float, epoch: float = 0,
+                     optim_steps: Optional[int] = None) -> None:
+        """As :meth:`HPM.set_progress`; the epoch also sets the teacher
+        temperatures and whether the head's last layer is frozen."""
+        super().set_progress(progress, epoch, optim_steps)
+        self.neck.set_epoch(epoch)
+        self.head.set_epoch(epoch)
+
+    def loss(self, inputs: List[torch.Tensor], data_samples: List[DataSample],
+             **kwargs) -> Dict[str, torch.Tensor]:
+        """One step: the teacher projects (and scores) the global crops, the
+        mask, the student on the masked global and whole local crops,
+        both distillation losses + predicting loss."""
+        global_crops, local_crops = self.split_views(inputs)
+        scores, teacher_tokens = self.teach(global_crops)
+        mask = self.choose_mask(scores, global_crops)
+        latent, _ = self.backbone(global_crops, mask)
+        pred_scores = self.predict_losses(latent)
+        cls = [latent[:, 0]]
+        if local_crops is not None:
+            cls.append(self.backbone(local_crops)[0][:, 0])
+        cls = torch.cat(cls)
+        out = self.neck(torch.cat([cls, latent[:, 1:][mask.bool()]]))
+        with torch.no_grad():
+            teacher_out = self.teacher.module['neck'](teacher_tokens)
+        B = len(inputs[0])
+        losses = self.head.loss(
+            out[:len(cls)].unflatten(0, (-1, B)), out[len(cls):],
+            teacher_out.unflatten(0, (-1, B)), pred_scores, mask)
+        return self.with_mask_log(losses, global_crops)
+
+    def split_views(self, inputs: List[torch.Tensor]
+                    ) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
+        """The 2 global crops stacked (2B, C, H, W), and the local ones
+        stacked (L B, C, h, w) or None."""
+        size = tuple(r * s for r, s in zip(
+            self.backbone.patch_resolution,
+            self.backbone.patch_embed.projection.stride))
+        if not isinstance(inputs, (list, tuple)) or len(inputs) < 2 or \
+                any(tuple(v.shape[-2:]) != size for v in inputs[:2]):
+            got = [tuple(v.shape[-2:]) for v in inputs] if isinstance(
+                inputs, (list, tuple)) else tuple(inputs.shape)
+            raise ValueError(
+                f'HPMiBOT takes multi-crop views: 2 global crops of '
+                f'{size[0]}x{size[1]} (the backbone img_size) first, then '
+                f'local ones; got {got}. Fix: the train pipeline '
+                "dict(type='MultiView', num_views=[1, 1, L], transforms=["
+                'global_1, global_2, local]) with default_collate.')
+        local = torch.cat(inputs[2:]) if len(inputs) > 2 else None
+        return torch.cat(inputs[:2]), local

@@ -1,0 +1,94 @@
+from typing import List, Optional, Union
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from mmengine.model import BaseModule
+from mmpretrain.registry import MODELS
+
+
+@MODELS.register_module()
+class iBOTNeck(BaseModule):
+    """iBOT's projection head, shared by the CLS and the patch tokens.
+
+    As iBOT's ``iBOTHead`` with ``shared_head=True`` (DINO's head): an MLP
+    (``num_layers`` linear layers, GELU between them, to a
+    ``bottleneck_channels`` bottleneck), l2 normalisation, then a
+    weight-normalised linear layer without bias to ``out_channels``
+    prototypes. Every token is projected on its own, so the student
+    projects only what its losses read (CLS tokens and masked patches).
+
+    The last layer's weight is ``scale * v / ||v||`` per output row;
+    ``norm_last_layer=True`` fixes ``scale`` to 1 (no parameter), as iBOT
+    recommends for ViT-B. During the first ``freeze_last_layer`` epochs
+    (:meth:`set_epoch`) the last layer's gradients are zeroed (iBOT sets
+    them to None after clipping: here they count as zeros in the clipping
+    norm, and AdamW's decay only rescales ``v``, which the normalisation
+    undoes).
+
+    Args:
+        in_channels (int): Encoder width. Defaults to 768.
+        hidden_channels (int): MLP width. Defaults to 2048.
+        bottleneck_channels (int): Defaults to 256.
+        out_channels (int): Prototypes K. Defaults to 8192.
+        num_layers (int): Linear layers of the MLP (>= 1). Defaults to 3.
+        norm_last_layer (bool): Fix the last layer's row norms to 1.
+            Defaults to True.
+        freeze_last_layer (int): Epochs with the last layer fixed.
+            Defaults to 1.
+
+    Example:
+        >>> import torch
+        >>> neck = iBOTNeck(in_channels=32, hidden_channels=64,
+        ...                 bottleneck_channels=16, out_channels=128)
+        >>> tuple(neck(torch.rand(2, 5, 32)).shape)
+        (2, 5, 128)
+    """
+
+    def __init__(self,
+                 in_channels: int = 768,
+                 hidden_channels: int = 2048,
+                 bottleneck_channels: int = 256,
+                 out_channels: int = 8192,
+                 num_layers: int = 3,
+                 norm_last_layer: bool = True,
+                 freeze_last_layer: int = 1,
+                 init_cfg: Optional[Union[List[dict], dict]] = dict(
+                     type='TruncNormal', layer='Linear', std=0.02, bias=0)
+                 ) -> None:
+        super().__init__(init_cfg=init_cfg)
+        if num_layers < 1:
+            raise ValueError(f'num_layers must be >= 1, got {num_layers}.')
+        dims = [in_channels] + [hidden_channels] * (num_layers - 1)
+        layers = []
+        for d_in, d_out in zip(dims, dims[1:] + [bottleneck_channels]):
+            layers += [nn.Linear(d_in, d_out), nn.GELU()]
+        self.mlp = nn.Sequential(*layers[:-1])
+        self.last_layer = nn.Linear(
+            bottleneck_channels, out_channels, bias=False)
+        self.last_layer_scale = None if norm_last_layer else nn.Parameter(
+            torch.ones(out_channels, 1))
+        self.freeze_last_layer = freeze_last_layer
+        self.frozen = freeze_last_layer > 0
+        for p in self.last_layer_params():
+            p.register_hook(self._cancel_when_frozen)
+
+    def last_layer_params(self) -> List[nn.Parameter]:
+        """The parameters :attr:`freeze_last_layer` keeps fixed."""
+        return [self.last_layer.weight] + (
+            [] if self.last_layer_scale is None else [self.last_layer_scale])
+
+    def _cancel_when_frozen(self, grad: torch.Tensor) -> torch.Tensor:
+        return torch.zeros_like(grad) if self.frozen else grad
+
+    def set_epoch(self, epoch: float) -> None:
+        """Keep the last layer fixed while ``epoch < freeze_last_layer``."""
+        self.frozen = epoch < self.freeze_last_layer
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Tokens (..., C) -> prototype logits (..., K)."""
+        x = F.normalize(self.mlp(x), dim=-1)
+        weight = F.normalize(self.last_layer.weight, dim=1)
+        if self.last_layer_scale is not None:
+            weight = weight * self.last_layer_scale
+        return F.linear(x, weight)
