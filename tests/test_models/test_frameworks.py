@@ -286,18 +286,6 @@ def test_hpm_mask_with_blockwise_rest():
                           rest=dict(type='HPMMaskGenerator')))
 
 
-def test_framework_checkpoints_convert_to_a_plain_vit():
-    from hpm_mm.utils.convert import convert, encoder_state
-    from mmpretrain.models import VisionTransformer
-    model = build(beit_cfg())
-    enc = encoder_state({'state_dict': model.state_dict()})
-    assert 'mask_token' not in enc
-    vit = VisionTransformer(arch=ARCH, img_size=32, patch_size=8)
-    out = {k[len('backbone.'):]: v for k, v in convert(enc,
-                                                       'mmpretrain').items()}
-    vit.load_state_dict(out, strict=True)
-
-
 @pytest.mark.parametrize('target,dim', [(dict(type='EMATeacherTarget'), 32),
                                         (CLIP_TINY, 24)])
 def test_hard_patch_pictures_with_feature_targets(target, dim):
@@ -521,10 +509,11 @@ def test_ibot_neck_matches_ibot_head():
         'Linear', 'GELU', 'Linear', 'GELU', 'Linear']
 
 
-def test_ibot_checkpoint_converts_to_a_plain_vit():
+@pytest.mark.parametrize('cfg', [beit_cfg, ibot_cfg])
+def test_framework_checkpoints_convert_to_a_plain_vit(cfg):
     from hpm_mm.utils.convert import convert, encoder_state
     from mmpretrain.models import VisionTransformer
-    model = build(ibot_cfg())
+    model = build(cfg())
     enc = encoder_state({'state_dict': model.state_dict()})
     assert 'mask_token' not in enc
     vit = VisionTransformer(arch=ARCH, img_size=32, patch_size=8)

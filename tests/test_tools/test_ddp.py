@@ -68,9 +68,10 @@ strategy = dict(type='FSDPStrategy', state_dict_cfg='full',
 '''
 
 
-def _two_processes(tmp_path, name, body, port):
-    cfg = tiny_config(tmp_path / name, FMNIST_CFG, body, num_images=12,
-                      transform=RESIZE, batch_size=2, shuffle=False,
+def _two_processes(tmp_path, name, body, port, base=FMNIST_CFG,
+                   transform=RESIZE):
+    cfg = tiny_config(tmp_path / name, base, body, num_images=12,
+                      transform=transform, batch_size=2, shuffle=False,
                       hooks=HOOKS)
     env = dict(os.environ, PYTHON=sys.executable, PORT=str(port),
                OMP_NUM_THREADS='1', **_nan_env(tmp_path))
@@ -79,19 +80,19 @@ def _two_processes(tmp_path, name, body, port):
          str(tmp_path / name)], cwd=REPO, env=env, capture_output=True,
         text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-5000:]
-    return torch.load(tmp_path / name / 'iter_3.pth',
+    return torch.load(sorted((tmp_path / name).glob('iter_*.pth'))[-1],
                       map_location='cpu')['state_dict']
 
 
-def _one_process(tmp_path, name, body):
-    cfg = tiny_config(tmp_path / name, FMNIST_CFG, body, num_images=12,
-                      transform=RESIZE, batch_size=4, shuffle=False,
+def _one_process(tmp_path, name, body, base=FMNIST_CFG, transform=RESIZE):
+    cfg = tiny_config(tmp_path / name, base, body, num_images=12,
+                      transform=transform, batch_size=4, shuffle=False,
                       hooks=HOOKS)
     run_tool('tools/train.py', cfg, '--work-dir', str(tmp_path / name),
              env=_nan_env(tmp_path))
     log = glob.glob(str(tmp_path / name / '*' / '*.log'))[0]
     assert 'optimizer step skipped' in open(log).read()
-    return torch.load(tmp_path / name / 'iter_3.pth',
+    return torch.load(sorted((tmp_path / name).glob('iter_*.pth'))[-1],
                       map_location='cpu')['state_dict']
 
 
@@ -133,3 +134,22 @@ def test_fsdp_two_processes_equal_one(tmp_path):
     sa = _one_process(tmp_path, 'one', BODY + flexible)
     _assert_equal_weights(
         sa, _two_processes(tmp_path, 'fsdp', BODY + FSDP, 29534), 'fsdp')
+
+
+def test_ibot_two_processes_equal_one(tmp_path):
+    """HPM on iBOT under DDP: the centers are all-reduced (equal on both
+    ranks and to one process's), per-parameter clipping, the guard. Every
+    image 25% masked, all by the teacher's score (no per-rank random
+    stream); deterministic multi-crop views."""
+    base = os.path.join(REPO, 'configs', 'hpm', 'frameworks',
+                        'hpm-ibot_vit-mini-p4_1xb256-coslr-10e_fmnist.py')
+    views = ("dict(type='MultiView', num_views=[2, 2], transforms=["
+             "[dict(type='Resize', scale=32)], "
+             "[dict(type='Resize', scale=16)]])")
+    body = BODY.replace('alpha_T=1.0)', 'alpha_T=1.0, mask_ratio=[(.25, .25)])')
+    assert 'mask_ratio' in body
+    sa = _one_process(tmp_path, 'one', body, base, views)
+    assert sa['head.center'].abs().sum() > 0
+    _assert_equal_weights(
+        sa, _two_processes(tmp_path, 'ddp', body, 29535, base, views),
+        'ibot-ddp')

@@ -1,49 +1,33 @@
 # HPM on iBOT with the main job's mini ViT and data (the check on the
-# embedded Fashion-MNIST): 2 global 32-px crops (64 patches) and 4 local
-# 16-px crops (16 patches) per image, iBOT's augmentations that suit
-# grayscale (crop, flip, blur with its radius scaled to 32 px, solarize;
-# mmcv's colour jitter needs RGB), a 1024-prototype
-# head, iBOT's per-image masks (none, or 10-50% block-wise) of which
-# alpha 0 -> 0.5 are the hardest, a 2-block 128-d loss predictor, and the
+# embedded Fashion-MNIST): HPM on SimMIM's encoder and loss predictor, with
+# iBOT's head and views: 2 global 32-px crops (64 patches) and 4 local 16-px
+# crops (16 patches) per image, iBOT's augmentations that suit grayscale
+# (crop, flip, blur with its radius scaled to 32 px, solarize; mmcv's colour
+# jitter needs RGB), a 1024-prototype head, iBOT's per-image masks (none, or
+# 10-50% block-wise) of which alpha 0 -> 0.5 are the hardest, and the
 # teacher (decay 0.99 -> 1, cosine) and temperatures (0.04 -> 0.07 over 3
 # epochs) scaled to a 400-step run.
-_base_ = '../hpm_vit-mini-p4_1xb256-coslr-10e_fmnist.py'
+_base_ = './hpm-simmim_vit-mini-p4_1xb256-coslr-10e_fmnist.py'
 
 model = dict(
-    _delete_=True,
     type='HPMiBOT',
-    backbone=dict(
-        type='MaskTokenViT',
-        arch={{_base_.vit_mini.arch}},
-        img_size={{_base_.vit_mini.img_size}},
-        patch_size={{_base_.vit_mini.patch_size}},
-        patch_cfg=dict(in_channels={{_base_.vit_mini.in_channels}})),
     neck=dict(
+        _delete_=True,
         type='iBOTNeck',
         in_channels={{_base_.vit_mini.arch.embed_dims}},
         hidden_channels=512,
         bottleneck_channels=128,
         out_channels=1024),
     head=dict(
-        type='HPMiBOTHead', out_channels=1024, warmup_teacher_temp_epochs=3),
-    predictor=dict(
-        type='HPMLossPredictor',
-        embed_dim={{_base_.vit_mini.arch.embed_dims}},
-        predictor_embed_dim=128,
-        predictor_depth=2,
-        predictor_num_heads=4),
+        _delete_=True,
+        type='HPMiBOTHead',
+        out_channels=1024,
+        warmup_teacher_temp_epochs=3),
     mask_generator=dict(
-        type='HPMMaskGenerator',
         mask_ratio=[(0., 0.), (0.1, 0.5)],
-        alpha_0=0.,
-        alpha_T=0.5,
         rest=dict(type='BlockwiseMaskGenerator', min_num_patches=4)),
     teacher=dict(
-        type='EMATeacher',
-        momentum=0.01,
-        end_momentum=0.,
-        momentum_epochs=10,
-        momentum_schedule='cosine'),
+        momentum=0.01, end_momentum=0., momentum_schedule='cosine'),
     init_cfg=[
         dict(type='TruncNormal', layer='Linear', std=0.02, bias=0.),
         dict(type='Constant', layer='LayerNorm', val=1.0, bias=0.0)
@@ -74,10 +58,3 @@ train_dataloader = dict(
     ]))
 optim_wrapper = dict(clip_grad=dict(_delete_=True, type='param_norm',
                                     max_norm=3.0))
-
-# kNN after training (on single views); the pictures are drawn for HPM's
-# decoder only
-custom_hooks = [
-    dict(type='HPMScheduleHook', by_epoch=True),
-    {{_base_.knn_hook}},
-]

@@ -260,10 +260,14 @@ class HPMiBOTHead(BaseModule):
     def update_centers(self, t_cls: torch.Tensor,
                        t_patch: torch.Tensor) -> None:
         """EMA of the teacher's mean CLS and mean patch output (every
-        patch of every global view, all ranks)."""
+        patch of every global view, all ranks). A non-finite batch (whose
+        step the optimizer wrapper's guard skips) leaves them as they were,
+        decided on the device."""
         for center, batch, m in ((self.center, t_cls.mean((0, 1)),
                                   self.momenta[0]),
                                  (self.patch_center, t_patch.mean((0, 1, 2)),
                                   self.momenta[1])):
             all_reduce(batch, op='mean')
-            center.mul_(m).add_(batch.unsqueeze(0), alpha=1 - m)
+            moved = center * m + batch.unsqueeze(0) * (1 - m)
+            center.copy_(torch.where(torch.isfinite(batch).all(), moved,
+                                     center))

@@ -130,21 +130,13 @@ class BaseMaskGenerator(nn.Module):
     def check(self, num_patches: int) -> None:
         """Raise when this generator would mask no patch or every patch of
         an N-patch image (called by the algorithm at build time)."""
-        if self.varies:
-            k = self.max_masked(num_patches)
-            if not 0 < k < num_patches:
-                raise ValueError(
-                    f'mask_ratio={self.mask_ratio!r} masks up to {k} of the '
-                    f'{num_patches} patches: some patch must be masked and '
-                    'one always visible. Fix: a high below '
-                    f'{1 - 1 / num_patches:.3g} and above 0 in some range.')
-            return
-        k = self.num_masked(num_patches)
+        k = self.max_masked(num_patches)
         if not 0 < k < num_patches:
             raise ValueError(
-                f'mask_ratio={self.mask_ratio} masks {k} of the '
-                f'{num_patches} patches: at least one patch must be masked '
-                'and one visible. Fix: choose a mask_ratio between '
+                f'mask_ratio={self.mask_ratio!r} masks '
+                f'{"up to " if self.varies else ""}{k} of the {num_patches} '
+                'patches: at least one patch must be masked and one '
+                'visible. Fix: choose a mask_ratio (or a range) between '
                 f'{1 / num_patches:.3g} and {1 - 1 / num_patches:.3g}.')
 
     def log_vars(self, num_patches: int, progress: float) -> Dict[str, float]:
