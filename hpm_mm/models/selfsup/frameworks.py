@@ -176,26 +176,36 @@ class HPMiBOT(HPM):
 
     def loss(self, inputs: List[torch.Tensor], data_samples: List[DataSample],
              **kwargs) -> Dict[str, torch.Tensor]:
-        """One step: the teacher projects (and scores) the global crops, the
-        mask, the student on the masked global and whole local crops,
-        both distillation losses + predicting loss."""
+        """One step: the teacher encodes (and scores) the whole global
+        crops, the mask, the student encodes the masked global crops and the
+        whole local ones, both project, both distillation losses +
+        predicting loss."""
         global_crops, local_crops = self.split_views(inputs)
         scores, teacher_tokens = self.teach(global_crops)
         mask = self.choose_mask(scores, global_crops)
         latent, _ = self.backbone(global_crops, mask)
         pred_scores = self.predict_losses(latent)
-        cls = [latent[:, 0]]
-        if local_crops is not None:
-            cls.append(self.backbone(local_crops)[0][:, 0])
-        cls = torch.cat(cls)
-        out = self.neck(torch.cat([cls, latent[:, 1:][mask.bool()]]))
+        local_cls = None if local_crops is None else \
+            self.backbone(local_crops)[0][:, 0]
+        student_cls, student_patch = self.project(latent, mask, local_cls)
         with torch.no_grad():
             teacher_out = self.teacher.module['neck'](teacher_tokens)
-        B = len(inputs[0])
-        losses = self.head.loss(
-            out[:len(cls)].unflatten(0, (-1, B)), out[len(cls):],
-            teacher_out.unflatten(0, (-1, B)), pred_scores, mask)
+        losses = self.head.loss(student_cls, student_patch,
+                                teacher_out.unflatten(0, (2, -1)),
+                                pred_scores, mask)
         return self.with_mask_log(losses, global_crops)
+
+    def project(self, latent: torch.Tensor, mask: torch.Tensor,
+                local_cls: Optional[torch.Tensor]
+                ) -> Tuple[torch.Tensor, torch.Tensor]:
+        """One pass of the student's head over what the losses read: the
+        CLS tokens of every view, (V, B, K), and the masked patches of the
+        global views, (M, K) in ``mask`` order."""
+        cls = latent[:, 0] if local_cls is None else torch.cat(
+            [latent[:, 0], local_cls])
+        out = self.neck(torch.cat([cls, latent[:, 1:][mask.bool()]]))
+        return (out[:len(cls)].unflatten(0, (-1, latent.shape[0] // 2)),
+                out[len(cls):])
 
     def split_views(self, inputs: List[torch.Tensor]
                     ) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
