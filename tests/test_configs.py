@@ -192,3 +192,28 @@ def test_study_resumes_an_interrupted_run(tmp_path, monkeypatch):
     (work / 'knn.json').unlink()
     with pytest.raises(SystemExit, match='ended before its final epoch'):
         fmnist_study.one_run('hpm', 0, str(tmp_path), linear=False)
+
+
+def _collate_fns(node):
+    if isinstance(node, dict):
+        if isinstance(node.get('collate_fn'), dict):
+            yield node['collate_fn']
+        for value in node.values():
+            yield from _collate_fns(value)
+    elif isinstance(node, (list, tuple)):
+        for value in node:
+            yield from _collate_fns(value)
+
+
+def test_tools_build_every_collate_fn():
+    """mmengine passes a collate_fn dict's other keys to the function; a
+    config inheriting mmpretrain's bases carries ``_scope_`` there, which
+    failed the first batch. The tools' config loader drops it."""
+    from hpm_mm.utils.cli import load_config
+    scoped = [p for p in CONFIGS if any(
+        '_scope_' in c for c in _collate_fns(Config.fromfile(p)._cfg_dict))]
+    assert any('hpm_vit-base-p16_8xb512-amp-coslr-200e_in1k' in p
+               for p in scoped)
+    for path in scoped:
+        fns = list(_collate_fns(load_config(path)._cfg_dict))
+        assert fns and not any('_scope_' in c for c in fns), path

@@ -11,11 +11,11 @@ import argparse
 import json
 
 import torch
-from mmengine.config import Config
 from mmengine.registry import init_default_scope
 from mmengine.runner import Runner
 
-from hpm_mm.utils.cli import CfgOptionsAction, merge_cfg_options
+from hpm_mm.utils.cli import (CfgOptionsAction, load_config,
+                               merge_cfg_options)
 
 
 def parse_args(argv=None):
@@ -65,7 +65,7 @@ def main(argv=None):
     args = parse_args(argv)
     import hpm_mm  # noqa: F401
     from hpm_mm.evaluation import extract_features, knn_classify
-    cfg = Config.fromfile(args.config)
+    cfg = load_config(args.config, 'knn_eval.py')
     if args.cfg_options:
         merge_cfg_options(cfg, args.cfg_options)
     init_default_scope(cfg.get('default_scope', 'mmpretrain'))

@@ -24,12 +24,12 @@ import os.path as osp
 
 import numpy as np
 import torch
-from mmengine.config import Config
 from mmengine.dataset import Compose, default_collate
 from mmengine.registry import init_default_scope
 from mmengine.runner import Runner
 
-from hpm_mm.utils.cli import CfgOptionsAction, merge_cfg_options
+from hpm_mm.utils.cli import (CfgOptionsAction, load_config,
+                               merge_cfg_options)
 
 
 def parse_args(argv=None):
@@ -106,7 +106,7 @@ def main(argv=None):
     from hpm_mm.visualization import (analyze_hard_patches,
                                       draw_hard_patches, foreground_iou,
                                       saliency_mask)
-    cfg = Config.fromfile(args.config)
+    cfg = load_config(args.config, 'visualize_hard_patches.py')
     if args.cfg_options:
         merge_cfg_options(cfg, args.cfg_options)
     init_default_scope(cfg.get('default_scope', 'mmpretrain'))
