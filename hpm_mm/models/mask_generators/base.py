@@ -62,6 +62,10 @@ class BaseMaskGenerator(nn.Module):
         super().__init__()
         self.ratio_ranges = self._ranges(mask_ratio)
         self.mask_ratio = mask_ratio
+        # on the model's device, so drawing counts copies nothing per step
+        self.register_buffer(
+            'ratio_table', None if self.ratio_ranges is None else
+            torch.tensor(self.ratio_ranges), persistent=False)
 
     @staticmethod
     def _ranges(mask_ratio) -> Optional[Tuple[Tuple[float, float], ...]]:
@@ -120,7 +124,7 @@ class BaseMaskGenerator(nn.Module):
         :meth:`num_masked`)."""
         if not self.varies:
             return None
-        ranges = torch.tensor(self.ratio_ranges, device=device)
+        ranges = self.ratio_table.to(device)
         pick = torch.randint(len(ranges), (batch_size, ), device=device)
         lo, hi = ranges[pick].unbind(1)
         ratio = lo + torch.rand(batch_size, device=device) * (hi - lo)
