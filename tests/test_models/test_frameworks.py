@@ -409,6 +409,25 @@ def test_ibot_head_is_ibot_loss_per_patch(epoch, temps):
     assert per_patch[1].abs().sum() == 0
 
 
+def test_ibot_head_is_fp32_from_a_bf16_teacher():
+    """Under autocast the teacher's logits arrive in bf16: the losses and
+    centers are those of their fp32 values, in fp32."""
+    torch.manual_seed(0)
+    heads = [MODELS.build(dict(type='HPMiBOTHead', out_channels=64))
+             for _ in range(2)]
+    s_cls, s_patch = torch.randn(3, 2, 64), torch.randn(5, 64)
+    teacher = torch.randn(2, 2, 17, 64).bfloat16()
+    mask = random_mask(4, 16, 0)
+    mask[0, :5] = 1
+    with torch.autocast('cpu', dtype=torch.bfloat16):
+        low = heads[0].loss(s_cls, s_patch, teacher, None, mask)
+    high = heads[1].loss(s_cls, s_patch, teacher.float(), None, mask)
+    for k in ('loss_cls', 'loss_rec'):
+        assert low[k].dtype == torch.float32
+        torch.testing.assert_close(low[k], high[k])
+    torch.testing.assert_close(heads[0].patch_center, heads[1].patch_center)
+
+
 def test_ibot_teacher_projects_and_scores_the_whole_global_crops():
     torch.manual_seed(0)
     model = build(ibot_cfg())

@@ -239,8 +239,10 @@ class HPMiBOTHead(BaseModule):
             mask (torch.Tensor): (G * B, N), 1 = masked.
         """
         with torch.autocast(device_type=mask.device.type, enabled=False):
-            teacher = teacher_out.detach().float()
-            t_cls, t_patch = teacher[:, :, 0], teacher[:, :, 1:]
+            # the patches stay in the step's precision: fp32 copies of the
+            # masked ones only (patch_losses) and fp32 sums (the center)
+            teacher = teacher_out.detach()
+            t_cls, t_patch = teacher[:, :, 0].float(), teacher[:, :, 1:]
             p_cls = F.softmax(
                 (t_cls - self.center) / self.teacher_temps()[0], dim=-1)
             log_s = F.log_softmax(student_cls.float() / self.student_temp,
@@ -265,7 +267,9 @@ class HPMiBOTHead(BaseModule):
         decided on the device."""
         for center, batch, m in ((self.center, t_cls.mean((0, 1)),
                                   self.momenta[0]),
-                                 (self.patch_center, t_patch.mean((0, 1, 2)),
+                                 (self.patch_center,
+                                  t_patch.mean((0, 1, 2),
+                                               dtype=torch.float32),
                                   self.momenta[1])):
             all_reduce(batch, op='mean')
             moved = center * m + batch.unsqueeze(0) * (1 - m)
