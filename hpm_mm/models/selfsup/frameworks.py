@@ -211,9 +211,7 @@ class HPMiBOT(HPM):
                     ) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
         """The 2 global crops stacked (2B, C, H, W), and the local ones
         stacked (L B, C, h, w) or None."""
-        size = tuple(r * s for r, s in zip(
-            self.backbone.patch_resolution,
-            self.backbone.patch_embed.projection.stride))
+        size = tuple(self.backbone.img_size)
         if not isinstance(inputs, (list, tuple)) or len(inputs) < 2 or \
                 any(tuple(v.shape[-2:]) != size for v in inputs[:2]):
             got = [tuple(v.shape[-2:]) for v in inputs] if isinstance(

@@ -195,7 +195,7 @@ class EMATeacher(ExponentialMovingAverage):
 
         Returns:
             tuple: ``(scores, features)``: (B, N) fp32 or None and
-            (B, 1 + N, C) or None.
+            (B, 1 + N, C) in the pass's precision, or None.
         """
         backbone = self.module['backbone']
         full, grid = tuple(backbone.patch_resolution), self.grid
@@ -224,8 +224,8 @@ class EMATeacher(ExponentialMovingAverage):
                     scores = self.scorer.predict_scores(
                         latent, ids_restore,
                         patch_resolution=None if grid == full else grid)
-        if features:
-            feats = latent.float()
+        if features:  # in the pass's precision; the heads cast what they read
+            feats = latent
         if scores is not None:
             scores = scores.float()
             if grid != full:
