@@ -29,10 +29,32 @@ import torch
 _DEFAULT_STATS = ('min', 'max', 'current', 'mean')
 
 
+def _version_tuple(version: str) -> tuple:
+    """``'2.11.0+cu130'`` -> ``(2, 11)``."""
+    return tuple(int(p) for p in re.findall(r'\d+', version)[:2])
+
+
+# NumPy's pickle helpers are named in a checkpoint by the module of the
+# NumPy that wrote it: ``numpy.core.multiarray`` (1.x) or
+# ``numpy._core.multiarray`` (2.x)
+_MULTIARRAY_NAMES = ('numpy.core.multiarray', 'numpy._core.multiarray')
+
+
 def _numpy_globals() -> list:
     import numpy as np
-    multiarray = np.core.multiarray
-    found = [np.ndarray, np.dtype, multiarray._reconstruct, multiarray.scalar]
+    try:  # numpy >= 2 (numpy.core is a deprecated alias there)
+        from numpy._core import multiarray
+    except ImportError:
+        multiarray = np.core.multiarray
+    found = [np.ndarray, np.dtype]
+    helpers = (multiarray._reconstruct, multiarray.scalar)
+    if _version_tuple(torch.__version__) >= (2, 6):
+        # under both names: a checkpoint written with NumPy 1 resumes
+        # under NumPy 2 (e.g. a GPU image's) and the other way round
+        found += [(fn, f'{module}.{fn.__name__}') for fn in helpers
+                  for module in _MULTIARRAY_NAMES]
+    else:  # (object, name) pairs came with torch 2.6
+        found += list(helpers)
     # dtype classes, e.g. numpy.dtypes.Float64DType (numpy >= 1.25)
     dtypes = getattr(np, 'dtypes', None)
     if dtypes is not None:
