@@ -21,10 +21,12 @@ warnings.filterwarnings(
     'ignore', message='Fail to import ``MultiScaleDeformableAttention``')
 
 from .compat import (SUPPORTED, MissingCompiledOpsError,  # noqa: E402
-                     check_versions, require_compiled_ops)
+                     check_versions, fix_mmcv_adjust_hue,
+                     require_compiled_ops)
 from .version import __version__, version_info  # noqa: E402
 
 check_versions()  # mmengine, mmcv (lite is enough), mmpretrain
+fix_mmcv_adjust_hue()  # NumPy 2 (e.g. a GPU image's): ColorJitter's hue
 
 
 def _register_config_scope() -> None:

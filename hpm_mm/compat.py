@@ -13,6 +13,7 @@ Two install profiles (``tools/install.sh pretrain|full``):
   need mmdet / mmseg and mmcv's compiled ops; checked when those modules are
   imported, with one line naming what is missing and the install command.
 """
+import functools
 import importlib
 from importlib.metadata import packages_distributions
 from typing import Optional, Sequence
@@ -89,3 +90,39 @@ def require_compiled_ops(user: str) -> None:
             f'{distribution_of("mmcv")} ({type(e).__name__}: {e}). The '
             f'pretraining profile does not build them. Fix: {FULL_INSTALL}'
         ) from None
+
+
+class _CyclicHue(float):
+    """A hue factor whose ``* 255`` is the hue shift as an int in 0..255.
+
+    mmcv 2.1's ``adjust_hue`` shifts the uint8 hue channel by
+    ``np.uint8(hue_factor * 255)``: NumPy 1 wraps a negative factor around
+    (-0.06 -> 241, i.e. a shift of -15 modulo 256), NumPy 2 raises
+    ``OverflowError: Python integer -15 out of bounds for uint8``. Handed
+    this float instead, that line computes ``int(f * 255) % 256``: NumPy 1's
+    value, on either NumPy. Everything else (the [-0.5, 0.5] check, both
+    backends) sees the plain float.
+    """
+
+    def __mul__(self, other):
+        return int(float(self) * other) % 256
+
+
+def fix_mmcv_adjust_hue() -> None:
+    """Make mmcv's ``adjust_hue`` (mmpretrain's ``ColorJitter``, used by the
+    BEiT and iBOT recipes) work under NumPy 2 as under NumPy 1 (same
+    images): the factor goes in as :class:`_CyclicHue`. Idempotent."""
+    import mmcv
+    from mmcv import image
+    from mmcv.image import photometric
+    original = photometric.adjust_hue
+    if getattr(original, '_hpm_cyclic', False):
+        return
+
+    @functools.wraps(original)
+    def adjust_hue(img, hue_factor, backend=None):
+        return original(img, _CyclicHue(hue_factor), backend)
+
+    adjust_hue._hpm_cyclic = True
+    for module in (mmcv, image, photometric):
+        module.adjust_hue = adjust_hue
