@@ -1,3 +1,4 @@
+import importlib.util
 import json
 import os
 import os.path as osp
@@ -12,6 +13,48 @@ from mmengine.config import Config
 REPO = osp.dirname(osp.dirname(osp.abspath(__file__)))
 FMNIST_CFG = osp.join(REPO, 'configs', 'hpm',
                       'hpm_vit-mini-p4_1xb256-coslr-10e_fmnist.py')
+
+CUDA = torch.cuda.is_available()
+NEEDS_CUDA = pytest.mark.skipif(
+    not CUDA, reason='needs CUDA (run on a GPU machine: docs/gpu.md)')
+# ``device`` parameters: every model-level test runs on the CPU, and on CUDA
+# where there is a GPU (``pytest -m cuda`` runs those alone)
+DEVICES = ['cpu', pytest.param('cuda', marks=[pytest.mark.cuda, NEEDS_CUDA])]
+
+
+# the full install profile (mmdet, mmseg; tools/install.sh full): the
+# detection / segmentation tests skip without it (e.g. on a GPU machine
+# given the pretraining overlay)
+FULL_PROFILE = all(
+    importlib.util.find_spec(m) is not None for m in ('mmdet', 'mmseg'))
+NEEDS_FULL = pytest.mark.skipif(
+    not FULL_PROFILE, reason='needs mmdet and mmseg: bash tools/install.sh '
+    'full')
+
+
+def is_det_seg(path: str) -> bool:
+    """A detection or segmentation config (needs the full profile)."""
+    return any(f'benchmarks{os.sep}{k}{os.sep}' in path
+               for k in ('det', 'seg'))
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        'markers', 'cuda: the CUDA case of a device-parametrised test')
+
+
+@pytest.fixture(params=DEVICES)
+def device(request) -> torch.device:
+    """The device a model-level test runs on: ``cpu``, and ``cuda`` when
+    available (skipped, and counted as skipped, without a GPU)."""
+    return torch.device(request.param)
+
+
+def autocast_dtypes(device: torch.device) -> list:
+    """The autocast dtypes a device trains with: bf16 on the CPU; fp16
+    (with a dynamic loss scale) and bf16 on CUDA."""
+    return [torch.bfloat16] if device.type == 'cpu' else [torch.float16,
+                                                           torch.bfloat16]
 
 
 def make_image_folder(root: str, num_classes: int = 2, per_class: int = 8,

@@ -8,10 +8,23 @@ from mmengine.optim import build_optim_wrapper
 
 import hpm_mm  # noqa: F401
 
+WRAPPERS = ['GuardedOptimWrapper', 'AutocastOptimWrapper',
+            'GuardedAmpOptimWrapper']
 
-def _setup(wrapper='GuardedOptimWrapper', **kwargs):
+
+def _setup(wrapper='GuardedOptimWrapper', device='cpu', **kwargs):
+    """nn.Linear(4, 2) and the wrapper on ``device``: AutocastOptimWrapper
+    autocasts to bf16 there, GuardedAmpOptimWrapper (CUDA only) is fp16
+    with a dynamic loss scale."""
+    device = torch.device(device)
+    if wrapper == 'GuardedAmpOptimWrapper':
+        if device.type != 'cuda':
+            pytest.skip('fp16 with a loss scaler: CUDA only (mmengine)')
+        kwargs.update(dtype='float16', loss_scale='dynamic')
+    elif wrapper == 'AutocastOptimWrapper':
+        kwargs.update(device_type=device.type)
     torch.manual_seed(0)
-    model = nn.Linear(4, 2)
+    model = nn.Linear(4, 2).to(device)
     optim = build_optim_wrapper(model, dict(
         type=wrapper, optimizer=dict(type='AdamW', lr=0.1), **kwargs))
     return model, optim
@@ -27,14 +40,22 @@ def _same(a, b):
     return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 
-@pytest.mark.parametrize('wrapper', ['GuardedOptimWrapper',
-                                     'AutocastOptimWrapper'])
+@pytest.mark.parametrize('wrapper', WRAPPERS)
 @pytest.mark.parametrize('bad', ['inf_grad', 'nan_loss'])
-def test_bad_step_is_skipped_weights_and_state_untouched(wrapper, bad):
-    model, optim = _setup(wrapper)
-    x = torch.randn(3, 4)
-    optim.update_params(model(x).pow(2).mean())  # one good step: Adam state
+def test_bad_step_is_skipped_weights_and_state_untouched(wrapper, bad,
+                                                         device):
+    model, optim = _setup(wrapper, device)
+    x = torch.randn(3, 4, device=device)
+
+    def good_step():
+        with optim.optim_context(model):
+            loss = model(x).float().pow(2).mean()
+        optim.update_params(loss)
+
+    good_step()  # one good step: Adam state
     before = _state(model, optim)
+    scaler = getattr(optim, 'loss_scaler', None)
+    scale = scaler.get_scale() if scaler is not None else None
     hub = MessageHub.get_current_instance()
     assert hub.get_scalar('train/nonfinite_skipped').current() == 0.
     if bad == 'inf_grad':  # a finite loss whose gradient overflows
@@ -52,7 +73,9 @@ def test_bad_step_is_skipped_weights_and_state_untouched(wrapper, bad):
     assert all(p.grad is None or not p.grad.any() for p in model.parameters())
     assert hub.get_scalar('train/nonfinite_skipped').current() == 1.
     assert optim.skipped_steps == 1 and optim.consecutive_skips == 1
-    optim.update_params(model(x).pow(2).mean())  # training goes on
+    if scaler is not None:  # the dynamic loss scale went down
+        assert scaler.get_scale() < scale
+    good_step()  # training goes on
     assert not _same(before[0], _state(model, optim)[0])
     assert optim.consecutive_skips == 0
 
@@ -83,25 +106,26 @@ def test_gradient_clipping_sees_only_finite_gradients():
     assert hub.get_scalar('train/grad_norm').current() == norm
 
 
-@pytest.mark.parametrize('wrapper', ['GuardedOptimWrapper',
-                                     'AutocastOptimWrapper'])
-def test_per_parameter_clipping_is_dinos(wrapper):
+@pytest.mark.parametrize('wrapper', WRAPPERS)
+def test_per_parameter_clipping_is_dinos(wrapper, device):
     """clip_grad type 'param_norm' (DINO/iBOT): each gradient scaled by
-    max_norm / (norm + 1e-6) where that is below 1, on its own."""
-    model, optim = _setup(wrapper, clip_grad=dict(type='param_norm',
-                                                  max_norm=1.0))
+    max_norm / (norm + 1e-6) where that is below 1, on its own (after
+    unscaling under fp16)."""
+    model, optim = _setup(wrapper, device, clip_grad=dict(type='param_norm',
+                                                          max_norm=1.0))
     captured = {}
     step = optim.optimizer.step
     optim.optimizer.step = lambda *a, **k: captured.update(
         {n: p.grad.clone() for n, p in model.named_parameters()}) or step()
-    x = torch.randn(3, 4) * 100  # weight gradient far above 1, bias below
+    x = torch.randn(3, 4, device=device) * 100  # weight grad > 1, bias < 1
     loss = model(x).sum() * 0.01
     raw = torch.autograd.grad(loss, list(model.parameters()))
     optim.update_params(model(x).sum() * 0.01)
     for (name, _), g in zip(model.named_parameters(), raw):
         n = g.norm()
         want = g * (1. / (n + 1e-6)) if n > 1 else g
-        torch.testing.assert_close(captured[name], want)
+        torch.testing.assert_close(captured[name], want, rtol=1e-4,
+                                   atol=1e-6)
     assert raw[0].norm() > 1 > raw[1].norm()
     hub = MessageHub.get_current_instance()
     assert hub.get_scalar('train/grad_norm_max').current() == pytest.approx(

@@ -23,7 +23,7 @@ def knn_brute_force(train, train_labels, test, test_labels, k, T, C):
 
 
 @pytest.mark.parametrize('seed', [0, 1])
-def test_knn_matches_brute_force(seed):
+def test_knn_matches_brute_force(seed, device):
     g = torch.Generator().manual_seed(seed)
     C, D = 4, 8
     centers = torch.randn(C, D, generator=g)
@@ -32,7 +32,8 @@ def test_knn_matches_brute_force(seed):
     train = centers[train_labels] + 1.5 * torch.randn(120, D, generator=g)
     test = centers[test_labels] + 1.5 * torch.randn(37, D, generator=g)
     ks = (1, 5, 10, 20, 100)
-    got = knn_classify(train, train_labels, test, test_labels, ks, 0.07,
+    got = knn_classify(train.to(device), train_labels.to(device),
+                       test.to(device), test_labels.to(device), ks, 0.07,
                        num_classes=C, chunk_size=8)
     for k in ks:
         want = knn_brute_force(train, train_labels, test, test_labels, k,
@@ -67,7 +68,8 @@ def test_pool_features_cls_token():
 
 
 @pytest.mark.parametrize('feature', ['cls', 'avg'])
-def test_knn_on_model_features_matches_brute_force(tmp_path, feature):
+def test_knn_on_model_features_matches_brute_force(tmp_path, feature,
+                                                  device):
     """extract_features on a real (tiny) HPM through a dataloader, then kNN,
     against features taken by hand from the encoder's tokens and the
     one-sample-at-a-time brute force."""
@@ -100,6 +102,7 @@ def test_knn_on_model_features_matches_brute_force(tmp_path, feature):
         data_preprocessor=dict(type='SelfSupDataPreprocessor', mean=[50.],
                                std=[60.])))
     model.init_weights()
+    model.to(device)
     got = extract_features(model, loader, progress=False, feature=feature)
     want, labels = [], []
     with torch.no_grad():
@@ -109,11 +112,11 @@ def test_knn_on_model_features_matches_brute_force(tmp_path, feature):
             want.append(tokens[:, 0] if feature == 'cls' else
                         tokens[:, 1:].mean(1))
             labels += [int(s.gt_label) for s in data['data_samples']]
-    want = torch.cat(want)
-    assert torch.allclose(got['feats'], want, atol=1e-6)
+    want = torch.cat(want).cpu()
+    assert torch.allclose(got['feats'].cpu(), want, atol=1e-5)
     assert got['labels'].tolist() == labels
     # leave-nothing-out kNN on those features = the brute force
-    y = got['labels']
+    y = got['labels'].cpu()
     acc = knn_classify(got['feats'], y, got['feats'], y, ks=(3, ),
                        temperature=0.07)
     assert acc[3] == pytest.approx(

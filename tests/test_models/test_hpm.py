@@ -6,9 +6,10 @@ import torch
 from mmpretrain.registry import MODELS
 
 import hpm_mm  # noqa: F401
+from conftest import autocast_dtypes
 
 
-def tiny_hpm(teacher=None, **overrides):
+def tiny_hpm(teacher=None, device='cpu', **overrides):
     cfg = dict(
         type='HPM',
         backbone=dict(
@@ -29,14 +30,14 @@ def tiny_hpm(teacher=None, **overrides):
     cfg.update(overrides)
     model = MODELS.build(cfg)
     model.init_weights()
-    return model
+    return model.to(device)
 
 
-def test_loss_keys_and_values():
+def test_loss_keys_and_values(device):
     torch.manual_seed(0)
-    model = tiny_hpm()
+    model = tiny_hpm(device=device)
     model.set_progress(0.5, epoch=3)
-    losses = model.loss(torch.randn(4, 1, 16, 16), [])
+    losses = model.loss(torch.randn(4, 1, 16, 16, device=device), [])
     assert set(losses) == {'loss_rec', 'loss_pred', 'rank_acc', 'alpha',
                            'num_hard'}
     assert all(torch.isfinite(v) for v in losses.values())
@@ -49,11 +50,11 @@ def test_loss_keys_and_values():
                          losses['loss_rec'] + losses['loss_pred'])
 
 
-def test_gradients_reach_student_never_teacher():
+def test_gradients_reach_student_never_teacher(device):
     torch.manual_seed(0)
-    model = tiny_hpm()
+    model = tiny_hpm(device=device)
     model.set_progress(0.5)
-    losses = model.loss(torch.randn(4, 1, 16, 16), [])
+    losses = model.loss(torch.randn(4, 1, 16, 16, device=device), [])
     losses['loss_pred'].backward(retain_graph=True)
     # L_pred trains the predictor trunk and, through it, the encoder
     assert model.neck.predictor_blocks[0].attn.qkv.weight.grad.abs().sum() > 0
@@ -67,10 +68,10 @@ def test_gradients_reach_student_never_teacher():
         assert not p.requires_grad and p.grad is None, name
 
 
-def test_teacher_skipped_when_k_is_zero():
-    model = tiny_hpm(mask_generator=dict(
+def test_teacher_skipped_when_k_is_zero(device):
+    model = tiny_hpm(device=device, mask_generator=dict(
         type='HPMMaskGenerator', alpha_0=0., alpha_T=0.5))
-    x = torch.randn(2, 1, 16, 16)
+    x = torch.randn(2, 1, 16, 16, device=device)
     with mock.patch.object(type(model.teacher), 'run',
                            wraps=model.teacher.run) as spy:
         model.set_progress(0.)   # K = 0
@@ -84,11 +85,11 @@ def test_teacher_skipped_when_k_is_zero():
         type='HPMMaskGenerator', alpha_0=0., alpha_T=0.)).teacher is None
 
 
-def test_ema_update_matches_formula_and_momentum_schedule():
+def test_ema_update_matches_formula_and_momentum_schedule(device):
     torch.manual_seed(0)
     model = tiny_hpm(teacher=dict(momentum=1e-3, end_momentum=1e-4,
-                                  momentum_epochs=100))
-    x = torch.randn(2, 1, 16, 16)
+                                  momentum_epochs=100), device=device)
+    x = torch.randn(2, 1, 16, 16, device=device)
     model.set_progress(0.5, epoch=0)
     model.loss(x, [])  # first update copies the student
     student = dict(model.backbone.named_parameters())
@@ -133,17 +134,17 @@ def test_cosine_momentum_follows_ibot_and_teacher_stays_in_eval():
         tiny_hpm(teacher=dict(momentum_schedule='step'))
 
 
-def test_teacher_scores_use_full_image_and_predictor_only():
-    model = tiny_hpm()
+def test_teacher_scores_use_full_image_and_predictor_only(device):
+    model = tiny_hpm(device=device)
     model.teacher.update(model.student())
-    x = torch.randn(3, 1, 16, 16)
+    x = torch.randn(3, 1, 16, 16, device=device)
     neck = model.teacher.module['neck']
     with mock.patch.object(neck, 'reconstruct',
                            side_effect=AssertionError('reconstructor ran')):
         scores = model.teacher(x)
     assert scores.shape == (3, 16)
     # same as the student's predictor on the unmasked image
-    latent, ids = model.backbone(x, torch.zeros(3, 16), 16)
+    latent, ids = model.backbone(x, torch.zeros(3, 16, device=device), 16)
     with torch.no_grad():
         ref = model.neck.predict_loss(model.neck.embed(latent, ids))
     assert torch.allclose(scores, ref, atol=1e-5)
@@ -188,11 +189,11 @@ def test_absolute_loss_config_and_no_predictor_head():
                                      [])['loss_pred'])
 
 
-def test_teacher_bf16_ranks_like_fp32():
+def test_teacher_bf16_ranks_like_fp32(device):
     torch.manual_seed(0)
-    model = tiny_hpm()
+    model = tiny_hpm(device=device)
     model.teacher.update(model.student())
-    x = torch.randn(4, 1, 16, 16)
+    x = torch.randn(4, 1, 16, 16, device=device)
     ref = model.teacher(x)
     model.teacher.dtype = torch.bfloat16
     fast = model.teacher(x)
@@ -201,7 +202,7 @@ def test_teacher_bf16_ranks_like_fp32():
     assert float(spearman(fast, ref).mean()) > 0.9
 
 
-def test_low_resolution_teacher_matches_a_native_small_model():
+def test_low_resolution_teacher_matches_a_native_small_model(device):
     """teacher input_scale=0.5: the teacher sees the 8x8 downsampled image
     (2x2 patches) and its scores are upsampled to 4x4. Reference: a model
     built natively for 8x8 images, given the same weights with the position
@@ -209,10 +210,10 @@ def test_low_resolution_teacher_matches_a_native_small_model():
     import torch.nn.functional as F
     from mmpretrain.models.utils import resize_pos_embed
     torch.manual_seed(0)
-    model = tiny_hpm(teacher=dict(input_scale=0.5))
+    model = tiny_hpm(teacher=dict(input_scale=0.5), device=device)
     assert model.teacher.grid == (2, 2)
     model.teacher.update(model.student())
-    x = torch.randn(3, 1, 16, 16)
+    x = torch.randn(3, 1, 16, 16, device=device)
     seen = []
     layer = model.teacher.module['backbone'].layers[0]
     handle = layer.register_forward_hook(
@@ -229,7 +230,8 @@ def test_low_resolution_teacher_matches_a_native_small_model():
         neck=dict(type='HPMPretrainDecoder', num_patches=4, patch_size=4,
                   in_chans=1, embed_dim=32, decoder_embed_dim=16,
                   decoder_depth=1, decoder_num_heads=2, predictor_depth=1),
-        head=dict(type='HPMPretrainHead', patch_size=4, in_channels=1)))
+        head=dict(type='HPMPretrainHead', patch_size=4, in_channels=1))).to(
+            device)
     state = copy.deepcopy(model.teacher.module.state_dict())
     state['backbone.pos_embed'] = resize_pos_embed(
         state['backbone.pos_embed'], (4, 4), (2, 2), 'bicubic', 1)
@@ -239,7 +241,8 @@ def test_low_resolution_teacher_matches_a_native_small_model():
     small_x = F.interpolate(x, size=(8, 8), mode='bilinear',
                             align_corners=False, antialias=True)
     with torch.no_grad():
-        latent, ids = small.backbone(small_x, torch.zeros(3, 4), 4)
+        latent, ids = small.backbone(small_x, torch.zeros(3, 4, device=device),
+                                     4)
         ref = small.neck.predict_loss(small.neck.embed(latent, ids))
     ref = F.interpolate(ref.view(3, 1, 2, 2), size=(4, 4), mode='bilinear',
                         align_corners=False).flatten(1)
@@ -258,34 +261,37 @@ def test_teacher_input_scale_and_decoder_grid_errors():
         model.neck.predict_scores(latent, torch.arange(9).repeat(2, 1))
 
 
-def test_teacher_follows_the_step_autocast_unless_told():
+def test_teacher_follows_the_step_autocast_unless_told(device):
     """Under AMP the teacher runs in the autocast dtype (teacher_dtype None);
-    teacher_dtype forces its own dtype."""
-    model = tiny_hpm()
+    teacher_dtype forces its own dtype; its scores are fp32."""
+    model = tiny_hpm(device=device)
     model.teacher.update(model.student())
     seen = []
     layer = model.teacher.module['backbone'].layers[0].attn.qkv
     layer.register_forward_hook(lambda m, i, o: seen.append(o.dtype))
-    x = torch.randn(2, 1, 16, 16)
+    x = torch.randn(2, 1, 16, 16, device=device)
     model.teacher(x)
-    with torch.autocast('cpu', dtype=torch.bfloat16):
-        scores = model.teacher(x)
-    assert seen == [torch.float32, torch.bfloat16]
-    assert scores.dtype == torch.float32
+    assert seen == [torch.float32]
+    for dtype in autocast_dtypes(device):
+        with torch.autocast(device.type, dtype=dtype):
+            scores = model.teacher(x)
+        assert seen[-1] == dtype
+        assert scores.dtype == torch.float32 and torch.isfinite(scores).all()
     model.teacher.dtype = torch.bfloat16
     model.teacher(x)
     assert seen[-1] == torch.bfloat16
 
 
-def test_cls_attention_scores_match_brute_force():
+def test_cls_attention_scores_match_brute_force(device):
     """AttentionMaskGenerator's scores: the teacher's last-block CLS-to-patch
     attention, mean over heads, read off the same encoder pass."""
     import torch.nn.functional as F
     model = tiny_hpm(mask_generator=dict(type='AttentionMaskGenerator',
-                                         alpha_0=0.5, alpha_T=0.5))
+                                         alpha_0=0.5, alpha_T=0.5),
+                     device=device)
     assert model.teacher.score_source == 'cls_attention'
     model.teacher.update(model.student())
-    x = torch.randn(3, 1, 16, 16)
+    x = torch.randn(3, 1, 16, 16, device=device)
     seen = []
     last = model.teacher.module['backbone'].layers[-1]
     last.ln1.register_forward_hook(lambda m, i, o: seen.append(o))
@@ -302,22 +308,22 @@ def test_cls_attention_scores_match_brute_force():
     assert scores.shape == (3, 16)
     assert torch.allclose(scores, want, atol=1e-6)
     assert torch.allclose(scores.sum(1) + full[:, :, 0, 0].mean(1),
-                          torch.ones(3), atol=1e-5)
+                          torch.ones(3, device=device), atol=1e-5)
     model.set_progress(1.)
     assert torch.isfinite(model.loss(x, [])['loss_rec'])
 
 
-def test_teacher_updates_once_per_optimizer_step():
+def test_teacher_updates_once_per_optimizer_step(device):
     """The teacher follows applied optimizer steps only: not after a step
     the guard skipped, once per step under gradient accumulation."""
     from mmengine.optim import build_optim_wrapper
     import hpm_mm.engine  # noqa: F401
-    model = tiny_hpm()
+    model = tiny_hpm(device=device)
     model.set_progress(0.5)
     optim = build_optim_wrapper(model, dict(
         type='GuardedOptimWrapper', accumulative_counts=2,
         optimizer=dict(type='SGD', lr=0.1)))
-    x = torch.randn(2, 1, 16, 16)
+    x = torch.randn(2, 1, 16, 16, device=device)
     data = dict(inputs=x, data_samples=None)
     steps = []
     for i in range(6):
@@ -338,6 +344,67 @@ def test_teacher_updates_once_per_optimizer_step():
     assert int(model.teacher.steps) == 4
 
 
+def _amp_wrapper(model, dtype, device):
+    """The optimizer wrapper ``--amp`` gives: fp16 with a dynamic loss scale
+    on CUDA (mmengine's AmpOptimWrapper, guarded), bf16 autocast else."""
+    from mmengine.optim import build_optim_wrapper
+    cfg = dict(type='AutocastOptimWrapper', dtype='bfloat16')
+    if dtype == torch.float16:
+        cfg = dict(type='GuardedAmpOptimWrapper', dtype='float16',
+                   loss_scale='dynamic')
+    return build_optim_wrapper(model, dict(
+        optimizer=dict(type='AdamW', lr=1e-3), **cfg))
+
+
+def test_amp_step_keeps_losses_fp32(device):
+    """A whole HPM train_step under each AMP dtype of the device: the
+    student runs in the AMP dtype, the per-patch losses, L_rec, the
+    relative L_pred and the teacher's scores are fp32 and finite, every
+    trained parameter moves and the teacher follows."""
+    from hpm_mm.models.heads import HPMPretrainHead
+    for dtype in autocast_dtypes(device):
+        torch.manual_seed(0)
+        model = tiny_hpm(device=device)
+        model.set_progress(0.5)
+        optim = _amp_wrapper(model, dtype, device)
+        seen = {}
+        qkv = model.backbone.layers[0].attn.qkv
+        qkv.register_forward_hook(lambda m, i, o: seen.update(student=o.dtype))
+        patch, run = HPMPretrainHead.patch_losses, type(model.teacher).run
+
+        def record(key, fn, pick=lambda out: out):
+            def call(*args, **kwargs):
+                out = fn(*args, **kwargs)
+                seen[key] = pick(out)
+                return out
+            return call
+
+        teacher_run = record('scores', run, lambda out: out[0])
+        with mock.patch.object(HPMPretrainHead, 'patch_losses', autospec=True,
+                               side_effect=record('per_patch', patch)):
+            with mock.patch.object(type(model.teacher), 'run', autospec=True,
+                                   side_effect=teacher_run):
+                before = {n: p.detach().clone()
+                          for n, p in model.named_parameters()
+                          if p.requires_grad}
+                data = dict(inputs=torch.randn(4, 1, 16, 16, device=device),
+                            data_samples=None)
+                for _ in range(2):  # 1st copies the teacher, 2nd scores
+                    log = model.train_step(dict(data), optim)
+        assert seen['student'] == dtype
+        for key in ('per_patch', 'scores'):
+            assert seen[key].dtype == torch.float32, key
+            assert torch.isfinite(seen[key]).all(), key
+        for key in ('loss_rec', 'loss_pred', 'loss'):
+            assert log[key].dtype == torch.float32 and torch.isfinite(
+                log[key]), key
+        assert optim.skipped_steps == 0
+        moved = [n for n, p in model.named_parameters()
+                 if p.requires_grad and not torch.equal(p, before[n])]
+        assert len(moved) == len(before), set(before) - set(moved)
+        assert int(model.teacher.steps) == 2
+
+
 @pytest.mark.parametrize('old', ['teacher_momentum', 'teacher_input_scale',
                                  'skip_nonfinite'])
 def test_old_arguments_name_their_new_place(old):
@@ -345,11 +412,12 @@ def test_old_arguments_name_their_new_place(old):
         tiny_hpm(**{old: 0.5})
 
 
-def test_every_mask_generator_trains_in_hpm():
-    x = torch.randn(2, 1, 16, 16)
+def test_every_mask_generator_trains_in_hpm(device):
+    x = torch.randn(2, 1, 16, 16, device=device)
     for gen in ('RandomMaskGenerator', 'BlockwiseMaskGenerator',
                 'AttentionMaskGenerator', 'HPMMaskGenerator'):
-        model = tiny_hpm(mask_generator=dict(type=gen, mask_ratio=0.5))
+        model = tiny_hpm(mask_generator=dict(type=gen, mask_ratio=0.5),
+                         device=device)
         assert (model.teacher is None) == (gen in ('RandomMaskGenerator',
                                                    'BlockwiseMaskGenerator'))
         model.set_progress(1.)

@@ -3,6 +3,7 @@ import math
 import pytest
 import torch
 
+from conftest import autocast_dtypes
 from hpm_mm.models import (HPMAbsoluteLoss, HPMRelativeLoss,
                            pairwise_rank_accuracy)
 
@@ -26,7 +27,7 @@ def relative_loss_double_loop(pred, target, mask):
     return total / pairs
 
 
-def random_case(seed, B=3, N=12, ties=True):
+def random_case(seed, B=3, N=12, ties=True, device='cpu'):
     g = torch.Generator().manual_seed(seed)
     pred = torch.randn(B, N, generator=g)
     # quantised targets -> many exact ties
@@ -35,13 +36,13 @@ def random_case(seed, B=3, N=12, ties=True):
     mask = torch.zeros(B, N)
     for b in range(B):
         mask[b, torch.randperm(N, generator=g)[:N * 3 // 4]] = 1
-    return pred, target, mask
+    return pred.to(device), target.to(device), mask.to(device)
 
 
 @pytest.mark.parametrize('seed', range(5))
 @pytest.mark.parametrize('ties', [True, False])
-def test_relative_loss_matches_double_loop(seed, ties):
-    pred, target, mask = random_case(seed, ties=ties)
+def test_relative_loss_matches_double_loop(seed, ties, device):
+    pred, target, mask = random_case(seed, ties=ties, device=device)
     got = HPMRelativeLoss()(pred, target, mask)
     want = relative_loss_double_loop(pred, target, mask)
     assert got.dtype == torch.float32
@@ -66,13 +67,16 @@ def test_relative_loss_ignores_visible_patches_and_detaches_target():
     assert torch.allclose(HPMRelativeLoss()(pred2, target2, mask), loss)
 
 
-def test_relative_loss_fp32_under_bf16_autocast():
-    pred, target, mask = random_case(1)
-    with torch.autocast('cpu', dtype=torch.bfloat16):
-        loss = HPMRelativeLoss()(pred.bfloat16(), target, mask)
-    assert loss.dtype == torch.float32
-    ref = relative_loss_double_loop(pred.bfloat16().float(), target, mask)
-    assert abs(float(loss) - ref) < 1e-5
+def test_relative_loss_fp32_under_autocast(device):
+    """Scores from a bf16 or fp16 predictor: the loss is computed in fp32
+    (equal to the double loop on the rounded scores)."""
+    pred, target, mask = random_case(1, device=device)
+    for dtype in autocast_dtypes(device):
+        with torch.autocast(device.type, dtype=dtype):
+            loss = HPMRelativeLoss()(pred.to(dtype), target, mask)
+        assert loss.dtype == torch.float32
+        ref = relative_loss_double_loop(pred.to(dtype).float(), target, mask)
+        assert abs(float(loss) - ref) < 1e-5
 
 
 def test_relative_loss_perfect_ranking_is_low():
@@ -83,8 +87,8 @@ def test_relative_loss_perfect_ranking_is_low():
     assert good < 1e-3 < bad
 
 
-def test_absolute_loss_matches_reference():
-    pred, target, mask = random_case(2, ties=False)
+def test_absolute_loss_matches_reference(device):
+    pred, target, mask = random_case(2, ties=False, device=device)
     got = HPMAbsoluteLoss()(pred, target, mask)
     total, count = 0., 0
     for b in range(pred.shape[0]):
@@ -96,8 +100,8 @@ def test_absolute_loss_matches_reference():
     assert abs(float(got) - total / count) < 1e-5
 
 
-def test_rank_accuracy_against_double_loop():
-    pred, target, mask = random_case(3)
+def test_rank_accuracy_against_double_loop(device):
+    pred, target, mask = random_case(3, device=device)
     pred[0, :4] = 0.  # some tied predictions count as half right
     right, pairs = 0., 0
     for b in range(pred.shape[0]):

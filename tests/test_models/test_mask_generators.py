@@ -8,6 +8,7 @@ import torch
 from mmpretrain.registry import MODELS
 
 import hpm_mm  # noqa: F401
+from conftest import DEVICES
 from hpm_mm.models import (BaseMaskGenerator, BlockwiseMaskGenerator,
                            HPMMaskGenerator, RandomMaskGenerator)
 
@@ -25,7 +26,6 @@ def registered_generators():
     return out
 
 
-DEVICES = ['cpu'] + (['cuda'] if torch.cuda.is_available() else [])
 GENERATORS = registered_generators()
 
 
