@@ -57,3 +57,85 @@ def test_benchmark_builds_from_the_configs():
     for cfg in (mae, hpm):
         assert cfg['backbone']['arch']['embed_dims'] == 384
         assert cfg['neck']['num_patches'] == 16
+
+
+def test_authors_mask_loop_is_hpm_masking():
+    """The re-implemented per-image loop the mask benchmark times masks
+    what hpm_mm's generator masks: the same count per image, the hardest
+    num_hard always, the others uniformly."""
+    import torch
+    from hpm_mm.models import HPMMaskGenerator
+    torch.manual_seed(0)
+    scores = torch.randn(400, 16)
+    mask = bench.authors_mask(scores, num_masked=12, num_hard=6)
+    assert torch.all(mask.sum(1) == 12)
+    top = scores.topk(6, dim=1).indices
+    assert torch.all(mask.gather(1, top) == 1)
+    # the 6 random ones are drawn from the 10 others: 0.6 each
+    rest = torch.ones_like(mask).scatter_(1, top, 0.).bool()
+    assert mask[rest].mean().item() == pytest.approx(0.6, abs=0.03)
+    gen = HPMMaskGenerator(mask_ratio=0.75, alpha_0=0.5, alpha_T=0.5)
+    assert (gen.num_masked(16), gen.num_hard(16, 1.)) == (12, 6)
+    res = bench.mask_bench(16, 8, torch.device('cpu'), iters=2)
+    assert res['vectorised'] > 0 and res['authors_loop'] > 0
+
+
+class RecordingOps(bench.DeviceOps):
+    """The CUDA timing path's calls, recorded on the CPU: synchronisation,
+    the peak-memory reset and its read."""
+
+    def __init__(self, device):
+        super().__init__(device)
+        self.calls = []
+
+    def sync(self):
+        self.calls.append('sync')
+
+    def reset_peak(self):
+        self.calls.append('reset_peak')
+
+    def peak_gib(self):
+        self.calls.append('peak')
+        return 1.5
+
+
+def test_benchmark_cuda_timing_path_dry_run(capsys, monkeypatch):
+    """What the CUDA path does, run on the CPU with the device calls
+    recorded: warm-up steps untimed, the device synchronised before and
+    after every timed step and section, peak memory reset after the
+    warm-up and read after the timed steps, memory in every row; an
+    out-of-memory row is reported and the run goes on."""
+    import torch
+    x = torch.randn(2, 3, 32, 32)
+    mae_cfg, hpm_cfg = bench.model_cfgs('t', 32)
+    ops = RecordingOps(x.device)
+    res = bench.measure(hpm_cfg, x, iters=3, warmup=2, breakdown=True,
+                        ops=ops)
+    # sync + reset after the warm-up; 3 timed steps; peak read; then 3
+    # steps with sections: each section and the step synchronised twice
+    assert ops.calls[:2] == ['sync', 'reset_peak']
+    assert ops.calls[2:8] == ['sync'] * 6 and ops.calls[8] == 'peak'
+    sections = res['teacher'], res['mask'], res['student_fwd']
+    assert all(s > 0 for s in sections)
+    assert ops.calls[9:].count('sync') >= 2 * (3 + 3 * 5)
+    assert res['peak_mem_gib'] == 1.5 and res['img_s'] > 0
+    assert res['skipped_steps'] == 0
+    monkeypatch.setattr(bench, 'DeviceOps', RecordingOps)
+    real = bench._measure
+
+    def oom_for_half_res(cfg, *args):
+        if cfg.get('teacher', {}).get('input_scale') == 0.5:
+            raise torch.OutOfMemoryError('CUDA out of memory (test)')
+        return real(cfg, *args)
+
+    monkeypatch.setattr(bench, '_measure', oom_for_half_res)
+    out = bench.main(['--archs', 't', '--img-size', '32', '--batch', '2',
+                      '--iters', '1', '--warmup', '2', '--fast',
+                      'teacher_half_res', 'predictor_2blocks',
+                      '--no-breakdown'])
+    text = capsys.readouterr().out
+    half = out['t']['fast']['teacher_half_res']
+    assert half['oom'] and 'step' not in half and 'ratio' not in half
+    assert '| ViT-T | teacher_half_res | OOM |' in text
+    assert '| ViT-T | predictor_2blocks |' in text and '| 1.5 |' in text
+    assert 'after 2 warm-up' in text

@@ -1,8 +1,9 @@
 """HPM vs mmpretrain MAE step time and memory, side by side in one run.
 
     python tools/analysis_tools/benchmark_step.py [--archs t s b] \
-        [--batch 8] [--iters 5] [--img-size 224] [--device cpu|cuda] \
-        [--amp [bf16|fp16]] [--out bench.json]
+        [--batch 8] [--iters 5] [--warmup 1] [--img-size 224] \
+        [--device cpu|cuda] [--amp [bf16|fp16]] [--mask-bench] \
+        [--out bench.json]
 
 For each ViT size the models are built from the configs, with the ViT's
 width and depth set per ``--archs`` (the decoders stay MAE's 8 x 512-d):
@@ -11,18 +12,27 @@ and HPM from ``configs/_base_/models/hpm_vit-base-p16.py`` (alpha 0.5 ->
 0.5, so the teacher runs every step). Each step is the model's own
 ``train_step`` (data preprocessor, ``loss``, backward, AdamW step through an
 optimizer wrapper), timed over the same batch: median of ``--iters`` steps
-after a warm-up, CUDA synchronised around each. A second set of steps times
+after ``--warmup`` steps, CUDA synchronised around each. A second set of
+steps times
 the sections of HPM's step on the real modules, through forward hooks and
 method wrappers: the teacher (EMA update + scoring pass), the mask
 generator, the student forward (backbone + neck), the losses (head) and the
 rest (backward, optimizer step, preprocessing). Peak memory
-(``torch.cuda.max_memory_allocated``) is reported on CUDA only. The printed
+(``torch.cuda.max_memory_allocated`` over the timed steps, reset after the
+warm-up) is reported on CUDA for every row; a row that runs out of memory
+is reported as OOM and the others go on. The printed
 ratio HPM/MAE stands next to the FLOP model's ratio (multiply-accumulates:
 forward x3 for trained parts, forward only for the teacher). Fast settings
 are timed too, each a config override with its own FLOP-model ratio: teacher
 in bf16, a lighter predictor (2 blocks), a half-resolution teacher
 (``teacher.input_scale=0.5``), the last two combined, and alpha = 0
 (no teacher).
+
+``--mask-bench`` also times mask generation alone at ``--mask-batch``
+(256) images of the ViT grid: hpm_mm's vectorised ``HPMMaskGenerator``
+against the authors' per-sample loop (re-implemented here: a NumPy
+``delete`` and ``shuffle`` per image, with a host round trip each), as time
+per batch and as a share of the HPM step.
 """
 import argparse
 import copy
@@ -129,16 +139,38 @@ def model_cfgs(arch, img_size, overrides=None):
     return mae.to_dict(), hpm.to_dict()
 
 
-class Timer:
-    """Wall-clock sections, synchronising CUDA around each one."""
+class DeviceOps:
+    """What timing needs of a device: wait for its queued work, and reset
+    and read its peak memory (CUDA; ``None`` elsewhere)."""
 
     def __init__(self, device):
+        self.cuda = torch.device(device).type == 'cuda'
         self.device = device
+
+    def sync(self):
+        if self.cuda:
+            torch.cuda.synchronize(self.device)
+
+    def reset_peak(self):
+        if self.cuda:
+            torch.cuda.empty_cache()
+            torch.cuda.reset_peak_memory_stats(self.device)
+
+    def peak_gib(self):
+        if self.cuda:
+            return torch.cuda.max_memory_allocated(self.device) / 2**30
+        return None
+
+
+class Timer:
+    """Wall-clock sections, the device synchronised around each one."""
+
+    def __init__(self, ops):
+        self.ops = ops
         self.times = {}
 
     def sync(self):
-        if self.device.type == 'cuda':
-            torch.cuda.synchronize()
+        self.ops.sync()
 
     @contextmanager
     def section(self, name):
@@ -187,8 +219,20 @@ def optim_wrapper(model, amp):
     return build_optim_wrapper(model, cfg)
 
 
-def measure(cfg, x, iters, amp=None, breakdown=False):
-    """Median step time (and sections, peak memory) of one model."""
+def measure(cfg, x, iters, amp=None, breakdown=False, warmup=1, ops=None):
+    """Median step time, images/s (and sections, peak memory) of one
+    model; ``dict(oom=True)`` when it does not fit in the device's
+    memory."""
+    try:
+        return _measure(cfg, x, iters, amp, breakdown, warmup,
+                        ops or DeviceOps(x.device))
+    except torch.OutOfMemoryError:
+        if x.device.type == 'cuda':
+            torch.cuda.empty_cache()
+        return dict(oom=True)
+
+
+def _measure(cfg, x, iters, amp, breakdown, warmup, ops):
     from mmpretrain.registry import MODELS
     torch.manual_seed(0)
     model = MODELS.build(cfg).to(x.device)
@@ -198,16 +242,20 @@ def measure(cfg, x, iters, amp=None, breakdown=False):
         model.set_progress(1.0)
     optim = optim_wrapper(model, amp)
     data = dict(inputs=x, data_samples=None)
-    timer = Timer(x.device)
-    model.train_step(copy.copy(data), optim)  # warm-up
-    if x.device.type == 'cuda':
-        torch.cuda.reset_peak_memory_stats()
+    timer = Timer(ops)
+    for _ in range(max(1, warmup)):
+        model.train_step(copy.copy(data), optim)
+    ops.sync()
+    ops.reset_peak()
     for _ in range(iters):
         with timer.section('step'):
             model.train_step(copy.copy(data), optim)
     out = dict(step=statistics.median(timer.times.pop('step')))
-    if x.device.type == 'cuda':
-        out['peak_mem_gib'] = torch.cuda.max_memory_allocated() / 2**30
+    out['img_s'] = x.shape[0] / out['step']
+    peak = ops.peak_gib()
+    if peak is not None:
+        out['peak_mem_gib'] = peak
+    out['skipped_steps'] = int(getattr(optim, 'skipped_steps', 0))
     if breakdown:
         undo = sections(model, timer)
         for _ in range(iters):
@@ -223,12 +271,83 @@ def measure(cfg, x, iters, amp=None, breakdown=False):
     return out
 
 
+def authors_mask(scores, num_masked, num_hard):
+    """The authors' ``generate_mask`` (HPM repository), re-implemented
+    with its per-image loop: for every image, the ``num_hard`` highest
+    scores are masked and the rest of the order is a NumPy shuffle of the
+    other patches, each image copied to the host and back. (B, N) float,
+    1 = masked."""
+    import numpy as np
+    B, N = scores.shape
+    device = scores.device
+    order = torch.argsort(scores, dim=1)  # ascending: hardest last
+    ids_shuffle = torch.zeros_like(order)
+    for i in range(B):
+        hard = order[i, N - num_hard:]
+        ids_shuffle[i, N - num_hard:] = hard
+        rest = np.delete(np.arange(N), hard.cpu().numpy())
+        np.random.shuffle(rest)
+        ids_shuffle[i, :N - num_hard] = torch.from_numpy(rest).to(device)
+    ids_restore = torch.argsort(ids_shuffle, dim=1)
+    mask = torch.ones(B, N, device=device)
+    mask[:, :N - num_masked] = 0
+    return torch.gather(mask, 1, ids_restore)
+
+
+def mask_bench(num_patches, batch, device, iters=20, ops=None):
+    """Seconds per batch of hpm_mm's vectorised generator and of the
+    authors' per-image loop, at gamma 0.75 and alpha 0.5 (medians)."""
+    from hpm_mm.models import HPMMaskGenerator
+    ops = ops or DeviceOps(device)
+    gen = HPMMaskGenerator(mask_ratio=0.75, alpha_0=0.5, alpha_T=0.5)
+    num_masked = gen.num_masked(num_patches)
+    num_hard = gen.num_hard(num_patches, 1.)
+    scores = torch.randn(batch, num_patches, device=device)
+    runs = dict(
+        vectorised=lambda: gen(scores, 1., num_patches, batch, device),
+        authors_loop=lambda: authors_mask(scores, num_masked, num_hard))
+    timer, out = Timer(ops), {}
+    for name, fn in runs.items():
+        fn()  # warm-up
+        for _ in range(iters):
+            with timer.section(name):
+                mask = fn()
+        assert torch.all(mask.sum(1) == num_masked)
+        out[name] = statistics.median(timer.times[name])
+    return dict(out, batch=batch, num_patches=num_patches,
+                num_masked=num_masked, num_hard=num_hard)
+
+
+def versions(device):
+    """torch, CUDA and the device's name, for the record."""
+    out = dict(torch=torch.__version__, cuda=torch.version.cuda)
+    if device.type == 'cuda':
+        out['device'] = torch.cuda.get_device_name(device)
+    else:
+        out['device'] = f'CPU ({torch.get_num_threads()} threads)'
+    return out
+
+
+def fmt_row(arch, name, row, mae):
+    """One line of the all-rows table (step, images/s, x MAE, memory)."""
+    if row.get('oom'):
+        return f'| ViT-{arch.upper()} | {name} | OOM | | | | OOM |'
+    ratio = f"{row['step'] / mae['step']:.2f}x" if not mae.get('oom') \
+        else '-'
+    mem = f"{row['peak_mem_gib']:.1f}" if 'peak_mem_gib' in row else '-'
+    return (f"| ViT-{arch.upper()} | {name} | {row['step']:.3f} | "
+            f"{row['img_s']:.0f} | {ratio} | {row['flop_ratio']:.2f}x | "
+            f'{mem} |')
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument('--archs', nargs='+', default=['t', 's', 'b'],
                         choices=list(ARCHS))
     parser.add_argument('--batch', type=int, default=8)
     parser.add_argument('--iters', type=int, default=5)
+    parser.add_argument('--warmup', type=int, default=1,
+                        help='untimed steps before timing (default 1)')
     parser.add_argument('--img-size', type=int, default=224)
     parser.add_argument('--device', default=None)
     parser.add_argument('--amp', nargs='?', const='bf16',
@@ -241,6 +360,12 @@ def main(argv=None):
     parser.add_argument('--fast', nargs='+', default=list(FAST),
                         choices=list(FAST),
                         help='which fast settings to time')
+    parser.add_argument('--no-breakdown', action='store_true',
+                        help="skip the timed sections of HPM's step")
+    parser.add_argument('--mask-bench', action='store_true',
+                        help='also time mask generation: vectorised vs the '
+                        "authors' per-image loop")
+    parser.add_argument('--mask-batch', type=int, default=256)
     parser.add_argument('--out')
     args = parser.parse_args(argv)
     import hpm_mm  # noqa: F401
@@ -251,35 +376,51 @@ def main(argv=None):
     MMLogger.get_instance('benchmark_step', log_level='WARNING')
     device = torch.device(args.device or (
         'cuda' if torch.cuda.is_available() else 'cpu'))
-    dev_name = torch.cuda.get_device_name(device) if device.type == 'cuda' \
-        else f'CPU ({torch.get_num_threads()} threads)'
-    print(f'device: {dev_name}; batch {args.batch}; {args.img_size}px; '
+    if args.amp == 'fp16' and device.type != 'cuda':
+        parser.error('--amp fp16 (a dynamic loss scale) needs CUDA; use '
+                     '--amp bf16 on this device')
+    env = versions(device)
+    dev_name = env['device']
+    print(f"device: {dev_name}; torch {env['torch']}, CUDA {env['cuda']}; "
+          f'batch {args.batch}; {args.img_size}px; '
           f"{args.amp + ' autocast' if args.amp else 'fp32'}; median of "
-          f'{args.iters} steps')
-    rows, results, fast_rows = [], {}, {}
+          f'{args.iters} steps after {max(1, args.warmup)} warm-up')
+    ops = DeviceOps(device)
+    rows, all_rows, results, fast_rows = [], [], {}, {}
     for arch in args.archs:
         dim, depth, _ = ARCHS[arch]
         mae_cfg, hpm_cfg = model_cfgs(arch, args.img_size)
         x = torch.randn(args.batch, 3, args.img_size, args.img_size,
                         device=device)
-        mae = measure(mae_cfg, x, args.iters, args.amp)
-        hpm = measure(hpm_cfg, x, args.iters, args.amp, breakdown=True)
+        mae = measure(mae_cfg, x, args.iters, args.amp, warmup=args.warmup,
+                      ops=ops)
+        hpm = measure(hpm_cfg, x, args.iters, args.amp, warmup=args.warmup,
+                      breakdown=not args.no_breakdown, ops=ops)
         n = (args.img_size // 16)**2
         f_mae, f_hpm = flop_model(dim, depth, n)
+        mae['flop_ratio'], hpm['flop_ratio'] = 1., f_hpm / f_mae
         res = dict(mae=mae, hpm=hpm, flop_ratio=f_hpm / f_mae,
                    gmacs_mae=f_mae / 1e9, gmacs_hpm=f_hpm / 1e9)
+        all_rows += [fmt_row(arch, 'MAE (mmpretrain)', mae, mae),
+                     fmt_row(arch, 'HPM (faithful)', hpm, mae)]
         if not args.no_fast:
             res['fast'] = {}
             for name, (overrides, flop_args) in FAST.items():
                 if name not in args.fast:
                     continue
                 t = measure(model_cfgs(arch, args.img_size, overrides)[1], x,
-                            args.iters, args.amp)
+                            args.iters, args.amp, warmup=args.warmup,
+                            ops=ops)
                 f_m, f_h = fast_flops(arch, args.img_size, **flop_args)
-                res['fast'][name] = dict(ratio=t['step'] / mae['step'],
-                                         flop_ratio=f_h / f_m)
-                fast_rows.setdefault(name, {})[arch] = res['fast'][name]
+                t['flop_ratio'] = f_h / f_m
+                if not t.get('oom') and not mae.get('oom'):
+                    t['ratio'] = t['step'] / mae['step']
+                res['fast'][name] = t
+                fast_rows.setdefault(name, {})[arch] = t
+                all_rows.append(fmt_row(arch, name, t, mae))
         results[arch] = res
+        if mae.get('oom') or hpm.get('oom') or args.no_breakdown:
+            continue
         overhead = (hpm['mask'] + hpm['losses']) / hpm['step']
         rows.append(
             f"| ViT-{arch.upper()} | {mae['step']:.3f} | {hpm['step']:.3f} | "
@@ -290,14 +431,21 @@ def main(argv=None):
             f"{100 * overhead:.1f}% |"
             + (f" {mae['peak_mem_gib']:.2f} / {hpm['peak_mem_gib']:.2f} |"
                if 'peak_mem_gib' in hpm else ''))
-    header = ('| model | MAE step (s) | HPM step (s) | HPM/MAE | FLOP model '
-              '| teacher (s) | mask gen | student fwd (s) | losses '
-              '| bwd+step+rest (s) | mask+loss share |' +
-              (' peak mem MAE / HPM (GiB) |' if device.type == 'cuda'
-               else ''))
-    print(header)
-    print('|' + '---|' * (header.count('|') - 1))
-    print('\n'.join(rows))
+    if rows:
+        header = ('| model | MAE step (s) | HPM step (s) | HPM/MAE | '
+                  'FLOP model | teacher (s) | mask gen | student fwd (s) | '
+                  'losses | bwd+step+rest (s) | mask+loss share |' +
+                  (' peak mem MAE / HPM (GiB) |' if device.type == 'cuda'
+                   else ''))
+        print(header)
+        print('|' + '---|' * (header.count('|') - 1))
+        print('\n'.join(rows))
+    print('\nevery row (x MAE: step time over MAE\'s; FLOP model: the same '
+          'ratio by the arithmetic):')
+    print('| model | setting | step (s) | images/s | x MAE | FLOP model | '
+          'peak mem (GiB) |')
+    print('|---|---|---|---|---|---|---|')
+    print('\n'.join(all_rows))
     if fast_rows:
         print('\nfast settings, HPM step / MAE step (FLOP model):')
         print('| setting | ' + ' | '.join(
@@ -306,12 +454,32 @@ def main(argv=None):
         for name, per_arch in fast_rows.items():
             print(f'| {name} | ' + ' | '.join(
                 f"{per_arch[a]['ratio']:.2f}x ({per_arch[a]['flop_ratio']:.2f}x)"
+                if 'ratio' in per_arch[a] else 'OOM'
                 for a in args.archs) + ' |')
+    masks = None
+    if args.mask_bench:
+        side = args.img_size // 16
+        masks = mask_bench(side * side, args.mask_batch, device, ops=ops)
+        print(f"\nmask generation, batch {masks['batch']}, "
+              f"{masks['num_patches']} patches, {masks['num_masked']} masked "
+              f"({masks['num_hard']} hardest), median of 20:")
+        print('| generator | ms per batch | share of the HPM step time of '
+              'as many images |')
+        print('|---|---|---|')
+        per_img = {a: r['hpm']['step'] / args.batch
+                   for a, r in results.items() if 'step' in r['hpm']}
+        for name in ('vectorised', 'authors_loop'):
+            t = masks[name]
+            share = ', '.join(
+                f'ViT-{a.upper()} {100 * t / (p * masks["batch"]):.2f}%'
+                for a, p in per_img.items())
+            print(f'| {name} | {t * 1e3:.2f} | {share} |')
     if args.out:
         with open(args.out, 'w') as f:
-            json.dump(dict(device=dev_name, batch=args.batch,
+            json.dump(dict(device=dev_name, versions=env, batch=args.batch,
                            img_size=args.img_size, amp=args.amp,
-                           results=results), f, indent=2)
+                           iters=args.iters, warmup=max(1, args.warmup),
+                           results=results, mask_bench=masks), f, indent=2)
     return results
 
 
