@@ -16,6 +16,10 @@
 #   --with-mmcv               add the locally built mmcv wheel with compiled ops (from
 #                             HPM_WHEEL_CACHE, built by tools/install.sh full) for the
 #                             local python/torch; the full profile needs it offline
+#   --overlay                 only the exact wheels of requirements/overlay.txt, no
+#                             dependencies: for `tools/install.sh overlay` on an environment
+#                             that keeps its own torch, numpy (1 or 2) and OpenCV (a GPU
+#                             image); ~4 MB, pure Python
 #
 # How: pip resolves the profile's requirements (requirements/, pinned by
 # requirements/constraints.txt) for the target into a report without installing,
@@ -29,9 +33,9 @@ log() { printf '[wheelhouse] %s\n' "$*"; }
 die() { printf '[wheelhouse] ERROR: %s\n' "$*" >&2; exit 1; }
 
 OUT=${1:-}
-[[ -n $OUT && $OUT != -* ]] || die "usage: bash tools/build_wheelhouse.sh DIR [--profile pretrain|full] [--python-version X.Y] [--platform TAG]... [--no-torch] [--with-mmcv]"
+[[ -n $OUT && $OUT != -* ]] || die "usage: bash tools/build_wheelhouse.sh DIR [--profile pretrain|full] [--python-version X.Y] [--platform TAG]... [--no-torch] [--with-mmcv] [--overlay]"
 shift
-PROFILE=pretrain PYVER='' PLATFORMS=() NO_TORCH=0 WITH_MMCV=0
+PROFILE=pretrain PYVER='' PLATFORMS=() NO_TORCH=0 WITH_MMCV=0 OVERLAY=0
 while [[ $# -gt 0 ]]; do
   case $1 in
     --profile) PROFILE=$2; shift 2 ;;
@@ -39,6 +43,7 @@ while [[ $# -gt 0 ]]; do
     --platform) PLATFORMS+=("$2"); shift 2 ;;
     --no-torch) NO_TORCH=1; shift ;;
     --with-mmcv) WITH_MMCV=1; shift ;;
+    --overlay) OVERLAY=1; shift ;;
     *) die "unknown option $1 (see the header of tools/build_wheelhouse.sh)" ;;
   esac
 done
@@ -61,6 +66,16 @@ if [[ $PROFILE == full ]]; then  # serves both profiles; mmcv itself: --with-mmc
 fi
 if [[ $NO_TORCH == 0 ]]; then
   reqs+=(${HPM_TORCH:-torch==2.14.1 torchvision==0.29.1})
+fi
+
+# overlay: the pinned list as it is (pure-Python wheels, no resolution)
+if [[ $OVERLAY == 1 ]]; then
+  log "the overlay (requirements/overlay.txt)${PYVER:+ for Python $PYVER}"
+  "${PIP[@]}" download --quiet --no-deps --only-binary :all: "${TARGET[@]}" -d "$OUT" -r "$REQ/overlay.txt" \
+    || die "pip could not download the overlay's wheels (see above)"
+  log "done: $(ls "$OUT"/*.whl | wc -l) wheels, $(du -sh "$OUT" | cut -f1) in $OUT"
+  log "install with no network: HPM_WHEELHOUSE=$OUT bash tools/install.sh overlay"
+  exit 0
 fi
 
 # 1. resolve for the target, without installing anything

@@ -7,6 +7,10 @@
 #   bash tools/install.sh [full]     # + mmcv built with its compiled ops, mmdet,
 #                                    # mmsegmentation, test tools (used by tools/run_tests.sh
 #                                    # and the detection/segmentation configs)
+#   bash tools/install.sh overlay    # the pretraining stack added to the active Python
+#                                    # (requirements/overlay.txt, pip --no-deps): for an
+#                                    # environment whose torch, numpy (1 or 2), OpenCV stay
+#                                    # as they are, e.g. a GPU image without network
 #
 # Moving from pretrain to full in the same environment replaces mmcv-lite by
 # mmcv (both ship the `mmcv` package); a full install also serves pretrain.
@@ -40,12 +44,12 @@ log() { printf '[install] %s\n' "$*"; }
 die() { printf '[install] ERROR: %s\n' "$*" >&2; exit 1; }
 start=$(date +%s)
 case $PROFILE in
-  pretrain|full) ;;
-  *) die "unknown profile '$PROFILE'. Use: bash tools/install.sh pretrain   (or: full)" ;;
+  pretrain|full|overlay) ;;
+  *) die "unknown profile '$PROFILE'. Use: bash tools/install.sh pretrain   (or: full, overlay)" ;;
 esac
 
 # ---------------------------------------------------------------- python / venv
-if [[ ${HPM_USE_CURRENT_ENV:-0} == 1 ]]; then
+if [[ ${HPM_USE_CURRENT_ENV:-0} == 1 || $PROFILE == overlay ]]; then
   PY=$(command -v python || command -v python3) || die "no python on PATH"
 else
   BASE_PY=$(command -v python3 || true)
@@ -84,11 +88,49 @@ if [[ -f $(stamp full) ]] && "$PY" -c "import hpm_mm" 2>/dev/null && mmcv_ops_ok
   log "already installed (full profile: $(stamp full)); $(( $(date +%s) - start )) s"
   exit 0
 fi
-if [[ $PROFILE == pretrain && -f $(stamp pretrain) ]] && "$PY" -c "import hpm_mm" 2>/dev/null; then
-  log "already installed (pretrain profile: $(stamp pretrain)); $(( $(date +%s) - start )) s"
+if [[ $PROFILE != full && -f $(stamp "$PROFILE") ]] && "$PY" -c "import hpm_mm" 2>/dev/null; then
+  log "already installed ($PROFILE profile: $(stamp "$PROFILE")); $(( $(date +%s) - start )) s"
   exit 0
 fi
 log "profile: $PROFILE"
+
+prepare_data() {
+  if [[ ${HPM_SKIP_DATA:-0} != 1 ]]; then
+    "$PY" "$ROOT/tools/dataset_converters/prepare_fashion_mnist.py" --out "$ROOT/data/fashion_mnist" \
+      || log "WARNING: Fashion-MNIST not prepared (see above); the main job needs it, the tests do not."
+  fi
+}
+
+# ---------------------------------------------------------------- overlay
+if [[ $PROFILE == overlay ]]; then
+  missing=$("$PY" - <<'EOF'
+import importlib.util
+need = dict(torch='torch', torchvision='torchvision', numpy='numpy',
+            cv2='opencv-python(-headless)', matplotlib='matplotlib',
+            yaml='pyyaml', rich='rich', einops='einops', PIL='Pillow',
+            packaging='packaging', markdown='Markdown', click='click',
+            zipp='zipp')
+print(' '.join(v for k, v in need.items() if importlib.util.find_spec(k) is None))
+EOF
+)
+  [[ -z $missing ]] || die "the overlay adds the pretraining stack to an environment that has its own packages, but $("$PY" -c 'import sys; print(sys.executable)') lacks: $missing. Fix: install those into it, or: bash tools/install.sh pretrain (a venv of its own)"
+  log "adding the pretraining stack to $("$PY" -c 'import sys, torch, numpy; print(sys.executable, "(torch", torch.__version__ + ", numpy", numpy.__version__ + ")")'); nothing of it replaced"
+  pins=$(mktemp)
+  grep -v '^setuptools' "$REQ/overlay.txt" > "$pins"
+  "${PIP[@]}" install -q "${SOURCE[@]}" --no-deps -r "$pins" \
+    || die "pip could not install the overlay${WHEELHOUSE:+ from the wheelhouse (build it with: bash tools/build_wheelhouse.sh DIR --overlay)}"
+  rm -f "$pins"
+  if ! "$PY" -c "import pkg_resources" 2>/dev/null; then
+    log "this setuptools has no pkg_resources, which mmengine 0.10.7 imports: adding $(grep '^setuptools' "$REQ/overlay.txt")"
+    "${PIP[@]}" install -q "${SOURCE[@]}" --no-deps "$(grep '^setuptools' "$REQ/overlay.txt")" || die "pip could not install setuptools"
+  fi
+  "${PIP[@]}" install -q "${SOURCE[@]}" --no-deps --no-build-isolation -e "$ROOT" || die "pip could not install hpm_mm itself"
+  "$PY" -c "import hpm_mm" || die "hpm_mm does not import; see the message above"
+  prepare_data
+  touch "$(stamp overlay)"
+  log "done (overlay) in $(( $(date +%s) - start )) s"
+  exit 0
+fi
 
 # ---------------------------------------------------------------- torch
 if "$PY" -c "import torch, torchvision" 2>/dev/null; then
@@ -167,10 +209,7 @@ log "installing ${reqs[*]} and hpm_mm (editable)"
 "$PY" -c "import hpm_mm" || die "hpm_mm does not import; see the message above"
 
 # ---------------------------------------------------------------- embedded data
-if [[ ${HPM_SKIP_DATA:-0} != 1 ]]; then
-  "$PY" "$ROOT/tools/dataset_converters/prepare_fashion_mnist.py" --out "$ROOT/data/fashion_mnist" \
-    || log "WARNING: Fashion-MNIST not prepared (see above); the main job needs it, the tests do not."
-fi
+prepare_data
 
 touch "$(stamp "$PROFILE")"
 log "done ($PROFILE profile) in $(( $(date +%s) - start )) s; activate with: source ${VENV}/bin/activate"
