@@ -2,6 +2,7 @@
 import copy
 import glob
 import importlib
+import os
 import os.path as osp
 
 import pytest
@@ -144,8 +145,8 @@ def test_study_report_only_tabulates_finished_runs(tmp_path):
     assert '| mae |' in table
     # kNN on the patch average and on the CLS token; the linear column names
     # the one seed it covers, not the row's two; no CLS linear probe ran
-    assert '| 79.00 ± 1.41 | 77.00 ± 1.41 | 70.00 (seed 0) | - | 0, 1 |' \
-        in table
+    assert '| 79.00 ± 1.41 | 77.00 ± 1.41 | 70.00 (seed 0) | - | - | - | ' \
+        '0, 1 |' in table
     assert '| hpm |' not in table
     res = json.loads((tmp_path / 'study.json').read_text())
     assert set(res) == {'mae'} and set(res['mae']) == {'0', '1'}
@@ -220,3 +221,127 @@ def test_tools_build_every_collate_fn():
             continue
         assert not any('_scope_' in c for c in _collate_fns(
             load_config(path)._cfg_dict)), path
+
+
+def _study():
+    import sys
+    sys.path.insert(0, osp.join(REPO, 'tools', 'analysis_tools'))
+    try:
+        import fmnist_study
+    finally:
+        sys.path.pop(0)
+    return fmnist_study
+
+
+def _merged(config, options):
+    from mmengine.config import DictAction
+    cfg = Config.fromfile(osp.join(REPO, config))
+    cfg.merge_from_dict({k: DictAction._parse_iterable(v) for k, v in (
+        o.split('=', 1) for o in options)})
+    return cfg
+
+
+def test_study_schedule_scales_warmup_and_teacher_to_its_steps():
+    """--epochs / --train-images: the configs' own schedule is the rule's
+    fixed point (1 warm-up epoch, momentum 0.1 -> 0.025 at 400 steps); a
+    100-epoch run over all 60k images gets 5 warm-up epochs and a teacher
+    lagging 2.5% -> 10% of its 23,500 steps; the options reach the config."""
+    study = _study()
+    cfg = study.HPM_CFG
+    assert study.Schedule().options(cfg) == []
+    same = study.Schedule(10, 10000)
+    assert same.steps(cfg) == 400 and same.warmup(cfg) == 1
+    assert same.momentum(cfg) == pytest.approx((0.1, 0.025))
+    base = Config.fromfile(osp.join(REPO, cfg))
+    assert (base.model.teacher.momentum, base.model.teacher.end_momentum) \
+        == same.momentum(cfg)
+    long = study.Schedule(100, 60000)
+    assert long.steps(cfg) == 100 * 235 and long.warmup(cfg) == 5
+    m0, m1 = long.momentum(cfg)
+    assert 1 / m0 == pytest.approx(0.025 * 23500)
+    assert 1 / m1 == pytest.approx(0.1 * 23500)
+    merged = _merged(cfg, long.options(cfg))
+    assert merged.train_cfg.max_epochs == 100
+    warm, cos = merged.param_scheduler
+    assert (warm.end, cos.begin, cos.T_max, cos.end) == (5, 5, 95, 100)
+    assert merged.train_dataloader.dataset.indices is None  # all 60k
+    assert merged.model.teacher.momentum_epochs == 100
+    assert merged.model.teacher.momentum == pytest.approx(m0, rel=1e-3)
+    # MAE has no teacher; a 20k-image run keeps its subset
+    mae = _merged(study.MAE_CFG, study.Schedule(40, 20000).options(
+        study.MAE_CFG, teacher=False))
+    assert mae.train_dataloader.dataset.indices == 20000
+    assert 'teacher' not in mae.model
+    # a dry run of 4 steps: the teacher lags 2 (mmengine needs m < 1)
+    assert study.Schedule(2, 512).momentum(cfg) == (.5, .5)
+
+
+def test_study_low_label_finetunes_on_a_label_subset():
+    study = _study()
+    for percent, epochs in study.LOW_LABEL_EPOCHS.items():
+        cfg = _merged(study.FINETUNE_CFG, study.low_label_options(percent))
+        assert cfg.train_dataloader.dataset.indices == 600 * percent
+        assert cfg.train_cfg.max_epochs == epochs == cfg.train_cfg.val_interval
+        assert cfg.param_scheduler[1].end == epochs
+        assert cfg.val_dataloader.dataset.split == 'test'
+
+
+def test_study_pack_unpack_round_trip(tmp_path):
+    """The encoders (fp16) and result files of finished runs travel in
+    files of at most the limit, and come back as runs whose encoder the
+    evaluations load and whose results the report reads."""
+    import json
+
+    study = _study()
+    src, dst = tmp_path / 'gpu', tmp_path / 'cpu'
+    for name in ('mae_seed0', 'hpm_seed0', 'hpm_seed1'):
+        work = src / name
+        work.mkdir(parents=True)
+        state = {'backbone.w': torch.randn(300, 300),
+                 'backbone.step': torch.tensor(3),
+                 'neck.w': torch.randn(10)}
+        torch.save(dict(state_dict=state), work / 'epoch_4.pth')
+        (work / 'last_checkpoint').write_text(str(work / 'epoch_4.pth'))
+        (work / 'knn.json').write_text(json.dumps(dict(best=70.0)))
+        (work / 'pretrain.json').write_text(json.dumps(dict(epochs=4)))
+    old = study.PACK_LIMIT
+    study.PACK_LIMIT = 300 * 1024  # two runs do not fit in one file
+    try:
+        files = study.pack(str(src), sorted(os.listdir(src)),
+                           str(tmp_path / 'pack'))
+    finally:
+        study.PACK_LIMIT = old
+    assert len(files) == 3
+    assert all(os.path.getsize(f) <= 300 * 1024 for f in files)
+    names = study.unpack(files, str(dst))
+    assert sorted(names) == ['hpm_seed0', 'hpm_seed1', 'mae_seed0']
+    for name in names:
+        got = torch.load(dst / name / 'encoder.pth')['state_dict']
+        want = torch.load(src / name / 'epoch_4.pth')['state_dict']
+        assert set(got) == {'backbone.w', 'backbone.step'}
+        assert got['backbone.w'].dtype == torch.float32
+        torch.testing.assert_close(got['backbone.w'], want['backbone.w'],
+                                   atol=1e-2, rtol=1e-3)
+        assert json.loads((dst / name / 'knn.json').read_text())['best'] \
+            == 70.0
+        # a finished run of that schedule for the evaluations
+        assert study.final_checkpoint(str(dst / name), study.HPM_CFG, 4) \
+            == str(dst / name / 'encoder.pth')
+        assert study.final_checkpoint(str(dst / name), study.HPM_CFG,
+                                      10) is None
+
+
+def test_study_report_pairs_seeds_and_compares_studies():
+    study = _study()
+    results = {
+        'mae': {0: dict(knn=78.0, rank_acc=None), 1: dict(knn=79.0)},
+        'hpm': {0: dict(knn=77.0, rank_acc=0.9, spearman=0.5),
+                1: dict(knn=79.5, rank_acc=0.8, spearman=0.7)},
+    }
+    short = {'mae': {0: dict(knn=78.0), 1: dict(knn=79.0)},
+             'hpm': {0: dict(knn=77.0), 1: dict(knn=78.0)}}
+    assert study.paired(results, 'hpm', 'knn') == {0: -1.0, 1: 0.5}
+    text = study.report(results, compare=short)
+    assert '| hpm - mae | kNN, patch avg | -0.25 ± 1.06 (-1.00, +0.50) | ' \
+        '-1.00 ± 0.00 (-1.00, -1.00) |' in text
+    assert '| hpm | 0.85 ± 0.07 | 0.60 ± 0.14 |' in text

@@ -34,8 +34,8 @@
 #
 # On a lent H100/H200 (Python 3.12, its own torch 2.11 + CUDA, numpy 2, no network), after
 # `bash tools/gpu_check.sh /tmp/pack pack` here, each command carrying .carry:
-#   bash tools/gpu_check.sh $OUT install tests amp
-#   bash tools/gpu_check.sh $OUT install bench-b
+#   bash tools/gpu_check.sh $OUT install tests
+#   bash tools/gpu_check.sh $OUT install amp bench-b
 #   bash tools/gpu_check.sh $OUT install bench-l
 set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)

@@ -35,7 +35,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, osp.dirname(osp.abspath(__file__)))
-from benchmark_step import ARCHS, model_cfgs, versions  # noqa: E402
+from benchmark_step import ARCHS, model_cfgs, setup, versions  # noqa: E402
 
 
 def load_images(data: str, device) -> torch.Tensor:
@@ -206,16 +206,7 @@ def main(argv=None):
     parser.add_argument('--seed', type=int, default=0)
     parser.add_argument('--out')
     args = parser.parse_args(argv)
-    import hpm_mm  # noqa: F401
-    from mmengine.logging import MMLogger
-    from mmengine.registry import init_default_scope
-    init_default_scope('mmpretrain')
-    MMLogger.get_instance('amp_stability', log_level='WARNING')
-    device = torch.device(args.device or (
-        'cuda' if torch.cuda.is_available() else 'cpu'))
-    if 'fp16' in args.amp and device.type != 'cuda':
-        parser.error('--amp fp16 (a dynamic loss scale) needs CUDA; use '
-                     '--amp bf16 on this device')
+    device = setup(parser, args.device, args.amp, 'amp_stability')
     images = None if args.data == 'synthetic' else load_images(args.data,
                                                                 device)
     env = versions(device)

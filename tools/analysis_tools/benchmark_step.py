@@ -318,6 +318,24 @@ def mask_bench(num_patches, batch, device, iters=20, ops=None):
                 num_masked=num_masked, num_hard=num_hard)
 
 
+def setup(parser, device, amps, name):
+    """What both GPU tools do first: register hpm_mm, mmpretrain's scope, a
+    quiet logger; the device (CUDA when there is one); fp16 refused in one
+    line without CUDA. Returns the device."""
+    import hpm_mm  # noqa: F401
+    from mmengine.logging import MMLogger
+    from mmengine.registry import init_default_scope
+    init_default_scope('mmpretrain')
+    # the current logger: warnings only (no per-parameter init report)
+    MMLogger.get_instance(name, log_level='WARNING')
+    device = torch.device(device or (
+        'cuda' if torch.cuda.is_available() else 'cpu'))
+    if 'fp16' in amps and device.type != 'cuda':
+        parser.error('--amp fp16 (a dynamic loss scale) needs CUDA; use '
+                     '--amp bf16 on this device')
+    return device
+
+
 def versions(device):
     """torch, CUDA and the device's name, for the record."""
     out = dict(torch=torch.__version__, cuda=torch.version.cuda)
@@ -368,17 +386,7 @@ def main(argv=None):
     parser.add_argument('--mask-batch', type=int, default=256)
     parser.add_argument('--out')
     args = parser.parse_args(argv)
-    import hpm_mm  # noqa: F401
-    from mmengine.logging import MMLogger
-    from mmengine.registry import init_default_scope
-    init_default_scope('mmpretrain')
-    # the current logger: warnings only (no per-parameter init report)
-    MMLogger.get_instance('benchmark_step', log_level='WARNING')
-    device = torch.device(args.device or (
-        'cuda' if torch.cuda.is_available() else 'cpu'))
-    if args.amp == 'fp16' and device.type != 'cuda':
-        parser.error('--amp fp16 (a dynamic loss scale) needs CUDA; use '
-                     '--amp bf16 on this device')
+    device = setup(parser, args.device, [args.amp], 'benchmark_step')
     env = versions(device)
     dev_name = env['device']
     print(f"device: {dev_name}; torch {env['torch']}, CUDA {env['cuda']}; "
