@@ -46,8 +46,19 @@ def pytest_configure(config):
 @pytest.fixture(params=DEVICES)
 def device(request) -> torch.device:
     """The device a model-level test runs on: ``cpu``, and ``cuda`` when
-    available (skipped, and counted as skipped, without a GPU)."""
-    return torch.device(request.param)
+    available (skipped, and counted as skipped, without a GPU). On CUDA,
+    TF32 is off in the test (cuDNN allows it for convolutions by default,
+    e.g. the patch embedding): the tests compare fp32 results to 1e-5."""
+    if request.param == 'cuda':
+        matmul, conv = (torch.backends.cuda.matmul.allow_tf32,
+                        torch.backends.cudnn.allow_tf32)
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+        yield torch.device('cuda')
+        torch.backends.cuda.matmul.allow_tf32 = matmul
+        torch.backends.cudnn.allow_tf32 = conv
+    else:
+        yield torch.device(request.param)
 
 
 def autocast_dtypes(device: torch.device) -> list:

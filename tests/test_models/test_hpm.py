@@ -306,7 +306,8 @@ def test_cls_attention_scores_match_brute_force(device):
                      attn.head_dims**.5, dim=-1)  # (B, H, L, L)
     want = full[:, :, 0, 1:].mean(1)
     assert scores.shape == (3, 16)
-    assert torch.allclose(scores, want, atol=1e-6)
+    assert torch.allclose(scores, want, atol=1e-6 if device.type == 'cpu'
+                          else 1e-5)  # CUDA's softmax/matmul reduction order
     assert torch.allclose(scores.sum(1) + full[:, :, 0, 0].mean(1),
                           torch.ones(3, device=device), atol=1e-5)
     model.set_progress(1.)
@@ -348,7 +349,8 @@ def _amp_wrapper(model, dtype, device):
     """The optimizer wrapper ``--amp`` gives: fp16 with a dynamic loss scale
     on CUDA (mmengine's AmpOptimWrapper, guarded), bf16 autocast else."""
     from mmengine.optim import build_optim_wrapper
-    cfg = dict(type='AutocastOptimWrapper', dtype='bfloat16')
+    cfg = dict(type='AutocastOptimWrapper', dtype='bfloat16',
+               device_type=device.type)
     if dtype == torch.float16:
         cfg = dict(type='GuardedAmpOptimWrapper', dtype='float16',
                    loss_scale='dynamic')
