@@ -479,7 +479,7 @@ def main(argv=None):
         for name in ('vectorised', 'authors_loop'):
             t = masks[name]
             share = ', '.join(
-                f'ViT-{a.upper()} {100 * t / (p * masks["batch"]):.2f}%'
+                f'ViT-{a.upper()} {100 * t / (p * masks["batch"]):.2g}%'
                 for a, p in per_img.items())
             print(f'| {name} | {t * 1e3:.2f} | {share} |')
     if args.out:
