@@ -345,3 +345,22 @@ def test_study_report_pairs_seeds_and_compares_studies():
     assert '| hpm - mae | kNN, patch avg | -0.25 ± 1.06 (-1.00, +0.50) | ' \
         '-1.00 ± 0.00 (-1.00, -1.00) |' in text
     assert '| hpm | 0.85 ± 0.07 | 0.60 ± 0.14 |' in text
+
+
+def test_study_report_only_keeps_low_label_results(tmp_path):
+    """Low-label fine-tunes done earlier (another session, a CPU after the
+    GPU) are reported by --report-only, with the scratch baseline."""
+    import json
+    study = _study()
+    for run in ('mae_seed0', 'scratch_seed0'):
+        ll = tmp_path / run / 'lowlabel1'
+        ll.mkdir(parents=True)
+        (ll / 'metrics.json').write_text(json.dumps({'accuracy/top1': 60.}))
+    work = tmp_path / 'mae_seed0'
+    (work / 'last_checkpoint').write_text(str(work / 'epoch_10.pth'))
+    (work / 'knn.json').write_text(json.dumps(dict(best=78.0)))
+    res = study.main(['--report-only', '--out', str(tmp_path), '--variants',
+                      'mae', '--seeds', '0'])
+    assert res['mae'][0]['ll1'] == res['scratch'][0]['ll1'] == 60.
+    assert '| scratch | random init, fine-tuned only |' in (
+        tmp_path / 'study.md').read_text()

@@ -268,10 +268,14 @@ def low_label_options(percent):
 
 
 def low_label(work, ckpt, seed, log, commands, percents):
-    """Fine-tune with each % of the labels; {'ll1': top-1, ...}."""
+    """Fine-tune with each % of the labels asked for (and report those
+    already done); {'ll1': top-1, ...}."""
+    done = [p for p in LOW_LABEL_EPOCHS if osp.exists(
+        osp.join(work, f'lowlabel{p}', 'metrics.json'))]
     return {f'll{p}': linear_probe(
         FINETUNE_CFG, osp.join(work, f'lowlabel{p}'), ckpt, seed, log,
-        commands, low_label_options(p)) for p in percents}
+        commands, low_label_options(p))
+        for p in sorted(set(percents) | set(done))}
 
 
 def one_run(name, seed, out, linear, cls=False, schedule=None, amp=False,
@@ -320,8 +324,7 @@ def one_run(name, seed, out, linear, cls=False, schedule=None, amp=False,
         if wanted or osp.exists(osp.join(lin_work, 'metrics.json')):
             result[key] = linear_probe(lin_cfg, lin_work, ckpt, seed, log,
                                        commands)
-    if low_labels:
-        result.update(low_label(work, ckpt, seed, log, commands, low_labels))
+    result.update(low_label(work, ckpt, seed, log, commands, low_labels))
     result.update(pretrain_record(work, name, epochs))
     result['commands'] = commands
     return result
@@ -585,8 +588,9 @@ def main(argv=None):
         except SystemExit as e:
             return dict(error=f'{name} seed {seed}: {e}')
 
-    if args.low_label and not args.report_only:
-        todo += [('scratch', seed) for seed in args.seeds]
+    todo += [('scratch', seed) for seed in args.seeds if (
+        args.low_label and not args.report_only) or glob.glob(osp.join(
+            args.out, f'scratch_seed{seed}', 'lowlabel*', 'metrics.json'))]
     with ThreadPoolExecutor(max(1, args.parallel)) as pool:
         done = list(pool.map(go, todo))
     results, failed = {}, []
