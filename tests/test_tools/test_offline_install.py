@@ -32,15 +32,16 @@ def _pypi_reachable() -> bool:
         return False
 
 
-def _torch_overlay(dest: str) -> None:
-    """Symlink torch, torchvision and their dependency closure (import
-    packages and .dist-info folders) from this environment into ``dest``."""
+def _torch_overlay(dest: str, roots=('torch', 'torchvision')) -> None:
+    """Symlink ``roots`` (torch, torchvision) and their dependency closure
+    (import packages and .dist-info folders) from this environment into
+    ``dest``."""
     from importlib.metadata import PackageNotFoundError, distribution
 
     from packaging.requirements import Requirement
     from packaging.utils import canonicalize_name
     os.makedirs(dest, exist_ok=True)
-    todo, seen = [('torch', ()), ('torchvision', ())], set()
+    todo, seen = [(root, ()) for root in roots], set()
     while todo:
         raw, extras = todo.pop()
         name = canonicalize_name(raw)
@@ -66,6 +67,88 @@ def _torch_overlay(dest: str) -> None:
             link = osp.join(dest, top)
             if not osp.lexists(link):
                 os.symlink(osp.join(site, top), link)
+
+
+def _new_venv(tmp_path, roots=None):
+    """A new venv seeing this environment's ``roots`` (and their needs)
+    through a ``.pth`` file; its python."""
+    venv = tmp_path / 'venv'
+    subprocess.run([getattr(sys, '_base_executable', sys.executable), '-m',
+                    'venv', str(venv)], check=True)
+    py = str(venv / 'bin' / 'python')
+    if roots:
+        site = subprocess.run(
+            [py, '-c', 'import sysconfig; '
+             'print(sysconfig.get_paths()["purelib"])'],
+            check=True, capture_output=True, text=True).stdout.strip()
+        _torch_overlay(str(tmp_path / 'overlay'), roots)
+        with open(osp.join(site, 'overlay.pth'), 'w') as f:
+            f.write(str(tmp_path / 'overlay') + '\n')
+    return py
+
+
+# the packages a GPU image keeps (tools/install.sh overlay checks them)
+IMAGE = ('torch', 'torchvision', 'numpy', 'opencv-python', 'matplotlib',
+         'PyYAML', 'rich', 'einops', 'pillow', 'packaging', 'Markdown',
+         'click', 'zipp', 'wheel')
+
+
+def _offline(**extra):
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(('PIP_', 'VIRTUAL_ENV', 'PYTHONPATH'))}
+    env.update(
+        HPM_SKIP_DATA='1', PIP_CONFIG_FILE=os.devnull, PIP_NO_INDEX='1',
+        https_proxy='http://127.0.0.1:9', http_proxy='http://127.0.0.1:9',
+        HTTPS_PROXY='http://127.0.0.1:9', HTTP_PROXY='http://127.0.0.1:9',
+        **extra)
+    return env
+
+
+def test_overlay_refuses_an_environment_without_its_packages(tmp_path):
+    py = _new_venv(tmp_path)
+    env = _offline(PATH=f'{osp.dirname(py)}:{os.environ["PATH"]}')
+    proc = _run(['bash', 'tools/install.sh', 'overlay'], env)
+    assert proc.returncode == 1
+    last = proc.stderr.strip().splitlines()
+    assert len(last) == 1 and 'lacks: torch torchvision numpy' in last[0] \
+        and 'Fix: ' in last[0], proc.stderr
+
+
+@pytest.mark.skipif(not _pypi_reachable(),
+                    reason='building a wheelhouse needs PyPI')
+def test_overlay_onto_an_environment_that_keeps_its_packages(tmp_path):
+    """The GPU image's case: an environment with its own torch, NumPy and
+    OpenCV gets only the overlay's wheels (offline), keeps every package
+    it had, and trains-ready hpm_mm imports (mmcv-lite)."""
+    wheelhouse = tmp_path / 'overlay_wheels'
+    build = _run(['bash', 'tools/build_wheelhouse.sh', str(wheelhouse),
+                  '--overlay'], dict(os.environ))
+    assert build.returncode == 0, build.stdout[-3000:] + build.stderr[-3000:]
+    wheels = sorted(os.listdir(wheelhouse))
+    assert len(wheels) == 14 and all(w.endswith('.whl') for w in wheels)
+    assert not any(re.match(r'(torch|numpy|opencv|nvidia)', w)
+                   for w in wheels)
+    py = _new_venv(tmp_path, IMAGE)
+    env = _offline(HPM_WHEELHOUSE=str(wheelhouse),
+                   PATH=f'{osp.dirname(py)}:{os.environ["PATH"]}')
+    before = _run([py, '-m', 'pip', 'list', '--format=freeze'], env).stdout
+    proc = _run(['bash', 'tools/install.sh', 'overlay'], env)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert 'nothing of it replaced' in proc.stdout
+    after = _run([py, '-m', 'pip', 'list', '--format=freeze'], env).stdout
+    kept = set(before.split()) - set(after.split())
+    assert not kept, f'replaced: {kept}'
+    check = _run([py, '-c', (
+        'import hpm_mm, mmcv, numpy, torch\n'
+        'from hpm_mm.compat import distribution_of\n'
+        'print(distribution_of("mmcv"), mmcv.__version__, '
+        'numpy.__version__ == "%s")\n' % __import__('numpy').__version__)],
+        env)
+    assert check.returncode == 0, check.stderr[-3000:]
+    assert check.stdout.split() == ['mmcv-lite', '2.1.0', 'True']
+    again = _run(['bash', 'tools/install.sh', 'overlay'], env)
+    assert again.returncode == 0 and 'already installed (overlay' in \
+        again.stdout
 
 
 def _run(cmd, env, timeout=900):
