@@ -46,6 +46,7 @@ shift
 mkdir -p "$OUT/results"
 OUT=$(cd "$OUT" && pwd)
 PY=${HPM_PYTHON:-$(command -v python3 || command -v python)}
+export HPM_PYTHON=$PY  # install.sh overlay installs into this one
 export PYTHONUNBUFFERED=1
 TINY=${HPM_GPU_TINY:-0}
 CARRY=${HPM_CARRY:-$ROOT/.carry}

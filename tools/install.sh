@@ -17,7 +17,8 @@
 #
 # Environment knobs:
 #   HPM_VENV=path          virtual environment to create/use (default: <repo>/.venv)
-#   HPM_USE_CURRENT_ENV=1  install into the active Python instead (keeps your own CUDA torch)
+#   HPM_USE_CURRENT_ENV=1  install into the active Python instead (keeps your own CUDA torch;
+#                          HPM_PYTHON=path names it when `python` on PATH is another one)
 #   HPM_TORCH="torch==X torchvision==Y"   torch pins used when torch is missing
 #   HPM_WHEELHOUSE=dir     install offline from a wheelhouse made by tools/build_wheelhouse.sh
 #                          (pip --no-index; a full install takes mmcv from it too)
@@ -50,7 +51,7 @@ esac
 
 # ---------------------------------------------------------------- python / venv
 if [[ ${HPM_USE_CURRENT_ENV:-0} == 1 || $PROFILE == overlay ]]; then
-  PY=$(command -v python || command -v python3) || die "no python on PATH"
+  PY=${HPM_PYTHON:-$(command -v python || command -v python3)} || die "no python on PATH"
 else
   BASE_PY=$(command -v python3 || true)
   [[ -n $BASE_PY ]] || die "python3 not found. Install Python 3.8-3.12 (apt-get install -y python3 python3-venv)."
