@@ -5,7 +5,7 @@ import sys
 
 import pytest
 import torch
-from conftest import ARCH, REPO
+from conftest import ARCH, NEEDS_FULL, REPO
 
 import hpm_mm  # noqa: F401
 from hpm_mm.utils.convert import convert, encoder_state
@@ -18,8 +18,10 @@ def _run(*args):
 
 
 @pytest.mark.parametrize('target,img,teacher', [
-    ('mmpretrain', 64, False), ('mmdet', 128, False), ('mmdet', 128, True),
-    ('mmseg', 96, False), ('timm', 64, False)])
+    ('mmpretrain', 64, False),
+    pytest.param('mmdet', 128, False, marks=NEEDS_FULL),
+    pytest.param('mmdet', 128, True, marks=NEEDS_FULL),
+    pytest.param('mmseg', 96, False, marks=NEEDS_FULL), ('timm', 64, False)])
 def test_round_trip_is_strict(tmp_path, rgb_hpm_checkpoint, target, img,
                               teacher):
     out = tmp_path / 'out.pth'
@@ -38,6 +40,7 @@ def _vit(img_size):
                              out_type='raw', final_norm=True)
 
 
+@NEEDS_FULL
 def test_mmseg_and_timm_compute_the_pretrained_function(rgb_hpm_checkpoint):
     """The converted backbones give the pretrained encoder's features."""
     ckpt = torch.load(rgb_hpm_checkpoint, map_location='cpu')

@@ -8,7 +8,10 @@ import sys
 
 import pytest
 
-from conftest import (ARCH, REPO, make_ade20k, make_coco, run_tool)
+from conftest import (ARCH, NEEDS_FULL, REPO, make_ade20k, make_coco,
+                      run_tool)
+
+pytestmark = NEEDS_FULL  # mmdet, mmseg and mmcv's compiled ops
 
 DET_DIR = osp.join(REPO, 'configs', 'benchmarks', 'det')
 # the model part each tiny run changes: ViTDet's simple feature pyramid (on
