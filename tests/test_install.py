@@ -3,11 +3,13 @@ from importlib.metadata import version
 
 import pytest
 import torch
+from conftest import NEEDS_FULL
 
 import hpm_mm
 from hpm_mm import SUPPORTED, check_versions
 
 
+@NEEDS_FULL
 def test_versions_in_supported_ranges():
     check_versions(list(SUPPORTED))  # all five, mmdet/mmseg included
     assert version('mmcv') == '2.1.0'
@@ -21,6 +23,7 @@ def test_out_of_range_version_is_a_clear_error(monkeypatch):
         check_versions(['mmcv'])
 
 
+@NEEDS_FULL
 def test_mmcv_ops_run_on_cpu():
     from mmcv.ops import nms, roi_align
     boxes = torch.tensor([[0., 0., 10., 10.], [1., 1., 11., 11.],

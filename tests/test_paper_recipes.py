@@ -7,7 +7,7 @@ import os.path as osp
 import re
 
 import pytest
-from conftest import REPO
+from conftest import NEEDS_FULL, REPO
 from mmengine.config import Config
 
 import hpm_mm  # noqa: F401
@@ -123,6 +123,7 @@ DET_RECIPES = {
 }
 
 
+@NEEDS_FULL
 @pytest.mark.parametrize('key', list(DET_RECIPES), ids='-'.join)
 def test_detection_configs_follow_vitdet(key):
     want = DET_RECIPES[key]
@@ -170,6 +171,7 @@ def test_detection_configs_follow_vitdet(key):
         assert steps.milestones == [22, 24] and steps.by_epoch
 
 
+@NEEDS_FULL
 def test_detection_layer_decay_matches_vitdet():
     """Each parameter's lr scale and weight decay from the constructor vs
     ViTDet's get_vit_lr_decay_rate and detectron2's norm / pos_embed rule,
@@ -211,6 +213,7 @@ def test_detection_layer_decay_matches_vitdet():
     assert seen == sum(1 for p in model.parameters() if p.requires_grad)
 
 
+@NEEDS_FULL
 @pytest.mark.parametrize('size,ends', [('base', [2, 5, 8, 11]),
                                        ('large', [5, 11, 17, 23])])
 def test_multi_level_variant_differs_only_in_the_pyramid(size, ends):
