@@ -107,7 +107,8 @@ for stage in "$@"; do
         tests/test_visualization tests/test_tools/test_train_resume.py tests/test_tools/test_reliability.py \
         tests/test_tools/test_benchmark_step.py tests/test_tools/test_amp_stability.py \
         --junitxml "$OUT/results/gpu_machine_tests.xml"
-      (( rc == 0 )) && rc=$?
+      rc2=$?
+      (( rc == 0 )) && rc=$rc2
       (exit $rc) ;;
     amp)
       "$PY" tools/analysis_tools/amp_stability.py "${AMP_ARGS[@]}" --out "$OUT/results/amp_stability.json" ;;
