@@ -148,9 +148,12 @@ class Schedule:
     def num_epochs(self, config):
         return self.epochs or max_epochs(config)
 
-    def steps(self, config, images=10000):
-        return self.num_epochs(config) * math.ceil(
-            (self.images or images) / BATCH)
+    def steps(self, config):
+        """Optimizer steps of the run (images per epoch: ours, else the
+        config's subset, else all 60k)."""
+        images = self.images or load(
+            config).train_dataloader.dataset.get('indices') or 60000
+        return self.num_epochs(config) * math.ceil(images / BATCH)
 
     def warmup(self, config):
         return max(1, round(0.05 * self.num_epochs(config)))
@@ -230,9 +233,11 @@ def last_scalars(work):
     return out
 
 
-def linear_probe(config, lin_work, ckpt, seed, log, commands, options=()):
+def linear_probe(config, lin_work, ckpt, seed, log, commands, options=(),
+                 epochs=None):
     """Train and test one linear probe (or reuse it); its top-1. ``ckpt``
-    None: the encoder starts from random init (training from scratch)."""
+    None: the encoder starts from random init (training from scratch);
+    ``epochs``: what ``options`` set (default: the config's)."""
     py = sys.executable
     init = (f'model.backbone.init_cfg.checkpoint={ckpt}' if ckpt else
             'model.backbone.init_cfg=None')
@@ -240,10 +245,7 @@ def linear_probe(config, lin_work, ckpt, seed, log, commands, options=()):
            '--cfg-options', init, f'randomness.seed={seed}', *options]
     commands.append(' '.join(lin[1:]))
     done = osp.join(lin_work, 'metrics.json')
-    epochs = max_epochs(config)
-    for opt in options:
-        if opt.startswith('train_cfg.max_epochs='):
-            epochs = int(opt.split('=')[1])
+    epochs = epochs or max_epochs(config)
     test = [py, 'tools/test.py', config,
             osp.join(lin_work, f'epoch_{epochs}.pth'), '--work-dir', lin_work,
             '--out', done]
@@ -274,7 +276,7 @@ def low_label(work, ckpt, seed, log, commands, percents):
         osp.join(work, f'lowlabel{p}', 'metrics.json'))]
     return {f'll{p}': linear_probe(
         FINETUNE_CFG, osp.join(work, f'lowlabel{p}'), ckpt, seed, log,
-        commands, low_label_options(p))
+        commands, low_label_options(p), LOW_LABEL_EPOCHS[p])
         for p in sorted(set(percents) | set(done))}
 
 
@@ -364,8 +366,6 @@ def scratch_run(seed, out, low_labels):
 def pack(out, runs, dest):
     """Every finished run's encoder (backbone, fp16) and result files into
     ``dest/encoders_<i>.pth`` of at most PACK_LIMIT bytes each."""
-    import io
-
     import torch
     os.makedirs(dest, exist_ok=True)
     files, part, size = [], {}, 0
@@ -393,12 +393,12 @@ def pack(out, runs, dest):
                 with open(osp.join(work, name)) as f:
                     files_of_run[name] = f.read()
         entry = dict(encoder=encoder, files=files_of_run)
-        buf = io.BytesIO()
-        torch.save(entry, buf)
-        if size and size + buf.tell() > PACK_LIMIT - 2**16:
+        nbytes = sum(v.numel() * v.element_size() for v in encoder.values()
+                     ) + sum(len(t) for t in files_of_run.values())
+        if size and size + nbytes > PACK_LIMIT - 2**16:  # 64 KiB: pickling
             flush()
         part[run_name] = entry
-        size += buf.tell()
+        size += nbytes
     flush()
     for path in files:
         print(f'packed {path} ({osp.getsize(path) / 2**20:.1f} MiB)')
