@@ -367,6 +367,8 @@ def pack(out, runs, dest):
     """Every finished run's encoder (backbone, fp16) and result files into
     ``dest/encoders_<i>.pth`` of at most PACK_LIMIT bytes each."""
     import torch
+
+    import hpm_mm  # noqa: F401  (a checkpoint's types, for torch.load)
     os.makedirs(dest, exist_ok=True)
     files, part, size = [], {}, 0
 
