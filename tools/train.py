@@ -5,11 +5,13 @@
                           [--cfg-options k=v ...] [--launcher pytorch]
 """
 import argparse
+import json
 import os
 import os.path as osp
 
 import hpm_mm  # noqa: F401,I001  (first: registers modules, quiets imports)
 from mmengine.config import Config
+from mmengine.dist import is_main_process
 from mmengine.runner import Runner
 
 from hpm_mm.utils.cli import (CfgOptionsAction, load_config,
@@ -30,8 +32,10 @@ def parse_args(argv=None):
     parser.add_argument(
         '--amp',
         action='store_true',
-        help='mixed precision: fp16 with dynamic loss scale on CUDA, bf16 '
-        'autocast on CPU')
+        help='mixed precision where the hardware computes it faster: fp16 '
+        'with a dynamic loss scale on CUDA; bf16 autocast on a CPU with '
+        'native bf16 (AVX512-BF16/AMX, confirmed by a timed probe), fp32 on '
+        'others (e.g. AVX2), said in the first console line')
     parser.add_argument(
         '--quiet',
         action='store_true',
@@ -87,12 +91,7 @@ def merge_args(cfg: Config, args) -> Config:
         cfg.work_dir = osp.join('./work_dirs',
                                 osp.splitext(osp.basename(args.config))[0])
 
-    from hpm_mm.engine.optimizers.autocast_optim_wrapper import (
-        AMP_TYPES, amp_optim_wrapper_cfg)
-    if args.amp or cfg.optim_wrapper.get('type') in AMP_TYPES:
-        # fp16 + dynamic loss scale on CUDA; bf16 autocast on a CPU, where
-        # mmengine's AmpOptimWrapper cannot be built
-        cfg.optim_wrapper = amp_optim_wrapper_cfg(cfg.optim_wrapper)
+    cfg.precision = choose_run_precision(cfg, args.amp).to_dict()
 
     if args.resume == 'auto':
         cfg.resume = True
@@ -177,6 +176,28 @@ def resolve_resume(cfg: Config) -> None:
                   'from scratch', logger='current', level=30)
 
 
+def choose_run_precision(cfg: Config, amp: bool):
+    """The run's precision (:func:`hpm_mm.utils.precision.choose_precision`:
+    mixed precision only where the hardware computes it faster), its
+    optimizer wrapper set to match; printed as the console's first line."""
+    from hpm_mm.engine.optimizers.autocast_optim_wrapper import (
+        AMP_TYPES, amp_optim_wrapper_cfg)
+    from hpm_mm.utils.precision import Precision, choose_precision
+    kind = cfg.optim_wrapper.get('type')
+    if kind == 'AutocastOptimWrapper' and not amp:  # the config's own choice
+        precision = Precision(
+            'bf16', None, 'any', '-', "the config's AutocastOptimWrapper")
+    else:
+        asked = amp or kind in AMP_TYPES or kind == 'AutocastOptimWrapper'
+        precision = choose_precision(asked)
+        if asked:
+            cfg.optim_wrapper = amp_optim_wrapper_cfg(cfg.optim_wrapper,
+                                                      precision)
+    if os.environ.get('RANK', '0') == '0':
+        print(precision.line(), flush=True)
+    return precision
+
+
 def main(argv=None):
     args = parse_args(argv)
     cfg = merge_args(load_config(args.config, 'train.py'), args)
@@ -200,7 +221,11 @@ def main(argv=None):
         from hpm_mm.engine.hooks import QuietConsoleMixin
         runner_cls = type(f'Quiet{runner_cls.__name__}',
                           (QuietConsoleMixin, runner_cls), {})
-    runner_cls.from_cfg(cfg).train()
+    runner = runner_cls.from_cfg(cfg)
+    if is_main_process():  # what ran, for whoever reads the work dir
+        with open(osp.join(runner.work_dir, 'precision.json'), 'w') as f:
+            json.dump(cfg.precision, f, indent=2)
+    runner.train()
 
 
 if __name__ == '__main__':

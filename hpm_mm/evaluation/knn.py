@@ -12,6 +12,8 @@ import torch.nn.functional as F
 from mmengine.dist import collect_results, get_world_size
 from mmengine.utils import ProgressBar
 
+from hpm_mm.utils.precision import choose_precision
+
 
 @torch.no_grad()
 def knn_classify(train_feats: torch.Tensor,
@@ -113,8 +115,10 @@ def extract_features(model,
         progress (bool): Show a progress bar. Defaults to True.
         feature (str): ``'avg'`` (patch tokens averaged) or ``'cls'`` (the
             CLS token); see :func:`pool_features`. Defaults to ``'avg'``.
-        amp (bool): Run the encoder under autocast, bf16 on a CPU and fp16
-            on CUDA (as ``tools/train.py --amp``); features are returned in
+        amp (bool): Mixed precision where the hardware computes it faster
+            (:func:`~hpm_mm.utils.precision.choose_precision`, as
+            ``tools/train.py --amp``): fp16 autocast on CUDA, bf16 on a CPU
+            with native bf16, fp32 elsewhere; features are returned in
             fp32. Defaults to False.
 
     Returns:
@@ -128,11 +132,11 @@ def extract_features(model,
     results = []
     bar = ProgressBar(len(dataloader.dataset)) if progress else None
     device = next(model.parameters()).device.type
+    dtype = choose_precision(amp, device).dtype if amp else None
     for batch in dataloader:
         data = model.data_preprocessor(batch, False)
-        with torch.autocast(device, enabled=amp,
-                            dtype=torch.float16 if device == 'cuda' else
-                            torch.bfloat16):
+        with torch.autocast(device, enabled=dtype is not None,
+                            dtype=dtype or torch.bfloat16):
             feats = pool_features(model.extract_feat(data['inputs']), extra,
                                   feature)
         labels = [s.gt_label for s in data['data_samples']]

@@ -165,13 +165,14 @@ def test_quiet_console_and_tensorboard(tmp_path):
     assert len(epochs) == 2, out
     assert 'loss_rec' in epochs[0] and 'rank_acc' in epochs[0] and \
         'alpha' in epochs[0] and 'left' in epochs[0]
-    assert lines[0].startswith('full log: ')
+    assert lines[0].startswith('precision: fp32')  # the decision first
+    assert lines[1].startswith('full log: ')
     for noise in ('requires_grad', 'System environment', 'Config:',
                   'pkg_resources', 'Epoch(train)', 'FileClient',
                   'HardDiskBackend'):
         assert noise not in out + proc.stderr, noise
-    assert len(lines) <= 6, out
-    log_file = lines[0][len('full log: '):]
+    assert len(lines) <= 7, out
+    log_file = lines[1][len('full log: '):]
     log = open(log_file).read()
     assert 'System environment' in log and 'Epoch(train)' in log
     assert 'not optimised (requires_grad=False): teacher' in log and \
@@ -274,8 +275,14 @@ def test_own_images_clear_errors(tmp_path):
 
 
 # ------------------------------------------------------------ kNN under autocast
-def test_knn_features_under_autocast_close_to_fp32():
+def test_knn_features_under_autocast_close_to_fp32(monkeypatch):
+    """Where the rule picks bf16 (a native-bf16 CPU, mocked here), the kNN
+    features under autocast stay close to fp32's."""
     from mmengine.config import Config
+
+    from hpm_mm.utils import precision
+    bf16 = precision.Precision('bf16', torch.bfloat16, 'cpu', 'AMX', 'mock')
+    monkeypatch.setattr(precision, '_cpu_decision', lambda: bf16)
     from mmengine.registry import init_default_scope
 
     from hpm_mm.evaluation import extract_features

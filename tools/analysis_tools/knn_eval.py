@@ -29,9 +29,10 @@ def parse_args(argv=None):
                         "text); 'cls': the CLS token (the authors' scripts); "
                         "default: the config's KNNEvalHook (avg)")
     parser.add_argument('--amp', action='store_true',
-                        help='extract features under autocast (bf16 on a '
-                        'CPU, fp16 on CUDA), as the KNNEvalHook of a run '
-                        'trained with --amp')
+                        help='mixed precision where the hardware computes it '
+                        'faster (as tools/train.py --amp: fp16 on CUDA, bf16 '
+                        'on a CPU with native bf16, else fp32), as the '
+                        'KNNEvalHook of a run trained with --amp')
     parser.add_argument('--teacher', action='store_true',
                         help="evaluate the EMA teacher's encoder")
     parser.add_argument('--raw-pixels', action='store_true',
@@ -85,6 +86,10 @@ def main(argv=None):
         model = PixelFeatures(build_model(cfg).data_preprocessor)
     else:
         model = load_model(cfg, args.checkpoint, args.teacher)
+    from hpm_mm.utils.precision import choose_precision
+    precision = choose_precision(
+        args.amp, next(model.parameters(), torch.empty(0)).device.type)
+    print(precision.line())
     feats = {}
     for split in ('train', 'val'):
         loader = Runner.build_dataloader(hook[f'{split}_dataloader'], seed=0)
@@ -96,8 +101,8 @@ def main(argv=None):
     acc = knn_classify(feats['train']['feats'], feats['train']['labels'],
                        feats['val']['feats'], feats['val']['labels'], ks,
                        temperature)
-    print(f'\nkNN top-1 (T={temperature}, {feature} features'
-          f'{", autocast" if args.amp else ""}), '
+    print(f'\nkNN top-1 (T={temperature}, {feature} features, '
+          f'{precision.name}), '
           f"{len(feats['train']['labels'])} train / "
           f"{len(feats['val']['labels'])} test images")
     print('| k | top-1 (%) |\n|---|---|')
@@ -109,7 +114,7 @@ def main(argv=None):
         with open(args.out, 'w') as f:
             json.dump(dict(acc={str(k): v for k, v in acc.items()},
                            best_k=best, best=acc[best], feature=feature,
-                           amp=args.amp),
+                           precision=precision.name),
                       f, indent=2)
     return acc
 

@@ -8,6 +8,7 @@ from mmpretrain.registry import HOOKS
 from mmpretrain.utils import get_ori_model
 
 from hpm_mm.evaluation import FEATURES, extract_features, knn_classify
+from hpm_mm.utils.precision import choose_precision
 from .eval_hook_base import AfterCheckpointEvalHook
 
 
@@ -36,10 +37,11 @@ class KNNEvalHook(AfterCheckpointEvalHook):
         feature (str): ``'avg'``: the patch tokens averaged (the paper's
             text); ``'cls'``: the CLS token (the authors' kNN and linear
             scripts). Defaults to ``'avg'``.
-        amp (bool, optional): Extract features under autocast (bf16 on a
-            CPU, fp16 on CUDA). Defaults to None: as the training step, i.e.
-            when the optimizer wrapper runs its forward under autocast
-            (``tools/train.py --amp``, the AMP configs).
+        amp (bool, optional): Mixed precision where the hardware computes
+            it faster (:func:`~hpm_mm.utils.precision.choose_precision`).
+            Defaults to None: as the training step, i.e. when the optimizer
+            wrapper runs its forward under autocast (``tools/train.py
+            --amp`` where it pays, the AMP configs).
     """
 
     rerun_tool = 'tools/analysis_tools/knn_eval.py'
@@ -92,16 +94,18 @@ class KNNEvalHook(AfterCheckpointEvalHook):
         for key, value in scalars.items():
             runner.message_hub.update_scalar(key, value)
         runner.visualizer.add_scalars(scalars, step=runner.iter)
-        runner.logger.info('kNN top-1 (T=%.2f, %s features%s): %s',
-                           self.temperature, self.feature,
-                           ', autocast' if amp else '',
+        precision = choose_precision(amp, next(
+            model.parameters()).device.type).name if amp else 'fp32'
+        runner.logger.info('kNN top-1 (T=%.2f, %s features, %s): %s',
+                           self.temperature, self.feature, precision,
                            '  '.join(f'k={k}: {v:.2f}'
                                      for k, v in acc.items()))
         self.last_result = acc
         if is_main_process():
             best = max(acc, key=acc.get)
             dump(dict(acc={str(k): v for k, v in acc.items()}, best_k=best,
-                      best=acc[best], feature=self.feature, amp=amp,
+                      best=acc[best], feature=self.feature,
+                      precision=precision,
                       epoch=runner.epoch, iter=runner.iter,
                       num_train=len(train['labels']),
                       num_val=len(val['labels'])),

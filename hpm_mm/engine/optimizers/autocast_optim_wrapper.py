@@ -2,7 +2,6 @@ from contextlib import contextmanager
 from typing import Union
 
 import torch
-from mmengine.logging import print_log
 from mmengine.optim import OptimWrapper
 from mmengine.registry import OPTIM_WRAPPERS  # root: every scope finds it
 
@@ -47,35 +46,36 @@ class AutocastOptimWrapper(NonFiniteGuardMixin, OptimWrapper):
 AMP_TYPES = ('AmpOptimWrapper', 'GuardedAmpOptimWrapper')
 
 
-def amp_optim_wrapper_cfg(optim_wrapper: dict,
-                          cuda: bool = None) -> dict:
-    """Mixed-precision version of an ``optim_wrapper`` config for this device.
+def amp_optim_wrapper_cfg(optim_wrapper: dict, precision) -> dict:
+    """The ``optim_wrapper`` config of a mixed-precision run, for the
+    precision chosen by :func:`hpm_mm.utils.precision.choose_precision`.
 
-    With CUDA: :class:`GuardedAmpOptimWrapper`, fp16 with dynamic loss scale
-    (kept as configured if it already is an AMP wrapper). Without:
-    :class:`AutocastOptimWrapper` in bf16, which also replaces an AMP
-    wrapper from a GPU config. Both keep the non-finite guard.
+    - ``'fp16'`` (CUDA): :class:`GuardedAmpOptimWrapper` with a dynamic loss
+      scale (kept as configured if it already is an AMP wrapper);
+    - ``'bf16'`` (a CPU with native bf16): :class:`AutocastOptimWrapper`;
+    - ``'fp32'`` (a CPU where bf16 would be slower): the config's wrapper
+      without autocast, an AMP one (mmengine's cannot be built without a
+      GPU) becoming :class:`GuardedOptimWrapper`.
+
+    All keep the non-finite guard.
 
     Args:
         optim_wrapper (dict): The config's ``optim_wrapper``.
-        cuda (bool, optional): Override the CUDA detection (tests).
+        precision (Precision): The decision.
 
     Returns:
         dict: A new config dict.
     """
-    cuda = torch.cuda.is_available() if cuda is None else cuda
     cfg = dict(optim_wrapper)
-    if cuda:
+    if precision.name == 'fp16':
         if cfg.get('type') not in AMP_TYPES:
             cfg.pop('dtype', None)
             cfg.update(type='GuardedAmpOptimWrapper', loss_scale='dynamic')
         return cfg
-    if cfg.get('type') in AMP_TYPES:
-        print_log(
-            f'No GPU: {cfg["type"]} becomes AutocastOptimWrapper (bf16 '
-            'autocast on the CPU, no loss scaling).',
-            logger='current')
-    for key in ('loss_scale', 'use_fsdp'):
+    for key in ('loss_scale', 'use_fsdp', 'dtype'):
         cfg.pop(key, None)
-    cfg.update(type='AutocastOptimWrapper', dtype='bfloat16')
+    if precision.name == 'bf16':
+        cfg.update(type='AutocastOptimWrapper', dtype='bfloat16')
+    elif cfg.get('type') in AMP_TYPES + ('AutocastOptimWrapper', ):
+        cfg.update(type='GuardedOptimWrapper')
     return cfg
