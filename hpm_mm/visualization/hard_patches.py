@@ -87,9 +87,9 @@ def analyze_hard_patches(model,
     # predicted losses on the full image, and the scores the mask reads
     teacher = getattr(model, 'teacher', None) if use_teacher else None
     if teacher is not None:
-        pred_loss = teacher.scores(inputs, 'predicted_loss')
+        pred_loss = teacher(inputs, 'predicted_loss').scores
         scores = pred_loss if teacher.score_source == 'predicted_loss' \
-            else teacher(inputs)
+            else teacher(inputs).scores
     else:
         latent, ids = model.backbone(inputs, inputs.new_zeros(B, N), N)
         pred_loss = scores = model.neck.predict_scores(latent, ids)

@@ -72,8 +72,8 @@ def test_teacher_skipped_when_k_is_zero(device):
     model = tiny_hpm(device=device, mask_generator=dict(
         type='HPMMaskGenerator', alpha_0=0., alpha_T=0.5))
     x = torch.randn(2, 1, 16, 16, device=device)
-    with mock.patch.object(type(model.teacher), 'run',
-                           wraps=model.teacher.run) as spy:
+    with mock.patch.object(type(model.teacher), 'forward',
+                           wraps=model.teacher.forward) as spy:
         model.set_progress(0.)   # K = 0
         model.loss(x, [])
         assert spy.call_count == 0
@@ -141,7 +141,7 @@ def test_teacher_scores_use_full_image_and_predictor_only(device):
     neck = model.teacher.module['neck']
     with mock.patch.object(neck, 'reconstruct',
                            side_effect=AssertionError('reconstructor ran')):
-        scores = model.teacher(x)
+        scores = model.teacher(x).scores
     assert scores.shape == (3, 16)
     # same as the student's predictor on the unmasked image
     latent, ids = model.backbone(x, torch.zeros(3, 16, device=device), 16)
@@ -194,9 +194,9 @@ def test_teacher_bf16_ranks_like_fp32(device):
     model = tiny_hpm(device=device)
     model.teacher.update(model.student())
     x = torch.randn(4, 1, 16, 16, device=device)
-    ref = model.teacher(x)
+    ref = model.teacher(x).scores
     model.teacher.dtype = torch.bfloat16
-    fast = model.teacher(x)
+    fast = model.teacher(x).scores
     assert fast.dtype == torch.float32
     from hpm_mm.visualization import spearman
     assert float(spearman(fast, ref).mean()) > 0.9
@@ -218,7 +218,7 @@ def test_low_resolution_teacher_matches_a_native_small_model(device):
     layer = model.teacher.module['backbone'].layers[0]
     handle = layer.register_forward_hook(
         lambda m, i, o: seen.append(i[0].shape[1]))
-    scores = model.teacher(x)
+    scores = model.teacher(x).scores
     handle.remove()
     assert scores.shape == (3, 16) and seen == [1 + 4]
 
@@ -274,7 +274,7 @@ def test_teacher_follows_the_step_autocast_unless_told(device):
     assert seen == [torch.float32]
     for dtype in autocast_dtypes(device):
         with torch.autocast(device.type, dtype=dtype):
-            scores = model.teacher(x)
+            scores = model.teacher(x).scores
         assert seen[-1] == dtype
         assert scores.dtype == torch.float32 and torch.isfinite(scores).all()
     model.teacher.dtype = torch.bfloat16
@@ -298,7 +298,7 @@ def test_cls_attention_scores_match_brute_force(device):
     neck = model.teacher.module['neck']
     with mock.patch.object(neck, 'predict_loss',
                            side_effect=AssertionError('predictor ran')):
-        scores = model.teacher(x)
+        scores = model.teacher(x).scores
     attn = last.attn
     q, k, _ = attn.qkv(seen[0]).view(3, 17, 3, attn.num_heads,
                                      attn.head_dims).unbind(2)
@@ -372,7 +372,7 @@ def test_amp_step_keeps_losses_fp32(device):
         seen = {}
         qkv = model.backbone.layers[0].attn.qkv
         qkv.register_forward_hook(lambda m, i, o: seen.update(student=o.dtype))
-        patch, run = HPMPretrainHead.patch_losses, type(model.teacher).run
+        patch, run = HPMPretrainHead.patch_losses, type(model.teacher).forward
 
         def record(key, fn, pick=lambda out: out):
             def call(*args, **kwargs):
@@ -384,8 +384,8 @@ def test_amp_step_keeps_losses_fp32(device):
         teacher_run = record('scores', run, lambda out: out[0])
         with mock.patch.object(HPMPretrainHead, 'patch_losses', autospec=True,
                                side_effect=record('per_patch', patch)):
-            with mock.patch.object(type(model.teacher), 'run', autospec=True,
-                                   side_effect=teacher_run):
+            with mock.patch.object(type(model.teacher), 'forward',
+                                   autospec=True, side_effect=teacher_run):
                 before = {n: p.detach().clone()
                           for n, p in model.named_parameters()
                           if p.requires_grad}

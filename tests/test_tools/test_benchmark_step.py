@@ -139,3 +139,43 @@ def test_benchmark_cuda_timing_path_dry_run(capsys, monkeypatch):
     assert '| ViT-T | teacher_half_res | OOM |' in text
     assert '| ViT-T | predictor_2blocks |' in text and '| 1.5 |' in text
     assert 'after 2 warm-up' in text
+
+
+def test_teacher_section_covers_the_scoring_pass():
+    """The work each timed section names runs inside it: the teacher's
+    encoder and its loss predictor inside 'teacher' (once the section held
+    only the EMA update), the student's encoder inside 'student_fwd', the
+    head's losses inside 'losses' -- for the faithful and the
+    half-resolution teacher alike."""
+    import torch
+    from mmpretrain.registry import MODELS
+    for overrides in ({}, {'teacher.input_scale': 0.5}):
+        cfg = bench.model_cfgs('t', 32, overrides)[1]
+        torch.manual_seed(0)
+        model = MODELS.build(cfg)
+        model.set_progress(1.0)
+        optim = bench.optim_wrapper(model, None)
+        data = dict(inputs=torch.randn(2, 3, 32, 32), data_samples=None)
+        model.train_step(dict(data), optim)  # 1st step copies the teacher
+        timer = bench.Timer(bench.DeviceOps('cpu'))
+        undo = bench.sections(model, timer)
+        where = {}
+
+        def record(name):
+            def hook(module, args):
+                where.setdefault(name, list(timer.open))
+            return hook
+        t = model.teacher.module
+        for name, module in (('teacher_encoder', t['backbone']),
+                             ('teacher_predictor', t['neck']),
+                             ('student_encoder', model.backbone.layers[0])):
+            module.register_forward_pre_hook(record(name))
+        t['neck'].predictor_blocks[0].register_forward_pre_hook(
+            record('teacher_predictor'))
+        model.train_step(dict(data), optim)
+        for u in undo:
+            u()
+        assert where['teacher_encoder'] == ['teacher']
+        assert where['teacher_predictor'] == ['teacher']
+        assert where['student_encoder'] == ['student_fwd']
+        assert timer.times['teacher'] and timer.times['losses']

@@ -168,6 +168,7 @@ class Timer:
     def __init__(self, ops):
         self.ops = ops
         self.times = {}
+        self.open = []  # the sections being timed now, outermost first
 
     def sync(self):
         self.ops.sync()
@@ -175,10 +176,14 @@ class Timer:
     @contextmanager
     def section(self, name):
         self.sync()
+        self.open.append(name)
         t = time.perf_counter()
-        yield
-        self.sync()
-        self.times.setdefault(name, []).append(time.perf_counter() - t)
+        try:
+            yield
+        finally:
+            self.sync()
+            self.times.setdefault(name, []).append(time.perf_counter() - t)
+            self.open.pop()
 
     def wrap(self, obj, method, name):
         """Time every call of ``obj.method`` (an instance attribute that

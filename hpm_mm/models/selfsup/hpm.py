@@ -111,14 +111,10 @@ class HPM(BaseSelfSupervisor):
             teacher,
             default_args=dict(
                 model=self.student(),
-                score_source=self.mask_generator.score_source)
+                score_source=self.mask_generator.score_source,
+                features=self.target_from_teacher)
         ) if (self.mask_generator.uses_scores
               or self.target_from_teacher) else None
-        if self.target_from_teacher and self.teacher.input_scale != 1:
-            raise ValueError(
-                'the EMA feature target needs the teacher to see the full '
-                f'image, but teacher.input_scale={self.teacher.input_scale}.'
-                ' Fix: teacher=dict(input_scale=1.0).')
         self.progress = 0.
         self.optim_steps = None
         self._progress_set = False
@@ -217,12 +213,11 @@ class HPM(BaseSelfSupervisor):
             return None, None
         self._warn_without_schedule()
         self.teacher.update(self.student(), self.optim_steps)
-        gen, N = self.mask_generator, self.backbone.num_patches
-        source = self.teacher.score_source if gen.needs_scores(
-            N, self.progress) else None
-        if source is None and not self.target_from_teacher:
+        scores = self.mask_generator.needs_scores(self.backbone.num_patches,
+                                                  self.progress)
+        if not (scores or self.target_from_teacher):
             return None, None
-        return self.teacher.run(inputs, source, self.target_from_teacher)
+        return self.teacher(inputs, scores, self.target_from_teacher)
 
     def choose_mask(self, scores: Optional[torch.Tensor],
                     inputs: torch.Tensor) -> torch.Tensor:
@@ -247,7 +242,7 @@ class HPM(BaseSelfSupervisor):
             return inputs
         if self.target_from_teacher:
             if teacher_features is None:
-                teacher_features = self.teacher.run(inputs, None, True)[1]
+                teacher_features = self.teacher(inputs, False, True).features
             return teacher_features[:, 1:]
         return self.target_generator(inputs)
 

@@ -1,6 +1,6 @@
 import math
 from contextlib import nullcontext
-from typing import Optional, Tuple
+from typing import NamedTuple, Optional, Tuple, Union
 
 import torch
 import torch.nn as nn
@@ -9,6 +9,13 @@ from mmengine.model import ExponentialMovingAverage
 from mmpretrain.registry import MODELS
 
 from ..mask_generators import SCORE_SOURCES
+
+
+class TeacherOutput(NamedTuple):
+    """What one pass of the teacher gives: per-patch scores (B, N) and the
+    encoder's tokens (B, 1 + N, C), each None when not asked for."""
+    scores: Optional[torch.Tensor]
+    features: Optional[torch.Tensor]
 
 
 @MODELS.register_module()
@@ -38,11 +45,12 @@ class EMATeacher(ExponentialMovingAverage):
       The first update copies the student. Under a sharding wrapper the
       parameters must be whole when it runs (checked once: a shard would
       average the wrong numbers);
-    - **scores** (:meth:`forward`, :meth:`scores`): under ``no_grad``, the teacher's
-      per-patch scores of the full, unmasked image: its loss predictor's
-      predicted losses (``'predicted_loss'``, HPM), or its last block's
-      CLS-to-patch attention averaged over heads (``'cls_attention'``, read
-      off the same encoder pass; the loss predictor does not run);
+    - **the pass** (:meth:`forward`, its one entrance): under ``no_grad``,
+      one encoder pass over the full, unmasked image giving the per-patch
+      scores (its loss predictor's predicted losses, ``'predicted_loss'``,
+      HPM; or its last block's CLS-to-patch attention averaged over heads,
+      ``'cls_attention'``, read off the same pass without running the
+      predictor) and, when asked, its tokens (a feature target);
     - **precision** (``dtype``) and **input scale** (``input_scale``), the
       fast settings.
 
@@ -64,11 +72,15 @@ class EMATeacher(ExponentialMovingAverage):
             (position embeddings interpolated), then upsample the scores
             bilinearly to the full grid. 0.5 costs ~1/4 of the pass.
             Defaults to 1.0 (the full image, as in the paper).
-        score_source (str, optional): What :meth:`forward` returns, one of
-            ``'predicted_loss'``, ``'cls_attention'``, or None for a
-            teacher that only gives targets (score-free masks); given by
-            the algorithm from its mask generator. Defaults to
+        score_source (str, optional): The scores :meth:`forward` gives by
+            default, one of ``'predicted_loss'``, ``'cls_attention'``, or
+            None for a teacher that only gives targets (score-free masks);
+            given by the algorithm from its mask generator. Defaults to
             ``'predicted_loss'``.
+        features (bool): Whether its tokens are a training target (EMA
+            feature target, iBOT); given by the algorithm. Such a teacher
+            must see the full image (checked here, at build). Defaults to
+            False.
     """
 
     def __init__(self,
@@ -79,7 +91,8 @@ class EMATeacher(ExponentialMovingAverage):
                  momentum_schedule: str = 'linear',
                  dtype: Optional[str] = None,
                  input_scale: float = 1.0,
-                 score_source: str = 'predicted_loss') -> None:
+                 score_source: str = 'predicted_loss',
+                 features: bool = False) -> None:
         super().__init__(model, momentum=momentum)
         if not 0. < input_scale <= 1.:
             raise ValueError(
@@ -98,6 +111,8 @@ class EMATeacher(ExponentialMovingAverage):
         self.dtype = getattr(torch, dtype) if isinstance(dtype, str) else dtype
         self.input_scale = input_scale
         self.score_source = score_source
+        if features:
+            self.check_full_image()
         self._last_optim_steps: Optional[int] = None
         self._checked = False
         self.module.eval()
@@ -160,50 +175,51 @@ class EMATeacher(ExponentialMovingAverage):
             max(1, math.floor(n * self.input_scale + .5))
             for n in self.module['backbone'].patch_resolution)
 
-    def forward(self, inputs: torch.Tensor) -> torch.Tensor:
-        """The scores the mask generator reads (``score_source``), (B, N)."""
-        return self.scores(inputs, self.score_source)
-
-    def scores(self, inputs: torch.Tensor,
-               source: str = 'predicted_loss') -> torch.Tensor:
-        """Per-patch scores of the full images, (B, N) fp32.
-
-        Args:
-            inputs (torch.Tensor): Normalised images (B, C, H, W) at the
-                student's size.
-            source (str): ``'predicted_loss'`` or ``'cls_attention'``.
-        """
-        return self.run(inputs, source)[0]
+    def check_full_image(self) -> None:
+        """The one place of the rule: features (targets) need the teacher to
+        see the full image."""
+        if self.input_scale != 1:
+            raise ValueError(
+                'the EMA teacher\'s features are a target, which needs the '
+                'teacher to see the full image, but '
+                f'teacher.input_scale={self.input_scale}. Fix: '
+                'teacher=dict(input_scale=1.0).')
 
     @torch.no_grad()
-    def run(self,
-            inputs: torch.Tensor,
-            source: Optional[str] = 'predicted_loss',
-            features: bool = False
-            ) -> Tuple[Optional[torch.Tensor], Optional[torch.Tensor]]:
-        """One encoder pass over the full images; what it gives.
+    def forward(self,
+                inputs: torch.Tensor,
+                scores: Union[bool, str] = True,
+                features: bool = False) -> TeacherOutput:
+        """The teacher's pass: one encoder pass over the full images, and
+        what it gives. The only entrance: training, the frameworks, the
+        pictures and the benchmark call it.
 
         Args:
             inputs (torch.Tensor): Normalised images (B, C, H, W) at the
                 student's size.
-            source (str, optional): Scores to compute (see
-                :meth:`scores`); None computes none.
+            scores (bool | str): The per-patch scores to compute: True for
+                :attr:`score_source`, a source's name
+                (``'predicted_loss'``, ``'cls_attention'``) for another one
+                (the pictures show the predicted loss whatever the mask
+                reads), False for none. Defaults to True.
             features (bool): Also return the encoder's tokens (after its
                 final norm: the CLS token, then the patches in raster
                 order): the EMA feature target (BootMAE, paper Tab. 1) or
                 iBOT's teacher tokens. Needs ``input_scale=1``.
 
         Returns:
-            tuple: ``(scores, features)``: (B, N) fp32 or None and
-            (B, 1 + N, C) in the pass's precision, or None.
+            TeacherOutput: ``scores`` (B, N) fp32 at the student's grid, or
+            None; ``features`` (B, 1 + N, C) in the pass's precision, or
+            None.
         """
+        source = self.score_source if scores is True else (scores or None)
+        if source is not None and source not in SCORE_SOURCES:
+            raise ValueError(f'scores must be one of {SCORE_SOURCES} (or '
+                             f'True / False), got {scores!r}.')
+        if features:
+            self.check_full_image()
         backbone = self.module['backbone']
         full, grid = tuple(backbone.patch_resolution), self.grid
-        if features and grid != full:
-            raise ValueError(
-                'the EMA feature target needs the teacher to see the full '
-                f'image, but teacher.input_scale={self.input_scale}. '
-                'Fix: set teacher=dict(input_scale=1.0).')
         if grid != full:
             stride = backbone.patch_embed.projection.stride
             inputs = F.interpolate(
@@ -213,26 +229,24 @@ class EMATeacher(ExponentialMovingAverage):
         visible = inputs.new_zeros(B, num_patches)
         precision = nullcontext() if self.dtype is None else \
             torch.autocast(inputs.device.type, dtype=self.dtype)
-        scores = feats = None
+        out = None
         with precision:
             if source == 'cls_attention':
-                scores, latent = self._cls_attention(backbone, inputs,
-                                                     visible)
+                out, latent = self._cls_attention(backbone, inputs, visible)
             else:
                 latent, ids_restore = backbone(inputs, visible, num_patches)
                 if source is not None:
-                    scores = self.scorer.predict_scores(
+                    out = self.scorer.predict_scores(
                         latent, ids_restore,
                         patch_resolution=None if grid == full else grid)
-        if features:  # in the pass's precision; the heads cast what they read
-            feats = latent
-        if scores is not None:
-            scores = scores.float()
+        if out is not None:
+            out = out.float()
             if grid != full:
-                scores = F.interpolate(
-                    scores.view(B, 1, *grid), size=full, mode='bilinear',
+                out = F.interpolate(
+                    out.view(B, 1, *grid), size=full, mode='bilinear',
                     align_corners=False).flatten(1)
-        return scores, feats
+        # features in the pass's precision; the heads cast what they read
+        return TeacherOutput(out, latent if features else None)
 
     @property
     def scorer(self) -> nn.Module:
