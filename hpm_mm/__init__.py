@@ -22,11 +22,12 @@ warnings.filterwarnings(
 
 from .compat import (SUPPORTED, MissingCompiledOpsError,  # noqa: E402
                      check_versions, fix_mmcv_adjust_hue,
-                     require_compiled_ops)
+                     require_compiled_ops, unbind_attention_qkv)
 from .version import __version__, version_info  # noqa: E402
 
 check_versions()  # mmengine, mmcv (lite is enough), mmpretrain
 fix_mmcv_adjust_hue()  # NumPy 2 (e.g. a GPU image's): ColorJitter's hue
+unbind_attention_qkv()  # same numbers, a backward without 3 zero fills
 
 
 def _register_config_scope() -> None:

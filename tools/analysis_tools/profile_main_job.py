@@ -1,119 +1,321 @@
-"""Where the main job's time goes, side by side in one process.
+"""Where the main job's time goes, and what each speed lever buys, side by
+side in one process on this machine.
 
-    python tools/analysis_tools/profile_main_job.py [--steps 4] [--out prof.json]
+    python tools/analysis_tools/profile_main_job.py [--steps 4] [--rounds 2]
+        [--no-compile] [--out docs/results/profile_main_job_<cpu>.json]
 
-Times, on this machine, the parts of ``tools/main_job.sh`` (the Fashion-MNIST
-HPM config): one training step at batch 256 with the teacher scoring
-(alpha > 0, as in epochs 2-10) and without it (epoch 1), in fp32 and under
-bf16 autocast (``--amp``), also at Fashion-MNIST's native 28 px (7 x 7
-patches instead of 8 x 8: the token count); the data pipeline of one
-training batch and of one kNN batch (in the main process: what a dataloader
-worker spends); the encoder forward of one kNN batch (500 images, fp32 and
-bf16). Medians over ``--steps`` after one warm-up. The estimate at the end
-multiplies them out to the job's 400 steps and 70k kNN images.
+Everything is the main job's training step (the Fashion-MNIST HPM config,
+batch 256, the teacher scoring as in epochs 2-10)
+built with the same seed and timed on the same batch: the median of
+``--steps`` steps after a warm-up step, each variant measured in each of
+``--rounds`` rounds (interleaved, so a slow spell of the machine hits all
+of them) and the median of the rounds kept. Printed and written:
+
+- **sections** of the fp32 step (hooks on the real modules): the data
+  preprocessor, the EMA teacher (update + its one scoring pass), the mask,
+  the student encoder, the reconstructor and the loss-predictor trunks, the
+  head (losses), the backward and the optimizer step (clipping + AdamW);
+- **levers** that keep the arithmetic (fp32), each against the step as the
+  main job runs it: attention by mmpretrain's matmul fallback instead of
+  fused SDPA; q/k/v by indexing (mmpretrain's own forward) instead of
+  ``unbind`` (:func:`hpm_mm.compat.unbind_attention_qkv`); AdamW
+  ``fused=True``; one torch thread instead of two; regional
+  ``torch.compile`` of every transformer block (its compile time too);
+- **precision**: the step under bf16 autocast, beside the rule's decision
+  (:func:`hpm_mm.utils.precision.choose_precision`) and its probe;
+- **design options** of the main job (they change what is computed): 28 px
+  inputs (7 x 7 patches, Fashion-MNIST's native size), the half-resolution
+  teacher, a 1-block loss predictor, and the MAE twin at 32 and 28 px;
+- the data pipeline of one training batch and the kNN encoder forward of
+  500 images.
+
+The estimate at the end multiplies the main job's step counts out.
 """
 import argparse
 import copy
 import json
 import statistics
+import os.path as osp
+import sys
 import time
+from contextlib import contextmanager
 
 import torch
 
+sys.path.insert(0, osp.dirname(osp.abspath(__file__)))  # benchmark_step
+
 CONFIG = 'configs/hpm/hpm_vit-mini-p4_1xb256-coslr-10e_fmnist.py'
+MAE_CONFIG = 'configs/hpm/ablations/mae_vit-mini-p4_1xb256-coslr-10e_fmnist.py'
+BATCH = 256
 
 
-def median_time(fn, steps):
-    fn()  # warm-up
+def resize(cfg, size):
+    """The config's model for ``size``-px inputs (patch 4)."""
+    cfg.model.backbone.img_size = size
+    cfg.model.neck.num_patches = (size // 4)**2
+
+
+# name -> (what, config changes); all fp32
+LEVERS = {
+    'attention_matmul': 'attention by matmul + softmax (mmpretrain\'s '
+                        'fallback) instead of fused SDPA',
+    'qkv_indexed': "q, k, v indexed (mmpretrain's forward) instead of "
+                   'unbound',
+    'adamw_fused': 'AdamW fused=True',
+    'threads_1': 'one torch thread instead of two',
+    'compile_blocks': 'torch.compile of every transformer block',
+    'bf16_autocast': 'bf16 autocast (the --amp of native-bf16 CPUs)',
+}
+DESIGNS = {
+    '28px': (CONFIG, dict(size=28), '28 px inputs (7 x 7 patches)'),
+    'halfres_teacher': (CONFIG, dict(input_scale=0.5),
+                        'teacher on the half-resolution image'),
+    '28px_halfres': (CONFIG, dict(size=28, input_scale=0.5),
+                     '28 px + half-resolution teacher'),
+    '28px_halfres_pred1': (CONFIG, dict(size=28, input_scale=0.5,
+                                        predictor_depth=1),
+                           '28 px + half-resolution teacher + 1-block '
+                           'loss predictor'),
+    'mae': (MAE_CONFIG, {}, 'the MAE twin (32 px)'),
+    'mae_28px': (MAE_CONFIG, dict(size=28), 'the MAE twin at 28 px'),
+}
+
+
+@contextmanager
+def lever(name, model):
+    """Apply one lever for the duration of the block."""
+    from mmpretrain.models.utils import attention
+    mha = attention.MultiheadAttention
+    saved_threads = torch.get_num_threads()
+    undo = []
+    if name == 'attention_matmul':
+        for m in model.modules():
+            if isinstance(m, mha):
+                undo.append((m, m.scaled_dot_product_attention))
+                m.scaled_dot_product_attention = \
+                    attention.scaled_dot_product_attention_pyimpl
+    elif name == 'qkv_indexed':
+        fast = mha.forward
+        mha.forward = mha._mmpretrain_forward
+    elif name == 'threads_1':
+        torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        for m, fn in undo:
+            m.scaled_dot_product_attention = fn
+        if name == 'qkv_indexed':
+            mha.forward = fast
+        torch.set_num_threads(saved_threads)
+
+
+def build(config, size=32, input_scale=None, predictor_depth=None,
+          fused=False, amp=False):
+    """(model, optimizer wrapper, batch) of the config, seed 0."""
+    from mmengine.config import Config
+    from mmengine.optim import build_optim_wrapper
+    from mmpretrain.structures import DataSample
+
+    from hpm_mm.engine.optimizers import amp_optim_wrapper_cfg
+    from hpm_mm.utils import build_model
+    from hpm_mm.utils.precision import Precision
+    cfg = Config.fromfile(config)
+    if size != 32:
+        resize(cfg, size)
+    if input_scale is not None:
+        cfg.model.teacher.input_scale = input_scale
+    if predictor_depth is not None:
+        cfg.model.neck.predictor_depth = predictor_depth
+    if fused:
+        cfg.optim_wrapper.optimizer.fused = True
+    torch.manual_seed(0)
+    model = build_model(cfg)
+    if hasattr(model, 'set_progress'):
+        # alpha 0.25: the teacher scores; no optimizer-step count, so the
+        # teacher follows the student every step, as in training
+        model.set_progress(0.5, 5)
+    optim = cfg.optim_wrapper
+    if amp:
+        optim = amp_optim_wrapper_cfg(
+            optim, Precision('bf16', torch.bfloat16, 'cpu', '-', 'bench'))
+    wrapper = build_optim_wrapper(model, optim)
+    batch = dict(
+        inputs=torch.randint(0, 255, (BATCH, 1, size, size),
+                             dtype=torch.uint8),
+        data_samples=[DataSample() for _ in range(BATCH)])
+    return model, wrapper, batch
+
+
+def median_step(model, wrapper, batch, steps):
+    model.train_step(copy.copy(batch), wrapper)  # warm-up
     times = []
     for _ in range(steps):
         t = time.perf_counter()
-        fn()
+        model.train_step(copy.copy(batch), wrapper)
         times.append(time.perf_counter() - t)
     return statistics.median(times)
+
+
+def hpm_sections(model, wrapper, timer):
+    """Time the named sections of an HPM step on the real modules (method
+    wrappers of ``benchmark_step.Timer``); returns the undo callables."""
+    undo = [timer.wrap(model.data_preprocessor, 'forward', 'data_preprocessor')]
+    if model.teacher is not None:
+        undo += [timer.wrap(model.teacher, 'update', 'teacher_update'),
+                 timer.wrap(model.teacher, 'forward', 'teacher_pass')]
+    undo += [timer.wrap(model.mask_generator, 'forward', 'mask'),
+             timer.wrap(model.backbone, 'forward', 'student_encoder'),
+             timer.wrap(model.neck, 'reconstruct', 'reconstructor')]
+    predictor = getattr(model.neck, 'predictor', None)
+    undo.append(timer.wrap(predictor, 'forward', 'loss_predictor')
+                if predictor is not None else
+                timer.wrap(model.neck, 'predict_loss', 'loss_predictor'))
+    undo += [timer.wrap(model.head, 'loss', 'head_losses'),
+             timer.wrap(wrapper, 'backward', 'backward'),
+             timer.wrap(wrapper, 'step', 'optimizer_step')]
+    return undo
+
+
+def profile_sections(steps):
+    """Median seconds per step of each section, the step and the rest."""
+    from benchmark_step import DeviceOps, Timer
+    model, wrapper, batch = build(CONFIG)
+    model.train_step(copy.copy(batch), wrapper)
+    timer = Timer(DeviceOps('cpu'))
+    undo = hpm_sections(model, wrapper, timer)
+    for _ in range(steps):
+        with timer.section('step'):
+            model.train_step(copy.copy(batch), wrapper)
+    for u in undo:
+        u()
+    out = {k: statistics.median(v) for k, v in timer.times.items()}
+    out['rest'] = out['step'] - sum(v for k, v in out.items()
+                                    if k != 'step')
+    return out
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     parser.add_argument('--steps', type=int, default=4)
+    parser.add_argument('--rounds', type=int, default=2)
+    parser.add_argument('--no-compile', action='store_true',
+                        help='skip the torch.compile lever (~1 min compile)')
     parser.add_argument('--out')
     args = parser.parse_args(argv)
     import hpm_mm  # noqa: F401
-    from mmengine.config import Config
-    from mmengine.optim import build_optim_wrapper
-    from mmengine.runner import Runner
-    from mmpretrain.structures import DataSample
+    from mmengine.logging import MMLogger
+    from mmengine.registry import init_default_scope
 
-    from hpm_mm.engine.optimizers import amp_optim_wrapper_cfg
+    from hpm_mm.utils.precision import choose_precision, cpu_class
+    init_default_scope('mmpretrain')
+    MMLogger.get_instance('profile_main_job', log_level='WARNING')
+    decision = choose_precision(True, 'cpu')
+    res = dict(cpu_class=cpu_class(), threads=torch.get_num_threads(),
+               torch=torch.__version__, batch=BATCH, steps=args.steps,
+               rounds=args.rounds, precision_rule=decision.to_dict())
+    print(f'CPU {res["cpu_class"]}, torch {torch.__version__}, '
+          f'{res["threads"]} threads; batch {BATCH}; median of '
+          f'{args.steps} steps, median of {args.rounds} rounds')
+    print(decision.line())
+
+    res['sections'] = profile_sections(args.steps)
+
+    runs = ['baseline'] + [n for n in LEVERS
+                           if not (n == 'compile_blocks' and args.no_compile)]
+    runs += list(DESIGNS)
+    times = {name: [] for name in runs}
+    compile_s = None
+    for _ in range(args.rounds):
+        for name in runs:
+            if name in DESIGNS:
+                config, kwargs, _ = DESIGNS[name]
+                model, wrapper, batch = build(config, **kwargs)
+            else:
+                model, wrapper, batch = build(
+                    CONFIG, fused=name == 'adamw_fused',
+                    amp=name == 'bf16_autocast')
+            if name == 'compile_blocks':
+                blocks = [m for m in model.modules() if type(m).__name__ ==
+                          'TransformerEncoderLayer']
+                for m in blocks:
+                    m.compile(dynamic=False)
+                t = time.perf_counter()
+                model.train_step(copy.copy(batch), wrapper)
+                if compile_s is None:  # later rounds hit the cache
+                    compile_s = time.perf_counter() - t
+            with lever(name, model):
+                times[name].append(median_step(model, wrapper, batch,
+                                               args.steps))
+            del model, wrapper
+    base = statistics.median(times['baseline'])
+    res['baseline_step'] = base
+    res['levers'] = {
+        n: dict(what=LEVERS[n], step=statistics.median(times[n]),
+                ratio=statistics.median(times[n]) / base)
+        for n in LEVERS if n in times}
+    if compile_s is not None:
+        res['levers']['compile_blocks']['first_step_with_compile_s'] = \
+            compile_s
+    res['designs'] = {
+        n: dict(what=DESIGNS[n][2], step=statistics.median(times[n]),
+                ratio=statistics.median(times[n]) / base)
+        for n in DESIGNS}
+
+    # data pipeline and kNN forward
+    from mmengine.config import Config
+    from mmengine.runner import Runner
+
     from hpm_mm.utils import build_model
     cfg = Config.fromfile(CONFIG)
-    res = dict(threads=torch.get_num_threads(), steps=args.steps)
-
-    def step_time(amp, teacher, size=32):
-        c = copy.deepcopy(cfg)
-        if size != 32:
-            grid = size // 4
-            c.model.backbone.img_size = size
-            c.model.neck.num_patches = grid * grid
-        torch.manual_seed(0)
-        model = build_model(c)
-        model.set_progress(0.5 if teacher else 0.0, 5, 0)
-        wrapper = build_optim_wrapper(
-            model, amp_optim_wrapper_cfg(c.optim_wrapper, cuda=False)
-            if amp else c.optim_wrapper)
-        batch = dict(
-            inputs=torch.randint(0, 255, (256, 1, size, size),
-                                 dtype=torch.uint8),
-            data_samples=[DataSample() for _ in range(256)])
-        return median_time(lambda: model.train_step(batch, wrapper),
-                           args.steps)
-
-    for amp in (False, True):
-        name = 'bf16' if amp else 'fp32'
-        res[f'step_teacher_{name}'] = step_time(amp, True)
-        res[f'step_no_teacher_{name}'] = step_time(amp, False)
-        res[f'step_teacher_{name}_28px'] = step_time(amp, True, 28)
-
-    def pipeline_time(loader_cfg, n):
-        loader = Runner.build_dataloader(
-            dict(loader_cfg, num_workers=0, persistent_workers=False), seed=0)
-        it = iter(loader)
-        return median_time(lambda: next(it), n)
-
-    knn_hook = [h for h in cfg.custom_hooks if h.type == 'KNNEvalHook'][0]
-    from mmengine.registry import init_default_scope
-    init_default_scope('mmpretrain')
-    res['pipeline_train_batch256'] = pipeline_time(cfg.train_dataloader,
-                                                   args.steps)
-    res['pipeline_knn_batch500'] = pipeline_time(knn_hook.train_dataloader,
-                                                 args.steps)
-    model = build_model(cfg).eval()
-    x = torch.randn(500, 1, 32, 32)
-    for amp in (False, True):
-        def forward():
-            with torch.no_grad(), torch.autocast('cpu', torch.bfloat16,
-                                                 enabled=amp):
+    loader = Runner.build_dataloader(
+        dict(cfg.train_dataloader, num_workers=0, persistent_workers=False),
+        seed=0)
+    it = iter(loader)
+    next(it)
+    t = time.perf_counter()
+    for _ in range(args.steps):
+        next(it)
+    res['pipeline_train_batch'] = (time.perf_counter() - t) / args.steps
+    for size in (32, 28):
+        c = Config.fromfile(CONFIG)
+        resize(c, size)
+        model = build_model(c).eval()
+        x = torch.randn(500, 1, size, size)
+        with torch.no_grad():
+            model.extract_feat(x)
+            t = time.perf_counter()
+            for _ in range(args.steps):
                 model.extract_feat(x)
-        res[f'knn_forward_batch500_{"bf16" if amp else "fp32"}'] = \
-            median_time(forward, args.steps)
+        res[f'knn_forward_500_{size}px'] = (time.perf_counter() - t) / \
+            args.steps
 
-    print(f'torch threads: {res["threads"]}; medians of {args.steps} steps')
-    for key, value in res.items():
-        if key not in ('threads', 'steps'):
-            print(f'{key:32s} {value:7.3f} s')
-    for p in ('fp32', 'bf16'):
-        train = 40 * res[f'step_no_teacher_{p}'] + \
-            360 * res[f'step_teacher_{p}']
-        knn = 140 * res[f'knn_forward_batch500_{p}']
-        res[f'estimate_train_{p}'], res[f'estimate_knn_{p}'] = train, knn
-        print(f'{p}: 400 steps ~{train:.0f} s + kNN forward of 70k images '
-              f'~{knn:.0f} s')
-    print(f'bf16 / fp32 step (teacher): '
-          f'{res["step_teacher_bf16"] / res["step_teacher_fp32"]:.2f}; '
-          f'28 px / 32 px step (fp32): '
-          f'{res["step_teacher_fp32_28px"] / res["step_teacher_fp32"]:.2f}; '
-          f'pipeline share of a step: '
-          f'{res["pipeline_train_batch256"] / res["step_teacher_bf16"]:.1%}')
+    print('\nsections of the fp32 step (s):')
+    for k, v in res['sections'].items():
+        print(f'  {k:20s} {v:7.3f}')
+    print(f'\nlevers (fp32 unless named), step / the main job\'s step '
+          f'({base:.3f} s):')
+    for n, r in res['levers'].items():
+        first = r.get('first_step_with_compile_s')
+        extra = f'  (first step incl. compile {first:.0f} s)' if first else ''
+        print(f'  {n:20s} {r["step"]:7.3f} s  {r["ratio"]:.2f}x  '
+              f'{r["what"]}{extra}')
+    print('\ndesign options (change what is computed):')
+    for n, r in res['designs'].items():
+        print(f'  {n:20s} {r["step"]:7.3f} s  {r["ratio"]:.2f}x  '
+              f'{r["what"]}')
+    print(f'\ndata pipeline, one batch (main process): '
+          f'{res["pipeline_train_batch"]:.3f} s; kNN forward of 500 images: '
+          f'{res["knn_forward_500_32px"]:.3f} s (32 px), '
+          f'{res["knn_forward_500_28px"]:.3f} s (28 px)')
+    # the main job: 40 steps per epoch, no teacher in epoch 1 counted as a
+    # teacher step (an upper bound), kNN over 70k images
+    for name, step, px in (('main job as it is', base, 32),
+                           ('28 px', res['designs']['28px']['step'], 28),
+                           ('28 px + half-res teacher + 1-block predictor',
+                            res['designs']['28px_halfres_pred1']['step'], 28)):
+        knn = 140 * res[f'knn_forward_500_{px}px']
+        print(f'estimate, {name}: 400 steps ~{400 * step / 60:.1f} min + '
+              f'kNN forward ~{knn / 60:.1f} min')
     if args.out:
         with open(args.out, 'w') as f:
             json.dump(res, f, indent=2)
