@@ -22,12 +22,14 @@ warnings.filterwarnings(
 
 from .compat import (SUPPORTED, MissingCompiledOpsError,  # noqa: E402
                      check_versions, fix_mmcv_adjust_hue,
-                     require_compiled_ops, unbind_attention_qkv)
+                     require_compiled_ops, scopeless_collate_fn,
+                     unbind_attention_qkv)
 from .version import __version__, version_info  # noqa: E402
 
 check_versions()  # mmengine, mmcv (lite is enough), mmpretrain
 fix_mmcv_adjust_hue()  # NumPy 2 (e.g. a GPU image's): ColorJitter's hue
 unbind_attention_qkv()  # same numbers, a backward without 3 zero fills
+scopeless_collate_fn()  # package-scoped configs' collate_fn dicts build
 
 
 def _register_config_scope() -> None:

@@ -165,3 +165,38 @@ def unbind_attention_qkv() -> None:
     if cls.forward is not _unbound_qkv_forward:
         cls._mmpretrain_forward = cls.forward
         cls.forward = _unbound_qkv_forward
+
+
+def scopeless_collate_fn() -> None:
+    """Let mmengine's ``Runner.build_dataloader`` build a ``collate_fn`` dict
+    that carries ``_scope_``.
+
+    A config that inherits a package's base (``'mmpretrain::...'``,
+    ``'hpm_mm::...'``) gets ``_scope_`` in each of its dicts; mmengine 0.10.7
+    builds a dataloader's ``collate_fn`` as ``partial(fn, **rest_of_dict)``,
+    so that key became an argument and the first batch failed
+    (``default_collate() got an unexpected keyword argument '_scope_'``:
+    every ImageNet pretraining config, and any ``hpm_mm::`` config built by
+    mmengine's own Runner). Collate functions resolve in mmengine's
+    ``FUNCTIONS`` whatever the scope, so the key is dropped. Can go when
+    mmengine pops ``_scope_`` there (not as of 0.10.7 / onedl-mmengine
+    0.10.12). Idempotent.
+    """
+    from mmengine.runner import Runner
+    original = Runner.__dict__['build_dataloader'].__func__
+    if getattr(original, '_hpm_scopeless', False):
+        return
+
+    @functools.wraps(original)
+    def build_dataloader(dataloader, *args, **kwargs):
+        if isinstance(dataloader, dict) and isinstance(
+                dataloader.get('collate_fn'), dict) and \
+                '_scope_' in dataloader['collate_fn']:
+            dataloader = dict(dataloader)  # the config keeps its own
+            collate = dict(dataloader['collate_fn'])
+            collate.pop('_scope_')
+            dataloader['collate_fn'] = collate
+        return original(dataloader, *args, **kwargs)
+
+    build_dataloader._hpm_scopeless = True
+    Runner.build_dataloader = staticmethod(build_dataloader)

@@ -207,20 +207,28 @@ def _collate_fns(node):
             yield from _collate_fns(value)
 
 
-def test_tools_build_every_collate_fn():
+def test_every_collate_fn_builds():
     """mmengine passes a collate_fn dict's other keys to the function; a
-    config inheriting mmpretrain's bases carries ``_scope_`` there, which
-    failed the first batch. The tools' config loader drops it."""
-    from hpm_mm.utils.cli import load_config
+    config inheriting a package's bases carries ``_scope_`` there, which
+    failed the first batch. mmengine's Runner (patched by hpm_mm.compat)
+    builds each config's collate_fn, ``_scope_`` and all."""
+    from mmengine.runner import Runner
     main = [p for p in CONFIGS
             if p.endswith('hpm_vit-base-p16_8xb512-amp-coslr-200e_in1k.py')]
     raw = Config.fromfile(main[0])._cfg_dict
     assert any('_scope_' in c for c in _collate_fns(raw))
+    dataset = [dict(inputs=torch.zeros(2))] * 2
     for path in CONFIGS:
         if is_det_seg(path) and not FULL_PROFILE:
             continue
-        assert not any('_scope_' in c for c in _collate_fns(
-            load_config(path)._cfg_dict)), path
+        for collate in _collate_fns(Config.fromfile(path)._cfg_dict):
+            if collate.get('type') not in ('default_collate',
+                                           'pseudo_collate'):
+                continue
+            loader = Runner.build_dataloader(dict(
+                dataset=dataset, batch_size=2, collate_fn=collate,
+                sampler=dict(type='DefaultSampler', shuffle=False)))
+            assert len(next(iter(loader))['inputs']) == 2, path
 
 
 def _study():

@@ -67,32 +67,10 @@ def merge_cfg_options(cfg: Config, options: dict) -> Config:
     return cfg
 
 
-def _unscope_collate_fns(node: Any) -> None:
-    """Drop ``_scope_`` from every ``collate_fn`` dict, in place.
-
-    A config that inherits a package's base (``'mmpretrain::...'``) gets
-    ``_scope_`` in each of its dicts; mmengine builds a dataloader's
-    ``collate_fn`` as ``partial(fn, **rest_of_the_dict)``, so that key became
-    an argument and the first batch failed (``default_collate() got an
-    unexpected keyword argument '_scope_'``: every ImageNet pretraining
-    config). Collate functions resolve in the default scope.
-    """
-    if isinstance(node, dict):
-        collate = node.get('collate_fn')
-        if isinstance(collate, dict):
-            collate.pop('_scope_', None)
-        for value in node.values():
-            _unscope_collate_fns(value)
-    elif isinstance(node, (list, tuple)):
-        for value in node:
-            _unscope_collate_fns(value)
-
-
 def load_config(path: str, tool: str = 'hpm_mm') -> Config:
     """``Config.fromfile(path)``, turning a det/seg config's failure on a
     pretraining-only install into one line: a ``_base_`` from a missing
-    package (``mmdet::``), or a failed ``custom_imports``; and with the
-    ``collate_fn`` dicts made buildable (:func:`_unscope_collate_fns`).
+    package (``mmdet::``), or a failed ``custom_imports``.
 
     mmengine re-raises a failed custom import as a message about
     ``sys.path``; the real cause (mmdet/mmseg missing or out of range, or
@@ -103,9 +81,7 @@ def load_config(path: str, tool: str = 'hpm_mm') -> Config:
 
     from hpm_mm.compat import FULL_INSTALL, MissingCompiledOpsError
     try:
-        cfg = Config.fromfile(path)
-        _unscope_collate_fns(cfg._cfg_dict)
-        return cfg
+        return Config.fromfile(path)
     except ImportError as e:
         # a ``_base_ = 'mmdet::...'`` whose package is missing
         missing = re.match(r'(\w+) is not installed', str(e))

@@ -1,0 +1,119 @@
+"""hpm_mm used from outside the repository, as docs/extending.md shows: configs
+that inherit ours through ``hpm_mm::`` in a folder of their own, run by the
+tools and by mmengine's own Runner from that folder (issue #30)."""
+import json
+import os
+import os.path as osp
+import subprocess
+import sys
+
+import pytest
+import torch
+from conftest import REPO
+
+HPM_BASE = 'hpm_mm::hpm/hpm_vit-mini-p4_1xb256-coslr-10e_fmnist.py'
+LINEAR_BASE = ('hpm_mm::benchmarks/classification/fmnist/'
+               'vit-mini-p4_1xb256-linear-coslr-10e_fmnist.py')
+# kNN and the pictures on a few images (the configs' hooks read all 70k)
+SMALL_EVAL = [
+    'custom_hooks.1.train_dataloader.dataset.indices=64',
+    'custom_hooks.1.val_dataloader.dataset.indices=32',
+]
+
+
+def run_outside(cwd, *args):
+    """``python ARGS`` with ``cwd`` as the working directory (not the
+    repository), failing with the output."""
+    proc = subprocess.run([sys.executable, *args], cwd=cwd,
+                          capture_output=True, text=True, timeout=600,
+                          env=dict(os.environ, PYTHONUNBUFFERED='1'))
+    if proc.returncode != 0:
+        pytest.fail(f'{args} failed ({proc.returncode}):\n'
+                    f'{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}')
+    return proc
+
+
+def tool(name):
+    return osp.join(REPO, 'tools', name)
+
+
+@pytest.fixture(scope='module')
+def outside(tmp_path_factory):
+    """A folder outside the repository with a config that holds nothing but
+    an ``hpm_mm::`` base and one override, trained there for 2 iterations
+    by tools/train.py; returns (folder, config, checkpoint)."""
+    folder = tmp_path_factory.mktemp('my_project')
+    assert not str(folder).startswith(REPO)
+    (folder / 'my_hpm.py').write_text(
+        f'_base_ = {HPM_BASE!r}\n'
+        'train_dataloader = dict(batch_size=8, num_workers=0, '
+        'persistent_workers=False, dataset=dict(indices=16))\n')
+    run_outside(folder, tool('train.py'), 'my_hpm.py', '--cfg-options',
+                'train_cfg.max_epochs=1', *SMALL_EVAL)
+    work = folder / 'work_dirs' / 'my_hpm'  # relative to the folder
+    assert (work / 'epoch_1.pth').exists() and (work / 'knn.json').exists()
+    assert len(list((work / 'hard_patches').glob('*.png'))) > 0
+    return folder, 'my_hpm.py', str(work / 'epoch_1.pth')
+
+
+def test_package_base_trains_through_the_tools(outside):
+    """The 2 iterations ran with the inherited model, data (found in the
+    checkout from another working directory) and hooks."""
+    folder, _, ckpt = outside
+    state = torch.load(ckpt, map_location='cpu', weights_only=False)
+    assert state['meta']['iter'] == 2
+    assert any(k.startswith('teacher.') for k in state['state_dict'])
+    knn = json.loads((folder / 'work_dirs' / 'my_hpm' /
+                      'knn.json').read_text())
+    assert knn['num_train'] == 64 and knn['num_val'] == 32
+
+
+def test_package_base_evaluates_through_the_tools(outside):
+    """knn_eval.py and visualize_hard_patches.py on the hpm_mm:: config
+    from the outside folder."""
+    folder, cfg, ckpt = outside
+    out = folder / 'knn_again.json'
+    run_outside(folder, tool('analysis_tools/knn_eval.py'), cfg, ckpt,
+                '--out', str(out), '--cfg-options', *SMALL_EVAL)
+    assert json.loads(out.read_text())['best'] >= 0
+    run_outside(folder, tool('analysis_tools/visualize_hard_patches.py'),
+                cfg, ckpt, '--num-samples', '2', '--num-masks', '2',
+                '--out-dir', 'pictures')
+    assert list((folder / 'pictures').glob('*.png'))
+
+
+def test_package_base_tests_through_test_py(outside, tmp_path):
+    """tools/test.py with a classifier config that inherits ours."""
+    folder, _, _ = outside
+    (folder / 'my_linear.py').write_text(
+        f'_base_ = {LINEAR_BASE!r}\n'
+        'test_dataloader = dict(batch_size=16, num_workers=0, '
+        'persistent_workers=False, dataset=dict(indices=32))\n')
+    import hpm_mm  # noqa: F401
+    from mmengine.config import Config
+
+    from hpm_mm.utils import build_model
+    model = build_model(Config.fromfile(str(folder / 'my_linear.py')))
+    ckpt = folder / 'linear.pth'
+    torch.save(dict(state_dict=model.state_dict()), ckpt)
+    out = folder / 'metrics.json'
+    run_outside(folder, tool('test.py'), 'my_linear.py', str(ckpt), '--out',
+                str(out))
+    assert 'accuracy/top1' in json.loads(out.read_text())
+
+
+def test_package_base_trains_with_mmengines_runner(outside):
+    """mmengine's own Runner, after ``import hpm_mm`` (which lets mmengine
+    read ``hpm_mm::`` configs), from the outside folder."""
+    folder, cfg, _ = outside
+    (folder / 'run_it.py').write_text(
+        'import hpm_mm  # noqa: F401\n'
+        'from mmengine.config import Config\n'
+        'from mmengine.runner import Runner\n'
+        f'cfg = Config.fromfile({cfg!r})\n'
+        "cfg.work_dir = 'runner_work'\n"
+        'cfg.train_cfg.max_epochs = 1\n'
+        "cfg.custom_hooks = [dict(type='HPMScheduleHook')]\n"
+        'Runner.from_cfg(cfg).train()\n')
+    run_outside(folder, 'run_it.py')
+    assert (folder / 'runner_work' / 'epoch_1.pth').exists()
