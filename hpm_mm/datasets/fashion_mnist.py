@@ -5,6 +5,23 @@ import warnings
 from mmpretrain.datasets import FashionMNIST
 from mmpretrain.registry import DATASETS
 
+#: The checkout hpm_mm runs from (an editable install, as tools/install.sh
+#: makes), where tools/install.sh prepares ``data/fashion_mnist``.
+REPO = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
+
+
+def resolve_data_root(data_root: str) -> str:
+    """A relative ``data_root`` (the configs' ``data/fashion_mnist/``) as
+    found: in the working directory, else in the checkout, so configs
+    (``hpm_mm::`` ones too) run from any folder. Absolute roots, URLs and
+    roots found nowhere are returned as given (loading then names both
+    places in its error)."""
+    if not data_root or osp.isabs(data_root) or '://' in data_root or \
+            osp.exists(data_root):
+        return data_root
+    in_repo = osp.join(REPO, data_root)
+    return in_repo if osp.exists(in_repo) else data_root
+
 
 @DATASETS.register_module()
 class FashionMNISTSplit(FashionMNIST):
@@ -18,7 +35,9 @@ class FashionMNISTSplit(FashionMNIST):
 
     Args:
         data_root (str): Folder with the gunzipped idx files
-            (``tools/dataset_converters/prepare_fashion_mnist.py``).
+            (``tools/dataset_converters/prepare_fashion_mnist.py``); a
+            relative one is looked for in the working directory, then in
+            the checkout (:func:`resolve_data_root`).
         split (str): ``'train'`` or ``'test'``. Defaults to ``'train'``.
         download (bool): Never possible here; defaults to False.
         **kwargs: Other arguments of :class:`FashionMNIST`.
@@ -27,19 +46,21 @@ class FashionMNISTSplit(FashionMNIST):
     def __init__(self, data_root: str = '', split: str = 'train',
                  download: bool = False, **kwargs) -> None:
         super().__init__(
-            data_root=data_root, split=split, download=download, **kwargs)
+            data_root=resolve_data_root(data_root), split=split,
+            download=download, **kwargs)
 
     def load_data_list(self):
         root = self.data_prefix['root']
         if '://' not in root and not self._check_exists():
             where = osp.abspath(root)
             raise FileNotFoundError(
-                f'Fashion-MNIST is not in {where} (data_root={root!r} is '
-                f'relative to the working directory {os.getcwd()}). Fix: '
-                'python tools/dataset_converters/prepare_fashion_mnist.py '
-                f'--out {where} (offline, from Debian\'s dataset-fashion-'
-                'mnist), or run from the repository root, or set data_root '
-                'to the folder with the idx files.')
+                f'Fashion-MNIST is not in {where} (a relative data_root is '
+                f'looked for in the working directory {os.getcwd()}, then in '
+                f'the checkout {REPO}). Fix: python {REPO}/tools/'
+                'dataset_converters/prepare_fashion_mnist.py --out '
+                f'{osp.join(REPO, "data", "fashion_mnist")} (offline, from '
+                "Debian's dataset-fashion-mnist), or set data_root to the "
+                'folder with the idx files.')
         test_mode = self.test_mode
         self.test_mode = self.split == 'test'
         try:
