@@ -114,9 +114,9 @@ def test_study_variants_build():
         if name.startswith('hpm-'):
             assert model.teacher.grid == (4, 4), name
         if name == 'hpm-fast':
-            assert len(model.neck.predictor_blocks) == 1
+            assert len(model.neck.predictor.blocks) == 1
         else:
-            assert len(model.neck.predictor_blocks) == 2, name
+            assert len(model.neck.predictor.blocks) == 2, name
 
 
 def test_study_report_only_tabulates_finished_runs(tmp_path):

@@ -103,19 +103,32 @@ def register_checkpoint_safe_globals() -> None:
     add(checkpoint_safe_globals())
 
 
-def student_or_teacher_state(state_dict: dict, teacher: bool = False) -> dict:
+def student_or_teacher_state(state_dict: dict,
+                             teacher: bool = False,
+                             model: Optional[torch.nn.Module] = None) -> dict:
     """The student's keys, or the EMA teacher's renamed to the student's.
 
     An HPM checkpoint keeps the student under ``backbone.`` / ``neck.`` /
-    ``head.`` and the teacher under ``teacher.module.backbone.`` /
-    ``teacher.module.neck.``.
+    ``head.`` and the teacher's copy of the student's parts under
+    ``teacher.module.<part>.``, the parts of ``model.student()``
+    (``backbone``, ``predictor``, ...). Each part's keys go back to where
+    that part lives in ``model`` (HPM's ``predictor`` is its ``neck``); without
+    a model, ``teacher.module.`` is stripped.
     """
     prefix = 'teacher.module.'
     if not teacher:
         return {k: v for k, v in state_dict.items()
                 if not k.startswith('teacher.')}
-    out = {k[len(prefix):]: v for k, v in state_dict.items()
-           if k.startswith(prefix)}
+    where = {}
+    if model is not None and hasattr(model, 'student'):
+        names = {id(m): n for n, m in model.named_modules()}
+        where = {part: names[id(m)] for part, m in model.student().items()
+                 if id(m) in names}
+    out = {}
+    for k, v in state_dict.items():
+        if k.startswith(prefix):
+            part, _, rest = k[len(prefix):].partition('.')
+            out[f'{where.get(part, part)}.{rest}'] = v
     if not out:
         raise ValueError('--teacher was asked for, but the checkpoint has no '
                          f"'{prefix}*' keys (not an HPM checkpoint with an "
@@ -139,7 +152,10 @@ def load_checkpoint_strict(model: torch.nn.Module,
     from mmengine.runner.checkpoint import _load_checkpoint
     ckpt = _load_checkpoint(filename, map_location='cpu')
     state = ckpt.get('state_dict', ckpt)
-    state = student_or_teacher_state(state, teacher)
+    upgrade = getattr(model, 'upgrade_state_dict', None)
+    if upgrade is not None:  # keys of earlier hpm_mm versions
+        state = upgrade(state)
+    state = student_or_teacher_state(state, teacher, model)
     result = model.load_state_dict(state, strict=False)
     missing = [k for k in result.missing_keys
                if not k.startswith('teacher.')]

@@ -13,6 +13,10 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+#: Panel titles of the score sources.
+SCORE_NAMES = dict(predicted_loss='predicted loss',
+                   cls_attention='CLS attention', image='image scores')
+
 
 def spearman(pred: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     """Spearman rank correlation of each row, (B, N) x (B, N) -> (B,).
@@ -50,10 +54,15 @@ def analyze_hard_patches(model,
         seed (int, optional): Seed of the random masks.
 
     Returns:
-        dict: ``true_loss``, ``pred_loss`` and ``mask`` (B, N) (mask: 1 =
-        masked), ``recon`` (B, C, H, W) with the visible patches pasted back
-        (in the normalised input space), ``spearman`` (B,) and ``mask_info``
-        (the mask generator's log scalars at ``progress``).
+        dict: ``true_loss`` (B, N); ``pred_loss`` (B, N), the predicted
+        losses, None without a loss predictor; ``scores`` (B, N), what the
+        mask generator read at ``progress`` (None when it reads none);
+        ``shown`` and ``shown_name``, the map the figure shows (the scores
+        read, else the predicted loss) and its name; ``mask`` (B, N), 1 =
+        masked; ``recon`` (B, C, H, W) with the visible patches pasted back
+        (in the normalised input space); ``spearman`` (B,), of ``shown``
+        against the true loss; ``mask_info`` (the mask generator's log
+        scalars at ``progress``).
     """
     was_training = model.training
     model.eval()
@@ -84,17 +93,31 @@ def analyze_hard_patches(model,
         count += mask.cpu()
     true_loss = total / count.clamp(min=1)
 
-    # predicted losses on the full image, and the scores the mask reads
+    # the scores the mask reads at this progress (the teacher's, or the
+    # generator's own image scores), and the predicted losses on the full
+    # image where there is a loss predictor
     teacher = getattr(model, 'teacher', None) if use_teacher else None
-    if teacher is not None:
-        pred_loss = teacher(inputs, 'predicted_loss').scores
-        scores = pred_loss if teacher.score_source == 'predicted_loss' \
-            else teacher(inputs).scores
+    reads = gen.needs_scores(N, progress)
+    scores = model.mask_scores(inputs, use_teacher).float().cpu() \
+        if reads else None
+    pred_loss = None
+    if model.with_predictor:
+        if gen.score_source == 'predicted_loss' and scores is not None:
+            pred_loss = scores
+        elif teacher is not None and 'predictor' in teacher.module:
+            pred_loss = teacher(inputs, 'predicted_loss').scores.cpu()
+        else:
+            pred_loss = model.student_scores(inputs).cpu()
+    if scores is not None:
+        shown, shown_name = scores, SCORE_NAMES.get(gen.score_source,
+                                                    gen.score_source)
+    elif pred_loss is not None:
+        shown, shown_name = pred_loss, SCORE_NAMES['predicted_loss']
     else:
-        latent, ids = model.backbone(inputs, inputs.new_zeros(B, N), N)
-        pred_loss = scores = model.neck.predict_scores(latent, ids)
-    pred_loss = pred_loss.float().cpu()
-    scores = scores.float().cpu() if gen.needs_scores(N, progress) else None
+        raise ValueError(
+            f'{type(model).__name__} has neither mask scores at progress '
+            f'{progress} nor a loss predictor: there are no hard patches to '
+            'show.')
 
     # the mask the generator draws at this progress, and its reconstruction
     if seed is not None:
@@ -123,9 +146,12 @@ def analyze_hard_patches(model,
     return dict(
         true_loss=true_loss,
         pred_loss=pred_loss,
+        scores=scores,
+        shown=shown,
+        shown_name=shown_name,
         mask=mask.cpu(),
         recon=recon,
-        spearman=spearman(pred_loss, true_loss),
+        spearman=spearman(shown, true_loss),
         mask_info=gen.log_vars(N, progress))
 
 
@@ -178,10 +204,11 @@ def draw_hard_patches(result: Dict[str, torch.Tensor],
                       dpi: int = 100) -> np.ndarray:
     """One row of five panels with a colour bar; returns the RGB array.
 
-    Panels: input | true loss (avg over random masks) | teacher's predicted
-    loss | the mask (masked patches dimmed; titled with the mask
-    generator's scalars, e.g. alpha and K) | reconstruction with the visible
-    patches pasted back.
+    Panels: input | true loss (avg over random masks) | the scores the mask
+    read (the teacher's predicted loss for HPM; else what the generator
+    reads, or the predicted loss where it reads none) | the mask (masked
+    patches dimmed; titled with the mask generator's scalars, e.g. alpha
+    and K) | reconstruction with the visible patches pasted back.
     """
     import matplotlib
     matplotlib.use('Agg')
@@ -192,7 +219,7 @@ def draw_hard_patches(result: Dict[str, torch.Tensor],
     recon = _to_display(result['recon'][index], mean, std)
     true_map = patch_map_to_pixels(result['true_loss'][index:index + 1],
                                    (H, W))[0]
-    pred_map = patch_map_to_pixels(result['pred_loss'][index:index + 1],
+    pred_map = patch_map_to_pixels(result['shown'][index:index + 1],
                                    (H, W))[0]
     N = result['mask'].shape[1]
     gray = img.ndim == 2
@@ -214,7 +241,7 @@ def draw_hard_patches(result: Dict[str, torch.Tensor],
     panels = [
         (img, 'input', cmap),
         (true_map, 'true loss (avg. masks)', 'jet'),
-        (pred_map, f'predicted loss (rho={rho:.2f})', 'jet'),
+        (pred_map, f'{result["shown_name"]} (rho={rho:.2f})', 'jet'),
         (masked_view, f'mask (grey) {info}'.strip(), None),
         (recon, 'reconstruction', cmap),
     ]

@@ -57,7 +57,7 @@ def test_gradients_reach_student_never_teacher(device):
     losses = model.loss(torch.randn(4, 1, 16, 16, device=device), [])
     losses['loss_pred'].backward(retain_graph=True)
     # L_pred trains the predictor trunk and, through it, the encoder
-    assert model.neck.predictor_blocks[0].attn.qkv.weight.grad.abs().sum() > 0
+    assert model.neck.predictor.blocks[0].attn.qkv.weight.grad.abs().sum() > 0
     assert model.backbone.layers[0].attn.qkv.weight.grad.abs().sum() > 0
     assert model.neck.decoder_embed.weight.grad.abs().sum() > 0
     # ... but not the reconstructor's own trunk
@@ -138,7 +138,7 @@ def test_teacher_scores_use_full_image_and_predictor_only(device):
     model = tiny_hpm(device=device)
     model.teacher.update(model.student())
     x = torch.randn(3, 1, 16, 16, device=device)
-    neck = model.teacher.module['neck']
+    neck = model.teacher.module['predictor']  # HPM's decoder
     with mock.patch.object(neck, 'reconstruct',
                            side_effect=AssertionError('reconstructor ran')):
         scores = model.teacher(x).scores
@@ -146,7 +146,7 @@ def test_teacher_scores_use_full_image_and_predictor_only(device):
     # same as the student's predictor on the unmasked image
     latent, ids = model.backbone(x, torch.zeros(3, 16, device=device), 16)
     with torch.no_grad():
-        ref = model.neck.predict_loss(model.neck.embed(latent, ids))
+        ref = model.neck.predictor(model.neck.embed(latent, ids))
     assert torch.allclose(scores, ref, atol=1e-5)
 
 
@@ -235,15 +235,15 @@ def test_low_resolution_teacher_matches_a_native_small_model(device):
     state = copy.deepcopy(model.teacher.module.state_dict())
     state['backbone.pos_embed'] = resize_pos_embed(
         state['backbone.pos_embed'], (4, 4), (2, 2), 'bicubic', 1)
-    state['neck.decoder_pos_embed'] = resize_pos_embed(
-        state['neck.decoder_pos_embed'], (4, 4), (2, 2), 'bicubic', 1)
+    state['predictor.decoder_pos_embed'] = resize_pos_embed(
+        state['predictor.decoder_pos_embed'], (4, 4), (2, 2), 'bicubic', 1)
     small.student().load_state_dict(state)
     small_x = F.interpolate(x, size=(8, 8), mode='bilinear',
                             align_corners=False, antialias=True)
     with torch.no_grad():
         latent, ids = small.backbone(small_x, torch.zeros(3, 4, device=device),
                                      4)
-        ref = small.neck.predict_loss(small.neck.embed(latent, ids))
+        ref = small.neck.predictor(small.neck.embed(latent, ids))
     ref = F.interpolate(ref.view(3, 1, 2, 2), size=(4, 4), mode='bilinear',
                         align_corners=False).flatten(1)
     assert torch.allclose(scores, ref, atol=1e-5)
@@ -295,8 +295,8 @@ def test_cls_attention_scores_match_brute_force(device):
     seen = []
     last = model.teacher.module['backbone'].layers[-1]
     last.ln1.register_forward_hook(lambda m, i, o: seen.append(o))
-    neck = model.teacher.module['neck']
-    with mock.patch.object(neck, 'predict_loss',
+    predictor = model.teacher.module['predictor'].predictor
+    with mock.patch.object(predictor, 'forward',
                            side_effect=AssertionError('predictor ran')):
         scores = model.teacher(x).scores
     attn = last.attn
@@ -407,11 +407,9 @@ def test_amp_step_keeps_losses_fp32(device):
         assert int(model.teacher.steps) == 2
 
 
-@pytest.mark.parametrize('old', ['teacher_momentum', 'teacher_input_scale',
-                                 'skip_nonfinite'])
-def test_old_arguments_name_their_new_place(old):
-    with pytest.raises(TypeError, match=f'{old}.*It is now'):
-        tiny_hpm(**{old: 0.5})
+def test_unknown_arguments_are_refused():
+    with pytest.raises(TypeError, match='teacher_momentum'):
+        tiny_hpm(teacher_momentum=0.5)
 
 
 def test_every_mask_generator_trains_in_hpm(device):
@@ -453,3 +451,66 @@ def test_schedule_hook_pushes_progress_and_fractional_epoch(
         message_hub=mock.Mock())
     HPMScheduleHook(by_epoch=by_epoch).before_train_iter(runner, 2)
     assert got == [(pytest.approx(progress), 3.25, 25)]
+
+
+def test_image_scores_need_no_teacher_and_drive_the_mask(device):
+    """A generator with score_source='image' (test_mask_generators'
+    PatchStdMaskGenerator): no EMA teacher is built or updated, the mask
+    holds the K patches of highest image score, the student's predictor
+    still learns to rank, and the pictures show the scores the mask read."""
+    from test_mask_generators import PatchStdMaskGenerator  # noqa: F401
+
+    from hpm_mm.visualization import analyze_hard_patches
+    torch.manual_seed(0)
+    model = tiny_hpm(device=device, mask_generator=dict(
+        type='PatchStdMaskGenerator', mask_ratio=0.75, alpha_0=0.5,
+        alpha_T=0.5))
+    assert model.teacher is None
+    x = torch.randn(4, 1, 16, 16, device=device)
+    x[:, :, :4, :4] *= 10  # patch 0 of every image has the top contrast
+    model.set_progress(1.)
+    want = model.mask_generator.image_scores(x, (4, 4))
+    torch.testing.assert_close(model.mask_scores(x), want)
+    seen = {}
+    real = model.choose_mask
+
+    def spy(scores, inputs):
+        seen['scores'] = scores
+        seen['mask'] = real(scores, inputs)
+        return seen['mask']
+    with mock.patch.object(model, 'choose_mask', side_effect=spy):
+        losses = model.loss(x, [])
+    torch.testing.assert_close(seen['scores'], want)
+    top = want.topk(6, dim=1).indices  # K = floor(0.5 * 12)
+    assert torch.all(seen['mask'].gather(1, top) == 1)
+    assert torch.isfinite(losses['loss_pred']) and 'rank_acc' in losses
+    result = analyze_hard_patches(model, x, 1.0, num_masks=2)
+    assert result['shown_name'] == 'image scores'
+    torch.testing.assert_close(result['shown'], want.float().cpu())
+    assert result['pred_loss'].shape == (4, 16)  # the student's predictor
+
+
+def test_image_scores_with_the_ema_feature_target(device):
+    """Image scores and the EMA teacher's features as the target: the
+    teacher is built for the features only and never scores."""
+    from test_mask_generators import PatchStdMaskGenerator  # noqa: F401
+    model = tiny_hpm(
+        device=device,
+        mask_generator=dict(type='PatchStdMaskGenerator', alpha_0=0.5,
+                            alpha_T=0.5),
+        target_generator=dict(type='EMATeacherTarget'),
+        head=dict(type='HPMFeaturePretrainHead'),
+        neck=dict(type='HPMPretrainDecoder', num_patches=16, patch_size=4,
+                  in_chans=1, embed_dim=32, decoder_embed_dim=16,
+                  decoder_depth=1, decoder_num_heads=2, predictor_depth=1,
+                  predict_feature_dim=32))
+    assert model.teacher is not None and model.teacher.score_source is None
+    model.set_progress(1.)
+    x = torch.randn(2, 1, 16, 16, device=device)
+    real = type(model.teacher).forward
+    with mock.patch.object(type(model.teacher), 'forward', autospec=True,
+                           side_effect=real) as spy:
+        losses = model.loss(x, [])
+    assert spy.call_count == 1
+    assert spy.call_args.args[2:] == (False, True)  # features, no scores
+    assert torch.isfinite(losses['loss_rec'])

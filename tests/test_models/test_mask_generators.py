@@ -11,6 +11,20 @@ import hpm_mm  # noqa: F401
 from conftest import DEVICES
 from hpm_mm.models import (BaseMaskGenerator, BlockwiseMaskGenerator,
                            HPMMaskGenerator, RandomMaskGenerator)
+from hpm_mm.models.mask_generators import IMAGE_SCORES
+
+
+@MODELS.register_module(force=True)
+class PatchStdMaskGenerator(HPMMaskGenerator):
+    """A generator that scores the images itself (as a user would write one
+    outside the library, docs/extending.md): HPM's easy-to-hard rule on each
+    patch's pixel standard deviation."""
+
+    score_source = IMAGE_SCORES
+
+    def image_scores(self, inputs, patch_resolution):
+        p = inputs.shape[-1] // patch_resolution[1]
+        return torch.nn.functional.unfold(inputs, p, stride=p).std(dim=1)
 
 
 def registered_generators():
@@ -65,6 +79,29 @@ def test_contract_invariants(cls, kwargs, N, device):
             assert k > 0 and gen.needs_scores(N, progress)
             top = scores.topk(k, dim=1).indices
             assert torch.all(mask.gather(1, top) == 1)
+
+
+IMAGE_GENERATORS = [p for p in GENERATORS
+                    if p.values[0].score_source == IMAGE_SCORES]
+
+
+@pytest.mark.parametrize('device', DEVICES)
+@pytest.mark.parametrize('cls,kwargs', IMAGE_GENERATORS)
+@pytest.mark.parametrize('side', [4, 8])
+def test_image_scores_contract(cls, kwargs, side, device):
+    """A generator that scores the images itself (score_source='image'):
+    (B, N) finite scores in raster order on the images' device, for one or
+    three channels, with no read back to the host (meta device)."""
+    gen = cls(mask_ratio=0.6, **kwargs)
+    for channels in (1, 3):
+        x = torch.randn(5, channels, 4 * side, 4 * side, device=device)
+        scores = gen.image_scores(x, (side, side))
+        assert scores.shape == (5, side * side)
+        assert scores.device.type == torch.device(device).type
+        assert torch.isfinite(scores).all()
+    meta = gen.image_scores(torch.randn(2, 1, 4 * side, 4 * side,
+                                        device='meta'), (side, side))
+    assert meta.shape == (2, side * side)
 
 
 @pytest.mark.parametrize('ratio', [0.75, [(0., 0.), (0.1, 0.5)]],

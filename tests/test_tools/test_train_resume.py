@@ -139,8 +139,9 @@ train_cfg = dict(max_epochs=2)
 def test_resumes_a_checkpoint_written_before_the_parts_split(tmp_path):
     """tests/data/hpm_tiny_v0_epoch_1.pth was written by tools/train.py at
     commit 7641b6d (teacher arguments on HPM, HPMDistributedDataParallel, a
-    plain OptimWrapper): the refactored model loads it strictly and resumes
-    it."""
+    plain OptimWrapper, the predictor trunk and the teacher's decoder under
+    their old keys): the refactored model loads it strictly (the key map)
+    and resumes it."""
     ckpt = torch.load(OLD_LAYOUT_CKPT, map_location='cpu')
     assert 'teacher_momentum=0.1' in ckpt['meta']['cfg']  # the old layout
     cfg = tiny_config(tmp_path, FMNIST_CFG, TINY_HPM, num_images=8)
@@ -153,8 +154,31 @@ def test_resumes_a_checkpoint_written_before_the_parts_split(tmp_path):
     assert 'resumed epoch: 1, iter: 2' in proc.stdout + proc.stderr
     sd = torch.load(osp.join(work, 'epoch_2.pth'),
                     map_location='cpu')['state_dict']
-    assert sd.keys() == ckpt['state_dict'].keys()
+    # saved in today's keys: the v0 keys through the one key map
+    from hpm_mm.models.selfsup.hpm import upgrade_hpm_state_dict
+    upgraded = upgrade_hpm_state_dict(ckpt['state_dict'])
+    assert sd.keys() == upgraded.keys() != ckpt['state_dict'].keys()
+    assert 'neck.predictor.blocks.0.attn.qkv.weight' in sd
+    assert 'teacher.module.predictor.predictor.blocks.0.attn.qkv.weight' in sd
     assert int(sd['teacher.steps']) == 4  # 2 before, one per applied step
+
+
+def test_teacher_of_a_v0_checkpoint_loads_into_the_student(tmp_path):
+    """knn_eval --teacher's loader on the v0 checkpoint: the teacher's old
+    decoder keys (teacher.module.neck.predictor_blocks...) land in the
+    student's decoder (neck.predictor.blocks...), nothing required
+    missing."""
+    from hpm_mm.utils import build_model, load_checkpoint_strict
+    cfg = tiny_config(tmp_path, FMNIST_CFG, TINY_HPM, num_images=8)
+    model = build_model(Config.fromfile(cfg))
+    result = load_checkpoint_strict(model, OLD_LAYOUT_CKPT, teacher=True)
+    assert not [k for k in result['missing'] if not k.startswith('head.')]
+    old = torch.load(OLD_LAYOUT_CKPT, map_location='cpu')['state_dict']
+    assert torch.equal(
+        model.neck.predictor.blocks[0].attn.qkv.weight,
+        old['teacher.module.neck.predictor_blocks.0.attn.qkv.weight'])
+    assert torch.equal(model.backbone.pos_embed,
+                       old['teacher.module.backbone.pos_embed'])
 
 
 def test_example_mask_generator_project_trains(tmp_path):

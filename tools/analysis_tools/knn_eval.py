@@ -15,7 +15,7 @@ from mmengine.registry import init_default_scope
 from mmengine.runner import Runner
 
 from hpm_mm.utils.cli import (CfgOptionsAction, load_config,
-                               merge_cfg_options)
+                              merge_cfg_options)
 
 
 def parse_args(argv=None):

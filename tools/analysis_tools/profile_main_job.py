@@ -166,10 +166,9 @@ def hpm_sections(model, wrapper, timer):
     undo += [timer.wrap(model.mask_generator, 'forward', 'mask'),
              timer.wrap(model.backbone, 'forward', 'student_encoder'),
              timer.wrap(model.neck, 'reconstruct', 'reconstructor')]
-    predictor = getattr(model.neck, 'predictor', None)
-    undo.append(timer.wrap(predictor, 'forward', 'loss_predictor')
-                if predictor is not None else
-                timer.wrap(model.neck, 'predict_loss', 'loss_predictor'))
+    if model.neck.with_predictor:
+        undo.append(timer.wrap(model.neck.predictor, 'forward',
+                               'loss_predictor'))
     undo += [timer.wrap(model.head, 'loss', 'head_losses'),
              timer.wrap(wrapper, 'backward', 'backward'),
              timer.wrap(wrapper, 'step', 'optimizer_step')]

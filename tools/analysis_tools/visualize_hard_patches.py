@@ -29,7 +29,7 @@ from mmengine.registry import init_default_scope
 from mmengine.runner import Runner
 
 from hpm_mm.utils.cli import (CfgOptionsAction, load_config,
-                               merge_cfg_options)
+                              merge_cfg_options)
 
 
 def parse_args(argv=None):
@@ -136,15 +136,15 @@ def main(argv=None):
     summary = dict(spearman_mean=float(rho.mean()),
                    spearman_per_image=[float(r) for r in rho])
     print(f'wrote {len(names)} grids to {args.out_dir}')
-    print(f'Spearman(predicted, true per-patch loss): mean {rho.mean():.3f}'
-          f' over {len(names)} images')
+    print(f"Spearman({result['shown_name']}, true per-patch loss): mean "
+          f'{rho.mean():.3f} over {len(names)} images')
     if args.saliency:
         if args.masks:
             fg = label_foreground(args.masks, names, inputs.shape[-2:])
         else:
             raw = torch.stack([s['inputs'] for s in samples]).float()
             fg = (raw.mean(1) > args.fg_threshold).numpy()
-        sal = saliency_mask(result['pred_loss'], inputs.shape[-2:])
+        sal = saliency_mask(result['shown'], inputs.shape[-2:])
         iou = foreground_iou(sal, fg)
         # reference: a mask of the same size placed at random
         rng = np.random.default_rng(0)

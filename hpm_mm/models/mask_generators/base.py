@@ -5,9 +5,13 @@ import torch
 import torch.nn as nn
 from mmpretrain.registry import MODELS
 
-#: What a generator's per-patch scores are, and who computes them
-#: (:meth:`hpm_mm.models.EMATeacher.scores`).
+#: The per-patch scores the EMA teacher's pass computes
+#: (:meth:`hpm_mm.models.EMATeacher.forward`).
 SCORE_SOURCES = ('predicted_loss', 'cls_attention')
+#: The score source of a generator that computes its scores from the images
+#: itself (:meth:`BaseMaskGenerator.image_scores`); no teacher is built for
+#: it.
+IMAGE_SCORES = 'image'
 
 #: A fixed gamma, or per-image ranges ``[(low, high), ...]`` (see
 #: :class:`BaseMaskGenerator`).
@@ -24,10 +28,12 @@ class BaseMaskGenerator(nn.Module):
     **What it needs.** :attr:`score_source` names the per-patch scores it
     reads (``None``: none; ``'predicted_loss'``: the EMA teacher's loss
     predictor on the full image, HPM; ``'cls_attention'``: the teacher's
-    last-block CLS attention over the patches). :attr:`uses_scores` says
-    whether it ever reads them (the algorithm builds a teacher only then) and
-    :meth:`needs_scores` whether it reads them at a given progress (the
-    teacher pass is skipped when not).
+    last-block CLS attention over the patches; ``'image'``: its own
+    :meth:`image_scores` of the images, e.g. their contrast or a frozen
+    network's saliency, with no teacher). :attr:`uses_scores` says whether
+    it ever reads them (the algorithm builds a teacher only for the
+    teacher's sources) and :meth:`needs_scores` whether it reads them at a
+    given progress (the scoring is skipped when not).
 
     **What it returns.** :meth:`forward` gives a (B, N) float mask,
     **1 = masked (hidden), 0 = visible**, on the scores' (or the given)
@@ -55,7 +61,8 @@ class BaseMaskGenerator(nn.Module):
             others 10-50%). Defaults to 0.75.
     """
 
-    #: None, or one of :data:`SCORE_SOURCES`.
+    #: None, one of :data:`SCORE_SOURCES` (the teacher's), or
+    #: :data:`IMAGE_SCORES` (:meth:`image_scores`).
     score_source: Optional[str] = None
 
     def __init__(self, mask_ratio: MaskRatio = 0.75) -> None:
@@ -146,6 +153,26 @@ class BaseMaskGenerator(nn.Module):
     def log_vars(self, num_patches: int, progress: float) -> Dict[str, float]:
         """Scalars to log at this progress. Defaults to none."""
         return {}
+
+    def image_scores(self, inputs: torch.Tensor,
+                     patch_resolution: Tuple[int, int]) -> torch.Tensor:
+        """Per-patch scores computed from the images themselves, for
+        ``score_source = 'image'`` (called under ``no_grad`` when
+        :meth:`needs_scores`; the result goes to :meth:`forward`).
+
+        Args:
+            inputs (torch.Tensor): The normalised images (B, C, H, W) the
+                student sees.
+            patch_resolution (tuple): The (h, w) patch grid; a patch is
+                ``H // h`` x ``W // w`` pixels.
+
+        Returns:
+            torch.Tensor: (B, h * w) scores, raster order, higher = masked
+            first by the score-ranked rules (``mode='argmax'``).
+        """
+        raise NotImplementedError(
+            f"{type(self).__name__} has score_source='image' but no "
+            'image_scores(inputs, patch_resolution).')
 
     def forward(self,
                 scores: Optional[torch.Tensor],

@@ -1,13 +1,11 @@
 from typing import List, Optional, Tuple, Union
 
 import torch
-import torch.nn as nn
-from mmcv.cnn import build_norm_layer
-from mmpretrain.models.backbones.vision_transformer import \
-    TransformerEncoderLayer
 from mmpretrain.models.necks import MAEPretrainDecoder
 from mmpretrain.models.utils import resize_pos_embed
 from mmpretrain.registry import MODELS
+
+from .loss_predictor import HPMLossPredictor
 
 
 @MODELS.register_module()
@@ -15,10 +13,11 @@ class HPMPretrainDecoder(MAEPretrainDecoder):
     """HPM's two decoders: the image reconstructor and the loss predictor.
 
     The reconstructor is exactly :class:`MAEPretrainDecoder`. The loss
-    predictor is a second, separate Transformer trunk with its own norm and
-    projection that **shares** ``decoder_embed``, ``mask_token`` and the fixed
-    sin-cos ``decoder_pos_embed`` with the reconstructor, as in the authors'
-    code. Its projection outputs ``p*p*C`` values averaged into one score per
+    predictor (:attr:`predictor`, an :class:`HPMLossPredictor`) is a second,
+    separate Transformer trunk with its own norm and projection that
+    **shares** ``decoder_embed``, ``mask_token`` and the fixed sin-cos
+    ``decoder_pos_embed`` with the reconstructor, as in the authors' code.
+    Its projection outputs ``p*p*C`` values averaged into one score per
     patch (again as the authors do). A predictor narrower than the
     reconstructor gets a linear projection after the shared embedding.
 
@@ -73,22 +72,22 @@ class HPMPretrainDecoder(MAEPretrainDecoder):
             init_cfg=init_cfg)
         depth = decoder_depth if predictor_depth is None else predictor_depth
         dim = predictor_embed_dim or decoder_embed_dim
-        heads = predictor_num_heads or decoder_num_heads
         if depth < 0:
             raise ValueError(f'predictor_depth must be >= 0, got {depth}.')
-        self.with_predictor = depth > 0
-        if not self.with_predictor:
-            return
-        self.predictor_proj = (
-            nn.Identity() if dim == decoder_embed_dim else nn.Linear(
-                decoder_embed_dim, dim))
-        self.predictor_blocks = nn.ModuleList([
-            TransformerEncoderLayer(
-                dim, heads, int(mlp_ratio * dim), qkv_bias=True,
-                norm_cfg=norm_cfg) for _ in range(depth)
-        ])
-        self.predictor_norm = build_norm_layer(norm_cfg, dim)[1]
-        self.predictor_pred = nn.Linear(dim, patch_size**2 * in_chans)
+        self.predictor = HPMLossPredictor(
+            embed_dim=decoder_embed_dim,
+            predictor_embed_dim=dim,
+            predictor_depth=depth,
+            predictor_num_heads=predictor_num_heads or decoder_num_heads,
+            mlp_ratio=mlp_ratio,
+            out_dims=patch_size**2 * in_chans,
+            in_proj=dim != decoder_embed_dim,
+            norm_cfg=norm_cfg) if depth > 0 else None
+
+    @property
+    def with_predictor(self) -> bool:
+        """Whether the decoder has a loss predictor."""
+        return self.predictor is not None
 
     def embed(self,
               x: torch.Tensor,
@@ -133,13 +132,6 @@ class HPMPretrainDecoder(MAEPretrainDecoder):
             x = blk(x)
         return self.decoder_pred(self.decoder_norm(x))[:, 1:]
 
-    def predict_loss(self, x: torch.Tensor) -> torch.Tensor:
-        """Loss-predictor trunk: (B, 1 + N, C_dec) -> scores (B, N)."""
-        x = self.predictor_proj(x)
-        for blk in self.predictor_blocks:
-            x = blk(x)
-        return self.predictor_pred(self.predictor_norm(x))[:, 1:].mean(-1)
-
     def predict_scores(
             self,
             x: torch.Tensor,
@@ -156,7 +148,7 @@ class HPMPretrainDecoder(MAEPretrainDecoder):
         Returns:
             torch.Tensor: (B, N) predicted per-patch losses.
         """
-        return self.predict_loss(self.embed(x, ids_restore, patch_resolution))
+        return self.predictor(self.embed(x, ids_restore, patch_resolution))
 
     def forward(self, x: torch.Tensor, ids_restore: torch.Tensor
                 ) -> Tuple[torch.Tensor, torch.Tensor]:
@@ -171,5 +163,5 @@ class HPMPretrainDecoder(MAEPretrainDecoder):
             the predicted per-patch losses (B, N), None without a predictor.
         """
         x = self.embed(x, ids_restore)
-        scores = self.predict_loss(x) if self.with_predictor else None
+        scores = self.predictor(x) if self.with_predictor else None
         return self.reconstruct(x), scores

@@ -1,13 +1,14 @@
 """Hard-patch mining on frameworks whose encoder keeps mask tokens.
 
-The same parts as :class:`HPM` -- mask generator, EMA teacher, relative
-loss -- around another framework's pretext task: the encoder
-(:class:`MaskTokenViT`) sees every patch, the masked ones as a mask token;
-a separate :class:`HPMLossPredictor` reads its output; the framework's head
-computes its own loss per patch, which the predictor learns to rank. With
-``predictor=None``, ``head.loss_pred=None`` and a score-free mask generator
-each class is the plain framework (no teacher is built; iBOT always has
-its own EMA teacher, which then also scores the patches).
+The same parts as :class:`HPM` (:class:`HPMBase`: mask generator, EMA
+teacher, schedule, loss predictor, relative loss) around another
+framework's pretext task: the encoder (:class:`MaskTokenViT`) sees every
+patch, the masked ones as a mask token; an :class:`HPMLossPredictor` reads
+its output; the framework's head computes its own loss per patch, which the
+predictor learns to rank. With ``predictor=None``, ``head.loss_pred=None``
+and a score-free mask generator each class is the plain framework (no
+teacher is built; iBOT always has its own EMA teacher, which then also
+scores the patches).
 """
 from typing import Dict, List, Optional, Tuple
 
@@ -16,11 +17,11 @@ import torch.nn as nn
 from mmpretrain.registry import MODELS
 from mmpretrain.structures import DataSample
 
-from .hpm import HPM
+from .base import HPMBase
 
 
 @MODELS.register_module()
-class HPMSimMIM(HPM):
+class HPMSimMIM(HPMBase):
     """SimMIM with hard-patch mining.
 
     SimMIM (Xie et al., CVPR 2022): the encoder output of every patch goes
@@ -34,8 +35,8 @@ class HPMSimMIM(HPM):
         head (dict): :class:`HPMSimMIMHead` config.
         predictor (dict, optional): :class:`HPMLossPredictor` config; None
             for plain SimMIM.
-        **kwargs: The other arguments of :class:`HPM` (``mask_generator``,
-            ``teacher``, ...).
+        **kwargs: The other arguments of :class:`HPMBase`
+            (``mask_generator``, ``teacher``, ...).
     """
 
     def loss(self, inputs: torch.Tensor, data_samples: List[DataSample],
@@ -45,7 +46,7 @@ class HPMSimMIM(HPM):
         scores, _ = self.teach(inputs)
         mask = self.choose_mask(scores, inputs)
         latent, _ = self.backbone(inputs, mask)
-        pred_scores = self.predict_losses(latent)
+        pred_scores = self.predictor(latent) if self.predictor else None
         reconstruction = self.neck(self.feature_map(latent))
         losses = self.head.loss(reconstruction, pred_scores, inputs, mask)
         return self.with_mask_log(losses, inputs)
@@ -57,7 +58,7 @@ class HPMSimMIM(HPM):
 
 
 @MODELS.register_module()
-class HPMBEiT(HPM):
+class HPMBEiT(HPMBase):
     """BEiT (v1) with hard-patch mining.
 
     BEiT (Bao et al., ICLR 2022): the inputs are two views of each image
@@ -73,7 +74,7 @@ class HPMBEiT(HPM):
         target_generator (dict): The tokenizer, ``dict(type='DALL-E', ...)``.
         predictor (dict, optional): :class:`HPMLossPredictor`; None for
             plain BEiT.
-        **kwargs: The other arguments of :class:`HPM`.
+        **kwargs: The other arguments of :class:`HPMBase`.
     """
 
     def __init__(self, backbone: dict, head: dict, target_generator: dict,
@@ -90,7 +91,7 @@ class HPMBEiT(HPM):
         scores, _ = self.teach(images)
         mask = self.choose_mask(scores, images)
         latent, _ = self.backbone(images, mask)
-        pred_scores = self.predict_losses(latent)
+        pred_scores = self.predictor(latent) if self.predictor else None
         with torch.no_grad():
             tokens = self.target_generator(tokenizer_images)
         losses = self.head.loss(latent, pred_scores, tokens, mask)
@@ -109,7 +110,7 @@ IBOT_TEACHER = dict(type='EMATeacher', momentum=4e-3, end_momentum=0.,
 
 
 @MODELS.register_module()
-class HPMiBOT(HPM):
+class HPMiBOT(HPMBase):
     """iBOT with hard-patch mining.
 
     iBOT (Zhou et al., ICLR 2022): the inputs are multi-crop views
@@ -139,11 +140,12 @@ class HPMiBOT(HPM):
             ``momentum_epochs`` to the training's epochs.
         predictor (dict, optional): :class:`HPMLossPredictor`; None for
             plain iBOT.
-        **kwargs: The other arguments of :class:`HPM`.
+        **kwargs: The other arguments of :class:`HPMBase`.
     """
 
-    #: The teacher's outputs are the targets, so it is always built.
-    teacher_is_target = True
+    #: The teacher's projected tokens are the targets, so it is always
+    #: built: its pass gives its projection head's output on them.
+    teacher_target = 'neck'
 
     def __init__(self,
                  backbone: dict,
@@ -168,7 +170,7 @@ class HPMiBOT(HPM):
 
     def set_progress(self, progress: float, epoch: float = 0,
                      optim_steps: Optional[int] = None) -> None:
-        """As :meth:`HPM.set_progress`; the epoch also sets the teacher
+        """As :meth:`HPMBase.set_progress`; the epoch also sets the teacher
         temperatures and whether the head's last layer is frozen."""
         super().set_progress(progress, epoch, optim_steps)
         self.neck.set_epoch(epoch)
@@ -181,15 +183,13 @@ class HPMiBOT(HPM):
         whole local ones, both project, both distillation losses +
         predicting loss."""
         global_crops, local_crops = self.split_views(inputs)
-        scores, teacher_tokens = self.teach(global_crops)
+        scores, teacher_out = self.teach(global_crops)
         mask = self.choose_mask(scores, global_crops)
         latent, _ = self.backbone(global_crops, mask)
-        pred_scores = self.predict_losses(latent)
+        pred_scores = self.predictor(latent) if self.predictor else None
         local_cls = None if local_crops is None else \
             self.backbone(local_crops)[0][:, 0]
         student_cls, student_patch = self.project(latent, mask, local_cls)
-        with torch.no_grad():
-            teacher_out = self.teacher.module['neck'](teacher_tokens)
         losses = self.head.loss(student_cls, student_patch,
                                 teacher_out.unflatten(0, (2, -1)),
                                 pred_scores, mask)

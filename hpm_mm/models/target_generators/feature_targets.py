@@ -24,13 +24,33 @@ class EMATeacherTarget(nn.Module):
     """The EMA teacher's encoder features of the full image (BootMAE's
     target, paper Tab. 1 "EMA features").
 
-    Has no parameters: the algorithm takes the patch tokens (after the final
-    norm) from the pass in which the EMA teacher scores the patches, so the
-    target costs nothing extra when HPM masks by score; the teacher runs
-    even when the mask is random.
+    Has no parameters: the algorithm binds it to its EMA teacher at build
+    (:meth:`bind`; the teacher stays the algorithm's module, not this
+    one's). In a training step the algorithm takes the patch tokens from
+    the pass in which the teacher scores the patches, so the target costs
+    nothing extra when HPM masks by score; :meth:`forward` runs that pass on
+    its own (the pictures, a step whose mask needs no scores).
     """
 
     uses_teacher = True
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._teacher = None
+
+    def bind(self, teacher: nn.Module) -> None:
+        """The EMA teacher whose features are the target (not registered as
+        a submodule: it is the algorithm's)."""
+        object.__setattr__(self, '_teacher', teacher)
+
+    @torch.no_grad()
+    def forward(self, inputs: torch.Tensor) -> torch.Tensor:
+        """(B, C, H, W) -> (B, N, C) the teacher's patch tokens after its
+        final norm."""
+        if self._teacher is None:
+            raise RuntimeError('EMATeacherTarget is not bound to a teacher: '
+                               'the algorithm binds it when it is built.')
+        return self._teacher(inputs, False, True).features[:, 1:]
 
 
 class FrozenFeatureTarget(BaseModule):

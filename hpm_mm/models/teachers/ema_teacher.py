@@ -23,8 +23,9 @@ class EMATeacher(ExponentialMovingAverage):
     """The EMA teacher that scores every patch of the full image.
 
     An exponential moving average of the student's encoder and loss
-    predictor (``module['backbone']``, and ``module['neck']`` -- HPM's
-    decoders -- or ``module['predictor']``), mmengine's
+    predictor (``module['backbone']`` and ``module['predictor']``: HPM's
+    decoder, or the :class:`HPMLossPredictor` of a mask-token framework;
+    iBOT adds its projection head), mmengine's
     :class:`ExponentialMovingAverage` (so checkpoints keep the keys
     ``teacher.module.*`` and ``teacher.steps``), plus what HPM needs of it:
 
@@ -55,8 +56,8 @@ class EMATeacher(ExponentialMovingAverage):
       fast settings.
 
     Args:
-        model (nn.Module): The student, ``ModuleDict(backbone=, neck=)``;
-            given by the algorithm.
+        model (nn.Module): The student, ``ModuleDict(backbone=,
+            predictor=)``; given by the algorithm.
         momentum (float): Momentum at epoch 0. Defaults to 1e-3.
         end_momentum (float): Momentum after ``momentum_epochs`` epochs,
             kept afterwards. Defaults to 1e-4.
@@ -139,7 +140,7 @@ class EMATeacher(ExponentialMovingAverage):
         """EMA step from the whole student, once per applied optimizer step.
 
         Args:
-            student (nn.Module): ``ModuleDict(backbone=, neck=)``.
+            student (nn.Module): ``ModuleDict(backbone=, predictor=)``.
             optim_steps (int, optional): Optimizer steps applied so far
                 (:attr:`GuardedOptimWrapper.applied_steps`, pushed in by
                 :class:`HPMScheduleHook`). The teacher updates only when it
@@ -189,7 +190,7 @@ class EMATeacher(ExponentialMovingAverage):
     def forward(self,
                 inputs: torch.Tensor,
                 scores: Union[bool, str] = True,
-                features: bool = False) -> TeacherOutput:
+                features: Union[bool, str] = False) -> TeacherOutput:
         """The teacher's pass: one encoder pass over the full images, and
         what it gives. The only entrance: training, the frameworks, the
         pictures and the benchmark call it.
@@ -202,15 +203,17 @@ class EMATeacher(ExponentialMovingAverage):
                 (``'predicted_loss'``, ``'cls_attention'``) for another one
                 (the pictures show the predicted loss whatever the mask
                 reads), False for none. Defaults to True.
-            features (bool): Also return the encoder's tokens (after its
-                final norm: the CLS token, then the patches in raster
-                order): the EMA feature target (BootMAE, paper Tab. 1) or
-                iBOT's teacher tokens. Needs ``input_scale=1``.
+            features (bool | str): Also return the encoder's tokens (after
+                its final norm: the CLS token, then the patches in raster
+                order): the EMA feature target (BootMAE, paper Tab. 1); or,
+                naming another averaged part (iBOT's ``'neck'``), that
+                part's output on them (iBOT's teacher prototypes). Needs
+                ``input_scale=1``.
 
         Returns:
             TeacherOutput: ``scores`` (B, N) fp32 at the student's grid, or
-            None; ``features`` (B, 1 + N, C) in the pass's precision, or
-            None.
+            None; ``features`` (B, 1 + N, C) in the pass's precision (or the
+            named part's output), or None.
         """
         source = self.score_source if scores is True else (scores or None)
         if source is not None and source not in SCORE_SOURCES:
@@ -236,7 +239,7 @@ class EMATeacher(ExponentialMovingAverage):
             else:
                 latent, ids_restore = backbone(inputs, visible, num_patches)
                 if source is not None:
-                    out = self.scorer.predict_scores(
+                    out = self.module['predictor'].predict_scores(
                         latent, ids_restore,
                         patch_resolution=None if grid == full else grid)
         if out is not None:
@@ -245,15 +248,11 @@ class EMATeacher(ExponentialMovingAverage):
                 out = F.interpolate(
                     out.view(B, 1, *grid), size=full, mode='bilinear',
                     align_corners=False).flatten(1)
+        if isinstance(features, str):
+            with precision:
+                latent = self.module[features](latent)
         # features in the pass's precision; the heads cast what they read
         return TeacherOutput(out, latent if features else None)
-
-    @property
-    def scorer(self) -> nn.Module:
-        """The averaged module with ``predict_scores``: the student's
-        ``predictor`` when it has one, else its ``neck`` (HPM's decoder)."""
-        return self.module['predictor'] if 'predictor' in self.module \
-            else self.module['neck']
 
     @staticmethod
     def _cls_attention(backbone: nn.Module, inputs: torch.Tensor,

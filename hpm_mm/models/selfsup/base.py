@@ -1,0 +1,243 @@
+from typing import Dict, List, Optional, Tuple, Union
+
+import torch
+import torch.nn as nn
+from mmengine.logging import print_log
+from mmpretrain.models.selfsup import BaseSelfSupervisor
+from mmpretrain.registry import MODELS
+
+from ..mask_generators import IMAGE_SCORES
+
+
+class HPMBase(BaseSelfSupervisor):
+    """What every hard-patch-mining algorithm shares: the mask generator,
+    the EMA teacher, the training schedule, the loss-predictor slot and the
+    mask logging. :class:`HPM` (MAE's pretext task) and :class:`HPMSimMIM`,
+    :class:`HPMBEiT`, :class:`HPMiBOT` subclass it and write their own
+    ``loss``, each in the paper's order: :meth:`teach` (the scores, and
+    the teacher's features when they are a target), :meth:`choose_mask`,
+    the student, the head, :meth:`with_mask_log`.
+
+    **The student** (:meth:`student`) is what the EMA teacher averages:
+    ``ModuleDict(backbone=, predictor=)``, the encoder and the module whose
+    ``predict_scores`` gives the loss predictor's scores
+    (:attr:`score_module`: a framework's :class:`HPMLossPredictor`, HPM's
+    decoder, which holds its predictor over the shared embedding).
+
+    **The scores** the mask generator reads come from one place,
+    :meth:`mask_scores`: the teacher's pass (``score_source``
+    ``'predicted_loss'`` or ``'cls_attention'``), or the generator's own
+    :meth:`~BaseMaskGenerator.image_scores` (``score_source='image'``: no
+    teacher is built for them).
+
+    **The teacher** is built when the mask reads teacher scores at some
+    progress or its features are a target (:attr:`teacher_features`).
+
+    **The schedule**: :class:`HPMScheduleHook` pushes t/T, the epoch and the
+    optimizer steps applied through :meth:`set_progress`; the model never
+    reads the runner.
+
+    Args:
+        backbone (dict): The encoder.
+        neck (dict, optional): Defaults to None.
+        head (dict, optional): Defaults to None.
+        mask_generator (dict): Defaults to ``dict(type='HPMMaskGenerator')``.
+        teacher (dict): :class:`EMATeacher` config. Defaults to
+            ``dict(type='EMATeacher')``.
+        target_generator (dict, optional): Defaults to None.
+        predictor (dict, optional): An :class:`HPMLossPredictor` on the
+            encoder output (mask-token encoders). Defaults to None.
+        pretrained (str, optional): Defaults to None.
+        data_preprocessor (dict, optional): Defaults to None.
+        init_cfg (dict, optional): Defaults to None.
+    """
+
+    #: The teacher's features the algorithm trains on, whatever the mask:
+    #: False, True (its tokens), or the name of an averaged part applied to
+    #: them (iBOT's ``'neck'``). The EMA feature target sets True.
+    teacher_target: Union[bool, str] = False
+
+    def __init__(self,
+                 backbone: dict,
+                 neck: Optional[dict] = None,
+                 head: Optional[dict] = None,
+                 mask_generator: dict = dict(type='HPMMaskGenerator'),
+                 teacher: dict = dict(type='EMATeacher'),
+                 target_generator: Optional[dict] = None,
+                 predictor: Optional[dict] = None,
+                 pretrained: Optional[str] = None,
+                 data_preprocessor: Optional[dict] = None,
+                 init_cfg: Optional[Union[List[dict], dict]] = None) -> None:
+        super().__init__(
+            backbone=backbone,
+            neck=neck,
+            head=head,
+            target_generator=target_generator,
+            pretrained=pretrained,
+            data_preprocessor=data_preprocessor,
+            init_cfg=init_cfg)
+        self.predictor = MODELS.build(predictor) if predictor else None
+        self.mask_generator = MODELS.build(mask_generator)
+        self.mask_generator.check(self.backbone.num_patches)
+        if self.mask_generator.varies and self.backbone.drops_masked:
+            raise ValueError(
+                f'mask_ratio={self.mask_generator.mask_ratio!r} masks a '
+                'different number of patches in each image, but '
+                f'{type(self.backbone).__name__} drops the masked patches '
+                'and needs the same number in every image. Fix: a float '
+                'mask_ratio, or an encoder with mask tokens (MaskTokenViT: '
+                'HPMSimMIM, HPMBEiT, HPMiBOT).')
+        self._check_predictor()
+        self.teacher_features = self.teacher_target or getattr(
+            self.target_generator, 'uses_teacher', False)
+        source = self.mask_generator.score_source
+        teacher_scores = self.mask_generator.uses_scores and \
+            source != IMAGE_SCORES
+        self.teacher = MODELS.build(
+            teacher,
+            default_args=dict(
+                model=self.student(),
+                score_source=source if teacher_scores else None,
+                features=bool(self.teacher_features))
+        ) if teacher_scores or self.teacher_features else None
+        if getattr(self.target_generator, 'uses_teacher', False):
+            self.target_generator.bind(self.teacher)
+        self.progress = 0.
+        self.optim_steps = None
+        self._progress_set = False
+
+    @property
+    def score_module(self) -> Optional[nn.Module]:
+        """The student's module with ``predict_scores`` (its loss predictor),
+        or None."""
+        return self.predictor
+
+    @property
+    def with_predictor(self) -> bool:
+        """Whether the student has a loss predictor."""
+        return self.score_module is not None
+
+    def student(self) -> nn.ModuleDict:
+        """What the EMA teacher averages, keyed as in the teacher: the
+        encoder and the loss predictor."""
+        parts = dict(backbone=self.backbone)
+        if self.score_module is not None:
+            parts['predictor'] = self.score_module
+        return nn.ModuleDict(parts)
+
+    def _check_predictor(self) -> None:
+        """A predicting loss or a predicted-loss mask needs a predictor."""
+        if self.with_predictor:
+            return
+        if getattr(self.head, 'loss_pred', None) is not None:
+            raise ValueError(
+                'head.loss_pred is set but the model has no loss predictor '
+                '(neck.predictor_depth=0, or predictor=None): set '
+                'head.loss_pred=None, or give the model a predictor.')
+        if self.mask_generator.score_source == 'predicted_loss' and \
+                self.mask_generator.uses_scores:
+            raise ValueError(
+                'the mask generator masks by predicted loss but the model '
+                'has no loss predictor: use alpha_0=alpha_T=0 (random '
+                'masks), or give the model a predictor.')
+
+    def set_progress(self,
+                     progress: float,
+                     epoch: float = 0,
+                     optim_steps: Optional[int] = None) -> None:
+        """Set t/T for the mask schedule, the epoch for the teacher momentum
+        and the optimizer steps applied so far for the teacher update.
+
+        Args:
+            progress (float): t/T in [0, 1].
+            epoch (float): Epochs done, with the fraction of the current
+                one (the teacher's momentum schedule).
+            optim_steps (int, optional): See :meth:`EMATeacher.update`.
+        """
+        self.progress = float(progress)
+        self.optim_steps = optim_steps
+        self._progress_set = True
+        if self.teacher is not None:
+            self.teacher.set_epoch(epoch)
+
+    def extract_feat(self, inputs: torch.Tensor):
+        """Unmasked features of the student encoder (``out_type`` tuple);
+        of the first view when given several."""
+        if isinstance(inputs, (list, tuple)):
+            inputs = inputs[0]
+        return self.backbone(inputs, mask=None)
+
+    def teach(self, inputs: torch.Tensor
+              ) -> Tuple[Optional[torch.Tensor], Optional[torch.Tensor]]:
+        """Before the student: the teacher follows the student, then the
+        scores the mask reads now and the teacher's features when they are
+        a target, in one pass.
+
+        Returns:
+            tuple: ``(scores, features)``, each None when not needed.
+        """
+        gen = self.mask_generator
+        if self.teacher is not None or gen.uses_scores:
+            self._warn_without_schedule()
+        if self.teacher is not None:
+            self.teacher.update(self.student(), self.optim_steps)
+        needs = gen.needs_scores(self.backbone.num_patches, self.progress)
+        if gen.score_source == IMAGE_SCORES:
+            scores = self.mask_scores(inputs) if needs else None
+            features = self.teacher(inputs, False, self.teacher_features
+                                    ).features if self.teacher_features \
+                else None
+            return scores, features
+        if not (needs or self.teacher_features):
+            return None, None
+        return tuple(self.teacher(inputs, needs, self.teacher_features))
+
+    @torch.no_grad()
+    def mask_scores(self, inputs: torch.Tensor,
+                    use_teacher: bool = True) -> torch.Tensor:
+        """The (B, N) scores the mask generator reads: its own
+        :meth:`~BaseMaskGenerator.image_scores`, or the teacher's pass
+        (``use_teacher=False``: the student's loss predictor on the full
+        image, for the pictures)."""
+        gen = self.mask_generator
+        if gen.score_source == IMAGE_SCORES:
+            return gen.image_scores(inputs,
+                                    tuple(self.backbone.patch_resolution))
+        if use_teacher and self.teacher is not None:
+            return self.teacher(inputs).scores
+        return self.student_scores(inputs)
+
+    @torch.no_grad()
+    def student_scores(self, inputs: torch.Tensor) -> torch.Tensor:
+        """The student's loss predictor on the full image, (B, N) fp32."""
+        if self.score_module is None:
+            raise ValueError(f'{type(self).__name__} has no loss predictor.')
+        B, N = inputs.shape[0], self.backbone.num_patches
+        latent, ids = self.backbone(inputs, inputs.new_zeros(B, N), N)
+        return self.score_module.predict_scores(latent, ids).float()
+
+    def choose_mask(self, scores: Optional[torch.Tensor],
+                    inputs: torch.Tensor) -> torch.Tensor:
+        """(B, N) mask, 1 = masked, from the mask generator."""
+        return self.mask_generator(scores, self.progress,
+                                   self.backbone.num_patches,
+                                   inputs.shape[0], inputs.device)
+
+    def with_mask_log(self, losses: dict, inputs: torch.Tensor) -> dict:
+        """Add the mask generator's log scalars (alpha, num_hard)."""
+        for key, value in self.mask_generator.log_vars(
+                self.backbone.num_patches, self.progress).items():
+            losses[key] = inputs.new_tensor(value)
+        return losses
+
+    def _warn_without_schedule(self) -> None:
+        if not self._progress_set:
+            print_log(
+                f'{type(self).__name__}.set_progress was never called, so '
+                'the mask schedule and the teacher momentum stay at their '
+                'start. Add dict(type="HPMScheduleHook") to custom_hooks.',
+                logger='current', level=30)
+            self._progress_set = True
+
+    def loss(self, inputs, data_samples, **kwargs) -> Dict[str, torch.Tensor]:
+        raise NotImplementedError
