@@ -4,6 +4,7 @@ tools and by mmengine's own Runner from that folder (issue #30)."""
 import json
 import os
 import os.path as osp
+import re
 import subprocess
 import sys
 
@@ -117,3 +118,48 @@ def test_package_base_trains_with_mmengines_runner(outside):
         'Runner.from_cfg(cfg).train()\n')
     run_outside(folder, 'run_it.py')
     assert (folder / 'runner_work' / 'epoch_1.pth').exists()
+
+
+def docs_blocks(lang):
+    """The ```lang code blocks of docs/extending.md, in order."""
+    text = open(osp.join(REPO, 'docs', 'extending.md')).read()
+    return re.findall(rf'```{lang}\n(.*?)```', text, flags=re.S)
+
+
+def test_the_extending_example_runs_as_written(tmp_path):
+    """docs/extending.md's out-of-tree example: its two files (the same as
+    projects/contrast_mask/) in a folder outside the repository, then its
+    commands as written -- the contract's property test on the new
+    generator and the iteration-scheduled smoke test, which reads the image
+    scores and builds no teacher."""
+    folder = tmp_path / 'my_hpm'
+    folder.mkdir()
+    files = {}
+    for block in docs_blocks('python'):
+        first, _, body = block.partition('\n')
+        if first.startswith('# my_hpm/'):
+            files[first[len('# my_hpm/'):]] = body
+    assert set(files) == {'contrast_mask.py', 'hpm-contrast_fmnist.py'}
+    for name, body in files.items():
+        shipped = open(osp.join(REPO, 'projects', 'contrast_mask',
+                                name)).read()
+        assert body == shipped, f'docs and projects/contrast_mask/{name}'
+        (folder / name).write_text(body)
+    commands = [b for b in docs_blocks('bash') if b.startswith('cd my_hpm')]
+    assert len(commands) == 1
+    script = commands[0].replace('$HPM/.venv/bin/python', sys.executable)
+    proc = subprocess.run(
+        ['bash', '-euo', 'pipefail', '-c', script], cwd=tmp_path,
+        capture_output=True, text=True, timeout=900,
+        env=dict(os.environ, HPM=REPO, PYTHONUNBUFFERED='1'))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    assert re.search(r'\d+ passed', proc.stdout)  # the property test ran
+    work = folder / 'work_dirs' / 'smoke'
+    rows = [json.loads(line) for path in work.glob('*/vis_data/scalars.json')
+            for line in open(path)]
+    hard = [r['num_hard'] for r in rows if 'num_hard' in r]
+    assert hard and hard[-1] > 0  # the last iteration masked by score
+    state = torch.load(work / 'epoch_1.pth', map_location='cpu',
+                       weights_only=False)['state_dict']
+    assert not any(k.startswith('teacher.') for k in state)  # no teacher
+    assert (work / 'knn.json').exists()

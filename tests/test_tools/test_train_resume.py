@@ -181,51 +181,6 @@ def test_teacher_of_a_v0_checkpoint_loads_into_the_student(tmp_path):
                        old['teacher.module.backbone.pos_embed'])
 
 
-def test_example_mask_generator_project_trains(tmp_path):
-    """docs/extending.md's runnable example: a user-registered generator
-    selected from a config, through tools/train.py."""
-    from conftest import REPO
-    example = osp.join(REPO, 'projects', 'example_mask_generator', 'configs',
-                       'hpm-center_vit-mini-p4_1xb256-coslr-10e_fmnist.py')
-    cfg = tiny_config(tmp_path, example, 'train_cfg = dict(max_epochs=1)',
-                      num_images=8)
-    run_tool('tools/train.py', cfg, '--work-dir', str(tmp_path / 'work'),
-             env=dict(PYTHONPATH=REPO))
-    rows = [r for r in _scalars(str(tmp_path / 'work')) if 'loss_rec' in r]
-    assert rows and all(r['center_bias'] == 1.0 for r in rows)
-    sd = torch.load(tmp_path / 'work' / 'epoch_1.pth',
-                    map_location='cpu')['state_dict']
-    assert not any(k.startswith('teacher.') for k in sd)  # needs no scores
-
-
-TWO_PIC = ("dict(type='RandomResizedCropAndInterpolationWithTwoPic', "
-           "size=32, second_size=64, scale=(0.5, 1.0))")
-MULTI_CROP = ("dict(type='MultiView', num_views=[2, 2], transforms=["
-              "[dict(type='RandomResizedCrop', scale=32, backend='pillow')], "
-              "[dict(type='RandomResizedCrop', scale=16, backend='pillow')]])")
-
-
-@pytest.mark.parametrize('name,body,transform', [
-    ('hpm/targets/hpm-ema-feat_vit-mini-p4_1xb256-coslr-10e_fmnist.py',
-     'model = dict(mask_generator=dict(alpha_0=0.5, alpha_T=1.0))', None),
-    # the DINO target's architecture with random weights (nothing to load)
-    ('hpm/targets/hpm-ema-feat_vit-mini-p4_1xb256-coslr-10e_fmnist.py',
-     "model = dict(target_generator=dict(_delete_=True, "
-     "type='ViTFeatureTarget', checkpoint=None, "
-     "arch=dict(embed_dims=48, num_layers=1, num_heads=2, "
-     "feedforward_channels=96), img_size=32, patch_size=4, in_channels=1), "
-     "neck=dict(predict_feature_dim=48), "
-     "mask_generator=dict(alpha_0=0.5, alpha_T=1.0))", None),
-    ('hpm/frameworks/hpm-simmim_vit-mini-p4_1xb256-coslr-10e_fmnist.py',
-     'model = dict(mask_generator=dict(alpha_0=0.5, alpha_T=1.0))', None),
-    ('hpm/frameworks/hpm-beit_vit-mini-p4_1xb256-coslr-10e_fmnist.py',
-     'model = dict(mask_generator=dict(alpha_0=0.5, alpha_T=1.0))',
-     TWO_PIC),
-    # every image masked (10-50%), so each step has hard patches
-    ('hpm/frameworks/hpm-ibot_vit-mini-p4_1xb256-coslr-10e_fmnist.py',
-     'model = dict(mask_generator=dict(alpha_0=0.5, alpha_T=1.0, '
-     'mask_ratio=[(0.1, 0.5)]))', MULTI_CROP),
-], ids=['ema-target', 'vit-target', 'simmim', 'beit', 'ibot'])
 def test_new_targets_and_frameworks_train_and_resume(tmp_path, name, body,
                                                      transform):
     base = osp.join(REPO, 'configs', name)
