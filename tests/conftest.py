@@ -90,7 +90,7 @@ def make_image_folder(root: str, num_classes: int = 2, per_class: int = 8,
 HPM_HOOKS = "custom_hooks = [dict(type='HPMScheduleHook')]"
 
 
-RANDOM_CROP = ("dict(type='RandomResizedCrop', scale=32, "
+RANDOM_CROP = ("dict(type='RandomResizedCrop', scale=28, "
                "crop_ratio_range=(0.5, 1.0), backend='pillow')")
 
 

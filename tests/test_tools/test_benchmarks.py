@@ -21,7 +21,7 @@ def _folder_loader(root, batch_size=4):
         collate_fn=dict(type='default_collate'),
         dataset=dict(type='CustomDataset', data_root=root, pipeline=[
             dict(type='LoadImageFromFile', color_type='grayscale'),
-            dict(type='Resize', scale=32), dict(type='PackInputs')]))
+            dict(type='Resize', scale=28), dict(type='PackInputs')]))
 
 
 def test_knn_tool_on_imagenet_style_folder(tmp_path, hpm_checkpoint):

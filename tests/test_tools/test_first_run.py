@@ -291,7 +291,7 @@ def test_knn_features_under_autocast_close_to_fp32(monkeypatch):
     torch.manual_seed(0)
     model = build_model(Config.fromfile(FMNIST_CFG))
     from mmpretrain.structures import DataSample
-    batch = dict(inputs=torch.randint(0, 255, (8, 1, 32, 32),
+    batch = dict(inputs=torch.randint(0, 255, (8, 1, 28, 28),
                                       dtype=torch.uint8),
                  data_samples=[DataSample().set_gt_label(i % 2)
                                for i in range(8)])

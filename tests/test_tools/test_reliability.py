@@ -383,7 +383,7 @@ train_dataloader = dict(
                  with_label=False, pipeline=[
                      dict(type='LoadImageFromFileChecked',
                           color_type={color!r}, skip_unreadable={skip}),
-                     dict(type='Resize', scale=32),
+                     dict(type='Resize', scale=28),
                      dict(type='PackInputs')]))
 custom_hooks = [dict(type='HPMScheduleHook')]
 train_cfg = dict(max_epochs=1)

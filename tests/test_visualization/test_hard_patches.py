@@ -61,7 +61,7 @@ def test_hook_writes_at_intervals(tmp_path):
                      with_label=False, pipeline=[
                          dict(type='LoadImageFromFile',
                               color_type='grayscale'),
-                         dict(type='Resize', scale=32),
+                         dict(type='Resize', scale=28),
                          dict(type='PackInputs')]))
     hooks = ("custom_hooks = [dict(type='HPMScheduleHook'), "
              f"dict(type='HardPatchVisHook', dataloader={loader!r}, "

@@ -1,20 +1,16 @@
 # Fashion-MNIST classification (linear probe / fine-tune of the small
-# models): 60k train, evaluated on the 10k test images, 32x32 grayscale.
+# models): 60k train, evaluated on the 10k test images, 28x28 grayscale.
 dataset_type = 'FashionMNISTSplit'
 data_root = 'data/fashion_mnist/'
 data_preprocessor = dict(
     num_classes=10, mean=[72.94], std=[90.02], to_rgb=False)
 
 train_pipeline = [
-    dict(type='Resize', scale=32, backend='pillow', interpolation='bicubic'),
-    dict(type='RandomCrop', crop_size=32, padding=2),
+    dict(type='RandomCrop', crop_size=28, padding=2),
     dict(type='RandomFlip', prob=0.5, direction='horizontal'),
     dict(type='PackInputs')
 ]
-test_pipeline = [
-    dict(type='Resize', scale=32, backend='pillow', interpolation='bicubic'),
-    dict(type='PackInputs')
-]
+test_pipeline = [dict(type='PackInputs')]  # the 28x28 images as they are
 
 train_dataloader = dict(
     batch_size=256,

@@ -15,16 +15,16 @@ optim_wrapper = dict(
         type='AdamW', lr=1.5e-3, betas=(0.9, 0.95), weight_decay=0.05),
     paramwise_cfg={{_base_.optim_wrapper.paramwise_cfg}})  # ImageNet's
 
+# the cosine has no `end` or `T_max`: mmengine ends it with the run
+# (train_cfg.max_epochs), so a run of another length decays fully
 warmup_epochs = 1
-max_epochs = 10
 param_scheduler = [
     dict(type='LinearLR', start_factor=1e-3, by_epoch=True, begin=0,
          end=warmup_epochs, convert_to_iter_based=True),
-    dict(type='CosineAnnealingLR', T_max=max_epochs - warmup_epochs,
-         eta_min=1e-5, by_epoch=True, begin=warmup_epochs, end=max_epochs,
-         convert_to_iter_based=True)
+    dict(type='CosineAnnealingLR', eta_min=1e-5, by_epoch=True,
+         begin=warmup_epochs, convert_to_iter_based=True)
 ]
-train_cfg = dict(type='EpochBasedTrainLoop', max_epochs=max_epochs)
+train_cfg = dict(type='EpochBasedTrainLoop', max_epochs=10)
 auto_scale_lr = dict(base_batch_size=256)
 
 default_hooks = dict(

@@ -1,7 +1,7 @@
 # HPM on BEiT with the main job's mini ViT and data (the check on the
-# embedded Fashion-MNIST). No DALL-E weights exist for 1-channel 64-px
+# embedded Fashion-MNIST). No DALL-E weights exist for 1-channel 56-px
 # images, so the tokenizer is a randomly initialised DALL-E encoder
-# (32 hidden, 512 tokens) on a 64-px view: its tokens are a fixed function
+# (32 hidden, 512 tokens) on a 56-px view: its tokens are a fixed function
 # of each patch, enough to check that the mining learns, not a BEiT
 # representation. Block-wise masking of 40% with alpha 0 -> 0.5 hardest.
 _base_ = './hpm-simmim_vit-mini-p4_1xb256-coslr-10e_fmnist.py'
@@ -19,8 +19,8 @@ train_dataloader = dict(
         dict(type='RandomFlip', prob=0.5),
         dict(
             type='RandomResizedCropAndInterpolationWithTwoPic',
-            size=32,
-            second_size=64,
+            size=28,
+            second_size=56,
             interpolation='bicubic',
             second_interpolation='lanczos',
             scale=(0.5, 1.0)),

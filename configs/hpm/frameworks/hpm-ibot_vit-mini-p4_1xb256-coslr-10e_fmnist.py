@@ -1,8 +1,8 @@
 # HPM on iBOT with the main job's mini ViT and data (the check on the
 # embedded Fashion-MNIST): HPM on SimMIM's encoder and loss predictor, with
-# iBOT's head and views: 2 global 32-px crops (64 patches) and 4 local 16-px
+# iBOT's head and views: 2 global 28-px crops (49 patches) and 4 local 16-px
 # crops (16 patches) per image, iBOT's augmentations that suit grayscale
-# (crop, flip, blur with its radius scaled to 32 px, solarize; mmcv's colour
+# (crop, flip, blur with its radius scaled to 28 px, solarize; mmcv's colour
 # jitter needs RGB), a 1024-prototype head, iBOT's per-image masks (none, or
 # 10-50% block-wise) of which alpha 0 -> 0.5 are the hardest, and the
 # teacher (decay 0.99 -> 1, cosine) and temperatures (0.04 -> 0.07 over 3
@@ -35,7 +35,7 @@ model = dict(
 
 crop = dict(
     type='RandomResizedCrop',
-    scale=32,
+    scale=28,
     crop_ratio_range=(0.4, 1.0),
     backend='pillow',
     interpolation='bicubic')

@@ -32,7 +32,7 @@ model = dict(
         type='HPMMaskGenerator', mask_ratio=0.6, alpha_0=0., alpha_T=0.5),
     teacher=dict(
         type='EMATeacher', momentum=0.1, end_momentum=0.025,
-        momentum_epochs=10),
+        momentum_epochs=None),
     init_cfg=[
         dict(type='Xavier', layer='Linear', distribution='uniform'),
         dict(type='Constant', layer='LayerNorm', val=1.0, bias=0.0)
