@@ -133,6 +133,8 @@ def merge_args(cfg: Config, args) -> Config:
 
     if args.cfg_options is not None:
         merge_cfg_options(cfg, args.cfg_options)
+    from hpm_mm.utils.schedule import check_run_length
+    check_run_length(cfg)  # the lr schedule and the teacher fit the run
     return cfg
 
 
@@ -201,6 +203,13 @@ def choose_run_precision(cfg: Config, amp: bool):
 def main(argv=None):
     args = parse_args(argv)
     cfg = merge_args(load_config(args.config, 'train.py'), args)
+    lock = None  # held until the run ends
+    if os.environ.get('RANK', '0') == '0':  # one run per work dir
+        from hpm_mm.utils.work_dir import WorkDirBusy, own_work_dir
+        try:
+            lock = own_work_dir(cfg.work_dir)  # noqa: F841 (held to exit)
+        except WorkDirBusy as e:
+            raise SystemExit(str(e))
     resolve_resume(cfg)
     if args.check_data:
         from hpm_mm.utils.data_check import check_data

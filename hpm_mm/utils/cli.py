@@ -50,11 +50,50 @@ def _fits(old: Any, new: Any) -> bool:
     return True
 
 
+#: The top-level config keys mmengine's runners (``Runner``,
+#: ``FlexibleRunner``) and hpm_mm's tools read. Any other top-level key is a
+#: variable of the config file, used only while the file is parsed (e.g. the
+#: schedules' ``max_epochs``), or a typo.
+RUNNER_KEYS = frozenset((
+    'model', 'work_dir', 'train_dataloader', 'val_dataloader',
+    'test_dataloader', 'train_cfg', 'val_cfg', 'test_cfg', 'auto_scale_lr',
+    'optim_wrapper', 'param_scheduler', 'val_evaluator', 'test_evaluator',
+    'default_hooks', 'custom_hooks', 'data_preprocessor', 'load_from',
+    'resume', 'launcher', 'env_cfg', 'log_processor', 'log_level',
+    'visualizer', 'default_scope', 'randomness', 'experiment_name',
+    'model_wrapper_cfg', 'compile', 'activation_checkpointing',
+    'efficient_conv_bn_eval', 'find_unused_parameters', 'strategy',
+    'runner_type', 'custom_imports', 'precision'))
+
+
+def _check_top_level(key: str) -> None:
+    """Refuse an option whose top-level key nothing reads, in one line."""
+    import difflib
+    top = key.split('.')[0]
+    if top in RUNNER_KEYS:
+        return
+    close = difflib.get_close_matches(top, sorted(RUNNER_KEYS), n=1)
+    if close:
+        hint = f'did you mean {close[0]}{key[len(top):]}?'
+    elif top in ('max_epochs', 'max_iters', 'warmup_epochs'):
+        hint = f'the run reads train_cfg.{top} (and the schedulers\' ends)'
+    else:
+        hint = 'set a key the runner reads'
+    raise SystemExit(
+        f'--cfg-options {key}=...: nothing reads {top!r} (a variable of the '
+        'config file is used only while the file is parsed; the runner '
+        f'reads {", ".join(sorted(RUNNER_KEYS - {"precision"})[:6])}, ...). '
+        f'Fix: {hint}')
+
+
 def merge_cfg_options(cfg: Config, options: dict) -> Config:
-    """``cfg.merge_from_dict(options)``, refusing a value whose type does not
-    fit the config's (``max_epochs=abc``, ``lr=fast``) with one line that
-    names the key, the expected type and the config's value."""
+    """``cfg.merge_from_dict(options)``, refusing in one line a key nothing
+    reads (a config-file variable such as ``max_epochs``, a typo such as
+    ``trian_cfg``) or a value whose type does not fit the config's
+    (``max_epochs=abc``, ``lr=fast``)."""
     current = cfg.to_dict()
+    for key in options:
+        _check_top_level(key)
     for key, value in options.items():
         old = _lookup(current, key)
         if not _fits(old, value):

@@ -17,6 +17,8 @@ from typing import Dict, List, Optional
 
 import numpy as np
 
+from .schedule import scale_recipe, steps_per_epoch
+
 IMAGE_EXTENSIONS = ('.jpg', '.jpeg', '.png', '.bmp', '.webp', '.tif',
                     '.tiff')
 GRAY_MODES = ('1', 'L', 'LA', 'I', 'I;16', 'F')
@@ -98,7 +100,7 @@ def choose_settings(scan: Dict,
     ch = channels or (1 if scan['gray'] else 3)
     batch = batch_size or max(8, min(256, n // 8))
     batch = min(batch, n)
-    steps = max(n // batch, 1)
+    steps = steps_per_epoch(n, batch)  # the loader keeps the last batch
     ep = epochs or int(min(200, max(10, round(TARGET_STEPS / steps))))
     return dict(img_size=size, patch_size=patch, channels=ch,
                 batch_size=batch, epochs=ep, steps_per_epoch=steps,
@@ -232,16 +234,8 @@ def folder_config(base_cfg, root: str, work_dir: str, scan: Dict,
     # replaced, not merged (ConfigDict.update would keep Fashion-MNIST's keys)
     cfg.train_dataloader['dataset'] = dataset(all_files, False,
                                               train_pipeline)
-    cfg.train_cfg.max_epochs = settings['epochs']
-    teacher = model.get('teacher') or {}
-    if 'momentum_epochs' in teacher:  # the ramp spans the whole run
-        teacher['momentum_epochs'] = settings['epochs']
-    epochs = settings['epochs']
-    if epochs > 1:  # 1 warmup epoch, then cosine
-        cfg.param_scheduler[1].update(T_max=epochs - 1, end=epochs)
-    else:  # a single epoch: cosine only
-        cfg.param_scheduler = [dict(cfg.param_scheduler[1], begin=0, end=1,
-                                    T_max=1)]
+    # the recipe (warm-up, cosine, the teacher's lag) scaled to the run
+    scale_recipe(cfg, settings['epochs'], settings['steps_per_epoch'])
     cfg.auto_scale_lr = dict(base_batch_size=256, enable=False)
     cfg.custom_hooks = hooks
     cfg.work_dir = work_dir

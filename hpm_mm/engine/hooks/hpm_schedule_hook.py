@@ -54,5 +54,5 @@ class HPMScheduleHook(Hook):
         done = epoch + (runner.iter % iters_per_epoch) / iters_per_epoch
         model.set_progress(
             progress, done,
-            getattr(runner.optim_wrapper, 'applied_steps', None))
+            getattr(runner.optim_wrapper, 'applied_steps', None), max_epochs)
         runner.message_hub.update_scalar('train/hpm_progress', progress)

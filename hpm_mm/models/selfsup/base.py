@@ -144,7 +144,8 @@ class HPMBase(BaseSelfSupervisor):
     def set_progress(self,
                      progress: float,
                      epoch: float = 0,
-                     optim_steps: Optional[int] = None) -> None:
+                     optim_steps: Optional[int] = None,
+                     max_epochs: Optional[float] = None) -> None:
         """Set t/T for the mask schedule, the epoch for the teacher momentum
         and the optimizer steps applied so far for the teacher update.
 
@@ -153,12 +154,14 @@ class HPMBase(BaseSelfSupervisor):
             epoch (float): Epochs done, with the fraction of the current
                 one (the teacher's momentum schedule).
             optim_steps (int, optional): See :meth:`EMATeacher.update`.
+            max_epochs (float, optional): The run's length in epochs (a
+                teacher ramp over the whole run reads it).
         """
         self.progress = float(progress)
         self.optim_steps = optim_steps
         self._progress_set = True
         if self.teacher is not None:
-            self.teacher.set_epoch(epoch)
+            self.teacher.set_epoch(epoch, max_epochs)
 
     def extract_feat(self, inputs: torch.Tensor):
         """Unmasked features of the student encoder (``out_type`` tuple);

@@ -103,10 +103,10 @@ class HPMBEiT(HPMBase):
 #: least (14 // 3)^2 = 16 patches.
 IBOT_MASK = dict(type='BlockwiseMaskGenerator',
                  mask_ratio=[(0., 0.), (0.1, 0.5)], min_num_patches=16)
-#: iBOT's teacher: decay 0.996 -> 1 along a half cosine, every iteration
-#: (``momentum_epochs`` = the training's epochs).
+#: iBOT's teacher: decay 0.996 -> 1 along a half cosine over the whole run,
+#: every iteration.
 IBOT_TEACHER = dict(type='EMATeacher', momentum=4e-3, end_momentum=0.,
-                    momentum_epochs=100, momentum_schedule='cosine')
+                    momentum_epochs=None, momentum_schedule='cosine')
 
 
 @MODELS.register_module()
@@ -136,8 +136,8 @@ class HPMiBOT(HPMBase):
         head (dict): :class:`HPMiBOTHead` config.
         mask_generator (dict): Defaults to iBOT's block-wise masking
             (:data:`IBOT_MASK`).
-        teacher (dict): Defaults to iBOT's (:data:`IBOT_TEACHER`); set
-            ``momentum_epochs`` to the training's epochs.
+        teacher (dict): Defaults to iBOT's (:data:`IBOT_TEACHER`, its ramp
+            over the whole run).
         predictor (dict, optional): :class:`HPMLossPredictor`; None for
             plain iBOT.
         **kwargs: The other arguments of :class:`HPMBase`.
@@ -169,10 +169,11 @@ class HPMiBOT(HPMBase):
         return nn.ModuleDict(parts)
 
     def set_progress(self, progress: float, epoch: float = 0,
-                     optim_steps: Optional[int] = None) -> None:
+                     optim_steps: Optional[int] = None,
+                     max_epochs: Optional[float] = None) -> None:
         """As :meth:`HPMBase.set_progress`; the epoch also sets the teacher
         temperatures and whether the head's last layer is frozen."""
-        super().set_progress(progress, epoch, optim_steps)
+        super().set_progress(progress, epoch, optim_steps, max_epochs)
         self.neck.set_epoch(epoch)
         self.head.set_epoch(epoch)
 

@@ -61,7 +61,9 @@ class EMATeacher(ExponentialMovingAverage):
         momentum (float): Momentum at epoch 0. Defaults to 1e-3.
         end_momentum (float): Momentum after ``momentum_epochs`` epochs,
             kept afterwards. Defaults to 1e-4.
-        momentum_epochs (int): Length of the ramp in epochs. Defaults to 100.
+        momentum_epochs (int, optional): Length of the ramp in epochs; None
+            for the whole run (it then follows ``train_cfg.max_epochs``).
+            Defaults to 100 (the authors').
         momentum_schedule (str): ``'linear'`` (stepped per epoch) or
             ``'cosine'`` (per iteration). Defaults to ``'linear'``.
         dtype (str, optional): Run the scoring pass under autocast in this
@@ -88,7 +90,7 @@ class EMATeacher(ExponentialMovingAverage):
                  model: nn.Module,
                  momentum: float = 1e-3,
                  end_momentum: float = 1e-4,
-                 momentum_epochs: int = 100,
+                 momentum_epochs: Optional[int] = 100,
                  momentum_schedule: str = 'linear',
                  dtype: Optional[str] = None,
                  input_scale: float = 1.0,
@@ -118,12 +120,22 @@ class EMATeacher(ExponentialMovingAverage):
         self._checked = False
         self.module.eval()
 
-    def set_epoch(self, epoch: float) -> None:
+    def set_epoch(self, epoch: float,
+                  max_epochs: Optional[float] = None) -> None:
         """Momentum after ``epoch`` epochs (fractional: iterations done /
-        iterations per epoch); the linear ramp counts whole epochs."""
+        iterations per epoch) of a ``max_epochs``-epoch run; the linear ramp
+        counts whole epochs."""
+        ramp = self.momentum_epochs
+        if ramp is None:
+            if max_epochs is None:
+                raise ValueError(
+                    'teacher momentum_epochs=None ramps over the whole run, '
+                    'so set_epoch needs max_epochs (HPMScheduleHook passes '
+                    'it).')
+            ramp = max_epochs
         if self.momentum_schedule == 'linear':
             epoch = math.floor(epoch)
-        r = min(epoch / max(self.momentum_epochs, 1), 1.)
+        r = min(epoch / max(ramp, 1), 1.)
         if self.momentum_schedule == 'cosine':
             r = (1 - math.cos(math.pi * r)) / 2
         self.momentum = self.start_momentum + r * (

@@ -1,0 +1,125 @@
+"""One rule that scales a pretraining recipe to the length of a run.
+
+Used wherever a run of another length than its config's is made: the
+small-scale study (``.dev_scripts/fmnist_study.py``) and the own-images
+command (``tools/pretrain_folder.py``).
+"""
+import math
+from typing import Tuple
+
+#: warm-up: this fraction of the epochs, at least one (the main job's 1 of 10)
+WARMUP_FRACTION = 0.05
+#: the EMA teacher lags this fraction of the run's steps behind the student,
+#: from the start of the run to its end (momentum = 1 / lag in mmengine's
+#: convention), at most a momentum of 0.5 in very short runs
+TEACHER_LAG = (0.025, 0.1)
+
+
+def warmup_epochs(epochs: int) -> int:
+    """Warm-up epochs of an ``epochs``-epoch run (0 for a single epoch)."""
+    return 0 if epochs < 2 else max(1, round(WARMUP_FRACTION * epochs))
+
+
+def teacher_momentum(steps: int) -> Tuple[float, float]:
+    """(start, end) EMA momentum of a run of ``steps`` optimizer steps: the
+    teacher lags 2.5% -> 10% of the run. At the main job's 400 steps this is
+    its 0.1 -> 0.025; at 23,500 steps (100 epochs of 60k images) 1.7e-3 ->
+    4.3e-4, near the authors' ImageNet 1e-3 -> 1e-4."""
+    return tuple(min(.5, 1 / (lag * max(steps, 1))) for lag in TEACHER_LAG)
+
+
+def scale_recipe(cfg, epochs: int, steps_per_epoch: int):
+    """The config's recipe for an ``epochs``-epoch run of ``steps_per_epoch``
+    steps, in place (and returned): ``train_cfg.max_epochs``; the lr
+    schedule as a linear warm-up (:func:`warmup_epochs`) then a cosine to
+    the end (the config's two schedulers, by epoch, converted to
+    iterations); the EMA teacher's momentum ramp over the whole run with the
+    lag rule of :func:`teacher_momentum`, when the model has a teacher.
+
+    Args:
+        cfg (Config): A pretraining config with the Fashion-MNIST recipe's
+            two schedulers (``LinearLR`` then ``CosineAnnealingLR``).
+        epochs (int): Epochs of the run.
+        steps_per_epoch (int): Optimizer steps per epoch.
+    """
+    if epochs < 1 or steps_per_epoch < 1:
+        raise ValueError(f'a run needs epochs >= 1 and steps per epoch >= 1, '
+                         f'got {epochs} and {steps_per_epoch}.')
+    kinds = [s.get('type') for s in cfg.param_scheduler]
+    if kinds != ['LinearLR', 'CosineAnnealingLR']:
+        raise ValueError(
+            'scale_recipe scales a linear warm-up followed by a cosine '
+            f'(the Fashion-MNIST recipe); this config has {kinds}.')
+    warm, cosine = (dict(s) for s in cfg.param_scheduler)
+    w = warmup_epochs(epochs)
+    cosine.update(begin=w, end=epochs, T_max=epochs - w, by_epoch=True,
+                  convert_to_iter_based=True)
+    warm.update(begin=0, end=w, by_epoch=True, convert_to_iter_based=True)
+    cfg.param_scheduler = [warm, cosine] if w else [cosine]
+    cfg.train_cfg.max_epochs = epochs
+    teacher = cfg.model.get('teacher')
+    if teacher is not None:
+        start, end = teacher_momentum(epochs * steps_per_epoch)
+        teacher.update(momentum=float(f'{start:.4g}'),
+                       end_momentum=float(f'{end:.4g}'),
+                       momentum_epochs=epochs)
+    return cfg
+
+
+def steps_per_epoch(num_images: int, batch_size: int,
+                    drop_last: bool = False) -> int:
+    """Optimizer steps in one epoch of ``num_images`` at ``batch_size``."""
+    return num_images // batch_size if drop_last else math.ceil(
+        num_images / batch_size)
+
+
+def check_run_length(cfg) -> None:
+    """Refuse, in one line, a config whose parts disagree on the run's
+    length (after ``--cfg-options``): a parameter scheduler that ends after
+    the run (its decay never finishes) or a last one that ends before it
+    (the run goes on at the final value), and an EMA teacher whose momentum
+    ramp is longer than the run. Schedulers without ``end`` and a teacher
+    ramp of ``momentum_epochs=None`` follow the run and always fit.
+
+    Raises:
+        SystemExit: The mismatch, and the fix.
+    """
+    train_cfg = cfg.get('train_cfg') or {}
+    by_epoch = 'max_epochs' in train_cfg
+    length = train_cfg.get('max_epochs', train_cfg.get('max_iters'))
+    if length is None:
+        return
+    unit, key = ('epoch', 'max_epochs') if by_epoch else \
+        ('iteration', 'max_iters')
+    schedulers = cfg.get('param_scheduler') or []
+    if isinstance(schedulers, dict):
+        schedulers = [schedulers]
+    ends = []
+    for i, s in enumerate(schedulers):
+        if s.get('by_epoch', True) != by_epoch or s.get('end') is None:
+            ends.append(None)
+            continue
+        end = s['end']
+        ends.append(end)
+        if end > length:
+            raise SystemExit(
+                f'param_scheduler.{i} ({s.get("type")}) ends at {unit} {end} '
+                f'but the run has train_cfg.{key}={length}: its decay would '
+                f'not finish. Fix: param_scheduler.{i}.end={length} (and '
+                'T_max), or leave end unset to follow the run.')
+    if ends and None not in ends and max(ends) < length:
+        i = ends.index(max(ends))
+        raise SystemExit(
+            f'the last parameter scheduler (param_scheduler.{i}) ends at '
+            f'{unit} {max(ends)} but the run has train_cfg.{key}={length}: '
+            f'{unit}s {max(ends)}-{length} would run at its final value. '
+            f'Fix: param_scheduler.{i}.end={length} (and T_max), or leave '
+            'end unset to follow the run.')
+    teacher = (cfg.get('model') or {}).get('teacher') or {}
+    ramp = teacher.get('momentum_epochs')
+    if by_epoch and ramp is not None and ramp > length:
+        raise SystemExit(
+            f'model.teacher.momentum_epochs={ramp} is longer than the run '
+            f'(train_cfg.max_epochs={length}): the teacher\'s momentum '
+            f'would stop part-way. Fix: model.teacher.momentum_epochs='
+            f'{length}, or None to follow the run.')

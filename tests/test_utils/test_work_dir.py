@@ -1,0 +1,56 @@
+"""One run per work dir (hpm_mm.utils.work_dir, tools/train.py): a second
+run refuses in one line naming the owner; a killed run leaves nothing stuck
+(issue #29)."""
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from conftest import REPO, tiny_config
+
+from hpm_mm.utils.work_dir import LOCK_NAME
+
+
+def start(cfg, work):
+    return subprocess.Popen(
+        [sys.executable, 'tools/train.py', cfg, '--work-dir', str(work)],
+        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        text=True, env=dict(os.environ, PYTHONUNBUFFERED='1'))
+
+
+def wait_for_lock(proc, work, timeout=120):
+    lock = work / LOCK_NAME
+    end = time.time() + timeout
+    while time.time() < end:
+        if lock.exists() and f'pid {proc.pid}' in lock.read_text():
+            return
+        assert proc.poll() is None, proc.stdout.read()
+        time.sleep(0.2)
+    raise AssertionError('run A never took the work dir')
+
+
+def test_a_second_run_refuses_and_a_killed_one_frees_the_dir(tmp_path):
+    cfg = tiny_config(tmp_path, num_images=64,
+                      body='train_cfg = dict(max_epochs=50)')
+    work = tmp_path / 'work'
+    a = start(cfg, work)
+    try:
+        wait_for_lock(a, work)
+        b = subprocess.run(
+            [sys.executable, 'tools/train.py', cfg, '--work-dir', str(work)],
+            cwd=REPO, capture_output=True, text=True, timeout=300)
+        assert b.returncode != 0
+        last = b.stderr.strip().splitlines()[-1]
+        assert f'is in use by a running job (pid {a.pid}' in last
+        assert 'Fix: wait for it to finish, or give this run its own ' \
+            '--work-dir' in last
+        assert a.poll() is None  # run A goes on
+    finally:
+        a.send_signal(signal.SIGKILL)
+        a.wait()
+    # killed with -9: the lock went with it; a new run may resume there
+    c = start(tiny_config(tmp_path / 'c', num_images=8,
+                          body='train_cfg = dict(max_epochs=1)'), work)
+    out, _ = c.communicate(timeout=300)
+    assert c.returncode == 0, out[-3000:]
