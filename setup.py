@@ -74,7 +74,10 @@ if __name__ == '__main__':
         # mmcv comes from the profile: mmcv-lite (pure Python) for
         # pretraining, or mmcv with compiled ops for detection/segmentation
         # (tools/install.sh pretrain|full; hpm_mm checks the imported one)
-        install_requires=['torch>=2.0', 'torchvision'] +
+        # torch >= 2.4: the one checkpoint loader's allow-list
+        # (hpm_mm.utils.checkpoint.load_file, torch.serialization.
+        # add_safe_globals)
+        install_requires=['torch>=2.4', 'torchvision'] +
         parse_requirements('requirements/runtime.txt') + [
             r for r in parse_requirements('requirements/mminstall.txt')
             if not r.startswith('mmcv')

@@ -89,18 +89,69 @@ def _history_buffer_getstate(self) -> dict:
     return state
 
 
-def register_checkpoint_safe_globals() -> None:
-    """Make new mmengine checkpoints load with ``weights_only=True``.
+#: the first torch with ``torch.serialization.add_safe_globals``, which the
+#: one loader needs (setup.py and requirements/constraints.txt state it)
+TORCH_FLOOR = (2, 4)
 
-    A no-op on torch < 2.4 (no ``add_safe_globals``; those releases do not
-    default to ``weights_only``).
-    """
+
+def register_checkpoint_safe_globals() -> None:
+    """Make new mmengine checkpoints load with ``weights_only=True``, and
+    make every checkpoint load of mmengine (resume, ``load_from``, test,
+    ``init_cfg=dict(type='Pretrained')``) go through :func:`load_file`."""
     add = getattr(torch.serialization, 'add_safe_globals', None)
     if add is None:
-        return
+        return  # load_file refuses to load, in one line
     from mmengine.logging import HistoryBuffer
+    from mmengine.runner.checkpoint import CheckpointLoader
     HistoryBuffer.__getstate__ = _history_buffer_getstate
     add(checkpoint_safe_globals())
+    CheckpointLoader.register_scheme(prefixes='', loader=load_from_local,
+                                     force=True)
+
+
+class UnsafeCheckpointError(RuntimeError):
+    """A checkpoint that holds objects outside the allow-list."""
+
+
+def load_file(path: str, map_location='cpu'):
+    """The one checkpoint loader of hpm_mm: ``torch.load`` with
+    ``weights_only=True`` passed explicitly, whatever torch's default
+    (torch < 2.6, ``TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1``): only tensors,
+    containers and the types of :func:`checkpoint_safe_globals` are
+    unpickled; a file that holds anything else (code) is refused.
+
+    Raises:
+        UnsafeCheckpointError: The file holds other objects.
+        RuntimeError: torch is older than :data:`TORCH_FLOOR`.
+    """
+    if _version_tuple(torch.__version__) < TORCH_FLOOR:
+        raise RuntimeError(
+            f'hpm_mm loads checkpoints with weights_only=True and an '
+            f'allow-list, which needs torch >= {TORCH_FLOOR[0]}.'
+            f'{TORCH_FLOOR[1]}; this is torch {torch.__version__}. Fix: '
+            'bash tools/install.sh (or HPM_TORCH="torch==2.x ...").')
+    try:
+        return torch.load(path, map_location=map_location, weights_only=True)
+    except Exception as e:
+        if type(e).__name__ == 'UnpicklingError' or \
+                'Weights only load failed' in str(e):
+            found = re.search(r'GLOBAL ([\w.]+)', str(e))
+            what = f' ({found.group(1)})' if found else ''
+            raise UnsafeCheckpointError(
+                f'{path} holds objects outside the checkpoint allow-list'
+                f'{what}, which could run code when loaded: refused. A '
+                'checkpoint written by mmengine and hpm_mm holds none. If '
+                'you trust its source, re-save its tensors with torch.load('
+                'path, weights_only=False) yourself.') from None
+        raise
+
+
+def load_from_local(filename: str, map_location=None):
+    """mmengine's local checkpoint loader, through :func:`load_file`."""
+    filename = osp.expanduser(filename)
+    if not osp.isfile(filename):
+        raise FileNotFoundError(f'{filename} can not be found.')
+    return load_file(filename, map_location)
 
 
 def student_or_teacher_state(state_dict: dict,
@@ -149,7 +200,7 @@ def load_checkpoint_strict(model: torch.nn.Module,
     Returns:
         dict: ``missing`` and ``unexpected`` key lists.
     """
-    from mmengine.runner.checkpoint import _load_checkpoint
+    from mmengine.runner.checkpoint import _load_checkpoint  # load_file
     ckpt = _load_checkpoint(filename, map_location='cpu')
     state = ckpt.get('state_dict', ckpt)
     upgrade = getattr(model, 'upgrade_state_dict', None)

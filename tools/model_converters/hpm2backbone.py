@@ -100,7 +100,11 @@ def main(argv=None):
     import hpm_mm  # noqa: F401  (weights_only-safe loading of mmengine ckpts)
     from hpm_mm.utils.convert import convert, encoder_state
 
-    ckpt = torch.load(args.src, map_location='cpu')
+    from hpm_mm.utils.checkpoint import UnsafeCheckpointError, load_file
+    try:
+        ckpt = load_file(args.src)  # weights_only=True, the allow-list
+    except UnsafeCheckpointError as e:
+        raise SystemExit(f'hpm2backbone.py: {e}')
     try:
         enc = encoder_state(ckpt, args.teacher)
     except ValueError as e:

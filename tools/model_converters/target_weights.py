@@ -23,8 +23,11 @@ import torch
 
 def read_state(path: str) -> dict:
     """A state dict from a plain checkpoint or a TorchScript archive."""
+    from hpm_mm.utils.checkpoint import UnsafeCheckpointError, load_file
     try:
-        obj = torch.load(path, map_location='cpu')
+        obj = load_file(path)  # weights_only=True, the allow-list
+    except UnsafeCheckpointError as e:
+        raise SystemExit(f'target_weights.py: {e}')
     except Exception:  # OpenAI's CLIP .pt files are TorchScript archives
         obj = torch.jit.load(path, map_location='cpu').state_dict()
     if isinstance(obj, dict):
