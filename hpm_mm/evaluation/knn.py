@@ -5,7 +5,7 @@ Features are L2-normalised; each test sample's k nearest training samples
 class with the largest total wins. All ks are answered from one top-k search
 per chunk of test samples, so memory stays ``chunk_size x num_train``.
 """
-from typing import Dict, Optional, Sequence
+from typing import Dict, Optional, Sequence, Union
 
 import torch
 import torch.nn.functional as F
@@ -104,7 +104,7 @@ def pool_features(feats, num_extra_tokens: int = 1,
 def extract_features(model,
                      dataloader,
                      progress: bool = True,
-                     feature: str = 'avg',
+                     feature: Union[str, Sequence[str]] = 'avg',
                      amp: bool = False) -> Dict[str, torch.Tensor]:
     """Pooled features and labels of a whole dataloader (all ranks).
 
@@ -113,8 +113,9 @@ def extract_features(model,
             ``extract_feat`` (HPM, MAE, an ImageClassifier).
         dataloader: Yields mmpretrain batches with ``gt_label``.
         progress (bool): Show a progress bar. Defaults to True.
-        feature (str): ``'avg'`` (patch tokens averaged) or ``'cls'`` (the
-            CLS token); see :func:`pool_features`. Defaults to ``'avg'``.
+        feature (str | Sequence[str]): ``'avg'`` (patch tokens averaged) or
+            ``'cls'`` (the CLS token); see :func:`pool_features`. Several
+            (``('avg', 'cls')``) come from one pass. Defaults to ``'avg'``.
         amp (bool): Mixed precision where the hardware computes it faster
             (:func:`~hpm_mm.utils.precision.choose_precision`, as
             ``tools/train.py --amp``): fp16 autocast on CUDA, bf16 on a CPU
@@ -122,8 +123,10 @@ def extract_features(model,
             fp32. Defaults to False.
 
     Returns:
-        dict: ``feats`` (N, D) float32 on CPU, ``labels`` (N,) int64.
+        dict: ``feats`` (N, D) float32 on CPU (for several features, a dict
+        of them by name), ``labels`` (N,) int64.
     """
+    names = [feature] if isinstance(feature, str) else list(feature)
     was_training = model.training
     model.eval()
     backbone = getattr(model, 'backbone', None)
@@ -137,8 +140,9 @@ def extract_features(model,
         data = model.data_preprocessor(batch, False)
         with torch.autocast(device, enabled=dtype is not None,
                             dtype=dtype or torch.bfloat16):
-            feats = pool_features(model.extract_feat(data['inputs']), extra,
-                                  feature)
+            out = model.extract_feat(data['inputs'])
+            feats = torch.stack([pool_features(out, extra, f)
+                                 for f in names], 1)  # (B, F, D)
         labels = [s.gt_label for s in data['data_samples']]
         for f, label in zip(feats.float().cpu(), labels):
             results.append((f, int(label.reshape(-1)[0])))
@@ -150,6 +154,9 @@ def extract_features(model,
         model.train()
     if get_world_size() > 1:
         results = collect_results(results, len(dataloader.dataset))
-    return dict(
-        feats=torch.stack([f for f, _ in results]),
-        labels=torch.tensor([label for _, label in results]))
+    feats = torch.stack([f for f, _ in results])  # (N, F, D)
+    labels = torch.tensor([label for _, label in results])
+    if isinstance(feature, str):
+        return dict(feats=feats[:, 0], labels=labels)
+    return dict(feats={f: feats[:, i] for i, f in enumerate(names)},
+                labels=labels)

@@ -1,0 +1,494 @@
+"""The Fashion-MNIST study: MAE, HPM and their variants at a chosen length,
+paired by seed, every run's results kept as a small json (issue #28).
+
+    python .dev_scripts/fmnist_study.py run VARIANT --seed S --epochs E \
+        [--images N] [--low-label 1 10]
+    python .dev_scripts/fmnist_study.py scratch --seed S [--low-label 1 10]
+    python .dev_scripts/fmnist_study.py check-linear RESULT_JSON
+    python .dev_scripts/fmnist_study.py report [--write FILE]
+
+A variant is a config file (``VARIANTS``: the main job's HPM config, its MAE
+twin and the ablation configs beside it); only the run's length and seed
+change. ``run`` scales the recipe to the length with the package's one rule
+(:func:`hpm_mm.utils.schedule.scale_recipe`: 5% warm-up, cosine to the end,
+the EMA teacher's lag 2.5% -> 10% of the run), dumps the run's config into
+its work dir, trains it through ``tools/train.py --amp`` (the precision rule
+picks fp32 on an AVX2 CPU), resuming an interrupted run, then evaluates the
+final encoder from one feature pass over the 60k training / 10k test
+images: kNN (DINO protocol) and a linear probe on cached frozen features
+(:func:`hpm_mm.evaluation.linear_probe`), each on the patch-token average
+and on the CLS token; ``--low-label`` fine-tunes end to end on the first 1%
+/ 10% of the training labels (the fine-tune config, ``tools/train.py`` +
+``tools/test.py``). Its json (``docs/results/fmnist_study/``) holds the
+config and its hash, seed, steps, precision, CPU class, wall times, every
+metric, the predictor's ranking accuracy and the teacher's Spearman at the
+end, and the exact commands. ``scratch`` fine-tunes from random init (the
+baseline of the fine-tunes); ``check-linear`` runs the config-driven linear
+probe (with its augmentation) on one run's encoder beside the cached one.
+``report`` regenerates every table from the committed jsons alone.
+"""
+import argparse
+import glob
+import hashlib
+import json
+import math
+import os
+import os.path as osp
+import statistics
+import subprocess
+import sys
+import time
+
+ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
+RESULTS = osp.join(ROOT, 'docs', 'results', 'fmnist_study')
+WORK = osp.join(ROOT, 'work_dirs', 'fmnist_study')
+CFG = 'configs/hpm/{}_vit-mini-p4_1xb256-coslr-10e_fmnist.py'
+VARIANTS = {
+    'mae': ('configs/hpm/ablations/mae_vit-mini-p4_1xb256-coslr-10e_fmnist.py',
+            'plain mmpretrain MAE (Tab. 1 row 1)'),
+    'hpm': (CFG.format('hpm'), 'HPM, alpha 0 -> 0.5 (the paper\'s default)'),
+    'random': (CFG.format('ablations/hpm-mask75-a0-0'),
+               'L_pred trained, random masks (alpha 0 -> 0; Tab. 1 row 2)'),
+    'all-hard': (CFG.format('ablations/hpm-mask75-a1-1'),
+                 'only the predicted-hardest patches (alpha 1 -> 1; Tab. 3)'),
+}
+FINETUNE_CFG = ('configs/benchmarks/classification/fmnist/'
+                'vit-mini-p4_1xb128-coslr-10e_fmnist.py')
+LINEAR_CFGS = {
+    'avg': ('configs/benchmarks/classification/fmnist/'
+            'vit-mini-p4_1xb256-linear-coslr-10e_fmnist.py'),
+    'cls': ('configs/benchmarks/classification/fmnist/'
+            'vit-mini-p4_1xb256-linear-cls-coslr-10e_fmnist.py'),
+}
+# low-label fine-tuning: % of the labels -> epochs (~500 / ~1,400 steps)
+LOW_LABEL_EPOCHS = {1: 100, 10: 30}
+KNN_KS = (10, 20, 100, 200)
+FEATURES = ('avg', 'cls')
+# two-sided 95% t quantiles by degrees of freedom
+T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447,
+       7: 2.365, 8: 2.306, 9: 2.262}
+
+
+def sh(cmd, log):
+    """Run ``cmd`` from the repository root, appending to ``log``."""
+    with open(log, 'a') as f:
+        f.write('$ ' + ' '.join(cmd) + '\n')
+        f.flush()
+        proc = subprocess.run(cmd, cwd=ROOT, stdout=f,
+                              stderr=subprocess.STDOUT)
+    if proc.returncode:
+        raise SystemExit(f'failed ({proc.returncode}): {" ".join(cmd)}; '
+                         f'see {log}')
+
+
+def rel(path):
+    return osp.relpath(path, ROOT)
+
+
+def run_name(variant, epochs, images, seed):
+    return f'{variant}_{epochs}e_{images // 1000}k_seed{seed}'
+
+
+def final_checkpoint(work, epochs):
+    """The run's final checkpoint, or None when it has not finished."""
+    path = osp.join(work, f'epoch_{epochs}.pth')
+    last = osp.join(work, 'last_checkpoint')
+    if osp.exists(last) and open(last).read().strip().endswith(
+            f'epoch_{epochs}.pth') and osp.exists(path):
+        return path
+    return None
+
+
+def pretrain(variant, seed, epochs, images, work, log):
+    """Scale the variant's config to the run, train it (resuming an
+    interrupted run); (config path, its sha256, commands, train seconds)."""
+    import hpm_mm  # noqa: F401
+    from mmengine.config import Config
+
+    from hpm_mm.utils.schedule import scale_recipe, steps_per_epoch
+    cfg = Config.fromfile(osp.join(ROOT, VARIANTS[variant][0]))
+    loader = cfg.train_dataloader
+    loader.dataset.indices = images if images < 60000 else None
+    steps = steps_per_epoch(images, loader.batch_size,
+                            loader.get('drop_last', False))
+    scale_recipe(cfg, epochs, steps)
+    cfg.randomness.seed = seed
+    # the study evaluates in one feature pass after training (both
+    # features, kNN and linear); the pictures' hook stays (the Spearman)
+    cfg.custom_hooks = [h for h in cfg.custom_hooks
+                        if h.get('type') != 'KNNEvalHook']
+    os.makedirs(work, exist_ok=True)
+    path = osp.join(work, 'config.py')
+    text = cfg.pretty_text
+    if not osp.exists(path) or open(path).read() != text:
+        with open(path, 'w') as f:
+            f.write(text)
+    train = [sys.executable, 'tools/train.py', rel(path), '--work-dir',
+             rel(work), '--amp', '--quiet']
+    seconds = None
+    if final_checkpoint(work, epochs) is None:
+        resume = ['--resume'] if glob.glob(osp.join(work, 'epoch_*.pth')) \
+            else []
+        start = time.time()
+        sh(train + resume, log)
+        seconds = time.time() - start
+        if final_checkpoint(work, epochs) is None:
+            raise SystemExit(f'{work}: training ended before epoch {epochs}')
+    sha = hashlib.sha256(text.encode()).hexdigest()
+    return path, sha, [' '.join(train[1:])], seconds, epochs * steps
+
+
+def evaluate(config, ckpt, seed):
+    """kNN and linear probes on both features from one pass over the
+    Fashion-MNIST training (memory bank / probe training) and test
+    images."""
+    import torch
+    from mmengine.config import Config
+    from mmengine.registry import init_default_scope
+    from mmengine.runner import Runner
+
+    from hpm_mm.evaluation import extract_features, knn_classify
+    from hpm_mm.evaluation import linear_probe
+    from hpm_mm.utils import build_model, load_checkpoint_strict
+    cfg = Config.fromfile(config)
+    init_default_scope('mmpretrain')
+    model = build_model(cfg)
+    load_checkpoint_strict(model, ckpt)
+    base = Config.fromfile(osp.join(ROOT, VARIANTS['mae'][0]))
+    knn_hook = [h for h in base.custom_hooks
+                if h['type'] == 'KNNEvalHook'][0]
+    feats = {}
+    with torch.no_grad():
+        for split in ('train', 'val'):
+            loader = Runner.build_dataloader(knn_hook[f'{split}_dataloader'],
+                                             seed=0)
+            feats[split] = extract_features(model, loader, False, FEATURES,
+                                            amp=True)
+    out = {}
+    for f in FEATURES:
+        tr, te = feats['train']['feats'][f], feats['val']['feats'][f]
+        acc = knn_classify(tr, feats['train']['labels'], te,
+                           feats['val']['labels'], KNN_KS)
+        out[f'knn_{f}'] = max(acc.values())
+        out[f'knn_{f}_by_k'] = {str(k): v for k, v in acc.items()}
+        out[f'linear_{f}'] = linear_probe(tr, feats['train']['labels'], te,
+                                          feats['val']['labels'],
+                                          seed=seed)['top1']
+    return out
+
+
+def low_label_options(percent):
+    epochs = LOW_LABEL_EPOCHS[percent]
+    return [f'train_dataloader.dataset.indices={600 * percent}',
+            f'train_cfg.max_epochs={epochs}',
+            f'train_cfg.val_interval={epochs}',
+            f'param_scheduler.1.T_max={epochs - 1}',
+            f'param_scheduler.1.end={epochs}',
+            f'default_hooks.checkpoint.interval={epochs}']
+
+
+def classify(config, work, ckpt, seed, options, epochs, log):
+    """Train a classifier config from ``ckpt`` (None: random init) and test
+    it; (top-1, commands)."""
+    init = (f'model.backbone.init_cfg.checkpoint={rel(ckpt)}' if ckpt else
+            'model.backbone.init_cfg=None')
+    train = [sys.executable, 'tools/train.py', config, '--work-dir',
+             rel(work), '--quiet', '--cfg-options', init,
+             f'randomness.seed={seed}', *options]
+    out = osp.join(work, 'metrics.json')
+    test = [sys.executable, 'tools/test.py', config,
+            rel(osp.join(work, f'epoch_{epochs}.pth')), '--work-dir',
+            rel(work), '--out', rel(out)]
+    if not osp.exists(out):
+        resume = ['--resume'] if glob.glob(osp.join(work, 'epoch_*.pth')) \
+            else []
+        sh(train + resume, log)
+        sh(test, log)
+    return json.load(open(out))['accuracy/top1'], [
+        ' '.join(train[1:]), ' '.join(test[1:])]
+
+
+def low_label(work, ckpt, seed, percents, log):
+    metrics, commands = {}, []
+    for p in percents:
+        top1, cmds = classify(FINETUNE_CFG, osp.join(work, f'lowlabel{p}'),
+                              ckpt, seed, low_label_options(p),
+                              LOW_LABEL_EPOCHS[p], log)
+        metrics[f'finetune_{p}pct'] = top1
+        commands += cmds
+    return metrics, commands
+
+
+def last_scalars(work):
+    """The last logged value of each scalar of the run's logs."""
+    out = {}
+    for path in sorted(glob.glob(osp.join(work, '*', 'vis_data',
+                                          'scalars.json'))):
+        for line in open(path):
+            out.update(json.loads(line))
+    return out
+
+
+def machine():
+    import torch
+
+    from hpm_mm.utils.precision import cpu_class
+    return dict(cpu_class=cpu_class(), threads=torch.get_num_threads(),
+                torch=torch.__version__)
+
+
+def git_commit():
+    try:
+        return subprocess.run(['git', 'rev-parse', '--short', 'HEAD'],
+                              cwd=ROOT, capture_output=True,
+                              text=True).stdout.strip()
+    except OSError:
+        return None
+
+
+def save(name, record):
+    os.makedirs(RESULTS, exist_ok=True)
+    path = osp.join(RESULTS, f'{name}.json')
+    with open(path, 'w') as f:
+        json.dump(record, f, indent=1)
+    print(f'wrote {rel(path)}')
+    return path
+
+
+def cmd_run(args):
+    name = run_name(args.variant, args.epochs, args.images, args.seed)
+    work = osp.join(WORK, name)
+    log = osp.join(work, 'study.log')
+    os.makedirs(work, exist_ok=True)
+    config, sha, commands, train_s, steps = pretrain(
+        args.variant, args.seed, args.epochs, args.images, work, log)
+    ckpt = final_checkpoint(work, args.epochs)
+    start = time.time()
+    metrics = evaluate(config, ckpt, args.seed)
+    eval_s = time.time() - start
+    commands.append(f'evaluate({rel(config)}, {rel(ckpt)}): one feature '
+                    f'pass, kNN k={list(KNN_KS)} T=0.07 and cached linear '
+                    'probes on avg/cls (.dev_scripts/fmnist_study.py)')
+    start = time.time()
+    ll, cmds = low_label(work, ckpt, args.seed, args.low_label, log)
+    metrics.update(ll)
+    commands += cmds
+    scalars = last_scalars(work)
+    previous = osp.join(RESULTS, f'{name}.json')
+    if train_s is None and osp.exists(previous):  # trained earlier
+        train_s = json.load(open(previous)).get('train_seconds')
+    precision = json.load(open(osp.join(work, 'precision.json')))
+    record = dict(
+        name=name, variant=args.variant,
+        what=VARIANTS[args.variant][1],
+        config=VARIANTS[args.variant][0], run_config=rel(config),
+        run_config_sha256=sha, seed=args.seed, epochs=args.epochs,
+        images_per_epoch=args.images, steps=steps,
+        precision=precision['precision'], machine=machine(),
+        train_seconds=train_s, eval_seconds=eval_s,
+        finetune_seconds=time.time() - start,
+        metrics=metrics,
+        pretrain_end={k: scalars[s] for k, s in (
+            ('rank_acc', 'rank_acc'), ('spearman', 'hpm/spearman'),
+            ('loss_rec', 'loss_rec')) if s in scalars},
+        commands=[f'python .dev_scripts/fmnist_study.py run {args.variant} '
+                  f'--seed {args.seed} --epochs {args.epochs} --images '
+                  f'{args.images}' + (' --low-label ' + ' '.join(
+                      map(str, args.low_label)) if args.low_label else '')]
+        + commands,
+        commit=git_commit(), date=time.strftime('%Y-%m-%d %H:%M'))
+    save(name, record)
+
+
+def cmd_scratch(args):
+    name = f'scratch_seed{args.seed}'
+    work = osp.join(WORK, name)
+    os.makedirs(work, exist_ok=True)
+    start = time.time()
+    metrics, commands = low_label(work, None, args.seed, args.low_label,
+                                  osp.join(work, 'study.log'))
+    previous = osp.join(RESULTS, f'{name}.json')
+    if osp.exists(previous):  # keep fine-tunes done earlier
+        metrics = dict(json.load(open(previous))['metrics'], **metrics)
+    save(name, dict(name=name, variant='scratch', seed=args.seed,
+                    what='random init, fine-tuned only',
+                    metrics=metrics, machine=machine(),
+                    finetune_seconds=time.time() - start,
+                    commands=[f'python .dev_scripts/fmnist_study.py scratch '
+                              f'--seed {args.seed} --low-label '
+                              + ' '.join(map(str, args.low_label))]
+                    + commands, commit=git_commit(),
+                    date=time.strftime('%Y-%m-%d %H:%M')))
+
+
+def cmd_check_linear(args):
+    """The config-driven linear probes (encoder re-run every epoch, with the
+    train pipeline's augmentation) on one run's encoder, beside the cached
+    probes of its json."""
+    record = json.load(open(args.result))
+    work = osp.join(WORK, record['name'])
+    ckpt = final_checkpoint(work, record['epochs'])
+    log = osp.join(work, 'study.log')
+    out, commands = {}, []
+    start = time.time()
+    for f, config in LINEAR_CFGS.items():
+        top1, cmds = classify(config, osp.join(work, f'linear_{f}'), ckpt,
+                              record['seed'], [], 10, log)
+        out[f] = dict(config_driven=top1,
+                      cached=record['metrics'][f'linear_{f}'])
+        commands += cmds
+    save(f'linear_check_{record["name"]}', dict(
+        run=record['name'], probes=out, machine=machine(),
+        seconds=time.time() - start,
+        commands=[f'python .dev_scripts/fmnist_study.py check-linear '
+                  f'{rel(args.result)}'] + commands,
+        commit=git_commit(), date=time.strftime('%Y-%m-%d %H:%M')))
+
+
+# ---------------------------------------------------------------- report
+METRICS = (('knn_avg', 'kNN avg'), ('knn_cls', 'kNN CLS'),
+           ('linear_avg', 'linear avg'), ('linear_cls', 'linear CLS'),
+           ('finetune_1pct', 'fine-tune 1%'),
+           ('finetune_10pct', 'fine-tune 10%'))
+
+
+def mean_ci(values):
+    """'mean ± half-width of the 95% t interval' ('mean' for one value)."""
+    if not values:
+        return '-'
+    m = statistics.mean(values)
+    if len(values) < 2:
+        return f'{m:.2f}'
+    half = T95[len(values) - 1] * statistics.stdev(values) / math.sqrt(
+        len(values))
+    return f'{m:.2f} ± {half:.2f}'
+
+
+def load_records():
+    runs, scratch = [], {}
+    for path in sorted(glob.glob(osp.join(RESULTS, '*.json'))):
+        record = json.load(open(path))
+        if record.get('variant') == 'scratch':
+            scratch[record['seed']] = record
+        elif 'variant' in record:
+            runs.append(record)
+    return runs, scratch
+
+
+def fmt_minutes(seconds):
+    return '-' if seconds is None else f'{seconds / 60:.0f}'
+
+
+def report(runs, scratch):
+    lines = []
+    lengths = sorted({(r['epochs'], r['images_per_epoch']) for r in runs})
+    cpu = sorted({r['machine']['cpu_class'] for r in runs})
+    lines.append('Per run (seed; CPU class '
+                 f'{", ".join(cpu) or "-"}, 2 cores; minutes of training / '
+                 'evaluation / fine-tuning):\n')
+    head = '| run | steps | ' + ' | '.join(t for _, t in METRICS) + \
+        ' | rank_acc | Spearman | minutes |'
+    lines += [head, '|' + '---|' * (head.count('|') - 1)]
+    for r in sorted(runs, key=lambda r: (r['epochs'], r['variant'],
+                                         r['seed'])):
+        m, p = r['metrics'], r.get('pretrain_end', {})
+        cells = [f'{m[k]:.2f}' if k in m else '-' for k, _ in METRICS]
+        lines.append(
+            f"| {r['name']} | {r['steps']} | " + ' | '.join(cells) +
+            f" | {p.get('rank_acc', float('nan')):.3f} | "
+            f"{p.get('spearman', float('nan')):.3f} | "
+            f"{fmt_minutes(r.get('train_seconds'))} / "
+            f"{fmt_minutes(r.get('eval_seconds'))} / "
+            f"{fmt_minutes(r.get('finetune_seconds'))} |")
+    for seed, s in sorted(scratch.items()):
+        cells = [f"{s['metrics'][k]:.2f}" if k in s['metrics'] else '-'
+                 for k, _ in METRICS]
+        lines.append(f'| scratch_seed{seed} | 0 | ' + ' | '.join(cells) +
+                     ' | - | - | - |')
+    for epochs, images in lengths:
+        at = [r for r in runs if (r['epochs'], r['images_per_epoch']) ==
+              (epochs, images)]
+        by = {}
+        for r in at:
+            by.setdefault(r['variant'], {})[r['seed']] = r['metrics']
+        lines.append(f'\n{epochs} epochs of {images} images: mean ± 95% '
+                     'interval over seeds (t distribution):\n')
+        head = '| variant | seeds | ' + ' | '.join(t for _, t in METRICS) + \
+            ' |'
+        lines += [head, '|' + '---|' * (head.count('|') - 1)]
+        for variant, seeds in by.items():
+            lines.append(f'| {variant} | {len(seeds)} | ' + ' | '.join(
+                mean_ci([m[k] for m in seeds.values() if k in m])
+                for k, _ in METRICS) + ' |')
+        if scratch:
+            lines.append(f'| scratch | {len(scratch)} | - | - | - | - | ' +
+                         ' | '.join(mean_ci([
+                             s['metrics'][k] for s in scratch.values()
+                             if k in s['metrics']])
+                             for k in ('finetune_1pct', 'finetune_10pct'))
+                         + ' |')
+        base = by.get('mae', {})
+        pairs = [v for v in by if v != 'mae']
+        if base and pairs:
+            lines.append('\nPaired by seed, variant - MAE: mean ± 95% '
+                         'interval (the per-seed differences):\n')
+            lines += [head.replace('| seeds |', '| pairs |'),
+                      '|' + '---|' * (head.count('|') - 1)]
+            for variant in pairs:
+                cells, n = [], 0
+                for k, _ in METRICS:
+                    d = [by[variant][s][k] - base[s][k] for s in by[variant]
+                         if s in base and k in by[variant][s]
+                         and k in base[s]]
+                    n = max(n, len(d))
+                    cells.append(mean_ci(d) + (' (' + ', '.join(
+                        f'{x:+.2f}' for x in d) + ')' if d else ''))
+                lines.append(f'| {variant} | {n} | ' + ' | '.join(cells) +
+                             ' |')
+    return '\n'.join(lines)
+
+
+def cmd_report(args):
+    runs, scratch = load_records()
+    text = report(runs, scratch)
+    print(text)
+    if args.write:
+        begin, end = ('<!-- fmnist_study report: begin -->',
+                      '<!-- fmnist_study report: end -->')
+        doc = open(args.write).read()
+        if begin not in doc or end not in doc:
+            raise SystemExit(f'{args.write} has no {begin} ... {end} section')
+        head, rest = doc.split(begin, 1)
+        tail = rest.split(end, 1)[1]
+        with open(args.write, 'w') as f:
+            f.write(f'{head}{begin}\n{text}\n{end}{tail}')
+        print(f'wrote the tables into {args.write}')
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest='cmd', required=True)
+    r = sub.add_parser('run', help='pretrain + evaluate one run')
+    r.add_argument('variant', choices=list(VARIANTS))
+    r.add_argument('--seed', type=int, required=True)
+    r.add_argument('--epochs', type=int, required=True)
+    r.add_argument('--images', type=int, default=10000,
+                   help='images per epoch (the first N; 60000: all)')
+    r.add_argument('--low-label', type=int, nargs='*', default=[],
+                   choices=sorted(LOW_LABEL_EPOCHS))
+    s = sub.add_parser('scratch', help='fine-tune from random init')
+    s.add_argument('--seed', type=int, required=True)
+    s.add_argument('--low-label', type=int, nargs='+', default=[1, 10],
+                   choices=sorted(LOW_LABEL_EPOCHS))
+    c = sub.add_parser('check-linear', help='config-driven linear probes '
+                       'beside the cached ones, on one run')
+    c.add_argument('result', help="a run's json")
+    p = sub.add_parser('report', help='the tables, from the jsons alone')
+    p.add_argument('--write', help='replace the marked section of this file')
+    args = parser.parse_args(argv)
+    {'run': cmd_run, 'scratch': cmd_scratch, 'check-linear':
+     cmd_check_linear, 'report': cmd_report}[args.cmd](args)
+
+
+if __name__ == '__main__':
+    main()

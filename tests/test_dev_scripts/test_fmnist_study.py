@@ -1,0 +1,89 @@
+"""The Fashion-MNIST study driver (.dev_scripts/fmnist_study.py): its
+variants are the configs, its runs are scaled by the package's one rule,
+and its tables come from the committed jsons alone."""
+import importlib.util
+import json
+import math
+import os.path as osp
+
+import pytest
+from conftest import REPO
+from mmengine.config import Config
+
+
+def study():
+    spec = importlib.util.spec_from_file_location(
+        'fmnist_study', osp.join(REPO, '.dev_scripts', 'fmnist_study.py'))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_variants_are_configs_that_differ_in_their_knobs():
+    s = study()
+    hpm = Config.fromfile(osp.join(REPO, s.VARIANTS['hpm'][0]))
+    for name, (path, _) in s.VARIANTS.items():
+        cfg = Config.fromfile(osp.join(REPO, path))
+        assert cfg.train_dataloader.dataset.indices == 10000, name
+        if name == 'mae':
+            assert cfg.model.type == 'MAE'
+            continue
+        gen = cfg.model.mask_generator
+        assert cfg.model.backbone == hpm.model.backbone, name
+        assert (gen.alpha_0, gen.alpha_T) == dict(
+            hpm=(0., .5), random=(0., 0.), **{'all-hard': (1., 1.)})[name]
+
+
+def test_a_run_is_its_variant_scaled_to_its_length(tmp_path, monkeypatch):
+    """pretrain() writes the variant's config with the run's length, seed and
+    the scaled recipe, and trains it through tools/train.py --amp."""
+    s = study()
+    calls = []
+    monkeypatch.setattr(s, 'sh', lambda cmd, log: calls.append(cmd))
+    monkeypatch.setattr(s, 'final_checkpoint',
+                        lambda work, epochs: None if not calls else 'x.pth')
+    path, sha, commands, _, steps = s.pretrain(
+        'hpm', 3, 30, 60000, str(tmp_path / 'run'), str(tmp_path / 'log'))
+    cfg = Config.fromfile(path)
+    assert steps == 30 * math.ceil(60000 / 256)
+    assert cfg.train_cfg.max_epochs == 30 and cfg.randomness.seed == 3
+    assert cfg.train_dataloader.dataset.indices is None  # all 60k
+    assert cfg.param_scheduler[1]['end'] == 30
+    assert cfg.model.teacher.momentum_epochs == 30
+    assert cfg.model.teacher.momentum == pytest.approx(1 / (0.025 * steps),
+                                                       rel=1e-3)
+    assert not any(h['type'] == 'KNNEvalHook' for h in cfg.custom_hooks)
+    assert calls and calls[0][1] == 'tools/train.py' and '--amp' in calls[0]
+    assert len(sha) == 64 and commands[0].startswith('tools/train.py')
+
+
+def record(variant, seed, knn, epochs=30):
+    return dict(name=f'{variant}_{epochs}e_10k_seed{seed}', variant=variant,
+                seed=seed, epochs=epochs, images_per_epoch=10000,
+                steps=epochs * 40, machine=dict(cpu_class='AVX2'),
+                train_seconds=600, eval_seconds=60, finetune_seconds=0,
+                metrics=dict(knn_avg=knn, knn_cls=knn - 1),
+                pretrain_end=dict(rank_acc=0.8, spearman=0.5))
+
+
+def test_report_pairs_seeds_with_t_intervals(tmp_path, monkeypatch):
+    s = study()
+    monkeypatch.setattr(s, 'RESULTS', str(tmp_path))
+    for seed, (mae, hpm) in enumerate([(80., 81.), (79., 80.5),
+                                       (81., 81.)]):
+        for variant, knn in (('mae', mae), ('hpm', hpm)):
+            r = record(variant, seed, knn)
+            (tmp_path / f"{r['name']}.json").write_text(json.dumps(r))
+    runs, scratch = s.load_records()
+    text = s.report(runs, scratch)
+    # differences +1.0, +1.5, 0.0: mean 0.83, sd 0.76, t(2) = 4.303
+    half = 4.303 * 0.7637626 / math.sqrt(3)
+    assert f'0.83 ± {half:.2f} (+1.00, +1.50, +0.00)' in text
+    assert '| mae | 3 | 80.00 ± 2.48 |' in text
+    doc = tmp_path / 'README.md'
+    doc.write_text('head\n<!-- fmnist_study report: begin -->\nold\n'
+                   '<!-- fmnist_study report: end -->\ntail\n')
+    s.cmd_report(type('A', (), dict(write=str(doc)))())
+    out = doc.read_text()
+    assert out.startswith('head\n') and out.endswith('tail\n')
+    assert 'old' not in out and '0.83 ±' in out
