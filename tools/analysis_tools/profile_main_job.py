@@ -4,8 +4,8 @@ side in one process on this machine.
     python tools/analysis_tools/profile_main_job.py [--steps 4] [--rounds 2]
         [--no-compile] [--out docs/results/profile_main_job_<cpu>.json]
 
-Everything is the main job's training step (the Fashion-MNIST HPM config,
-batch 256, the teacher scoring as in epochs 2-10)
+Everything is the training step of faithful HPM on Fashion-MNIST (its
+config, 28 px, batch 256, the teacher scoring as in epochs 2-10)
 built with the same seed and timed on the same batch: the median of
 ``--steps`` steps after a warm-up step, each variant measured in each of
 ``--rounds`` rounds (interleaved, so a slow spell of the machine hits all
@@ -15,17 +15,21 @@ of them) and the median of the rounds kept. Printed and written:
   preprocessor, the EMA teacher (update + its one scoring pass), the mask,
   the student encoder, the reconstructor and the loss-predictor trunks, the
   head (losses), the backward and the optimizer step (clipping + AdamW);
-- **levers** that keep the arithmetic (fp32), each against the step as the
-  main job runs it: attention by mmpretrain's matmul fallback instead of
-  fused SDPA; q/k/v by indexing (mmpretrain's own forward) instead of
-  ``unbind`` (:func:`hpm_mm.compat.unbind_attention_qkv`); AdamW
-  ``fused=True``; one torch thread instead of two; regional
-  ``torch.compile`` of every transformer block (its compile time too);
+- **levers** that keep the arithmetic (fp32), each against that step:
+  attention by mmpretrain's matmul fallback instead of fused SDPA; q/k/v
+  by indexing (mmpretrain's own forward) instead of ``unbind``
+  (:func:`hpm_mm.compat.unbind_attention_qkv`); AdamW ``fused=True``; one
+  torch thread instead of two; regional ``torch.compile`` of every
+  transformer block (its compile time too);
 - **precision**: the step under bf16 autocast, beside the rule's decision
   (:func:`hpm_mm.utils.precision.choose_precision`) and its probe;
-- **design options** of the main job (they change what is computed): 28 px
-  inputs (7 x 7 patches, Fashion-MNIST's native size), the half-resolution
-  teacher, a 1-block loss predictor, and the MAE twin at 32 and 28 px;
+- **design options** (they change what is computed): the main job's fast
+  settings (half-resolution teacher + 1-block loss predictor) and each
+  alone, the 32 px inputs of the design before (8 x 8 patches of resized
+  images), and the MAE twin at 28 and 32 px;
+- **dataloader workers**: steps fed by the config's real dataloader
+  (Fashion-MNIST, its augmentation) with 2, 1 and 0 worker processes beside
+  the step's two torch threads (on 2 cores, workers and threads share them);
 - the data pipeline of one training batch and the kNN encoder forward of
   500 images.
 
@@ -45,6 +49,8 @@ import torch
 sys.path.insert(0, osp.dirname(osp.abspath(__file__)))  # benchmark_step
 
 CONFIG = 'configs/hpm/hpm_vit-mini-p4_1xb256-coslr-10e_fmnist.py'
+FAST_CONFIG = ('configs/hpm/fast/'
+               'hpm-fast_vit-mini-p4_1xb256-coslr-10e_fmnist.py')
 MAE_CONFIG = 'configs/hpm/ablations/mae_vit-mini-p4_1xb256-coslr-10e_fmnist.py'
 BATCH = 256
 
@@ -67,17 +73,17 @@ LEVERS = {
     'bf16_autocast': 'bf16 autocast (the --amp of native-bf16 CPUs)',
 }
 DESIGNS = {
-    '28px': (CONFIG, dict(size=28), '28 px inputs (7 x 7 patches)'),
+    'main_job_fast': (FAST_CONFIG, {},
+                      'the main job: half-resolution teacher + 1-block loss '
+                      'predictor'),
     'halfres_teacher': (CONFIG, dict(input_scale=0.5),
                         'teacher on the half-resolution image'),
-    '28px_halfres': (CONFIG, dict(size=28, input_scale=0.5),
-                     '28 px + half-resolution teacher'),
-    '28px_halfres_pred1': (CONFIG, dict(size=28, input_scale=0.5,
-                                        predictor_depth=1),
-                           '28 px + half-resolution teacher + 1-block '
-                           'loss predictor'),
-    'mae': (MAE_CONFIG, {}, 'the MAE twin (32 px)'),
-    'mae_28px': (MAE_CONFIG, dict(size=28), 'the MAE twin at 28 px'),
+    'predictor_1block': (CONFIG, dict(predictor_depth=1),
+                         '1-block loss predictor'),
+    '32px': (CONFIG, dict(size=32), '32 px inputs (8 x 8 patches, the '
+             'design before: 28 px resized)'),
+    'mae': (MAE_CONFIG, {}, 'the MAE twin'),
+    'mae_32px': (MAE_CONFIG, dict(size=32), 'the MAE twin at 32 px'),
 }
 
 
@@ -109,7 +115,7 @@ def lever(name, model):
         torch.set_num_threads(saved_threads)
 
 
-def build(config, size=32, input_scale=None, predictor_depth=None,
+def build(config, size=None, input_scale=None, predictor_depth=None,
           fused=False, amp=False):
     """(model, optimizer wrapper, batch) of the config, seed 0."""
     from mmengine.config import Config
@@ -120,8 +126,9 @@ def build(config, size=32, input_scale=None, predictor_depth=None,
     from hpm_mm.utils import build_model
     from hpm_mm.utils.precision import Precision
     cfg = Config.fromfile(config)
-    if size != 32:
+    if size is not None:
         resize(cfg, size)
+    size = cfg.model.backbone.img_size
     if input_scale is not None:
         cfg.model.teacher.input_scale = input_scale
     if predictor_depth is not None:
@@ -133,7 +140,7 @@ def build(config, size=32, input_scale=None, predictor_depth=None,
     if hasattr(model, 'set_progress'):
         # alpha 0.25: the teacher scores; no optimizer-step count, so the
         # teacher follows the student every step, as in training
-        model.set_progress(0.5, 5)
+        model.set_progress(0.5, 5, max_epochs=10)
     optim = cfg.optim_wrapper
     if amp:
         optim = amp_optim_wrapper_cfg(
@@ -159,7 +166,8 @@ def median_step(model, wrapper, batch, steps):
 def hpm_sections(model, wrapper, timer):
     """Time the named sections of an HPM step on the real modules (method
     wrappers of ``benchmark_step.Timer``); returns the undo callables."""
-    undo = [timer.wrap(model.data_preprocessor, 'forward', 'data_preprocessor')]
+    undo = [timer.wrap(model.data_preprocessor, 'forward',
+                       'data_preprocessor')]
     if model.teacher is not None:
         undo += [timer.wrap(model.teacher, 'update', 'teacher_update'),
                  timer.wrap(model.teacher, 'forward', 'teacher_pass')]
@@ -242,9 +250,12 @@ def main(argv=None):
                 model.train_step(copy.copy(batch), wrapper)
                 if compile_s is None:  # later rounds hit the cache
                     compile_s = time.perf_counter() - t
+            # bf16 on a CPU without it is an order of magnitude slower:
+            # one timed step tells
+            steps = 1 if name == 'bf16_autocast' and \
+                decision.name == 'fp32' else args.steps
             with lever(name, model):
-                times[name].append(median_step(model, wrapper, batch,
-                                               args.steps))
+                times[name].append(median_step(model, wrapper, batch, steps))
             del model, wrapper
     base = statistics.median(times['baseline'])
     res['baseline_step'] = base
@@ -260,9 +271,30 @@ def main(argv=None):
                 ratio=statistics.median(times[n]) / base)
         for n in DESIGNS}
 
-    # data pipeline and kNN forward
+    # data pipeline, dataloader workers and kNN forward
     from mmengine.config import Config
     from mmengine.runner import Runner
+    res['workers'] = {}
+    for _ in range(args.rounds):
+        for workers in (2, 1, 0):
+            model, wrapper, _ = build(CONFIG)
+            loader = Runner.build_dataloader(dict(
+                Config.fromfile(CONFIG).train_dataloader,
+                num_workers=workers, persistent_workers=workers > 0), seed=0)
+            it = iter(loader)
+            # warm-up: past the batches the workers prefetched at the start
+            # (prefetch_factor 2 each), so the timed steps wait for workers
+            # that run beside them, as in a run
+            for _ in range(2 * workers + 1):
+                model.train_step(next(it), wrapper)
+            t = time.perf_counter()
+            for _ in range(args.steps):
+                model.train_step(next(it), wrapper)
+            res['workers'].setdefault(str(workers), []).append(
+                (time.perf_counter() - t) / args.steps)
+            del it, loader, model, wrapper
+    res['workers'] = {k: statistics.median(v)
+                      for k, v in res['workers'].items()}
 
     from hpm_mm.utils import build_model
     cfg = Config.fromfile(CONFIG)
@@ -275,7 +307,7 @@ def main(argv=None):
     for _ in range(args.steps):
         next(it)
     res['pipeline_train_batch'] = (time.perf_counter() - t) / args.steps
-    for size in (32, 28):
+    for size in (28, 32):
         c = Config.fromfile(CONFIG)
         resize(c, size)
         model = build_model(c).eval()
@@ -302,16 +334,20 @@ def main(argv=None):
     for n, r in res['designs'].items():
         print(f'  {n:20s} {r["step"]:7.3f} s  {r["ratio"]:.2f}x  '
               f'{r["what"]}')
+    print('\ndataloader workers beside the step (steps fed by the real '
+          'loader): ' + ', '.join(f'{k}: {v:.3f} s' for k, v in
+                                  res['workers'].items()))
     print(f'\ndata pipeline, one batch (main process): '
           f'{res["pipeline_train_batch"]:.3f} s; kNN forward of 500 images: '
-          f'{res["knn_forward_500_32px"]:.3f} s (32 px), '
-          f'{res["knn_forward_500_28px"]:.3f} s (28 px)')
-    # the main job: 40 steps per epoch, no teacher in epoch 1 counted as a
-    # teacher step (an upper bound), kNN over 70k images
-    for name, step, px in (('main job as it is', base, 32),
-                           ('28 px', res['designs']['28px']['step'], 28),
-                           ('28 px + half-res teacher + 1-block predictor',
-                            res['designs']['28px_halfres_pred1']['step'], 28)):
+          f'{res["knn_forward_500_28px"]:.3f} s (28 px), '
+          f'{res["knn_forward_500_32px"]:.3f} s (32 px)')
+    # 400 steps (40 per epoch), the teacher counted in every step (an upper
+    # bound: epoch 1 has none), kNN over 70k images
+    for name, step, px in (
+            ('faithful HPM (28 px)', base, 28),
+            ('the main job (fast settings, 28 px)',
+             res['designs']['main_job_fast']['step'], 28),
+            ('faithful HPM at 32 px', res['designs']['32px']['step'], 32)):
         knn = 140 * res[f'knn_forward_500_{px}px']
         print(f'estimate, {name}: 400 steps ~{400 * step / 60:.1f} min + '
               f'kNN forward ~{knn / 60:.1f} min')
