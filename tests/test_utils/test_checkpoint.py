@@ -67,7 +67,7 @@ def paths(ckpt, tmp):
         'visualize': ['tools/analysis_tools/visualize_hard_patches.py',
                       FMNIST_CFG, ckpt, '--out-dir', f'{tmp}/pics'],
         'hpm2backbone': ['tools/model_converters/hpm2backbone.py', ckpt,
-                         f'{tmp}/out.pth'],
+                         f'{tmp}/out.pth', '--target', 'mmpretrain'],
         'target_weights': ['tools/model_converters/target_weights.py', 'dino',
                            ckpt, f'{tmp}/t.pth'],
         'init_cfg Pretrained': ['tools/train.py', LINEAR_CFG, '--work-dir',
