@@ -7,7 +7,8 @@ command (``tools/pretrain_folder.py``).
 import math
 from typing import Tuple
 
-#: warm-up: this fraction of the epochs, at least one (the main job's 1 of 10)
+#: warm-up: this fraction of the epochs, at least one (the main job's 1 of
+#: 10), chained with the cosine
 WARMUP_FRACTION = 0.05
 #: the EMA teacher lags this fraction of the run's steps behind the student,
 #: from the start of the run to its end (momentum = 1 / lag in mmengine's
@@ -31,10 +32,11 @@ def teacher_momentum(steps: int) -> Tuple[float, float]:
 def scale_recipe(cfg, epochs: int, steps_per_epoch: int):
     """The config's recipe for an ``epochs``-epoch run of ``steps_per_epoch``
     steps, in place (and returned): ``train_cfg.max_epochs``; the lr
-    schedule as a linear warm-up (:func:`warmup_epochs`) then a cosine to
-    the end (the config's two schedulers, by epoch, converted to
-    iterations); the EMA teacher's momentum ramp over the whole run with the
-    lag rule of :func:`teacher_momentum`, when the model has a teacher.
+    schedule as a linear warm-up (:func:`warmup_epochs`) chained with a
+    cosine over the whole run (the config's two schedulers, by epoch,
+    converted to iterations, as the Fashion-MNIST schedule); the EMA
+    teacher's momentum ramp over the whole run with the lag rule of
+    :func:`teacher_momentum`, when the model has a teacher.
 
     Args:
         cfg (Config): A pretraining config with the Fashion-MNIST recipe's
@@ -52,7 +54,7 @@ def scale_recipe(cfg, epochs: int, steps_per_epoch: int):
             f'(the Fashion-MNIST recipe); this config has {kinds}.')
     warm, cosine = (dict(s) for s in cfg.param_scheduler)
     w = warmup_epochs(epochs)
-    cosine.update(begin=w, end=epochs, T_max=epochs - w, by_epoch=True,
+    cosine.update(begin=0, end=epochs, T_max=epochs, by_epoch=True,
                   convert_to_iter_based=True)
     warm.update(begin=0, end=w, by_epoch=True, convert_to_iter_based=True)
     cfg.param_scheduler = [warm, cosine] if w else [cosine]

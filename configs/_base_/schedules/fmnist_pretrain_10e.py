@@ -15,14 +15,15 @@ optim_wrapper = dict(
         type='AdamW', lr=1.5e-3, betas=(0.9, 0.95), weight_decay=0.05),
     paramwise_cfg={{_base_.optim_wrapper.paramwise_cfg}})  # ImageNet's
 
-# the cosine has no `end` or `T_max`: mmengine ends it with the run
-# (train_cfg.max_epochs), so a run of another length decays fully
-warmup_epochs = 1
+# a linear warm-up over the first epoch, chained with a cosine over the
+# whole run (as mmdet's schedules chain theirs); the cosine has no `end` or
+# `T_max`: mmengine ends it with the run (train_cfg.max_epochs), so a run of
+# any length, one epoch included, decays fully
 param_scheduler = [
-    dict(type='LinearLR', start_factor=1e-3, by_epoch=True, begin=0,
-         end=warmup_epochs, convert_to_iter_based=True),
-    dict(type='CosineAnnealingLR', eta_min=1e-5, by_epoch=True,
-         begin=warmup_epochs, convert_to_iter_based=True)
+    dict(type='LinearLR', start_factor=1e-3, by_epoch=True, begin=0, end=1,
+         convert_to_iter_based=True),
+    dict(type='CosineAnnealingLR', eta_min=1e-5, by_epoch=True, begin=0,
+         convert_to_iter_based=True)
 ]
 train_cfg = dict(type='EpochBasedTrainLoop', max_epochs=10)
 auto_scale_lr = dict(base_batch_size=256)
