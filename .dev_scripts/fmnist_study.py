@@ -331,7 +331,8 @@ def cmd_check_linear(args):
     log = osp.join(work, 'study.log')
     out, commands = {}, []
     start = time.time()
-    for f, config in LINEAR_CFGS.items():
+    for f in args.features:
+        config = LINEAR_CFGS[f]
         top1, cmds = classify(config, osp.join(work, f'linear_{f}'), ckpt,
                               record['seed'], [], 10, log)
         out[f] = dict(config_driven=top1,
@@ -341,7 +342,8 @@ def cmd_check_linear(args):
         run=record['name'], probes=out, machine=machine(),
         seconds=time.time() - start,
         commands=[f'python .dev_scripts/fmnist_study.py check-linear '
-                  f'{rel(args.result)}'] + commands,
+                  f'{rel(args.result)} --features {" ".join(args.features)}']
+        + commands,
         commit=git_commit(), date=time.strftime('%Y-%m-%d %H:%M')))
 
 
@@ -483,6 +485,10 @@ def main(argv=None):
     c = sub.add_parser('check-linear', help='config-driven linear probes '
                        'beside the cached ones, on one run')
     c.add_argument('result', help="a run's json")
+    c.add_argument('--features', nargs='+', default=['avg'],
+                   choices=list(LINEAR_CFGS),
+                   help='each probe re-runs the encoder over the 60k images '
+                   'for 10 epochs (~20 min on 2 cores)')
     p = sub.add_parser('report', help='the tables, from the jsons alone')
     p.add_argument('--write', help='replace the marked section of this file')
     args = parser.parse_args(argv)
