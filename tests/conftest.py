@@ -5,6 +5,14 @@ import os.path as osp
 import subprocess
 import sys
 
+# Under pytest-xdist (tools/run_tests.sh: one worker per core) every worker
+# and every tool it runs uses one torch thread: two workers of torch's
+# default threads each would oversubscribe the cores (a cliff, not a slope:
+# docs/speed.md). Set before torch is imported, inherited by subprocesses.
+if os.environ.get('PYTEST_XDIST_WORKER'):
+    os.environ['OMP_NUM_THREADS'] = '1'
+    os.environ['MKL_NUM_THREADS'] = '1'
+
 import numpy as np
 import pytest
 import torch

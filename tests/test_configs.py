@@ -59,12 +59,17 @@ def test_every_architecture_is_written_once():
 
 
 def test_ablations_differ_only_in_their_knobs():
-    base = Config.fromfile(
-        osp.join(REPO, 'configs', 'hpm',
-                 'hpm_vit-base-p16_8xb512-amp-coslr-200e_in1k.py'))
-    for path in glob.glob(osp.join(REPO, 'configs', 'hpm', 'ablations',
-                                   'hpm-*.py')):
+    bases = {
+        suffix: Config.fromfile(osp.join(REPO, 'configs', 'hpm', name))
+        for suffix, name in (
+            ('_in1k.py', 'hpm_vit-base-p16_8xb512-amp-coslr-200e_in1k.py'),
+            ('_fmnist.py', 'hpm_vit-mini-p4_1xb256-coslr-10e_fmnist.py'))}
+    paths = glob.glob(osp.join(REPO, 'configs', 'hpm', 'ablations',
+                               'hpm-*.py'))
+    assert {p[p.rindex('_'):] for p in paths} == set(bases)
+    for path in paths:
         cfg = Config.fromfile(path)
+        base = bases[path[path.rindex('_'):]]
         a, b = cfg.to_dict(), base.to_dict()
         a['model'].pop('mask_generator'), b['model'].pop('mask_generator')
         a['model']['head'].pop('loss_pred'), b['model']['head'].pop(

@@ -432,7 +432,7 @@ def test_ibot_teacher_projects_and_scores_the_whole_global_crops():
     torch.manual_seed(0)
     model = build(ibot_cfg())
     model.train()
-    model.set_progress(0.5, 1.5)
+    model.set_progress(0.5, 1.5, max_epochs=10)
     inputs = views()
     seen = {}
     head_loss = model.head.loss
@@ -467,7 +467,7 @@ def test_ibot_local_crops_only_meet_the_cls_loss():
         mask_generator=dict(type='BlockwiseMaskGenerator',
                             mask_ratio=[(0.2, 0.5)], min_num_patches=2)))
     model.eval()  # no drop path: equal inputs give equal outputs
-    model.set_progress(0., 2.)
+    model.set_progress(0., 2., max_epochs=10)
     a, b = views(seed=0), views(seed=0)
     b[3] = b[3] + 1.
     outs = []
@@ -496,7 +496,7 @@ def test_ibot_last_layer_is_frozen_in_the_first_epoch():
         [p for p in model.parameters() if p.requires_grad], lr=1e-2,
         weight_decay=0.04)
     for epoch, moves in ((0.5, False), (1., True)):
-        model.set_progress(0.5, epoch)
+        model.set_progress(0.5, epoch, max_epochs=10)
         before = normalize(model.neck.last_layer.weight, dim=1).clone()
         opt.zero_grad()
         losses = model.loss(views(), [])

@@ -436,7 +436,8 @@ def test_mask_ratio_masking_every_patch_is_refused_at_build():
 def test_schedule_hook_pushes_progress_and_fractional_epoch(
         by_epoch, progress, loop):
     """t/T for the mask, epochs done with the fraction of the current one
-    for the teacher (iteration 2 of 8 in epoch 3), the applied steps."""
+    for the teacher (iteration 2 of 8 in epoch 3), the applied steps and
+    the run's length in epochs."""
     from types import SimpleNamespace
 
     import mmengine.runner
@@ -450,7 +451,7 @@ def test_schedule_hook_pushes_progress_and_fractional_epoch(
         optim_wrapper=SimpleNamespace(applied_steps=25),
         message_hub=mock.Mock())
     HPMScheduleHook(by_epoch=by_epoch).before_train_iter(runner, 2)
-    assert got == [(pytest.approx(progress), 3.25, 25)]
+    assert got == [(pytest.approx(progress), 3.25, 25, 10)]
 
 
 def test_image_scores_need_no_teacher_and_drive_the_mask(device):

@@ -151,7 +151,8 @@ def test_quiet_console_and_tensorboard(tmp_path):
         "type='DefaultSampler', shuffle=False), dataset=dict(type="
         f"'CustomDataset', data_root={str(tmp_path / 'imgs')!r}, "
         "with_label=False, pipeline=[dict(type='LoadImageFromFile', "
-        "color_type='grayscale'), dict(type='PackInputs')])))")
+        "color_type='grayscale'), dict(type='CenterCrop', crop_size=28), "
+        "dict(type='PackInputs')])))")
     cfg = tiny_config(
         tmp_path, FMNIST_CFG, num_images=8,
         hooks=f"custom_hooks = [dict(type='HPMScheduleHook'), {vis}]",
@@ -268,7 +269,7 @@ def test_own_images_clear_errors(tmp_path):
     s = choose_settings(big)
     assert (s['img_size'], s['patch_size'], s['channels'],
             s['batch_size']) == (224, 16, 3, 256)
-    assert s['epochs'] == 21  # ~400 steps of 19
+    assert s['epochs'] == 20  # ~400 steps of 20 (the last batch kept)
     tiny = dict(files=['x'] * 10, sizes=[(20, 20)] * 10, gray=True)
     s = choose_settings(tiny)
     assert (s['img_size'], s['channels'], s['batch_size']) == (32, 1, 8)

@@ -7,7 +7,8 @@ import pytest
 import torch
 
 import hpm_mm  # noqa: F401  (allow-lists the checkpoint types)
-from conftest import FMNIST_CFG, HPM_HOOKS, REPO, run_tool, tiny_config
+from conftest import (FMNIST_CFG, HPM_HOOKS, RANDOM_CROP, REPO, run_tool,
+                      tiny_config)
 from mmengine.config import Config
 from mmengine.runner import Runner
 
@@ -18,8 +19,8 @@ model = dict(
     backbone=dict(arch=dict(_delete_=True, embed_dims=32, num_layers=1,
                             num_heads=2,
                             feedforward_channels=64),
-                  img_size=32, patch_size=4, patch_cfg=dict(in_channels=1)),
-    neck=dict(num_patches=64, patch_size=4, in_chans=1, embed_dim=32,
+                  img_size=28, patch_size=4, patch_cfg=dict(in_channels=1)),
+    neck=dict(num_patches=49, patch_size=4, in_chans=1, embed_dim=32,
               decoder_embed_dim=16, decoder_depth=1, decoder_num_heads=2),
     head=dict(patch_size=4, in_channels=1),
     data_preprocessor=dict(type='SelfSupDataPreprocessor', mean=[72.94],
@@ -125,15 +126,19 @@ def test_hpm_trains_and_resumes_with_teacher(tmp_path):
 
 OLD_LAYOUT_CKPT = osp.join(osp.dirname(osp.dirname(__file__)), 'data',
                            'hpm_tiny_v0_epoch_1.pth')
+# the v0 checkpoint's model: 32-px inputs (64 patches), as the configs then
 TINY_HPM = '''
 model = dict(
     backbone=dict(arch=dict(embed_dims=16, num_layers=2, num_heads=2,
-                            feedforward_channels=32)),
+                            feedforward_channels=32), img_size=32),
     neck=dict(embed_dim=16, decoder_embed_dim=8, decoder_depth=1,
-              decoder_num_heads=2),
+              decoder_num_heads=2, num_patches=64),
     mask_generator=dict(alpha_0=0.5, alpha_T=1.0))
 train_cfg = dict(max_epochs=2)
 '''
+
+
+CROP_32 = RANDOM_CROP.replace('scale=28', 'scale=32')
 
 
 def test_resumes_a_checkpoint_written_before_the_parts_split(tmp_path):
@@ -144,7 +149,8 @@ def test_resumes_a_checkpoint_written_before_the_parts_split(tmp_path):
     and resumes it."""
     ckpt = torch.load(OLD_LAYOUT_CKPT, map_location='cpu')
     assert 'teacher_momentum=0.1' in ckpt['meta']['cfg']  # the old layout
-    cfg = tiny_config(tmp_path, FMNIST_CFG, TINY_HPM, num_images=8)
+    cfg = tiny_config(tmp_path, FMNIST_CFG, TINY_HPM, num_images=8,
+                      transform=CROP_32)
     from hpm_mm.utils import build_model
     model = build_model(Config.fromfile(cfg))
     model.load_state_dict(ckpt['state_dict'], strict=True)
@@ -169,7 +175,8 @@ def test_teacher_of_a_v0_checkpoint_loads_into_the_student(tmp_path):
     student's decoder (neck.predictor.blocks...), nothing required
     missing."""
     from hpm_mm.utils import build_model, load_checkpoint_strict
-    cfg = tiny_config(tmp_path, FMNIST_CFG, TINY_HPM, num_images=8)
+    cfg = tiny_config(tmp_path, FMNIST_CFG, TINY_HPM, num_images=8,
+                      transform=CROP_32)
     model = build_model(Config.fromfile(cfg))
     result = load_checkpoint_strict(model, OLD_LAYOUT_CKPT, teacher=True)
     assert not [k for k in result['missing'] if not k.startswith('head.')]
@@ -181,6 +188,34 @@ def test_teacher_of_a_v0_checkpoint_loads_into_the_student(tmp_path):
                        old['teacher.module.backbone.pos_embed'])
 
 
+TWO_PIC = ("dict(type='RandomResizedCropAndInterpolationWithTwoPic', "
+           "size=28, second_size=56, scale=(0.5, 1.0))")
+MULTI_CROP = ("dict(type='MultiView', num_views=[2, 2], transforms=["
+              "[dict(type='RandomResizedCrop', scale=28, backend='pillow')], "
+              "[dict(type='RandomResizedCrop', scale=16, backend='pillow')]])")
+
+
+@pytest.mark.parametrize('name,body,transform', [
+    ('hpm/targets/hpm-ema-feat_vit-mini-p4_1xb256-coslr-10e_fmnist.py',
+     'model = dict(mask_generator=dict(alpha_0=0.5, alpha_T=1.0))', None),
+    # the DINO target's architecture with random weights (nothing to load)
+    ('hpm/targets/hpm-ema-feat_vit-mini-p4_1xb256-coslr-10e_fmnist.py',
+     "model = dict(target_generator=dict(_delete_=True, "
+     "type='ViTFeatureTarget', checkpoint=None, "
+     "arch=dict(embed_dims=48, num_layers=1, num_heads=2, "
+     "feedforward_channels=96), img_size=28, patch_size=4, in_channels=1), "
+     "neck=dict(predict_feature_dim=48), "
+     "mask_generator=dict(alpha_0=0.5, alpha_T=1.0))", None),
+    ('hpm/frameworks/hpm-simmim_vit-mini-p4_1xb256-coslr-10e_fmnist.py',
+     'model = dict(mask_generator=dict(alpha_0=0.5, alpha_T=1.0))', None),
+    ('hpm/frameworks/hpm-beit_vit-mini-p4_1xb256-coslr-10e_fmnist.py',
+     'model = dict(mask_generator=dict(alpha_0=0.5, alpha_T=1.0))',
+     TWO_PIC),
+    # every image masked (10-50%), so each step has hard patches
+    ('hpm/frameworks/hpm-ibot_vit-mini-p4_1xb256-coslr-10e_fmnist.py',
+     'model = dict(mask_generator=dict(alpha_0=0.5, alpha_T=1.0, '
+     'mask_ratio=[(0.1, 0.5)]))', MULTI_CROP),
+], ids=['ema-target', 'vit-target', 'simmim', 'beit', 'ibot'])
 def test_new_targets_and_frameworks_train_and_resume(tmp_path, name, body,
                                                      transform):
     base = osp.join(REPO, 'configs', name)
@@ -266,6 +301,25 @@ def resize_crops(transforms):
         resize_crops(t.get('transforms', []))
 
 
+def fit_to_one_epoch(cfg):
+    """The config's schedules cut to a 1-epoch run, so that they fit it
+    (train.py refuses a scheduler or teacher ramp longer than the run):
+    schedulers beginning later are dropped, the others end at epoch 1, the
+    teacher's momentum ramp follows the run."""
+    kept = []
+    for s in cfg.param_scheduler:
+        if s.get('begin', 0) >= 1:
+            continue
+        s.end = 1
+        if 'T_max' in s:
+            s.T_max = 1
+        kept.append(s)
+    cfg.param_scheduler = kept
+    cfg.train_cfg.max_epochs = 1
+    if cfg.model.get('teacher'):
+        cfg.model.teacher.momentum_epochs = None
+
+
 # the main ViT-B recipe, every Tab. 1 feature-target row and every
 # framework of the supplementary table
 PAPER_ROWS = ['hpm/hpm_vit-base-p16_8xb512-amp-coslr-200e_in1k.py'] + sorted(
@@ -293,7 +347,7 @@ def test_paper_row_configs_train(tmp_path, name):
     cfg.train_dataloader.update(batch_size=2, num_workers=0,
                                 persistent_workers=False)
     cfg.train_dataloader.dataset.data_root = imagenet_folder(tmp_path, 2)
-    cfg.train_cfg.max_epochs = 1
+    fit_to_one_epoch(cfg)
     cfg.default_hooks.logger.interval = 1
     path = str(tmp_path / osp.basename(name))
     cfg.dump(path)
@@ -308,7 +362,10 @@ def test_paper_row_configs_train(tmp_path, name):
     learns_to_rank = cfg.model.head.get('loss_pred', 'default') is not None
     assert ('loss_pred' in rows[0]) == learns_to_rank
     assert ('loss_cls' in rows[0]) == ('ibot' in name)
-    if 'ibot' in name:  # iBOT's weight decay 0.04 -> 0.4 moved each step
-        wd = torch.load(osp.join(work, 'epoch_1.pth'), map_location='cpu'
-                        )['param_schedulers'][-1]
-        assert wd['last_step'] == 2 and wd['eta_min'] == 0.4
+    if 'ibot' in name:  # iBOT's weight decay 0.04 -> 0.4 moved by steps
+        ckpt = torch.load(osp.join(work, 'epoch_1.pth'), map_location='cpu')
+        wd = ckpt['param_schedulers'][-1]
+        assert wd['last_step'] >= 1 and wd['eta_min'] == 0.4
+        decays = {g['weight_decay'] for g in
+                  ckpt['optimizer']['param_groups']} - {0.0}
+        assert decays and all(0.04 < d <= 0.4 for d in decays), decays
