@@ -8,7 +8,8 @@ The checkpoint must fill the model (every tensor present, with its shape):
 a pretraining checkpoint tested with a classifier config, or a file of other
 tensors, is refused with one line instead of evaluating a partly random
 model. ``--partial-load`` evaluates anyway (missing tensors keep their
-initialisation).
+initialisation). A checkpoint holding NaN/inf is refused either way, and
+``--out`` is checked (format, folder) before the evaluation.
 """
 import argparse
 import os
@@ -61,29 +62,51 @@ def main(argv=None):
         cfg.work_dir = osp.join('./work_dirs',
                                 osp.splitext(osp.basename(args.config))[0])
     cfg.load_from = args.checkpoint
+    if args.out:
+        check_out(args.out)
     from hpm_mm.utils import setup_cpu_distributed
     setup_cpu_distributed(cfg)  # gloo + CPU DDP when there is no GPU
     runner = Runner.from_cfg(cfg)
-    if not args.partial_load:
-        from mmengine.model import is_model_wrapper
-        from mmengine.runner.checkpoint import _load_checkpoint
+    from mmengine.model import is_model_wrapper
+    from mmengine.runner.checkpoint import _load_checkpoint
 
-        from hpm_mm.utils import checkpoint_mismatch
-        ckpt = _load_checkpoint(args.checkpoint, map_location='cpu')
-        model = runner.model.module if is_model_wrapper(runner.model) \
-            else runner.model
-        problem = checkpoint_mismatch(
-            model, ckpt.get('state_dict', ckpt), args.checkpoint)
-        if problem:
-            raise SystemExit(
-                f'tools/test.py: {problem}. Fix: test it with the config it '
-                'was trained with (a pretraining checkpoint needs a linear '
-                'probe or fine-tune first), or pass --partial-load.')
+    from hpm_mm.utils import checkpoint_mismatch, nonfinite_tensors
+    state = _load_checkpoint(args.checkpoint, map_location='cpu')
+    state = state.get('state_dict', state)
+    problem = nonfinite_tensors(state, args.checkpoint)
+    if problem:
+        raise SystemExit(f'tools/test.py: {problem}. Fix: test an earlier '
+                         'checkpoint of the run (its training diverged).')
+    model = runner.model.module if is_model_wrapper(runner.model) \
+        else runner.model
+    problem = None if args.partial_load else checkpoint_mismatch(
+        model, state, args.checkpoint)
+    if problem:
+        raise SystemExit(
+            f'tools/test.py: {problem}. Fix: test it with the config it '
+            'was trained with (a pretraining checkpoint needs a linear '
+            'probe or fine-tune first), or pass --partial-load.')
     metrics = runner.test()
     if args.out:
         from mmengine.fileio import dump
         dump(metrics, args.out)
     return metrics
+
+
+def check_out(path: str) -> None:
+    """Refuse an ``--out`` that could not be written, before the evaluation
+    (mmengine's dump fails only after it): a format dump does not know, or
+    a folder that does not exist."""
+    ext = osp.splitext(path)[1].lower()
+    if ext not in ('.json', '.yaml', '.yml', '.pkl', '.pickle'):
+        raise SystemExit(
+            f'tools/test.py: --out {path}: unknown format {ext or "(none)"}. '
+            'Fix: end it in .json, .yaml or .pkl.')
+    folder = osp.dirname(osp.abspath(path))
+    if not osp.isdir(folder):
+        raise SystemExit(
+            f'tools/test.py: --out {path}: the folder {folder} does not '
+            'exist. Fix: create it, or write elsewhere.')
 
 
 if __name__ == '__main__':

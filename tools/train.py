@@ -231,10 +231,59 @@ def main(argv=None):
         runner_cls = type(f'Quiet{runner_cls.__name__}',
                           (QuietConsoleMixin, runner_cls), {})
     runner = runner_cls.from_cfg(cfg)
+    if cfg.get('load_from') and not cfg.get('resume'):
+        check_load_from(runner, cfg.load_from)
     if is_main_process():  # what ran, for whoever reads the work dir
         with open(osp.join(runner.work_dir, 'precision.json'), 'w') as f:
             json.dump(cfg.precision, f, indent=2)
     runner.train()
+    check_skipped_steps(runner)
+
+
+def check_load_from(runner, path: str) -> None:
+    """Refuse a ``load_from`` checkpoint that fills less than half of the
+    model's weights (by name and shape): a checkpoint of another
+    architecture, which mmengine would load with a warning and then train
+    from scratch. (A pretraining checkpoint fine-tuned through load_from
+    fills the whole encoder; only a small head stays new.)"""
+    from mmengine.model import is_model_wrapper
+    from mmengine.runner.checkpoint import _load_checkpoint
+
+    from hpm_mm.utils import share_of_model
+    model = runner.model.module if is_model_wrapper(runner.model) \
+        else runner.model
+    state = _load_checkpoint(path, map_location='cpu')
+    state = state.get('state_dict', state)
+    upgrade = getattr(model, 'upgrade_state_dict', None)
+    if upgrade is not None:  # keys of earlier hpm_mm versions
+        state = upgrade(state)
+    share = share_of_model(model, state)
+    if share < 0.5:
+        raise SystemExit(
+            f'train.py: load_from={path} fills {100 * share:.1f}% of this '
+            'model\'s weights (by name and shape): it is a checkpoint of '
+            'another architecture, and training would start almost from '
+            'scratch. Fix: a checkpoint of this architecture, or convert '
+            'it (tools/model_converters/hpm2backbone.py) and load it '
+            'through the backbone\'s init_cfg.')
+
+
+def check_skipped_steps(runner) -> None:
+    """A run that ends having skipped more optimizer steps (non-finite loss
+    or gradients) than it applied trained on almost nothing: fail it in
+    one line instead of exiting 0 (runs shorter than the guard's limit of
+    consecutive skips would otherwise pass)."""
+    wrapper = runner.optim_wrapper
+    wrappers = wrapper.values() if hasattr(wrapper, 'values') else [wrapper]
+    for w in wrappers:
+        skipped = getattr(w, 'skipped_steps', 0)
+        applied = getattr(w, 'applied_steps', 0)
+        if skipped and skipped >= applied:
+            raise SystemExit(
+                f'train.py: {skipped} of {skipped + applied} optimizer steps '
+                'were skipped (non-finite loss or gradients): the checkpoints '
+                'hold a model that barely trained. Fix: lower optimizer.lr '
+                'or set clip_grad, check the data, and train again.')
 
 
 if __name__ == '__main__':

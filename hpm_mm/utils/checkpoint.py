@@ -207,6 +207,10 @@ def load_checkpoint_strict(model: torch.nn.Module,
     if upgrade is not None:  # keys of earlier hpm_mm versions
         state = upgrade(state)
     state = student_or_teacher_state(state, teacher, model)
+    problem = nonfinite_tensors(state, filename)
+    if problem:
+        raise SystemExit(f'{problem}. Fix: evaluate an earlier checkpoint '
+                         'of the run (its training diverged).')
     result = model.load_state_dict(state, strict=False)
     missing = [k for k in result.missing_keys
                if not k.startswith('teacher.')]
@@ -227,6 +231,36 @@ def load_checkpoint_strict(model: torch.nn.Module,
             f'{filename}, e.g. {required[:3]}. Is it a checkpoint of this '
             'architecture?')
     return dict(missing=missing, unexpected=unexpected)
+
+
+def nonfinite_tensors(state_dict: dict,
+                      name: str = 'the checkpoint') -> Optional[str]:
+    """One line naming the tensors of ``state_dict`` holding NaN/inf, or
+    None: a diverged checkpoint evaluates to chance, not to an error."""
+    bad = [k for k, v in state_dict.items()
+           if torch.is_tensor(v) and v.is_floating_point() and
+           not bool(torch.isfinite(v).all())]
+    if not bad:
+        return None
+    return (f'{name} holds non-finite values (NaN/inf) in {len(bad)} '
+            f'tensors, e.g. {", ".join(bad[:3])}')
+
+
+def share_of_model(model: torch.nn.Module, state_dict: dict) -> float:
+    """The fraction of ``model``'s weights (elements of its floating-point
+    tensors) that ``state_dict`` holds under the same name and shape
+    (after the ``module.`` prefix of wrapped models is dropped, as
+    mmengine's loader does)."""
+    own = {k: v for k, v in model.state_dict().items()
+           if v.is_floating_point()}
+    total = sum(v.numel() for v in own.values())
+    shared = 0
+    for k, v in state_dict.items():
+        k = k[len('module.'):] if k.startswith('module.') else k
+        if k in own and torch.is_tensor(v) and \
+                tuple(v.shape) == tuple(own[k].shape):
+            shared += own[k].numel()
+    return shared / max(total, 1)
 
 
 def checkpoint_mismatch(model: torch.nn.Module, state_dict: dict,

@@ -99,8 +99,8 @@ def test_mostly_skipped_short_run_and_negative_clip_norm_fail(tmp_path):
     assert not list((tmp_path / 'w2').glob('epoch_*.pth'))
 
 
-def test_what_cannot_be_judged_is_refused_before_work(tmp_path,
-                                                     hpm_checkpoint):
+def test_what_cannot_be_judged_is_refused_before_work(
+        tmp_path, hpm_checkpoint):
     """Each refused in one line, non-zero exit, before any training or
     evaluation: load_from a checkpoint of another architecture (it would
     load nothing and train from scratch), a checkpoint with NaN weights

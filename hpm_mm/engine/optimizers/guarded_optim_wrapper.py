@@ -21,6 +21,25 @@ def clip_grad_norm_per_param_(params: List[torch.Tensor],
     return torch.stack(norms).max()
 
 
+def check_clip_grad(clip) -> None:
+    """Refuse, in one line, a clipping threshold that is not a positive
+    number (``max_norm=-1`` would scale every gradient by a negative factor:
+    gradient ascent; torch takes it without a word)."""
+    if not isinstance(clip, dict):
+        return
+    key = 'clip_value' if clip.get('type') == 'value' else 'max_norm'
+    value = clip.get(key)
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or \
+            not value > 0 or value != value:
+        raise ValueError(
+            f'optim_wrapper.clip_grad.{key}={value!r} is not a positive '
+            f'number (a negative one reverses the gradients). Fix: '
+            f'optim_wrapper.clip_grad.{key}=5.0 (the recipes\' value), or '
+            'clip_grad=None for no clipping.')
+
+
 class NonFiniteGuardMixin:
     """Skip an optimizer step whose loss or gradients are not finite.
 
@@ -37,9 +56,13 @@ class NonFiniteGuardMixin:
     counts the optimizer steps taken (the EMA teacher follows it).
 
     ``max_consecutive_skips`` skips in a row stop training with one error
-    (the weights never took a bad step, so the last checkpoint is sound):
-    a run that only skips would otherwise go on saving unchanged
-    checkpoints and exit 0.
+    (a run that only skips would otherwise go on saving unchanged
+    checkpoints and exit 0). No non-finite step reaches the weights, but
+    finite steps before it may already have wrecked them (a runaway
+    learning rate): the error says so and names the way back (an earlier
+    checkpoint through ``load_from`` with a lower lr; ``--resume`` would
+    restore the scheduler's old lr). ``tools/train.py`` also fails a run
+    that ends with more steps skipped than applied.
 
     It also takes ``clip_grad=dict(type='param_norm', max_norm=...)``:
     each parameter's gradient clipped on its own
@@ -61,6 +84,7 @@ class NonFiniteGuardMixin:
                  max_consecutive_skips: int = 20,
                  **kwargs) -> None:
         clip = kwargs.get('clip_grad')
+        check_clip_grad(clip)
         per_param = isinstance(clip, dict) and clip.get('type') == 'param_norm'
         if per_param:
             kwargs['clip_grad'] = dict(clip, type='norm')
@@ -137,11 +161,14 @@ class NonFiniteGuardMixin:
         if self.consecutive_skips >= self.max_consecutive_skips:
             raise RuntimeError(
                 f'{self.consecutive_skips} optimizer steps in a row had a '
-                'non-finite loss or non-finite gradients; training stopped '
-                '(no bad step was applied: the last checkpoint is sound). '
-                'Fix: lower optimizer.lr or set clip_grad, check the data, '
-                'then resume with --resume (or raise '
-                'optim_wrapper.max_consecutive_skips).')
+                'non-finite loss or non-finite gradients; training stopped. '
+                'No non-finite step was applied, but the finite steps before '
+                'them may have diverged the weights: check the checkpoints\' '
+                'losses. Fix: lower optimizer.lr or set clip_grad, check the '
+                'data, then restart from a checkpoint whose loss was sound '
+                'with --cfg-options load_from=CKPT (--resume would bring '
+                'back the scheduler\'s old learning rate), or raise '
+                'optim_wrapper.max_consecutive_skips.')
 
 
 @OPTIM_WRAPPERS.register_module()
