@@ -19,13 +19,6 @@
 #             batch 64 and 128, fp16 and bf16: MAE vs HPM vs the fast settings, and the mask
 #             generation benchmark (batch 256)
 #   bench-l   the same for ViT-L/16
-#   study     the long-schedule study of issue #21 (tools/analysis_tools/fmnist_study.py):
-#             MAE, HPM and random, 3 seeds, all 60k images, HPM_STUDY_EPOCHS (100) epochs,
-#             the 9 runs at once on the one GPU, stopped after HPM_STUDY_SECONDS (540) so
-#             that one command fits in ten minutes: the next `study` command resumes every
-#             run from its last epoch (work_dirs/ stays while the machine is warm); once all
-#             finished, kNN (patch average and CLS) of each, and the encoders with the
-#             results packed into OUT/encoders_<i>.pth (<= 16 MiB each) for the CPU
 #
 # Each stage logs to OUT/<stage>.log; its json results go to OUT/results/ and are packed
 # into OUT/<stage>.tgz at its end (a lent machine returns at most 8 files). HPM_GPU_TINY=1
@@ -41,7 +34,7 @@ set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
 OUT=${1:-}
-[[ -n $OUT && $# -ge 2 ]] || { echo "usage: bash tools/gpu_check.sh OUT STAGE... (pack install tests amp bench-b bench-l study)" >&2; exit 2; }
+[[ -n $OUT && $# -ge 2 ]] || { echo "usage: bash tools/gpu_check.sh OUT STAGE... (pack install tests amp bench-b bench-l)" >&2; exit 2; }
 shift
 mkdir -p "$OUT/results"
 OUT=$(cd "$OUT" && pwd)
@@ -55,14 +48,10 @@ log() { printf '[gpu_check] %s\n' "$*"; }
 # sizes: the GPU's, or toys for the dry run
 if [[ $TINY == 1 ]]; then
   AMP_ARGS=(--arch t --img-size 32 --batch 2 --steps 3 --amp bf16)
-  STUDY_ARGS=(--epochs "${HPM_STUDY_EPOCHS:-2}" --train-images 512 --knn-images 1000 500
-              --seeds 0 --parallel 3)
   BENCH_ARGS=(--img-size 32 --iters 1 --warmup 1 --fast teacher_half_res)
   BATCHES=(2) AMPS=(bf16) MASK_BATCH=16 ARCH_B=t ARCH_L=t
 else
   AMP_ARGS=(--arch b --img-size 224 --batch 64 --steps 300 --amp fp16 bf16)
-  STUDY_ARGS=(--epochs "${HPM_STUDY_EPOCHS:-100}" --train-images 60000 --seeds 0 1 2
-              --parallel 9 --workers 1 --amp)
   BENCH_ARGS=(--img-size 224 --iters 10 --warmup 3)
   BATCHES=(64 128) AMPS=(fp16 bf16) MASK_BATCH=256 ARCH_B=b ARCH_L=l
 fi
@@ -116,19 +105,8 @@ for stage in "$@"; do
       bench "$ARCH_B" --mask-bench ;;
     bench-l)
       bench "$ARCH_L" ;;
-    study)
-      timeout -s INT "${HPM_STUDY_SECONDS:-540}" "$PY" tools/analysis_tools/fmnist_study.py \
-        --variants mae hpm random --cls "${STUDY_ARGS[@]}" \
-        --out work_dirs/fmnist_study_long --pack "$OUT"
-      rc=$?
-      if (( rc == 124 )); then
-        log "study: stopped after ${HPM_STUDY_SECONDS:-540} s; run the study stage again to resume"
-        rc=0
-      fi
-      cp work_dirs/fmnist_study_long/study.md work_dirs/fmnist_study_long/study.json "$OUT/results/" 2>/dev/null
-      (exit $rc) ;;
     *)
-      log "unknown stage '$stage' (pack install tests amp bench-b bench-l study)"; false ;;
+      log "unknown stage '$stage' (pack install tests amp bench-b bench-l)"; false ;;
   esac 2>&1 | tee "$OUT/$stage.log"
   rc=${PIPESTATUS[0]}
   log "stage $stage: exit $rc in $(( $(date +%s) - start )) s" | tee -a "$OUT/$stage.log"
