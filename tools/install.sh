@@ -20,7 +20,7 @@
 #   HPM_USE_CURRENT_ENV=1  install into the active Python instead (keeps your own CUDA torch;
 #                          HPM_PYTHON=path names it when `python` on PATH is another one)
 #   HPM_TORCH="torch==X torchvision==Y"   torch pins used when torch is missing
-#   HPM_WHEELHOUSE=dir     install offline from a wheelhouse made by tools/build_wheelhouse.sh
+#   HPM_WHEELHOUSE=dir     install offline from a wheelhouse made by .dev_scripts/build_wheelhouse.sh
 #                          (pip --no-index; a full install takes mmcv from it too)
 #   HPM_WHEEL_CACHE=dir    where the locally built mmcv wheel is cached
 #                          (default: ~/.cache/hpm_mm/wheels); a second install reuses it
@@ -68,7 +68,7 @@ EOF
 PIP=("$PY" -m pip --disable-pip-version-check)
 SOURCE=()  # where `pip install` looks: the index, or only the wheelhouse
 if [[ -n $WHEELHOUSE ]]; then
-  [[ -d $WHEELHOUSE ]] || die "HPM_WHEELHOUSE=$WHEELHOUSE is not a directory. Fix: bash tools/build_wheelhouse.sh $WHEELHOUSE"
+  [[ -d $WHEELHOUSE ]] || die "HPM_WHEELHOUSE=$WHEELHOUSE is not a directory. Fix: bash .dev_scripts/build_wheelhouse.sh $WHEELHOUSE"
   WHEELHOUSE=$(cd "$WHEELHOUSE" && pwd)
   SOURCE=(--no-index --find-links "$WHEELHOUSE")
   log "offline: installing from the wheelhouse $WHEELHOUSE (no package index)"
@@ -121,7 +121,7 @@ EOF
   pins=$(mktemp)
   grep -v '^setuptools' "$REQ/overlay.txt" > "$pins"
   "${PIP[@]}" install -q "${SOURCE[@]}" --no-deps -r "$pins" \
-    || die "pip could not install the overlay${WHEELHOUSE:+ from the wheelhouse (build it with: bash tools/build_wheelhouse.sh DIR --overlay)}"
+    || die "pip could not install the overlay${WHEELHOUSE:+ from the wheelhouse (build it with: bash .dev_scripts/build_wheelhouse.sh DIR --overlay)}"
   rm -f "$pins"
   if ! "$PY" -c "import pkg_resources" 2>/dev/null; then
     log "this setuptools has no pkg_resources, which mmengine 0.10.7 imports: adding $(grep '^setuptools' "$REQ/overlay.txt")"
@@ -163,7 +163,7 @@ else
   cache_dir=$WHEEL_CACHE/$tag
   wheel=$(ls "${WHEELHOUSE:-/nonexistent}/mmcv-$tag"/mmcv-$MMCV_VERSION-*.whl "$cache_dir"/mmcv-$MMCV_VERSION-*.whl 2>/dev/null | head -n1 || true)
   if [[ -z $wheel ]]; then
-    [[ -z $WHEELHOUSE ]] || die "the wheelhouse has no mmcv $MMCV_VERSION wheel built for $tag. Fix: on a machine with a compiler and this python/torch, bash tools/build_wheelhouse.sh DIR --with-mmcv"
+    [[ -z $WHEELHOUSE ]] || die "the wheelhouse has no mmcv $MMCV_VERSION wheel built for $tag. Fix: on a machine with a compiler and this python/torch, bash .dev_scripts/build_wheelhouse.sh DIR --with-mmcv"
     command -v g++ >/dev/null || die "g++ is needed to build mmcv's ops. Fix: apt-get install -y build-essential (as root), or use the pretraining profile: bash tools/install.sh pretrain"
     "$PY" -c "import sysconfig, os, sys; sys.exit(0 if os.path.exists(os.path.join(sysconfig.get_paths()['include'], 'Python.h')) else 1)" \
       || die "Python headers are missing. Fix: apt-get install -y python3-dev."

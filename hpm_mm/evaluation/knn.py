@@ -134,7 +134,12 @@ def extract_features(model,
         backbone, 'cls_token', None) is not None else 0)
     results = []
     bar = ProgressBar(len(dataloader.dataset)) if progress else None
-    device = next(model.parameters()).device.type
+    # a model without parameters (kNN on raw pixels) runs where its buffers
+    # are (the preprocessor's mean/std), else on the CPU
+    tensor = next(model.parameters(), None)
+    if tensor is None:
+        tensor = next(model.buffers(), None)
+    device = tensor.device.type if tensor is not None else 'cpu'
     dtype = choose_precision(amp, device).dtype if amp else None
     for batch in dataloader:
         data = model.data_preprocessor(batch, False)

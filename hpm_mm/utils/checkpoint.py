@@ -190,12 +190,13 @@ def student_or_teacher_state(state_dict: dict,
 def load_checkpoint_strict(model: torch.nn.Module,
                            filename: str,
                            teacher: bool = False,
-                           required_prefix: str = 'backbone.') -> dict:
+                           required_prefix='backbone.') -> dict:
     """Load a checkpoint and report missing/unexpected keys.
 
-    Every parameter of the model under ``required_prefix`` must be loaded;
-    otherwise one error lists the missing keys. Other mismatches are
-    printed.
+    Every parameter of the model under ``required_prefix`` (a prefix or a
+    tuple of them: the hard-patch pictures need the loss predictor too)
+    must be loaded; otherwise one error lists the missing keys. Other
+    mismatches are printed. A checkpoint holding NaN/inf is refused.
 
     Returns:
         dict: ``missing`` and ``unexpected`` key lists.
@@ -218,8 +219,10 @@ def load_checkpoint_strict(model: torch.nn.Module,
     required = [k for k in missing if k.startswith(required_prefix)]
     loaded = sum(1 for k in model.state_dict()
                  if k.startswith(required_prefix) and k not in missing)
+    prefixes = '/'.join(f'{p}*' for p in ((required_prefix, ) if isinstance(
+        required_prefix, str) else required_prefix))
     print(f'[checkpoint] {filename} ({"teacher" if teacher else "student"}):'
-          f' {loaded} {required_prefix}* tensors loaded, '
+          f' {loaded} {prefixes} tensors loaded, '
           f'{len(missing)} missing, {len(unexpected)} unexpected')
     for k in missing[:20]:
         print(f'  missing: {k}')
@@ -227,7 +230,7 @@ def load_checkpoint_strict(model: torch.nn.Module,
         print(f'  unexpected: {k}')
     if required:
         raise KeyError(
-            f'{len(required)} {required_prefix}* keys of the model are not in '
+            f'{len(required)} {prefixes} keys of the model are not in '
             f'{filename}, e.g. {required[:3]}. Is it a checkpoint of this '
             'architecture?')
     return dict(missing=missing, unexpected=unexpected)

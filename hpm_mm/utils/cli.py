@@ -1,4 +1,5 @@
 """``--cfg-options`` with one clear line for a bad option, for every tool."""
+import os.path as osp
 import re
 from typing import Any
 
@@ -106,6 +107,21 @@ def merge_cfg_options(cfg: Config, options: dict) -> Config:
     return cfg
 
 
+def syntax_error(path: str, error: SyntaxError) -> str:
+    """Where a config's syntax error is: the file and line (mmengine names
+    a temporary copy of the file, or only the file)."""
+    import ast
+    if osp.isfile(path):
+        try:
+            with open(path, encoding='utf-8') as f:
+                ast.parse(f.read(), filename=path)
+        except SyntaxError as e:
+            text = (e.text or '').strip()
+            return (f'{path}, line {e.lineno}: {e.msg}' +
+                    (f': {text}' if text else ''))
+    return f'a syntax error in {path} or a file it inherits ({error})'
+
+
 def load_config(path: str, tool: str = 'hpm_mm') -> Config:
     """``Config.fromfile(path)``, turning a det/seg config's failure on a
     pretraining-only install into one line: a ``_base_`` from a missing
@@ -121,6 +137,9 @@ def load_config(path: str, tool: str = 'hpm_mm') -> Config:
     from hpm_mm.compat import FULL_INSTALL, MissingCompiledOpsError
     try:
         return Config.fromfile(path)
+    except SyntaxError as e:
+        raise SystemExit(f'{tool}: {syntax_error(path, e)}. Fix: correct '
+                         'the Python syntax there.') from None
     except ImportError as e:
         # a ``_base_ = 'mmdet::...'`` whose package is missing
         missing = re.match(r'(\w+) is not installed', str(e))

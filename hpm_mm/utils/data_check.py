@@ -41,7 +41,8 @@ def check_data(cfg: Config, max_images: int = 0) -> Dict[str, list]:
         mismatches) and ``report`` (one line per dataset).
     """
     from mmengine.registry import init_default_scope
-    from PIL import Image
+
+    from .image_folder import read_image
     init_default_scope(cfg.get('default_scope', 'mmpretrain'))
     from mmpretrain.registry import DATASETS
     problems, report, seen = [], [], set()
@@ -71,15 +72,11 @@ def check_data(cfg: Config, max_images: int = 0) -> Dict[str, list]:
             if path is None:
                 continue
             try:
-                with Image.open(path) as img:
-                    img.verify()
-                with Image.open(path) as img:
-                    img.load()
-                    modes[img.mode] += 1
-            except Exception as e:
+                _, mode = read_image(path)
+                modes[mode] += 1
+            except ValueError as e:
                 bad += 1
-                problems.append(f'{name}: unreadable image {path} '
-                                f'({type(e).__name__}: {e})')
+                problems.append(f'{name}: unreadable image {path} ({e})')
         files = sum(modes.values()) + bad
         kinds = ', '.join(f'{k}: {v}' for k, v in sorted(modes.items()))
         report.append(

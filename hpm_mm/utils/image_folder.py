@@ -21,9 +21,44 @@ from .schedule import scale_recipe, steps_per_epoch
 
 IMAGE_EXTENSIONS = ('.jpg', '.jpeg', '.png', '.bmp', '.webp', '.tif',
                     '.tiff')
-GRAY_MODES = ('1', 'L', 'LA', 'I', 'I;16', 'F')
+GRAY_MODES = ('1', 'L', 'LA')
 SIZES = (32, 64, 96, 128, 224)  # candidate input sizes
 TARGET_STEPS = 400  # the main job's schedule length
+
+
+#: PIL modes of more than 8 bits per channel: the training pipeline reads
+#: files through OpenCV, which would scale or refuse them differently from
+#: what the scan measured (mean 255 / std 1 for 16-bit PNGs)
+DEEP_MODES = ('I', 'I;16', 'I;16B', 'I;16L', 'I;16N', 'F', 'RGB;16',
+              'RGBA;16')
+
+
+def read_image(path: str):
+    """Open and decode ``path`` the way every data check does: (size,
+    mode), or ``ValueError`` with the reason for a file the training
+    pipeline cannot use (undecodable, empty, or more than 8 bits per
+    channel)."""
+    from PIL import Image
+    try:
+        with Image.open(path) as img:
+            img.load()  # decode: a truncated file fails here
+            size, mode = img.size, img.mode
+    except Exception as e:  # PIL raises many types for bad files
+        raise ValueError(f'{type(e).__name__}: {e}') from None
+    if min(size) < 1:
+        raise ValueError(f'empty image {size}')
+    if mode in DEEP_MODES:
+        raise ValueError(
+            f'{mode} pixels (16-bit or float): the pipeline trains on 8-bit '
+            'images. Fix: convert it to 8 bits (e.g. PIL: '
+            'img.point(lambda v: v / 256).convert("L")) or leave it out')
+    return size, mode
+
+
+def is_work_dir(path: str) -> bool:
+    """A tool's work dir (checkpoints, hard-patch grids): never data."""
+    return any(osp.exists(osp.join(path, f))
+               for f in ('.run.lock', 'last_checkpoint'))
 
 
 def scan_folder(root: str) -> Dict:
@@ -38,17 +73,30 @@ def scan_folder(root: str) -> Dict:
     Raises:
         SystemExit: ``root`` is not a folder or holds no image file.
     """
-    from PIL import Image
     if not osp.isdir(root):
         raise SystemExit(f'{root} is not a folder. Fix: pass the folder that '
                          'holds your images.')
-    paths = []
+    paths, seen_dirs, seen_files = [], set(), set()
     for dirpath, dirnames, filenames in os.walk(root, followlinks=True):
-        dirnames[:] = sorted(d for d in dirnames if not d.startswith('.'))
+        # a folder reached twice (a symlink loop or a second link to it)
+        # is read once; work dirs (our own outputs) are not data
+        seen_dirs.add(osp.realpath(dirpath))
+        keep = []
+        for d in sorted(dirnames):
+            full = osp.join(dirpath, d)
+            if d.startswith('.') or d == 'work_dirs' or is_work_dir(full) \
+                    or osp.realpath(full) in seen_dirs:
+                continue
+            seen_dirs.add(osp.realpath(full))
+            keep.append(d)
+        dirnames[:] = keep
         for name in sorted(filenames):
+            full = osp.join(dirpath, name)
             if name.lower().endswith(IMAGE_EXTENSIONS) and \
-                    not name.startswith('.'):
-                paths.append(osp.relpath(osp.join(dirpath, name), root))
+                    not name.startswith('.') and \
+                    osp.realpath(full) not in seen_files:
+                seen_files.add(osp.realpath(full))
+                paths.append(osp.relpath(full, root))
     if not paths:
         raise SystemExit(
             f'{root} holds no image file ({", ".join(IMAGE_EXTENSIONS)}; '
@@ -57,13 +105,9 @@ def scan_folder(root: str) -> Dict:
     files, sizes, unreadable, gray = [], [], [], True
     for rel in paths:
         try:
-            with Image.open(osp.join(root, rel)) as img:
-                img.load()  # decode: a truncated file fails here
-                size, mode = img.size, img.mode
-            if min(size) < 1:
-                raise ValueError(f'empty image {size}')
-        except Exception as e:  # PIL raises many types for bad files
-            unreadable.append((rel, f'{type(e).__name__}: {e}'))
+            size, mode = read_image(osp.join(root, rel))
+        except ValueError as e:
+            unreadable.append((rel, str(e)))
             continue
         files.append(rel)
         sizes.append(size)

@@ -47,6 +47,12 @@ custom_hooks = [dict(type='KNNEvalHook', ks=(1, 3, 200),
     proc = run_tool('tools/analysis_tools/knn_eval.py', str(cfg),
                     hpm_checkpoint, '--teacher')
     assert '(teacher)' in proc.stdout
+    # and the raw-pixel baseline (a model without parameters)
+    run_tool('tools/analysis_tools/knn_eval.py', str(cfg), 'none',
+             '--raw-pixels', '--ks', '1', '3', '--out', str(out))
+    res = json.loads(out.read_text())
+    assert set(res['acc']) == {'1', '3'} and all(
+        0 <= v <= 100 for v in res['acc'].values())
 
 
 @pytest.mark.parametrize('config,frozen', [(LINEAR, True),

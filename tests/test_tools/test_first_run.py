@@ -255,6 +255,44 @@ def test_own_images_unlabelled_grayscale_odd_sizes(tmp_path):
     assert cfg.model.neck.num_patches == 64
 
 
+def test_own_images_deep_pixels_loops_and_own_outputs(tmp_path):
+    """One image reader for the own-images scan and check_data: a 16-bit
+    PNG stops pretrain_folder.py before training, naming the file and the
+    fix (OpenCV would train it as mean 255 / std 1); a symlink loop counts
+    each image once; a work dir inside the folder (hard-patch grids,
+    checkpoints) is not data."""
+    import subprocess
+
+    from PIL import Image
+
+    from conftest import make_image_folder
+    from hpm_mm.utils.image_folder import scan_folder
+    root = tmp_path / 'imgs'
+    make_image_folder(str(root), num_classes=1, per_class=4)
+    os.symlink(str(root), str(root / 'class_0' / 'loop'))
+    work = root / 'work_dirs' / 'run'
+    work.mkdir(parents=True)
+    (work / 'last_checkpoint').write_text('epoch_1.pth')
+    Image.new('L', (28, 28)).save(work / 'grid.png')
+    other = root / 'elsewhere'
+    other.mkdir()
+    (other / '.run.lock').write_text('')
+    Image.new('L', (28, 28)).save(other / 'grid.png')
+    scan = scan_folder(str(root))
+    assert len(scan['files']) == 4 and not scan['unreadable'], scan
+    deep = np.full((28, 28), 40000, dtype=np.uint16)
+    Image.fromarray(deep).save(root / 'class_0' / 'deep.png')
+    proc = subprocess.run(
+        [sys.executable, 'tools/pretrain_folder.py', str(root),
+         '--work-dir', str(tmp_path / 'w')], cwd=REPO, capture_output=True,
+        text=True, timeout=600)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0, out[-2000:]
+    assert 'deep.png' in out and '16-bit' in out, out[-2000:]
+    assert not (tmp_path / 'w').exists() or not list(
+        (tmp_path / 'w').glob('epoch_*.pth'))
+
+
 def test_own_images_clear_errors(tmp_path):
     from hpm_mm.utils.image_folder import choose_settings, scan_folder
     empty = tmp_path / 'empty'

@@ -121,7 +121,7 @@ def test_overlay_onto_an_environment_that_keeps_its_packages(tmp_path):
     OpenCV gets only the overlay's wheels (offline), keeps every package
     it had, and trains-ready hpm_mm imports (mmcv-lite)."""
     wheelhouse = tmp_path / 'overlay_wheels'
-    build = _run(['bash', 'tools/build_wheelhouse.sh', str(wheelhouse),
+    build = _run(['bash', '.dev_scripts/build_wheelhouse.sh', str(wheelhouse),
                   '--overlay'], dict(os.environ))
     assert build.returncode == 0, build.stdout[-3000:] + build.stderr[-3000:]
     wheels = sorted(os.listdir(wheelhouse))
@@ -169,7 +169,7 @@ def test_wheelhouse_then_offline_install_both_profiles(tmp_path):
     with_mmcv = bool([f for f in os.listdir(osp.join(cache, tag))
                       if f.startswith('mmcv-2.1.0-')]) if osp.isdir(
                           osp.join(cache, tag)) else False
-    build = _run(['bash', 'tools/build_wheelhouse.sh', str(wheelhouse),
+    build = _run(['bash', '.dev_scripts/build_wheelhouse.sh', str(wheelhouse),
                   '--profile', 'full', '--no-torch'] +
                  (['--with-mmcv'] if with_mmcv else []), dict(os.environ))
     assert build.returncode == 0, build.stdout[-3000:] + build.stderr[-3000:]

@@ -104,8 +104,10 @@ def test_what_cannot_be_judged_is_refused_before_work(
     """Each refused in one line, non-zero exit, before any training or
     evaluation: load_from a checkpoint of another architecture (it would
     load nothing and train from scratch), a checkpoint with NaN weights
-    evaluated by kNN or tools/test.py (chance accuracy, not an error), and
-    test.py --out in an unknown format or a missing folder."""
+    evaluated by kNN or tools/test.py (chance accuracy, not an error), the
+    hard-patch pictures of a checkpoint without a loss predictor (a random
+    one's scores), test.py --out in an unknown format or a missing
+    folder, and a config with a syntax error (its file and line)."""
     other = osp.join(osp.dirname(osp.dirname(__file__)), 'data',
                      'hpm_tiny_v0_epoch_1.pth')  # 16-d, 32 px
     cfg = tiny_config(tmp_path, FMNIST_CFG, num_images=8)
@@ -114,7 +116,19 @@ def test_what_cannot_be_judged_is_refused_before_work(
     next(v for k, v in ckpt['state_dict'].items()
          if k.startswith('backbone.'))[...] = float('nan')
     torch.save(ckpt, nan)
+    no_predictor = tmp_path / 'mae_like.pth'
+    ckpt = torch.load(hpm_checkpoint, map_location='cpu')
+    ckpt['state_dict'] = {k: v for k, v in ckpt['state_dict'].items()
+                          if 'predictor' not in k}
+    torch.save(ckpt, no_predictor)
+    broken = tmp_path / 'broken.py'
+    broken.write_text(f"_base_ = [{FMNIST_CFG!r}]\nmodel = dict(\n"
+                      "    neck=dict(embed_dim=16)\n")
     runs = [
+        (['tools/train.py', str(broken)], 'broken.py, line 2'),
+        (['tools/analysis_tools/visualize_hard_patches.py', FMNIST_CFG,
+          str(no_predictor), '--out-dir', str(tmp_path / 'vis')],
+         'need its trained loss predictor'),
         (['tools/train.py', cfg, '--work-dir', str(tmp_path / 'w'),
           '--cfg-options', f'load_from={other}'], 'of another architecture'),
         (['tools/analysis_tools/knn_eval.py', FMNIST_CFG, str(nan)],

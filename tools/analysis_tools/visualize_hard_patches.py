@@ -114,7 +114,14 @@ def main(argv=None):
     if model.__class__.__name__ != 'HPM':
         raise SystemExit(f'{args.config} builds a {type(model).__name__}; '
                          'the heatmaps need an HPM model (loss predictor).')
-    load_checkpoint_strict(model, args.checkpoint)
+    # the pictures draw the loss predictor's scores: a checkpoint without
+    # it (plain MAE, another model) would draw a random predictor's
+    try:
+        load_checkpoint_strict(model, args.checkpoint,
+                               required_prefix=('backbone.', 'neck.'))
+    except KeyError as e:
+        raise SystemExit(f'visualize_hard_patches.py: {e.args[0]} The '
+                         'pictures need its trained loss predictor.')
     model.eval()
 
     samples, names = (folder_batch(args.images, cfg.model) if args.images

@@ -1,6 +1,6 @@
 """HPM vs mmpretrain MAE step time and memory, side by side in one run.
 
-    python tools/analysis_tools/benchmark_step.py [--archs t s b] \
+    python .dev_scripts/benchmark_step.py [--archs t s b] \
         [--batch 8] [--iters 5] [--warmup 1] [--img-size 224] \
         [--device cpu|cuda] [--amp [bf16|fp16]] [--mask-bench] \
         [--out bench.json]
@@ -44,7 +44,7 @@ from contextlib import contextmanager
 
 import torch
 
-REPO = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
+REPO = osp.dirname(osp.dirname(osp.abspath(__file__)))
 HPM_CFG = osp.join(REPO, 'configs', '_base_', 'models', 'hpm_vit-base-p16.py')
 MAE_CFG = 'mmpretrain::_base_/models/mae_vit-base-p16.py'
 ARCHS = {  # name: (embed_dims, depth, heads)

@@ -1,7 +1,7 @@
 """HPM under mixed precision for a few hundred steps: NaN, skipped steps,
 loss scale and the loss curve, fp16 and bf16 side by side.
 
-    python tools/analysis_tools/amp_stability.py [--arch b] [--img-size 224] \
+    python .dev_scripts/amp_stability.py [--arch b] [--img-size 224] \
         [--batch 64] [--steps 300] [--amp fp16 bf16] [--device cuda] \
         [--data data/fashion_mnist] [--out amp.json]
 

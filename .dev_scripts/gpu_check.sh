@@ -2,7 +2,7 @@
 # The GPU checks of hpm_mm, in stages that each fit in one ten-minute command
 # (a lent GPU machine's limit), writing what they measure under OUT:
 #
-#   bash tools/gpu_check.sh OUT STAGE...
+#   bash .dev_scripts/gpu_check.sh OUT STAGE...
 #
 # Stages:
 #   pack      (here, with network) what travels to a machine without it, into .carry/
@@ -13,9 +13,9 @@
 #             gunzipped from .carry/fashion-mnist into data/fashion_mnist
 #   tests     the device-parametrised tests on CUDA (`pytest -m cuda`), then the model-level
 #             and tool tests on the GPU machine as a whole (tools pick CUDA themselves)
-#   amp       tools/analysis_tools/amp_stability.py: ViT-B/16 HPM, 224 px, batch 64,
+#   amp       .dev_scripts/amp_stability.py: ViT-B/16 HPM, 224 px, batch 64,
 #             300 steps under fp16 (dynamic loss scale) and under bf16, Fashion-MNIST
-#   bench-b   tools/analysis_tools/benchmark_step.py --device cuda: ViT-B/16 at 224 px,
+#   bench-b   .dev_scripts/benchmark_step.py --device cuda: ViT-B/16 at 224 px,
 #             batch 64 and 128, fp16 and bf16: MAE vs HPM vs the fast settings, and the mask
 #             generation benchmark (batch 256)
 #   bench-l   the same for ViT-L/16
@@ -26,15 +26,15 @@
 # picks the Python (default: python3 on PATH). docs/gpu.md says more.
 #
 # On a lent H100/H200 (Python 3.12, its own torch 2.11 + CUDA, numpy 2, no network), after
-# `bash tools/gpu_check.sh /tmp/pack pack` here, each command carrying .carry:
-#   bash tools/gpu_check.sh $OUT install tests
-#   bash tools/gpu_check.sh $OUT install amp bench-b
-#   bash tools/gpu_check.sh $OUT install bench-l
+# `bash .dev_scripts/gpu_check.sh /tmp/pack pack` here, each command carrying .carry:
+#   bash .dev_scripts/gpu_check.sh $OUT install tests
+#   bash .dev_scripts/gpu_check.sh $OUT install amp bench-b
+#   bash .dev_scripts/gpu_check.sh $OUT install bench-l
 set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
 OUT=${1:-}
-[[ -n $OUT && $# -ge 2 ]] || { echo "usage: bash tools/gpu_check.sh OUT STAGE... (pack install tests amp bench-b bench-l)" >&2; exit 2; }
+[[ -n $OUT && $# -ge 2 ]] || { echo "usage: bash .dev_scripts/gpu_check.sh OUT STAGE... (pack install tests amp bench-b bench-l)" >&2; exit 2; }
 shift
 mkdir -p "$OUT/results"
 OUT=$(cd "$OUT" && pwd)
@@ -65,7 +65,7 @@ bench() {  # bench ARCH [--mask-bench]
       [[ $first == 1 ]] && extra=("$@" --mask-batch "$MASK_BATCH")
       first=0
       log "benchmark ViT-${arch^^} batch $batch $amp"
-      "$PY" tools/analysis_tools/benchmark_step.py --archs "$arch" --batch "$batch" --amp "$amp" \
+      "$PY" .dev_scripts/benchmark_step.py --archs "$arch" --batch "$batch" --amp "$amp" \
         "${BENCH_ARGS[@]}" "${extra[@]}" --out "$OUT/results/bench_${arch}_${batch}_${amp}.json" || return 1
     done
   done
@@ -77,7 +77,7 @@ for stage in "$@"; do
   log "stage $stage"
   case $stage in
     pack)
-      bash tools/build_wheelhouse.sh "$CARRY/whl" --overlay --python-version 3.12 \
+      bash .dev_scripts/build_wheelhouse.sh "$CARRY/whl" --overlay --python-version 3.12 \
         --platform manylinux2014_x86_64 --platform manylinux_2_28_x86_64 \
         && mkdir -p "$CARRY/fashion-mnist" \
         && cp /usr/share/datasets/fashion-mnist/*-ubyte.gz "$CARRY/fashion-mnist/" \
@@ -94,13 +94,13 @@ for stage in "$@"; do
       rc=$?
       "$PY" -m pytest -q -p no:cacheprovider -m 'not cuda' tests/test_models tests/test_engine tests/test_evaluation \
         tests/test_visualization tests/test_tools/test_train_resume.py tests/test_tools/test_reliability.py \
-        tests/test_tools/test_benchmark_step.py tests/test_tools/test_amp_stability.py \
+        tests/test_dev_scripts/test_benchmark_step.py tests/test_dev_scripts/test_amp_stability.py \
         --junitxml "$OUT/results/gpu_machine_tests.xml"
       rc2=$?
       (( rc == 0 )) && rc=$rc2
       (exit $rc) ;;
     amp)
-      "$PY" tools/analysis_tools/amp_stability.py "${AMP_ARGS[@]}" --out "$OUT/results/amp_stability.json" ;;
+      "$PY" .dev_scripts/amp_stability.py "${AMP_ARGS[@]}" --out "$OUT/results/amp_stability.json" ;;
     bench-b)
       bench "$ARCH_B" --mask-bench ;;
     bench-l)

@@ -10,7 +10,7 @@ import pytest
 import torch
 from conftest import REPO
 
-sys.path.insert(0, osp.join(REPO, 'tools', 'analysis_tools'))
+sys.path.insert(0, osp.join(REPO, '.dev_scripts'))
 import amp_stability  # noqa: E402
 
 

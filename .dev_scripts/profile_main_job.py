@@ -1,7 +1,7 @@
 """Where the main job's time goes, and what each speed lever buys, side by
 side in one process on this machine.
 
-    python tools/analysis_tools/profile_main_job.py [--steps 4] [--rounds 2]
+    python .dev_scripts/profile_main_job.py [--steps 4] [--rounds 2]
         [--no-compile] [--out docs/results/profile_main_job_<cpu>.json]
 
 Everything is the training step of faithful HPM on Fashion-MNIST (its

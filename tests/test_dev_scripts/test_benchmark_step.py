@@ -6,7 +6,7 @@ import sys
 import pytest
 from conftest import REPO
 
-sys.path.insert(0, osp.join(REPO, 'tools', 'analysis_tools'))
+sys.path.insert(0, osp.join(REPO, '.dev_scripts'))
 import benchmark_step as bench  # noqa: E402
 
 

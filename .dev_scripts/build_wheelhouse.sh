@@ -2,7 +2,7 @@
 # Build a wheelhouse: every wheel an install profile needs, for a given Python
 # version and platform, so that tools/install.sh can install with no network:
 #
-#   bash tools/build_wheelhouse.sh DIR [options]
+#   bash .dev_scripts/build_wheelhouse.sh DIR [options]
 #   HPM_WHEELHOUSE=DIR bash tools/install.sh pretrain     # on the offline machine
 #
 # Options:
@@ -33,7 +33,7 @@ log() { printf '[wheelhouse] %s\n' "$*"; }
 die() { printf '[wheelhouse] ERROR: %s\n' "$*" >&2; exit 1; }
 
 OUT=${1:-}
-[[ -n $OUT && $OUT != -* ]] || die "usage: bash tools/build_wheelhouse.sh DIR [--profile pretrain|full] [--python-version X.Y] [--platform TAG]... [--no-torch] [--with-mmcv] [--overlay]"
+[[ -n $OUT && $OUT != -* ]] || die "usage: bash .dev_scripts/build_wheelhouse.sh DIR [--profile pretrain|full] [--python-version X.Y] [--platform TAG]... [--no-torch] [--with-mmcv] [--overlay]"
 shift
 PROFILE=pretrain PYVER='' PLATFORMS=() NO_TORCH=0 WITH_MMCV=0 OVERLAY=0
 while [[ $# -gt 0 ]]; do
@@ -44,7 +44,7 @@ while [[ $# -gt 0 ]]; do
     --no-torch) NO_TORCH=1; shift ;;
     --with-mmcv) WITH_MMCV=1; shift ;;
     --overlay) OVERLAY=1; shift ;;
-    *) die "unknown option $1 (see the header of tools/build_wheelhouse.sh)" ;;
+    *) die "unknown option $1 (see the header of .dev_scripts/build_wheelhouse.sh)" ;;
   esac
 done
 case $PROFILE in pretrain|full) ;; *) die "--profile must be pretrain or full, not '$PROFILE'" ;; esac
