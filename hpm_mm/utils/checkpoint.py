@@ -190,13 +190,20 @@ def student_or_teacher_state(state_dict: dict,
 def load_checkpoint_strict(model: torch.nn.Module,
                            filename: str,
                            teacher: bool = False,
-                           required_prefix='backbone.') -> dict:
+                           required_prefix='backbone.',
+                           whole: bool = False) -> dict:
     """Load a checkpoint and report missing/unexpected keys.
 
     Every parameter of the model under ``required_prefix`` (a prefix or a
     tuple of them: the hard-patch pictures need the loss predictor too)
     must be loaded; otherwise one error lists the missing keys. Other
     mismatches are printed. A checkpoint holding NaN/inf is refused.
+
+    ``teacher=True`` loads the EMA teacher's weights into the student's
+    parts (kNN of the teacher); ``whole=True`` loads the model as it was
+    saved, student and EMA teacher each in its place (the pictures read the
+    trained teacher's scores; by default the teacher's keys are left out
+    and a model's teacher keeps its initial weights).
 
     Returns:
         dict: ``missing`` and ``unexpected`` key lists.
@@ -207,21 +214,23 @@ def load_checkpoint_strict(model: torch.nn.Module,
     upgrade = getattr(model, 'upgrade_state_dict', None)
     if upgrade is not None:  # keys of earlier hpm_mm versions
         state = upgrade(state)
-    state = student_or_teacher_state(state, teacher, model)
+    if not whole:
+        state = student_or_teacher_state(state, teacher, model)
     problem = nonfinite_tensors(state, filename)
     if problem:
         raise SystemExit(f'{problem}. Fix: evaluate an earlier checkpoint '
                          'of the run (its training diverged).')
     result = model.load_state_dict(state, strict=False)
     missing = [k for k in result.missing_keys
-               if not k.startswith('teacher.')]
+               if whole or not k.startswith('teacher.')]
     unexpected = list(result.unexpected_keys)
     required = [k for k in missing if k.startswith(required_prefix)]
     loaded = sum(1 for k in model.state_dict()
                  if k.startswith(required_prefix) and k not in missing)
     prefixes = '/'.join(f'{p}*' for p in ((required_prefix, ) if isinstance(
         required_prefix, str) else required_prefix))
-    print(f'[checkpoint] {filename} ({"teacher" if teacher else "student"}):'
+    which = 'whole' if whole else 'teacher' if teacher else 'student'
+    print(f'[checkpoint] {filename} ({which}):'
           f' {loaded} {prefixes} tensors loaded, '
           f'{len(missing)} missing, {len(unexpected)} unexpected')
     for k in missing[:20]:

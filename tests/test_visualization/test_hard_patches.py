@@ -42,6 +42,9 @@ def test_tool_writes_grids(tmp_path, hpm_checkpoint):
                     osp.join(folder, 'class_0'), '--out-dir', str(out),
                     '--saliency', '--num-masks', '2')
     assert 'Spearman' in proc.stdout
+    # the teacher's scores are the trained teacher's, loaded in its place
+    assert '(whole): ' in proc.stdout and \
+        'backbone.*/neck.*/teacher.* tensors loaded, 0 missing' in proc.stdout
     pngs = sorted(out.glob('*.png'))
     assert [p.name for p in pngs] == ['000.png', '001.png', '002.png']
     w, h = Image.open(pngs[0]).size
@@ -49,6 +52,27 @@ def test_tool_writes_grids(tmp_path, hpm_checkpoint):
     summary = json.loads((out / 'summary.json').read_text())
     assert -1 <= summary['spearman_mean'] <= 1
     assert 0 <= summary['saliency_iou'] <= 1
+
+
+def test_whole_load_puts_the_trained_teacher_in_place(hpm_checkpoint):
+    """The pictures' loader (whole=True) fills the EMA teacher with the
+    checkpoint's teacher (it had kept its initial weights: the tool drew a
+    random teacher's scores, Spearman ~0); the default (student) load
+    leaves it out."""
+    from mmengine.config import Config
+
+    from hpm_mm.utils import build_model, load_checkpoint_strict
+    saved = torch.load(hpm_checkpoint, map_location='cpu')['state_dict']
+    key = next(k for k in saved if k.startswith('teacher.module.backbone.')
+               and k.endswith('qkv.weight'))
+    for whole in (False, True):
+        model = build_model(Config.fromfile(FMNIST_CFG))
+        load_checkpoint_strict(model, hpm_checkpoint, whole=whole,
+                               required_prefix=('backbone.', 'neck.'))
+        got = model.state_dict()[key]
+        assert torch.equal(got, saved[key]) == whole
+        assert torch.equal(model.state_dict()[key[len('teacher.module.'):]],
+                           saved[key[len('teacher.module.'):]])
 
 
 def test_hook_writes_at_intervals(tmp_path):

@@ -115,10 +115,14 @@ def main(argv=None):
         raise SystemExit(f'{args.config} builds a {type(model).__name__}; '
                          'the heatmaps need an HPM model (loss predictor).')
     # the pictures draw the loss predictor's scores: a checkpoint without
-    # it (plain MAE, another model) would draw a random predictor's
+    # it (plain MAE, another model) would draw a random predictor's; the
+    # teacher's scores need the trained teacher, loaded in its place
+    required = ('backbone.', 'neck.')
+    if getattr(model, 'teacher', None) is not None and not args.student:
+        required += ('teacher.', )
     try:
         load_checkpoint_strict(model, args.checkpoint,
-                               required_prefix=('backbone.', 'neck.'))
+                               required_prefix=required, whole=True)
     except KeyError as e:
         raise SystemExit(f'visualize_hard_patches.py: {e.args[0]} The '
                          'pictures need its trained loss predictor.')
