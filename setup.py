@@ -1,6 +1,7 @@
-"""Install hpm_mm; configs/ and tools/ ship inside the package (``hpm_mm/.mim``)
-so that ``_base_ = 'hpm_mm::...'`` and ``mim train hpm_mm ...`` work from an
-installed copy as well as from the checkout (the mmpretrain convention)."""
+"""Install hpm_mm; configs/ and tools/ ship inside the package
+(``hpm_mm/.mim``) so that ``_base_ = 'hpm_mm::...'`` and
+``mim train hpm_mm ...`` work from an installed copy as well as from the
+checkout (the mmpretrain convention)."""
 import os
 import os.path as osp
 import shutil

@@ -158,8 +158,8 @@ def run(amp, args, device, images):
         grad = hub.get_scalar('train/grad_norm')
         curve.append(dict(
             step=step,
-            **{k: float(log[k].detach()) for k in ('loss_rec', 'loss_pred',
-                                          'rank_acc', 'alpha')
+            **{k: float(log[k].detach())
+               for k in ('loss_rec', 'loss_pred', 'rank_acc', 'alpha')
                if k in log},
             skipped=optim.skipped_steps > skipped,
             loss_scale=float(scaler.get_scale()) if scaler is not None
@@ -207,8 +207,8 @@ def main(argv=None):
     parser.add_argument('--out')
     args = parser.parse_args(argv)
     device = setup(parser, args.device, args.amp, 'amp_stability')
-    images = None if args.data == 'synthetic' else load_images(args.data,
-                                                                device)
+    images = None if args.data == 'synthetic' else load_images(
+        args.data, device)
     env = versions(device)
     print(f"device: {env['device']}; torch {env['torch']}, CUDA "
           f"{env['cuda']}; ViT-{args.arch.upper()} HPM, {args.img_size}px, "

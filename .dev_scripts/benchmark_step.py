@@ -466,7 +466,8 @@ def main(argv=None):
         print('|---|' + '---|' * len(args.archs))
         for name, per_arch in fast_rows.items():
             print(f'| {name} | ' + ' | '.join(
-                f"{per_arch[a]['ratio']:.2f}x ({per_arch[a]['flop_ratio']:.2f}x)"
+                f"{per_arch[a]['ratio']:.2f}x "
+                f"({per_arch[a]['flop_ratio']:.2f}x)"
                 if 'ratio' in per_arch[a] else 'OOM'
                 for a in args.archs) + ' |')
     masks = None

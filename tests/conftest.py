@@ -73,7 +73,7 @@ def autocast_dtypes(device: torch.device) -> list:
     """The autocast dtypes a device trains with: bf16 on the CPU; fp16
     (with a dynamic loss scale) and bf16 on CUDA."""
     return [torch.bfloat16] if device.type == 'cpu' else [torch.float16,
-                                                           torch.bfloat16]
+                                                          torch.bfloat16]
 
 
 def make_image_folder(root: str, num_classes: int = 2, per_class: int = 8,

@@ -15,7 +15,6 @@ import argparse
 import os
 import os.path as osp
 
-from mmengine.config import Config
 from mmengine.runner import Runner
 
 from hpm_mm.utils.cli import (CfgOptionsAction, load_config,

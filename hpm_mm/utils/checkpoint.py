@@ -346,8 +346,8 @@ def find_resume_checkpoint(work_dir: str) -> Tuple[Optional[str], List[str]]:
     if osp.isdir(work_dir):
         found = [(s, n) for n in os.listdir(work_dir)
                  if (s := _checkpoint_step(n)) is not None]
-        candidates += [osp.join(work_dir, n) for _, n in sorted(found,
-                                                               reverse=True)]
+        candidates += [osp.join(work_dir, n)
+                       for _, n in sorted(found, reverse=True)]
     seen = set()
     for path in candidates:
         if path in seen:

@@ -40,7 +40,8 @@ TIMM_NAMES = [
 
 
 def _rename(key: str, to_timm: bool) -> str:
-    """One key between mmpretrain's and timm's ViT names (:data:`TIMM_NAMES`)."""
+    """One key between mmpretrain's and timm's ViT names
+    (:data:`TIMM_NAMES`)."""
     for mm, timm in TIMM_NAMES:
         src, dst = (mm, timm) if to_timm else (timm, mm)
         pattern = '^' + re.escape(src).replace(r'\{\}', r'(\d+)')

@@ -5,6 +5,7 @@ from typing import Dict, List, Tuple
 
 from mmengine.config import Config
 
+
 def _loaders(cfg: Config) -> List[Tuple[str, dict]]:
     """(name, dataloader config) of every dataset the config reads."""
     out = []

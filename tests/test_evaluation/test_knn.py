@@ -69,7 +69,7 @@ def test_pool_features_cls_token():
 
 @pytest.mark.parametrize('feature', ['cls', 'avg'])
 def test_knn_on_model_features_matches_brute_force(tmp_path, feature,
-                                                  device):
+                                                   device):
     """extract_features on a real (tiny) HPM through a dataloader, then kNN,
     against features taken by hand from the encoder's tokens and the
     one-sample-at-a-time brute force."""

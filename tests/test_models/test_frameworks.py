@@ -94,7 +94,7 @@ def test_feature_head_is_milan_cosine_loss_per_patch():
     # brute force: l2-normalise, MSE over channels
     want = torch.stack([torch.stack([
         ((pred[b, i] / pred[b, i].norm() - target[b, i] / target[b, i].norm())
-         **2).mean() for i in range(16)]) for b in range(3)])
+         ** 2).mean() for i in range(16)]) for b in range(3)])
     torch.testing.assert_close(per_patch, want)
     milan = MODELS.build(dict(type='CosineSimilarityLoss', shift_factor=2.0,
                               scale_factor=2.0))
@@ -173,7 +173,8 @@ def test_frozen_targets_load_stay_frozen_and_refuse_missing_weights(
     torch.manual_seed(0)
     model = build(feature_cfg(target, dim))
     net = model.target_generator.network
-    assert not any(p.requires_grad for p in model.target_generator.parameters())
+    assert not any(p.requires_grad
+                   for p in model.target_generator.parameters())
     model.train()
     assert not model.target_generator.training
     # weights saved as the converters write them, loaded at init_weights
@@ -211,7 +212,7 @@ def test_plain_rows_need_no_predictor_and_refuse_half_configs():
         build(dict(plain, mask_generator=dict(type='HPMMaskGenerator')))
 
 
-# ---- mask-token frameworks ---------------------------------------------------
+# ---- mask-token frameworks --------------------------------------------------
 
 def test_mask_token_vit_is_hpm_vit_on_the_full_image():
     torch.manual_seed(0)
@@ -367,7 +368,7 @@ def ibot_reference(s_cls, s_patch, t_cls, t_patch, masks, center, center2,
 
 
 @pytest.mark.parametrize('epoch,temps', [(0, (0.04, 0.04)), (1, (0.055,
-                                                                  0.055)),
+                                                                 0.055)),
                                          (7, (0.07, 0.07))])
 def test_ibot_head_is_ibot_loss_per_patch(epoch, temps):
     """Both losses, the per-patch losses and the center updates equal
@@ -389,7 +390,7 @@ def test_ibot_head_is_ibot_loss_per_patch(epoch, temps):
     teacher_out = torch.cat([t_cls.unsqueeze(1), t_patch], 1)
     losses = head.loss(s_cls.unflatten(0, (V, B)), s_patch[m],
                        teacher_out.unflatten(0, (2, B)), torch.randn(2 * B,
-                                                                    N), mask)
+                                                                     N), mask)
     cls, patch, c1, c2 = ibot_reference(
         s_cls, s_patch, t_cls, t_patch, mask.view(2, B, 4, 4), center,
         center2.unsqueeze(0), *temps, ncrops=V)

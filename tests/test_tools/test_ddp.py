@@ -61,6 +61,8 @@ def _nan_env(tmp_path):
     (tmp_path / 'nan_injection.py').write_text(NAN_HOOK)
     return dict(PYTHONPATH=os.pathsep.join(
         [str(tmp_path), os.environ.get('PYTHONPATH', '')]))
+
+
 FSDP = '''
 runner_type = 'FlexibleRunner'
 strategy = dict(type='FSDPStrategy', state_dict_cfg='full',
@@ -146,7 +148,8 @@ def test_ibot_two_processes_equal_one(tmp_path):
     views = ("dict(type='MultiView', num_views=[2, 2], transforms=["
              "[dict(type='Resize', scale=28)], "
              "[dict(type='Resize', scale=16)]])")
-    body = BODY.replace('alpha_T=1.0)', 'alpha_T=1.0, mask_ratio=[(.25, .25)])')
+    body = BODY.replace('alpha_T=1.0)',
+                        'alpha_T=1.0, mask_ratio=[(.25, .25)])')
     assert 'mask_ratio' in body
     sa = _one_process(tmp_path, 'one', body, base, views)
     assert sa['head.center'].abs().sum() > 0

@@ -18,7 +18,7 @@ SEG_CFG = osp.join(REPO, 'configs', 'benchmarks', 'seg',
                    'upernet_hpm-vit-base-p16_8xb2-amp-80k_ade20k-512x512.py')
 
 
-# ------------------------------------------------------------ the version check
+# ----------------------------------------------------------- the version check
 def test_versions_are_judged_by_the_imported_module(monkeypatch):
     import mmcv
 
@@ -136,7 +136,7 @@ def test_frozen_aware_constructor_same_groups_one_line(capsys):
     del logger
 
 
-# ------------------------------------------------------------ quiet + tensorboard
+# --------------------------------------------------------- quiet + tensorboard
 def test_quiet_console_and_tensorboard(tmp_path):
     """--quiet: one line per epoch and the log path on the console, no
     environment dump, config or frozen-parameter warning (all in the log
@@ -313,7 +313,7 @@ def test_own_images_clear_errors(tmp_path):
     assert (s['img_size'], s['channels'], s['batch_size']) == (32, 1, 8)
 
 
-# ------------------------------------------------------------ kNN under autocast
+# ---------------------------------------------------------- kNN under autocast
 def test_knn_features_under_autocast_close_to_fp32(monkeypatch):
     """Where the rule picks bf16 (a native-bf16 CPU, mocked here), the kNN
     features under autocast stay close to fp32's."""

@@ -12,7 +12,7 @@ from conftest import (FMNIST_CFG, HPM_HOOKS, RANDOM_CROP, REPO, run_tool,
 from mmengine.config import Config
 from mmengine.runner import Runner
 
-MAE_TINY = f'''
+MAE_TINY = '''
 _base_ = ['mmpretrain::_base_/models/mae_vit-base-p16.py',
           'mmpretrain::_base_/default_runtime.py']
 model = dict(
@@ -324,7 +324,7 @@ def fit_to_one_epoch(cfg):
 # framework of the supplementary table
 PAPER_ROWS = ['hpm/hpm_vit-base-p16_8xb512-amp-coslr-200e_in1k.py'] + sorted(
     osp.relpath(p, osp.join(REPO, 'configs')) for d in ('targets',
-                                                         'frameworks')
+                                                        'frameworks')
     for p in glob.glob(osp.join(REPO, 'configs', 'hpm', d, '*_in1k.py')))
 
 

@@ -15,7 +15,8 @@ from conftest import FMNIST_CFG, REPO
 from hpm_mm.utils.checkpoint import UnsafeCheckpointError, load_file
 
 LINEAR_CFG = osp.join(REPO, 'configs', 'benchmarks', 'classification',
-                      'fmnist', 'vit-mini-p4_1xb256-linear-coslr-10e_fmnist.py')
+                      'fmnist',
+                      'vit-mini-p4_1xb256-linear-coslr-10e_fmnist.py')
 
 
 class Payload:

@@ -77,7 +77,7 @@ def test_a_longer_or_shorter_run_moves_lr_alpha_and_teacher(tmp_path):
     assert len(rows) == 6  # 2 iterations x 3 epochs
     assert rows[-1]['lr'] < 2e-4 < rows[2]['lr']  # decayed by the end
     assert [round(r['alpha'], 4) for r in rows[::2]] == [0., 0.1667,
-                                                        0.3333]
+                                                         0.3333]
 
 
 def test_teacher_ramp_follows_the_run():

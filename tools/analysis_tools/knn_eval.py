@@ -74,8 +74,8 @@ def main(argv=None):
              if h.get('type') == 'KNNEvalHook']
     if not hooks:
         raise SystemExit(
-            f'{args.config} has no KNNEvalHook in custom_hooks, so it does not '
-            'say which labelled data to use. Add dict(type="KNNEvalHook", '
+            f'{args.config} has no KNNEvalHook in custom_hooks, so it does '
+            'not say which labelled data to use. Add dict(type="KNNEvalHook", '
             'train_dataloader=..., val_dataloader=...) to custom_hooks.')
     hook = hooks[0]
     ks = args.ks or hook.get('ks', (10, 20, 100, 200))

@@ -21,7 +21,8 @@ class ConsoleProgressHook(Hook):
 
     Example line::
 
-        epoch  3/10  loss_rec 0.5301  rank_acc 0.7074  alpha 0.100  |  42s/epoch, ~4m54s left
+        epoch  3/10  loss_rec 0.5301  rank_acc 0.7074  alpha 0.100  |  \
+            42s/epoch, ~4m54s left
 
     Iteration-based loops get a line every ``max_iters // 10`` iterations.
 

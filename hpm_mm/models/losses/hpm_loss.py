@@ -17,7 +17,8 @@ def _pairs(pred: torch.Tensor, target: torch.Tensor, mask: torch.Tensor):
     """Ordered pairs (i, j) of masked patches of one image.
 
     Returns:
-        tuple: ``diff`` (B, N, N) = s_j - s_i, ``label`` (B, N, N) = [l_j > l_i]
+        tuple: ``diff`` (B, N, N) = s_j - s_i, ``label`` (B, N, N) =
+        [l_j > l_i]
         and ``valid`` (B, N, N): both masked, i != j, l_i != l_j (ties and
         the diagonal are excluded).
     """

@@ -4,6 +4,7 @@ from .blockwise_mask_generator import BlockwiseMaskGenerator
 from .hpm_mask_generator import AttentionMaskGenerator, HPMMaskGenerator
 
 __all__ = [
-    'SCORE_SOURCES', 'IMAGE_SCORES', 'BaseMaskGenerator', 'RandomMaskGenerator',
+    'SCORE_SOURCES', 'IMAGE_SCORES', 'BaseMaskGenerator',
+    'RandomMaskGenerator',
     'HPMMaskGenerator', 'AttentionMaskGenerator', 'BlockwiseMaskGenerator'
 ]

@@ -38,7 +38,8 @@ class HPMPretrainDecoder(MAEPretrainDecoder):
         ...     embed_dim=32, decoder_embed_dim=16, decoder_depth=1,
         ...     decoder_num_heads=2)
         >>> dec.init_weights()
-        >>> rec, score = dec(torch.rand(2, 5, 32), torch.arange(16).repeat(2, 1))
+        >>> ids = torch.arange(16).repeat(2, 1)
+        >>> rec, score = dec(torch.rand(2, 5, 32), ids)
         >>> tuple(rec.shape), tuple(score.shape)
         ((2, 16, 192), (2, 16))
     """
