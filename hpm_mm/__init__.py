@@ -22,8 +22,8 @@ warnings.filterwarnings(
 
 from .compat import (SUPPORTED, MissingCompiledOpsError,  # noqa: E402
                      check_versions, fix_mmcv_adjust_hue,
-                     require_compiled_ops, scopeless_collate_fn,
-                     unbind_attention_qkv)
+                     register_config_scope, require_compiled_ops,
+                     scopeless_collate_fn, unbind_attention_qkv)
 from .version import __version__, version_info  # noqa: E402
 
 check_versions()  # mmengine, mmcv (lite is enough), mmpretrain
@@ -32,49 +32,7 @@ unbind_attention_qkv()  # same numbers, a backward without 3 zero fills
 scopeless_collate_fn()  # package-scoped configs' collate_fn dicts build
 
 
-def _register_config_scope() -> None:
-    """Let mmengine resolve ``_base_ = 'hpm_mm::...'``.
-
-    mmengine only resolves ``pkg::`` config paths of packages listed in its
-    ``MODULE2PACKAGE``; the configs themselves ship in ``hpm_mm/.mim``.
-    """
-    from mmengine.config import utils
-    utils.MODULE2PACKAGE.setdefault('hpm_mm', 'hpm_mm')
-    _resolve_editable_installs()
-
-
-def _resolve_editable_installs() -> None:
-    """Let ``pkg::`` config paths work for editable installs (``pip
-    install -e``, PEP 660).
-
-    mmengine 0.10.7's ``get_installed_path`` assumes a package lives in its
-    distribution's folder (``site-packages/<pkg>``); an editable install
-    keeps only its metadata there, so ``hpm_mm::...`` resolved to a path
-    that does not exist (opencompass #1220 reports the same). When the path
-    mmengine computes does not exist, take the imported package's folder;
-    a path that exists is never changed.
-    """
-    import importlib.util
-    import os.path as osp
-
-    from mmengine.config import config as config_module
-    original = config_module.get_installed_path
-    if getattr(original, '_hpm_mm_editable', False):
-        return
-
-    def get_installed_path(package: str) -> str:
-        path = original(package)
-        if not osp.isdir(path):
-            spec = importlib.util.find_spec(package)
-            if spec is not None and spec.origin is not None:
-                return osp.dirname(spec.origin)
-        return path
-
-    get_installed_path._hpm_mm_editable = True
-    config_module.get_installed_path = get_installed_path
-
-
-_register_config_scope()
+register_config_scope()  # hpm_mm:: config paths, editable installs too
 
 from .utils import register_checkpoint_safe_globals  # noqa: E402
 

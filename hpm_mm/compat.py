@@ -200,3 +200,83 @@ def scopeless_collate_fn() -> None:
 
     build_dataloader._hpm_scopeless = True
     Runner.build_dataloader = staticmethod(build_dataloader)
+
+
+def register_config_scope() -> None:
+    """Let mmengine resolve ``_base_ = 'hpm_mm::...'``.
+
+    mmengine only resolves ``pkg::`` config paths of packages listed in its
+    ``MODULE2PACKAGE``; the configs themselves ship in ``hpm_mm/.mim``.
+    Also :func:`resolve_editable_installs`. Idempotent.
+    """
+    from mmengine.config import utils
+    utils.MODULE2PACKAGE.setdefault('hpm_mm', 'hpm_mm')
+    resolve_editable_installs()
+
+
+def resolve_editable_installs() -> None:
+    """Let ``pkg::`` config paths work for editable installs (``pip
+    install -e``, PEP 660).
+
+    mmengine 0.10.7's ``get_installed_path`` assumes a package lives in its
+    distribution's folder (``site-packages/<pkg>``); an editable install
+    keeps only its metadata there, so ``hpm_mm::...`` resolved to a path
+    that does not exist (opencompass #1220 reports the same). When the path
+    mmengine computes does not exist, take the imported package's folder;
+    a path that exists is never changed. Can go when mmengine finds
+    editable installs (not as of 0.10.7 / onedl-mmengine 0.10.12).
+    Idempotent.
+    """
+    import importlib.util
+    import os.path as osp
+
+    from mmengine.config import config as config_module
+    original = config_module.get_installed_path
+    if getattr(original, '_hpm_mm_editable', False):
+        return
+
+    def get_installed_path(package: str) -> str:
+        path = original(package)
+        if not osp.isdir(path):
+            spec = importlib.util.find_spec(package)
+            if spec is not None and spec.origin is not None:
+                return osp.dirname(spec.origin)
+        return path
+
+    get_installed_path._hpm_mm_editable = True
+    config_module.get_installed_path = get_installed_path
+
+
+#: HistoryBuffer's built-in statistics, which it pickles by reference
+_DEFAULT_STATS = ('mean', 'min', 'max', 'current')
+
+
+def _history_buffer_getstate(self) -> dict:
+    """``HistoryBuffer.__getstate__`` without the built-in methods.
+
+    Unlike mmengine's version it does not write into ``self.__dict__``.
+    """
+    from mmengine.logging import HistoryBuffer
+    custom = {
+        name: fn
+        for name, fn in self._statistics_methods.items()
+        if not (name in _DEFAULT_STATS
+                and fn is getattr(HistoryBuffer, name))
+    }
+    state = {k: v for k, v in self.__dict__.items()
+             if k != 'statistics_methods'}
+    state['statistics_methods'] = custom
+    return state
+
+
+def picklable_history_buffer() -> None:
+    """Checkpoints that load with ``weights_only=True``: mmengine 0.10.7's
+    ``HistoryBuffer`` (in every checkpoint's message hub) pickles its four
+    built-in statistics methods (``getattr(HistoryBuffer, 'min')`` etc.),
+    which would need the builtin ``getattr`` allow-listed, i.e. arbitrary
+    attribute access on load. Its state is written without them (they are
+    re-added on load by its ``__setstate__``). Can go when mmengine's
+    checkpoints load with ``weights_only=True`` by themselves (not as of
+    0.10.7 / onedl-mmengine 0.10.12). Idempotent."""
+    from mmengine.logging import HistoryBuffer
+    HistoryBuffer.__getstate__ = _history_buffer_getstate

@@ -10,10 +10,10 @@ safety off for every file, this
    ``torch.serialization.add_safe_globals``; anything else in a checkpoint is
    still refused by torch;
 2. stops ``HistoryBuffer`` from pickling its four built-in statistics methods
-   (``getattr(HistoryBuffer, 'min')`` etc.), which would need the builtin
-   ``getattr`` allow-listed, and ``getattr`` on allow-listed classes reaches
-   far more than a checkpoint needs. mmengine restores those four on load
-   anyway; custom registered methods are still pickled.
+   (:func:`hpm_mm.compat.picklable_history_buffer`: they would need the
+   builtin ``getattr`` allow-listed, which reaches far more than a checkpoint
+   needs; mmengine restores those four on load anyway; custom registered
+   methods are still pickled).
 
 Checkpoints written by mmengine without hpm_mm imported still contain
 ``getattr`` and are refused by ``weights_only`` loading; re-save them after
@@ -25,8 +25,6 @@ import re
 from typing import List, Optional, Tuple
 
 import torch
-
-_DEFAULT_STATS = ('min', 'max', 'current', 'mean')
 
 
 def _version_tuple(version: str) -> tuple:
@@ -71,24 +69,6 @@ def checkpoint_safe_globals() -> list:
     return [HistoryBuffer, ConfigDict] + _numpy_globals()
 
 
-def _history_buffer_getstate(self) -> dict:
-    """``HistoryBuffer.__getstate__`` without the built-in methods.
-
-    Unlike mmengine's version it does not write into ``self.__dict__``.
-    """
-    from mmengine.logging import HistoryBuffer
-    custom = {
-        name: fn
-        for name, fn in self._statistics_methods.items()
-        if not (name in _DEFAULT_STATS
-                and fn is getattr(HistoryBuffer, name))
-    }
-    state = {k: v for k, v in self.__dict__.items()
-             if k != 'statistics_methods'}
-    state['statistics_methods'] = custom
-    return state
-
-
 #: the first torch with ``torch.serialization.add_safe_globals``, which the
 #: one loader needs (setup.py and requirements/constraints.txt state it)
 TORCH_FLOOR = (2, 4)
@@ -101,9 +81,10 @@ def register_checkpoint_safe_globals() -> None:
     add = getattr(torch.serialization, 'add_safe_globals', None)
     if add is None:
         return  # load_file refuses to load, in one line
-    from mmengine.logging import HistoryBuffer
     from mmengine.runner.checkpoint import CheckpointLoader
-    HistoryBuffer.__getstate__ = _history_buffer_getstate
+
+    from hpm_mm.compat import picklable_history_buffer
+    picklable_history_buffer()
     add(checkpoint_safe_globals())
     CheckpointLoader.register_scheme(prefixes='', loader=load_from_local,
                                      force=True)
