@@ -107,7 +107,8 @@ def test_what_cannot_be_judged_is_refused_before_work(
     evaluated by kNN or tools/test.py (chance accuracy, not an error), the
     hard-patch pictures of a checkpoint without a loss predictor (a random
     one's scores), test.py --out in an unknown format or a missing
-    folder, and a config with a syntax error (its file and line)."""
+    folder, a config with a syntax error (its file and line), and a typo
+    in a hook option (before the first epoch, not at the first save)."""
     other = osp.join(osp.dirname(osp.dirname(__file__)), 'data',
                      'hpm_tiny_v0_epoch_1.pth')  # 16-d, 32 px
     cfg = tiny_config(tmp_path, FMNIST_CFG, num_images=8)
@@ -121,11 +122,14 @@ def test_what_cannot_be_judged_is_refused_before_work(
     ckpt['state_dict'] = {k: v for k, v in ckpt['state_dict'].items()
                           if 'predictor' not in k}
     torch.save(ckpt, no_predictor)
+    typo = ['tools/train.py', cfg, '--work-dir', str(tmp_path / 'w'),
+            '--cfg-options', 'default_hooks.checkpoint.max_keep_ckpt=1']
     broken = tmp_path / 'broken.py'
     broken.write_text(f"_base_ = [{FMNIST_CFG!r}]\nmodel = dict(\n"
                       "    neck=dict(embed_dim=16)\n")
     runs = [
         (['tools/train.py', str(broken)], 'broken.py, line 2'),
+        (typo, "did you mean 'max_keep_ckpts'"),
         (['tools/analysis_tools/visualize_hard_patches.py', FMNIST_CFG,
           str(no_predictor), '--out-dir', str(tmp_path / 'vis')],
          'need its trained loss predictor'),

@@ -29,8 +29,26 @@ class AtomicCheckpointHook(CheckpointHook):
     are the checkpoints beyond ``max_keep_ckpts`` removed. At any moment of
     a save, the previous complete checkpoint is on disk and
     ``last_checkpoint`` names a complete file. Other storage backends keep
-    mmengine's behaviour. All arguments are :class:`CheckpointHook`'s.
+    mmengine's behaviour. All arguments are :class:`CheckpointHook`'s; an
+    argument it does not name (a typo such as ``max_keep_ckpt``) is refused
+    when the hook is built, in one line with the closest name (mmengine
+    would pass it on to the first save, an epoch later, and fail there).
     """
+
+    def __init__(self, *args, **kwargs) -> None:
+        import difflib
+        import inspect
+        known = set(inspect.signature(CheckpointHook.__init__).parameters)
+        unknown = sorted(set(kwargs) - known)
+        if unknown:
+            close = difflib.get_close_matches(unknown[0], sorted(known), 1)
+            raise TypeError(
+                f'{type(self).__name__} (default_hooks.checkpoint) has no '
+                f'option {unknown[0]!r}' +
+                (f'; did you mean {close[0]!r}?' if close else '.') +
+                ' Its options: ' + ', '.join(
+                    sorted(k for k in known if k not in ('self', 'kwargs'))))
+        super().__init__(*args, **kwargs)
 
     def before_train(self, runner) -> None:
         with drop_log_messages(*FILE_CLIENT_DEPRECATION):
