@@ -377,6 +377,11 @@ def load_records():
     return runs, scratch
 
 
+def fmt_value(value):
+    """'-' for a run that has no such value (MAE has no predictor)."""
+    return '-' if value is None else f'{value:.3f}'
+
+
 def fmt_minutes(seconds):
     return '-' if seconds is None else f'{seconds / 60:.0f}'
 
@@ -397,8 +402,8 @@ def report(runs, scratch):
         cells = [f'{m[k]:.2f}' if k in m else '-' for k, _ in METRICS]
         lines.append(
             f"| {r['name']} | {r['steps']} | " + ' | '.join(cells) +
-            f" | {p.get('rank_acc', float('nan')):.3f} | "
-            f"{p.get('spearman', float('nan')):.3f} | "
+            f" | {fmt_value(p.get('rank_acc'))} | "
+            f"{fmt_value(p.get('spearman'))} | "
             f"{fmt_minutes(r.get('train_seconds'))} / "
             f"{fmt_minutes(r.get('eval_seconds'))} / "
             f"{fmt_minutes(r.get('finetune_seconds'))} |")
