@@ -233,6 +233,8 @@ def main(argv=None):
     runner = runner_cls.from_cfg(cfg)
     if cfg.get('load_from') and not cfg.get('resume'):
         check_load_from(runner, cfg.load_from)
+    elif cfg.get('load_from') and cfg.get('resume'):
+        check_resume_fits(runner, cfg.load_from)
     if is_main_process():  # what ran, for whoever reads the work dir
         with open(osp.join(runner.work_dir, 'precision.json'), 'w') as f:
             json.dump(cfg.precision, f, indent=2)
@@ -266,6 +268,30 @@ def check_load_from(runner, path: str) -> None:
             'scratch. Fix: a checkpoint of this architecture, or convert '
             'it (tools/model_converters/hpm2backbone.py) and load it '
             'through the backbone\'s init_cfg.')
+
+
+def check_resume_fits(runner, path: str) -> None:
+    """Refuse ``--resume`` of a checkpoint that does not fill this config's
+    model (the architecture changed since it was written), in one line,
+    before mmengine fails on unrelated tensor errors."""
+    from mmengine.model import is_model_wrapper
+    from mmengine.runner.checkpoint import _load_checkpoint
+
+    from hpm_mm.utils import checkpoint_mismatch
+    model = runner.model.module if is_model_wrapper(runner.model) \
+        else runner.model
+    state = _load_checkpoint(path, map_location='cpu')
+    state = state.get('state_dict', state)
+    upgrade = getattr(model, 'upgrade_state_dict', None)
+    if upgrade is not None:  # keys of earlier hpm_mm versions
+        state = upgrade(state)
+    problem = checkpoint_mismatch(model, state, f'--resume {path}')
+    if problem:
+        raise SystemExit(
+            f'train.py: {problem}: the config changed since the checkpoint '
+            'was written. Fix: resume with the config it was trained with '
+            '(its copy is in the work dir), or start a new work dir, with '
+            '--cfg-options load_from=CKPT to start from its weights.')
 
 
 def check_skipped_steps(runner) -> None:

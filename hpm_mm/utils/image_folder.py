@@ -242,8 +242,15 @@ def folder_config(base_cfg, root: str, work_dir: str, scan: Dict,
                   collate_fn=dict(type='default_collate'))
     all_files = write('images.txt', scan['files'])
     hooks = [dict(type='HPMScheduleHook', by_epoch=True)]
-    if scan['classes']:
-        bank, val = split_labelled(scan['files'], scan['classes'])
+    bank, val = split_labelled(scan['files'], scan['classes']) \
+        if scan['classes'] else ([], [])
+    if scan['classes'] and not (bank and val):
+        # every class has one image: nothing to hold out, or no bank
+        print('kNN skipped: it holds out a fifth of each class and needs a '
+              'class with at least 2 images (each of the '
+              f'{len(scan["classes"])} classes has 1); training without '
+              'kNN, the hard-patch grids are still drawn.')
+    if bank and val:
         bank_file = write('knn_bank.txt', [f'{f} {c}' for f, c in bank])
         val_file = write('knn_val.txt', [f'{f} {c}' for f, c in val])
         with open(osp.join(work_dir, 'classes.txt'), 'w') as f:

@@ -255,6 +255,21 @@ def test_own_images_unlabelled_grayscale_odd_sizes(tmp_path):
     assert cfg.model.neck.num_patches == 64
 
 
+def test_own_images_one_per_class_trains_without_knn(tmp_path):
+    """A labelled folder of one image per class has nothing to hold out:
+    the run says so before training and ends well (kNN had failed after
+    training)."""
+    root = tmp_path / 'two'
+    _write_images(str(root), [('cat/a.png', (40, 40), 'L'),
+                              ('dog/b.png', (40, 40), 'L')], seed=2)
+    work = tmp_path / 'work'
+    proc = run_tool('tools/pretrain_folder.py', str(root), '--work-dir',
+                    str(work), '--epochs', '1')
+    assert 'kNN skipped' in proc.stdout, proc.stdout[-2000:]
+    assert not (work / 'knn.json').exists()
+    assert list((work / 'hard_patches').glob('*.png'))
+
+
 def test_own_images_deep_pixels_loops_and_own_outputs(tmp_path):
     """One image reader for the own-images scan and check_data: a 16-bit
     PNG stops pretrain_folder.py before training, naming the file and the

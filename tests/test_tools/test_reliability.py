@@ -107,8 +107,9 @@ def test_what_cannot_be_judged_is_refused_before_work(
     evaluated by kNN or tools/test.py (chance accuracy, not an error), the
     hard-patch pictures of a checkpoint without a loss predictor (a random
     one's scores), test.py --out in an unknown format or a missing
-    folder, a config with a syntax error (its file and line), and a typo
-    in a hook option (before the first epoch, not at the first save)."""
+    folder, a config with a syntax error (its file and line), a typo in a
+    hook option (before the first epoch, not at the first save), and
+    --resume after the architecture changed."""
     other = osp.join(osp.dirname(osp.dirname(__file__)), 'data',
                      'hpm_tiny_v0_epoch_1.pth')  # 16-d, 32 px
     cfg = tiny_config(tmp_path, FMNIST_CFG, num_images=8)
@@ -122,6 +123,8 @@ def test_what_cannot_be_judged_is_refused_before_work(
     ckpt['state_dict'] = {k: v for k, v in ckpt['state_dict'].items()
                           if 'predictor' not in k}
     torch.save(ckpt, no_predictor)
+    other_dir = tmp_path / 'changed'
+    other_dir.mkdir()
     typo = ['tools/train.py', cfg, '--work-dir', str(tmp_path / 'w'),
             '--cfg-options', 'default_hooks.checkpoint.max_keep_ckpt=1']
     broken = tmp_path / 'broken.py'
@@ -130,6 +133,11 @@ def test_what_cannot_be_judged_is_refused_before_work(
     runs = [
         (['tools/train.py', str(broken)], 'broken.py, line 2'),
         (typo, "did you mean 'max_keep_ckpts'"),
+        (['tools/train.py', tiny_config(
+            other_dir, FMNIST_CFG, num_images=8,
+            body='model = dict(neck=dict(decoder_embed_dim=64))'),
+          '--work-dir', str(tmp_path / 'w'), '--resume', hpm_checkpoint],
+         'the config changed since the checkpoint was written'),
         (['tools/analysis_tools/visualize_hard_patches.py', FMNIST_CFG,
           str(no_predictor), '--out-dir', str(tmp_path / 'vis')],
          'need its trained loss predictor'),
