@@ -66,18 +66,16 @@ def main(argv=None):
     from hpm_mm.utils import setup_cpu_distributed
     setup_cpu_distributed(cfg)  # gloo + CPU DDP when there is no GPU
     runner = Runner.from_cfg(cfg)
-    from mmengine.model import is_model_wrapper
-    from mmengine.runner.checkpoint import _load_checkpoint
+    from mmpretrain.utils import get_ori_model
 
-    from hpm_mm.utils import checkpoint_mismatch, nonfinite_tensors
-    state = _load_checkpoint(args.checkpoint, map_location='cpu')
-    state = state.get('state_dict', state)
+    from hpm_mm.utils import (checkpoint_mismatch, checkpoint_state,
+                              nonfinite_tensors)
+    model = get_ori_model(runner.model)
+    state = checkpoint_state(model, args.checkpoint)
     problem = nonfinite_tensors(state, args.checkpoint)
     if problem:
         raise SystemExit(f'tools/test.py: {problem}. Fix: test an earlier '
                          'checkpoint of the run (its training diverged).')
-    model = runner.model.module if is_model_wrapper(runner.model) \
-        else runner.model
     problem = None if args.partial_load else checkpoint_mismatch(
         model, state, args.checkpoint)
     if problem:

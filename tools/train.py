@@ -248,18 +248,11 @@ def check_load_from(runner, path: str) -> None:
     architecture, which mmengine would load with a warning and then train
     from scratch. (A pretraining checkpoint fine-tuned through load_from
     fills the whole encoder; only a small head stays new.)"""
-    from mmengine.model import is_model_wrapper
-    from mmengine.runner.checkpoint import _load_checkpoint
+    from mmpretrain.utils import get_ori_model
 
-    from hpm_mm.utils import share_of_model
-    model = runner.model.module if is_model_wrapper(runner.model) \
-        else runner.model
-    state = _load_checkpoint(path, map_location='cpu')
-    state = state.get('state_dict', state)
-    upgrade = getattr(model, 'upgrade_state_dict', None)
-    if upgrade is not None:  # keys of earlier hpm_mm versions
-        state = upgrade(state)
-    share = share_of_model(model, state)
+    from hpm_mm.utils import checkpoint_state, share_of_model
+    model = get_ori_model(runner.model)
+    share = share_of_model(model, checkpoint_state(model, path))
     if share < 0.5:
         raise SystemExit(
             f'train.py: load_from={path} fills {100 * share:.1f}% of this '
@@ -274,18 +267,12 @@ def check_resume_fits(runner, path: str) -> None:
     """Refuse ``--resume`` of a checkpoint that does not fill this config's
     model (the architecture changed since it was written), in one line,
     before mmengine fails on unrelated tensor errors."""
-    from mmengine.model import is_model_wrapper
-    from mmengine.runner.checkpoint import _load_checkpoint
+    from mmpretrain.utils import get_ori_model
 
-    from hpm_mm.utils import checkpoint_mismatch
-    model = runner.model.module if is_model_wrapper(runner.model) \
-        else runner.model
-    state = _load_checkpoint(path, map_location='cpu')
-    state = state.get('state_dict', state)
-    upgrade = getattr(model, 'upgrade_state_dict', None)
-    if upgrade is not None:  # keys of earlier hpm_mm versions
-        state = upgrade(state)
-    problem = checkpoint_mismatch(model, state, f'--resume {path}')
+    from hpm_mm.utils import checkpoint_mismatch, checkpoint_state
+    model = get_ori_model(runner.model)
+    problem = checkpoint_mismatch(model, checkpoint_state(model, path),
+                                  f'--resume {path}')
     if problem:
         raise SystemExit(
             f'train.py: {problem}: the config changed since the checkpoint '

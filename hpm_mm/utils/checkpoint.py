@@ -168,6 +168,18 @@ def student_or_teacher_state(state_dict: dict,
     return out
 
 
+def checkpoint_state(model: torch.nn.Module, filename: str) -> dict:
+    """The state dict of ``filename`` (through :func:`load_file`) in
+    ``model``'s keys: its ``state_dict`` entry, keys of earlier hpm_mm
+    versions mapped by the model's ``upgrade_state_dict`` when it has
+    one."""
+    from mmengine.runner.checkpoint import _load_checkpoint  # load_file
+    ckpt = _load_checkpoint(filename, map_location='cpu')
+    state = ckpt.get('state_dict', ckpt)
+    upgrade = getattr(model, 'upgrade_state_dict', None)
+    return upgrade(state) if upgrade is not None else state
+
+
 def load_checkpoint_strict(model: torch.nn.Module,
                            filename: str,
                            teacher: bool = False,
@@ -189,12 +201,7 @@ def load_checkpoint_strict(model: torch.nn.Module,
     Returns:
         dict: ``missing`` and ``unexpected`` key lists.
     """
-    from mmengine.runner.checkpoint import _load_checkpoint  # load_file
-    ckpt = _load_checkpoint(filename, map_location='cpu')
-    state = ckpt.get('state_dict', ckpt)
-    upgrade = getattr(model, 'upgrade_state_dict', None)
-    if upgrade is not None:  # keys of earlier hpm_mm versions
-        state = upgrade(state)
+    state = checkpoint_state(model, filename)
     if not whole:
         state = student_or_teacher_state(state, teacher, model)
     problem = nonfinite_tensors(state, filename)

@@ -76,26 +76,28 @@ def scan_folder(root: str) -> Dict:
     if not osp.isdir(root):
         raise SystemExit(f'{root} is not a folder. Fix: pass the folder that '
                          'holds your images.')
-    paths, seen_dirs, seen_files = [], set(), set()
+    # a folder or file reached twice (a symlink loop, a second link) is
+    # read once; work dirs (our own outputs) are not data
+    paths, seen = [], {osp.realpath(root)}
     for dirpath, dirnames, filenames in os.walk(root, followlinks=True):
-        # a folder reached twice (a symlink loop or a second link to it)
-        # is read once; work dirs (our own outputs) are not data
-        seen_dirs.add(osp.realpath(dirpath))
         keep = []
         for d in sorted(dirnames):
             full = osp.join(dirpath, d)
-            if d.startswith('.') or d == 'work_dirs' or is_work_dir(full) \
-                    or osp.realpath(full) in seen_dirs:
+            real = osp.realpath(full)
+            if d.startswith('.') or d == 'work_dirs' or real in seen or \
+                    is_work_dir(full):
                 continue
-            seen_dirs.add(osp.realpath(full))
+            seen.add(real)
             keep.append(d)
         dirnames[:] = keep
         for name in sorted(filenames):
             full = osp.join(dirpath, name)
-            if name.lower().endswith(IMAGE_EXTENSIONS) and \
-                    not name.startswith('.') and \
-                    osp.realpath(full) not in seen_files:
-                seen_files.add(osp.realpath(full))
+            if not name.lower().endswith(IMAGE_EXTENSIONS) or \
+                    name.startswith('.'):
+                continue
+            real = osp.realpath(full)
+            if real not in seen:
+                seen.add(real)
                 paths.append(osp.relpath(full, root))
     if not paths:
         raise SystemExit(

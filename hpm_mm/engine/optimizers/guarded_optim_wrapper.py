@@ -32,7 +32,7 @@ def check_clip_grad(clip) -> None:
     if value is None:
         return
     if isinstance(value, bool) or not isinstance(value, (int, float)) or \
-            not value > 0 or value != value:
+            not value > 0:  # NaN is not > 0 either
         raise ValueError(
             f'optim_wrapper.clip_grad.{key}={value!r} is not a positive '
             f'number (a negative one reverses the gradients). Fix: '
