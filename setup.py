@@ -6,7 +6,6 @@ import os
 import os.path as osp
 import shutil
 import sys
-
 from setuptools import find_packages, setup
 
 HERE = osp.dirname(osp.abspath(__file__))
@@ -87,7 +86,9 @@ if __name__ == '__main__':
             'lite': ['mmcv-lite>=2.1.0,<2.2.0'],
             'full': ['mmcv>=2.1.0,<2.2.0'] +
             parse_requirements('requirements/full.txt'),
-            'tests': parse_requirements('requirements/tests.txt'),
-            'optional': parse_requirements('requirements/optional.txt'),
+            'tests':
+            parse_requirements('requirements/tests.txt'),
+            'optional':
+            parse_requirements('requirements/optional.txt'),
         },
         zip_safe=False)

@@ -48,8 +48,8 @@ def load_images(data: str, device) -> torch.Tensor:
             opener = gzip.open if name.endswith('.gz') else open
             with opener(path, 'rb') as f:
                 raw = f.read()
-            n, h, w = (int.from_bytes(raw[4 * i:4 * i + 4], 'big')
-                       for i in (1, 2, 3))
+            n, h, w = (
+                int.from_bytes(raw[4 * i:4 * i + 4], 'big') for i in (1, 2, 3))
             arr = np.frombuffer(raw, np.uint8, offset=16).reshape(n, h, w)
             return torch.from_numpy(arr.copy()).to(device)
     raise FileNotFoundError(
@@ -64,15 +64,18 @@ def batches(images, batch, img_size, device, seed=0):
     while True:
         if images is None:  # smooth random images
             low = torch.rand(batch, 3, 4, 4, generator=g, device=device)
-            x = F.interpolate(low, size=(img_size, img_size),
-                              mode='bicubic', align_corners=False)
+            x = F.interpolate(
+                low,
+                size=(img_size, img_size),
+                mode='bicubic',
+                align_corners=False)
             yield (x.clamp(0, 1) * 255)
             continue
-        idx = torch.randint(len(images), (batch, ), generator=g,
-                            device=device)
+        idx = torch.randint(len(images), (batch, ), generator=g, device=device)
         x = images[idx].float().unsqueeze(1)
-        x = F.interpolate(x, size=(img_size, img_size), mode='bilinear',
-                          align_corners=False).expand(-1, 3, -1, -1)
+        x = F.interpolate(
+            x, size=(img_size, img_size), mode='bilinear',
+            align_corners=False).expand(-1, 3, -1, -1)
         flip = torch.rand(batch, generator=g, device=device) < 0.5
         yield torch.where(flip.view(-1, 1, 1, 1), x.flip(-1), x)
 
@@ -81,21 +84,31 @@ def build(arch, img_size, amp, batch, device):
     """HPM (alpha 0 -> 0.5) and the recipe's optimizer wrapper."""
     from mmengine.optim import build_optim_wrapper
     from mmpretrain.registry import MODELS
-    hpm = model_cfgs(arch, img_size, {'mask_generator.alpha_0': 0.,
-                                      'mask_generator.alpha_T': 0.5})[1]
+    hpm = model_cfgs(arch, img_size, {
+        'mask_generator.alpha_0': 0.,
+        'mask_generator.alpha_T': 0.5
+    })[1]
     torch.manual_seed(0)
     model = MODELS.build(hpm).to(device)
     model.init_weights()
     model.train()
-    cfg = dict(optimizer=dict(type='AdamW', lr=1.5e-4 * batch / 256,
-                              betas=(0.9, 0.95), weight_decay=0.05),
-               clip_grad=dict(max_norm=5.0))
+    cfg = dict(
+        optimizer=dict(
+            type='AdamW',
+            lr=1.5e-4 * batch / 256,
+            betas=(0.9, 0.95),
+            weight_decay=0.05),
+        clip_grad=dict(max_norm=5.0))
     if amp == 'fp16':
-        cfg.update(type='GuardedAmpOptimWrapper', dtype='float16',
-                   loss_scale='dynamic')
+        cfg.update(
+            type='GuardedAmpOptimWrapper',
+            dtype='float16',
+            loss_scale='dynamic')
     else:
-        cfg.update(type='AutocastOptimWrapper', dtype='bfloat16',
-                   device_type=torch.device(device).type)
+        cfg.update(
+            type='AutocastOptimWrapper',
+            dtype='bfloat16',
+            device_type=torch.device(device).type)
     return model, build_optim_wrapper(model, cfg)
 
 
@@ -108,8 +121,9 @@ def dtype_probe(model):
     def student(module, inputs, output):
         seen.setdefault('student', str(output.dtype))
 
-    undo = [model.backbone.layers[0].attn.qkv.register_forward_hook(
-        student).remove]
+    undo = [
+        model.backbone.layers[0].attn.qkv.register_forward_hook(student).remove
+    ]
     head = model.head
     patch, rel = head.patch_losses, head.loss_pred.forward
 
@@ -125,8 +139,10 @@ def dtype_probe(model):
 
     head.patch_losses = patch_losses
     head.loss_pred.forward = relative
-    undo += [lambda: delattr(head, 'patch_losses'),
-             lambda: delattr(head.loss_pred, 'forward')]
+    undo += [
+        lambda: delattr(head, 'patch_losses'),
+        lambda: delattr(head.loss_pred, 'forward')
+    ]
     return seen, undo
 
 
@@ -142,30 +158,32 @@ def run(amp, args, device, images):
     for step in range(args.steps):
         t = step / args.steps
         model.set_progress(t, epoch=t * 100, optim_steps=optim.applied_steps)
-        lr = lr0 * min(1., (step + 1) / warm) * (
-            0.5 * (1 + math.cos(math.pi * max(0, step - warm) /
-                                max(1, args.steps - warm))))
+        lr = lr0 * min(1., (step + 1) / warm) * (0.5 * (1 + math.cos(
+            math.pi * max(0, step - warm) / max(1, args.steps - warm))))
         for group in optim.param_groups:
             group['lr'] = lr
         skipped = optim.skipped_steps
-        log = model.train_step(dict(inputs=next(data), data_samples=None),
-                               optim)
+        log = model.train_step(
+            dict(inputs=next(data), data_samples=None), optim)
         if step == 0:
             for u in undo:
                 u()
             seen['loss_rec'] = str(log['loss_rec'].dtype)
         scaler = getattr(optim, 'loss_scaler', None)
         grad = hub.get_scalar('train/grad_norm')
-        curve.append(dict(
-            step=step,
-            **{k: float(log[k].detach())
-               for k in ('loss_rec', 'loss_pred', 'rank_acc', 'alpha')
-               if k in log},
-            skipped=optim.skipped_steps > skipped,
-            loss_scale=float(scaler.get_scale()) if scaler is not None
-            and scaler.is_enabled() else None,
-            grad_norm=float(grad.current()) if grad is not None and len(
-                grad.data[0]) else None))
+        curve.append(
+            dict(
+                step=step,
+                **{
+                    k: float(log[k].detach())
+                    for k in ('loss_rec', 'loss_pred', 'rank_acc', 'alpha')
+                    if k in log
+                },
+                skipped=optim.skipped_steps > skipped,
+                loss_scale=float(scaler.get_scale())
+                if scaler is not None and scaler.is_enabled() else None,
+                grad_norm=float(grad.current())
+                if grad is not None and len(grad.data[0]) else None))
     if device.type == 'cuda':
         torch.cuda.synchronize(device)
     seconds = time.perf_counter() - t0
@@ -173,22 +191,26 @@ def run(amp, args, device, images):
     k = max(1, min(50, len(curve) // 5))
 
     def mean(rows, key):
-        vals = [r[key] for r in rows if r.get(key) is not None and
-                math.isfinite(r[key])]
+        vals = [
+            r[key] for r in rows
+            if r.get(key) is not None and math.isfinite(r[key])
+        ]
         return sum(vals) / len(vals) if vals else float('nan')
 
     summary = dict(
-        amp=amp, steps=args.steps, seconds=seconds,
+        amp=amp,
+        steps=args.steps,
+        seconds=seconds,
         skipped=sum(c['skipped'] for c in curve),
-        nonfinite_logged=sum(not math.isfinite(c['loss_rec'])
-                             for c in curve),
+        nonfinite_logged=sum(not math.isfinite(c['loss_rec']) for c in curve),
         loss_rec_first=mean(curve[:k], 'loss_rec'),
         loss_rec_last=mean(finite[-k:], 'loss_rec'),
         loss_pred_first=mean(curve[:k], 'loss_pred'),
         loss_pred_last=mean(finite[-k:], 'loss_pred'),
         rank_acc_last=mean(finite[-k:], 'rank_acc'),
         loss_scale_last=curve[-1]['loss_scale'],
-        teacher_steps=int(model.teacher.steps), dtypes=seen)
+        teacher_steps=int(model.teacher.steps),
+        dtypes=seen)
     return summary, curve
 
 
@@ -198,11 +220,13 @@ def main(argv=None):
     parser.add_argument('--img-size', type=int, default=224)
     parser.add_argument('--batch', type=int, default=64)
     parser.add_argument('--steps', type=int, default=300)
-    parser.add_argument('--amp', nargs='+', default=['fp16', 'bf16'],
-                        choices=['fp16', 'bf16'])
+    parser.add_argument(
+        '--amp', nargs='+', default=['fp16', 'bf16'], choices=['fp16', 'bf16'])
     parser.add_argument('--device', default=None)
-    parser.add_argument('--data', default='data/fashion_mnist',
-                        help="Fashion-MNIST's folder, or 'synthetic'")
+    parser.add_argument(
+        '--data',
+        default='data/fashion_mnist',
+        help="Fashion-MNIST's folder, or 'synthetic'")
     parser.add_argument('--seed', type=int, default=0)
     parser.add_argument('--out')
     args = parser.parse_args(argv)
@@ -237,8 +261,10 @@ def main(argv=None):
               f"{summary['seconds']:.0f} |")
     if args.out:
         with open(args.out, 'w') as f:
-            json.dump(dict(versions=env, args=vars(args), results=results),
-                      f, indent=1)
+            json.dump(
+                dict(versions=env, args=vars(args), results=results),
+                f,
+                indent=1)
     return results
 
 

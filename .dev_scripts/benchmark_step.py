@@ -61,9 +61,17 @@ def vit_macs(tokens: int, dim: int, depth: int, mlp: float = 4.) -> float:
     return depth * per_block
 
 
-def flop_model(dim, depth, num_patches, mask_ratio=0.75, dec_dim=512,
-               dec_depth=8, pred_depth=8, pred_dim=512, patch_pixels=768,
-               teacher_patches=None, teacher=True):
+def flop_model(dim,
+               depth,
+               num_patches,
+               mask_ratio=0.75,
+               dec_dim=512,
+               dec_depth=8,
+               pred_depth=8,
+               pred_dim=512,
+               patch_pixels=768,
+               teacher_patches=None,
+               teacher=True):
     """(MAE MACs, HPM MACs) per image of one training step.
 
     ``teacher_patches``: patches the teacher sees (half-resolution teacher);
@@ -84,23 +92,31 @@ def flop_model(dim, depth, num_patches, mask_ratio=0.75, dec_dim=512,
     hpm = 3 * (enc_vis + embed + rec + predictor(full))
     if teacher:
         t = (teacher_patches or num_patches) + 1
-        hpm += (vit_macs(t, dim, depth) + (t - 1) * patch_pixels * dim +
-                t * dim * dec_dim + predictor(t))
+        hpm += (
+            vit_macs(t, dim, depth) + (t - 1) * patch_pixels * dim +
+            t * dim * dec_dim + predictor(t))
     return mae, hpm
 
 
 # name: (HPM model config overrides (dotted keys), FLOP-model arguments)
 FAST = {
-    'teacher_bf16': ({'teacher.dtype': 'bfloat16'}, {}),
-    'predictor_2blocks': ({'neck.predictor_depth': 2}, dict(pred_depth=2)),
-    'teacher_half_res': ({'teacher.input_scale': 0.5},
-                         dict(teacher_scale=0.5)),
-    'teacher_half_res+2blocks': ({'neck.predictor_depth': 2,
-                                  'teacher.input_scale': 0.5},
-                                 dict(pred_depth=2, teacher_scale=0.5)),
-    'alpha0_no_teacher': ({'mask_generator.alpha_0': 0.,
-                           'mask_generator.alpha_T': 0.},
-                          dict(teacher=False)),
+    'teacher_bf16': ({
+        'teacher.dtype': 'bfloat16'
+    }, {}),
+    'predictor_2blocks': ({
+        'neck.predictor_depth': 2
+    }, dict(pred_depth=2)),
+    'teacher_half_res': ({
+        'teacher.input_scale': 0.5
+    }, dict(teacher_scale=0.5)),
+    'teacher_half_res+2blocks': ({
+        'neck.predictor_depth': 2,
+        'teacher.input_scale': 0.5
+    }, dict(pred_depth=2, teacher_scale=0.5)),
+    'alpha0_no_teacher': ({
+        'mask_generator.alpha_0': 0.,
+        'mask_generator.alpha_T': 0.
+    }, dict(teacher=False)),
 }
 
 
@@ -108,8 +124,13 @@ def fast_flops(arch, img_size, pred_depth=8, teacher_scale=1., teacher=True):
     dim, depth, _ = ARCHS[arch]
     side = img_size // 16
     t_side = max(1, int(side * teacher_scale + .5))
-    return flop_model(dim, depth, side**2, pred_depth=pred_depth,
-                      teacher_patches=t_side**2, teacher=teacher)
+    return flop_model(
+        dim,
+        depth,
+        side**2,
+        pred_depth=pred_depth,
+        teacher_patches=t_side**2,
+        teacher=teacher)
 
 
 def model_cfgs(arch, img_size, overrides=None):
@@ -117,12 +138,20 @@ def model_cfgs(arch, img_size, overrides=None):
     from mmengine.config import Config
     from mmengine.hub import get_config  # resolves mmpretrain::
     dim, depth, heads = ARCHS[arch]
-    vit = dict(arch=dict(embed_dims=dim, num_layers=depth, num_heads=heads,
-                         feedforward_channels=4 * dim),
-               img_size=img_size, patch_size=16)
+    vit = dict(
+        arch=dict(
+            embed_dims=dim,
+            num_layers=depth,
+            num_heads=heads,
+            feedforward_channels=4 * dim),
+        img_size=img_size,
+        patch_size=16)
     neck = dict(num_patches=(img_size // 16)**2, embed_dim=dim)
-    pre = dict(type='SelfSupDataPreprocessor', mean=[123.675, 116.28, 103.53],
-               std=[58.395, 57.12, 57.375], to_rgb=True)
+    pre = dict(
+        type='SelfSupDataPreprocessor',
+        mean=[123.675, 116.28, 103.53],
+        std=[58.395, 57.12, 57.375],
+        to_rgb=True)
     mae, hpm = get_config(MAE_CFG).model, Config.fromfile(HPM_CFG).model
     for cfg in (mae, hpm):
         cfg.backbone.update(vit)
@@ -200,8 +229,10 @@ class Timer:
 
 def sections(model, timer):
     """Time HPM's (or MAE's) real modules; returns the undo callables."""
-    undo = [timer.wrap(module, 'forward', 'student_fwd')
-            for module in (model.backbone, model.neck)]
+    undo = [
+        timer.wrap(module, 'forward', 'student_fwd')
+        for module in (model.backbone, model.neck)
+    ]
     undo.append(timer.wrap(model.head, 'loss', 'losses'))
     if getattr(model, 'mask_generator', None) is not None:
         undo.append(timer.wrap(model.mask_generator, 'forward', 'mask'))
@@ -214,13 +245,16 @@ def sections(model, timer):
 def optim_wrapper(model, amp):
     """AdamW through the optimizer wrapper the configs use."""
     from mmengine.optim import build_optim_wrapper
-    cfg = dict(type='GuardedOptimWrapper',
-               optimizer=dict(type='AdamW', lr=1e-4, betas=(0.9, 0.95)))
+    cfg = dict(
+        type='GuardedOptimWrapper',
+        optimizer=dict(type='AdamW', lr=1e-4, betas=(0.9, 0.95)))
     if amp == 'bf16':
         cfg.update(type='AutocastOptimWrapper', dtype='bfloat16')
     elif amp == 'fp16':
-        cfg.update(type='GuardedAmpOptimWrapper', dtype='float16',
-                   loss_scale='dynamic')
+        cfg.update(
+            type='GuardedAmpOptimWrapper',
+            dtype='float16',
+            loss_scale='dynamic')
     return build_optim_wrapper(model, cfg)
 
 
@@ -229,8 +263,8 @@ def measure(cfg, x, iters, amp=None, breakdown=False, warmup=1, ops=None):
     model; ``dict(oom=True)`` when it does not fit in the device's
     memory."""
     try:
-        return _measure(cfg, x, iters, amp, breakdown, warmup,
-                        ops or DeviceOps(x.device))
+        return _measure(cfg, x, iters, amp, breakdown, warmup, ops
+                        or DeviceOps(x.device))
     except torch.OutOfMemoryError:
         if x.device.type == 'cuda':
             torch.cuda.empty_cache()
@@ -319,22 +353,27 @@ def mask_bench(num_patches, batch, device, iters=20, ops=None):
                 mask = fn()
         assert torch.all(mask.sum(1) == num_masked)
         out[name] = statistics.median(timer.times[name])
-    return dict(out, batch=batch, num_patches=num_patches,
-                num_masked=num_masked, num_hard=num_hard)
+    return dict(
+        out,
+        batch=batch,
+        num_patches=num_patches,
+        num_masked=num_masked,
+        num_hard=num_hard)
 
 
 def setup(parser, device, amps, name):
     """What both GPU tools do first: register hpm_mm, mmpretrain's scope, a
     quiet logger; the device (CUDA when there is one); fp16 refused in one
     line without CUDA. Returns the device."""
-    import hpm_mm  # noqa: F401
     from mmengine.logging import MMLogger
     from mmengine.registry import init_default_scope
+
+    import hpm_mm  # noqa: F401
     init_default_scope('mmpretrain')
     # the current logger: warnings only (no per-parameter init report)
     MMLogger.get_instance(name, log_level='WARNING')
-    device = torch.device(device or (
-        'cuda' if torch.cuda.is_available() else 'cpu'))
+    device = torch.device(
+        device or ('cuda' if torch.cuda.is_available() else 'cpu'))
     if 'fp16' in amps and device.type != 'cuda':
         parser.error('--amp fp16 (a dynamic loss scale) needs CUDA; use '
                      '--amp bf16 on this device')
@@ -365,29 +404,42 @@ def fmt_row(arch, name, row, mae):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument('--archs', nargs='+', default=['t', 's', 'b'],
-                        choices=list(ARCHS))
+    parser.add_argument(
+        '--archs', nargs='+', default=['t', 's', 'b'], choices=list(ARCHS))
     parser.add_argument('--batch', type=int, default=8)
     parser.add_argument('--iters', type=int, default=5)
-    parser.add_argument('--warmup', type=int, default=1,
-                        help='untimed steps before timing (default 1)')
+    parser.add_argument(
+        '--warmup',
+        type=int,
+        default=1,
+        help='untimed steps before timing (default 1)')
     parser.add_argument('--img-size', type=int, default=224)
     parser.add_argument('--device', default=None)
-    parser.add_argument('--amp', nargs='?', const='bf16',
-                        choices=['bf16', 'fp16'],
-                        help='mixed precision: bf16 autocast (default with '
-                        'no value; any device) or fp16 with a dynamic loss '
-                        'scale (CUDA)')
-    parser.add_argument('--no-fast', action='store_true',
-                        help='skip the fast settings')
-    parser.add_argument('--fast', nargs='+', default=list(FAST),
-                        choices=list(FAST),
-                        help='which fast settings to time')
-    parser.add_argument('--no-breakdown', action='store_true',
-                        help="skip the timed sections of HPM's step")
-    parser.add_argument('--mask-bench', action='store_true',
-                        help='also time mask generation: vectorised vs the '
-                        "authors' per-image loop")
+    parser.add_argument(
+        '--amp',
+        nargs='?',
+        const='bf16',
+        choices=['bf16', 'fp16'],
+        help='mixed precision: bf16 autocast (default with '
+        'no value; any device) or fp16 with a dynamic loss '
+        'scale (CUDA)')
+    parser.add_argument(
+        '--no-fast', action='store_true', help='skip the fast settings')
+    parser.add_argument(
+        '--fast',
+        nargs='+',
+        default=list(FAST),
+        choices=list(FAST),
+        help='which fast settings to time')
+    parser.add_argument(
+        '--no-breakdown',
+        action='store_true',
+        help="skip the timed sections of HPM's step")
+    parser.add_argument(
+        '--mask-bench',
+        action='store_true',
+        help='also time mask generation: vectorised vs the '
+        "authors' per-image loop")
     parser.add_argument('--mask-batch', type=int, default=256)
     parser.add_argument('--out')
     args = parser.parse_args(argv)
@@ -403,27 +455,43 @@ def main(argv=None):
     for arch in args.archs:
         dim, depth, _ = ARCHS[arch]
         mae_cfg, hpm_cfg = model_cfgs(arch, args.img_size)
-        x = torch.randn(args.batch, 3, args.img_size, args.img_size,
-                        device=device)
-        mae = measure(mae_cfg, x, args.iters, args.amp, warmup=args.warmup,
-                      ops=ops)
-        hpm = measure(hpm_cfg, x, args.iters, args.amp, warmup=args.warmup,
-                      breakdown=not args.no_breakdown, ops=ops)
+        x = torch.randn(
+            args.batch, 3, args.img_size, args.img_size, device=device)
+        mae = measure(
+            mae_cfg, x, args.iters, args.amp, warmup=args.warmup, ops=ops)
+        hpm = measure(
+            hpm_cfg,
+            x,
+            args.iters,
+            args.amp,
+            warmup=args.warmup,
+            breakdown=not args.no_breakdown,
+            ops=ops)
         n = (args.img_size // 16)**2
         f_mae, f_hpm = flop_model(dim, depth, n)
         mae['flop_ratio'], hpm['flop_ratio'] = 1., f_hpm / f_mae
-        res = dict(mae=mae, hpm=hpm, flop_ratio=f_hpm / f_mae,
-                   gmacs_mae=f_mae / 1e9, gmacs_hpm=f_hpm / 1e9)
-        all_rows += [fmt_row(arch, 'MAE (mmpretrain)', mae, mae),
-                     fmt_row(arch, 'HPM (faithful)', hpm, mae)]
+        res = dict(
+            mae=mae,
+            hpm=hpm,
+            flop_ratio=f_hpm / f_mae,
+            gmacs_mae=f_mae / 1e9,
+            gmacs_hpm=f_hpm / 1e9)
+        all_rows += [
+            fmt_row(arch, 'MAE (mmpretrain)', mae, mae),
+            fmt_row(arch, 'HPM (faithful)', hpm, mae)
+        ]
         if not args.no_fast:
             res['fast'] = {}
             for name, (overrides, flop_args) in FAST.items():
                 if name not in args.fast:
                     continue
-                t = measure(model_cfgs(arch, args.img_size, overrides)[1], x,
-                            args.iters, args.amp, warmup=args.warmup,
-                            ops=ops)
+                t = measure(
+                    model_cfgs(arch, args.img_size, overrides)[1],
+                    x,
+                    args.iters,
+                    args.amp,
+                    warmup=args.warmup,
+                    ops=ops)
                 f_m, f_h = fast_flops(arch, args.img_size, **flop_args)
                 t['flop_ratio'] = f_h / f_m
                 if not t.get('oom') and not mae.get('oom'):
@@ -441,15 +509,15 @@ def main(argv=None):
             f"{res['flop_ratio']:.2f}x | {hpm['teacher']:.3f} | "
             f"{hpm['mask'] * 1e3:.1f} ms | {hpm['student_fwd']:.3f} | "
             f"{hpm['losses'] * 1e3:.1f} ms | {hpm['rest']:.3f} | "
-            f"{100 * overhead:.1f}% |"
-            + (f" {mae['peak_mem_gib']:.2f} / {hpm['peak_mem_gib']:.2f} |"
-               if 'peak_mem_gib' in hpm else ''))
+            f"{100 * overhead:.1f}% |" +
+            (f" {mae['peak_mem_gib']:.2f} / {hpm['peak_mem_gib']:.2f} |"
+             if 'peak_mem_gib' in hpm else ''))
     if rows:
-        header = ('| model | MAE step (s) | HPM step (s) | HPM/MAE | '
-                  'FLOP model | teacher (s) | mask gen | student fwd (s) | '
-                  'losses | bwd+step+rest (s) | mask+loss share |' +
-                  (' peak mem MAE / HPM (GiB) |' if device.type == 'cuda'
-                   else ''))
+        header = (
+            '| model | MAE step (s) | HPM step (s) | HPM/MAE | '
+            'FLOP model | teacher (s) | mask gen | student fwd (s) | '
+            'losses | bwd+step+rest (s) | mask+loss share |' +
+            (' peak mem MAE / HPM (GiB) |' if device.type == 'cuda' else ''))
         print(header)
         print('|' + '---|' * (header.count('|') - 1))
         print('\n'.join(rows))
@@ -461,15 +529,15 @@ def main(argv=None):
     print('\n'.join(all_rows))
     if fast_rows:
         print('\nfast settings, HPM step / MAE step (FLOP model):')
-        print('| setting | ' + ' | '.join(
-            f'ViT-{a.upper()}' for a in args.archs) + ' |')
+        print('| setting | ' + ' | '.join(f'ViT-{a.upper()}'
+                                          for a in args.archs) + ' |')
         print('|---|' + '---|' * len(args.archs))
         for name, per_arch in fast_rows.items():
-            print(f'| {name} | ' + ' | '.join(
-                f"{per_arch[a]['ratio']:.2f}x "
-                f"({per_arch[a]['flop_ratio']:.2f}x)"
-                if 'ratio' in per_arch[a] else 'OOM'
-                for a in args.archs) + ' |')
+            print(f'| {name} | ' +
+                  ' | '.join(f"{per_arch[a]['ratio']:.2f}x "
+                             f"({per_arch[a]['flop_ratio']:.2f}x)"
+                             if 'ratio' in per_arch[a] else 'OOM'
+                             for a in args.archs) + ' |')
     masks = None
     if args.mask_bench:
         side = args.img_size // 16
@@ -480,8 +548,10 @@ def main(argv=None):
         print('| generator | ms per batch | share of the HPM step time of '
               'as many images |')
         print('|---|---|---|')
-        per_img = {a: r['hpm']['step'] / args.batch
-                   for a, r in results.items() if 'step' in r['hpm']}
+        per_img = {
+            a: r['hpm']['step'] / args.batch
+            for a, r in results.items() if 'step' in r['hpm']
+        }
         for name in ('vectorised', 'authors_loop'):
             t = masks[name]
             share = ', '.join(
@@ -490,10 +560,19 @@ def main(argv=None):
             print(f'| {name} | {t * 1e3:.2f} | {share} |')
     if args.out:
         with open(args.out, 'w') as f:
-            json.dump(dict(device=dev_name, versions=env, batch=args.batch,
-                           img_size=args.img_size, amp=args.amp,
-                           iters=args.iters, warmup=max(1, args.warmup),
-                           results=results, mask_bench=masks), f, indent=2)
+            json.dump(
+                dict(
+                    device=dev_name,
+                    versions=env,
+                    batch=args.batch,
+                    img_size=args.img_size,
+                    amp=args.amp,
+                    iters=args.iters,
+                    warmup=max(1, args.warmup),
+                    results=results,
+                    mask_bench=masks),
+                f,
+                indent=2)
     return results
 
 

@@ -65,8 +65,17 @@ LOW_LABEL_EPOCHS = {1: 100, 10: 30}
 KNN_KS = (10, 20, 100, 200)
 FEATURES = ('avg', 'cls')
 # two-sided 95% t quantiles by degrees of freedom
-T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447,
-       7: 2.365, 8: 2.306, 9: 2.262}
+T95 = {
+    1: 12.706,
+    2: 4.303,
+    3: 3.182,
+    4: 2.776,
+    5: 2.571,
+    6: 2.447,
+    7: 2.365,
+    8: 2.306,
+    9: 2.262
+}
 
 
 def sh(cmd, log):
@@ -74,8 +83,8 @@ def sh(cmd, log):
     with open(log, 'a') as f:
         f.write('$ ' + ' '.join(cmd) + '\n')
         f.flush()
-        proc = subprocess.run(cmd, cwd=ROOT, stdout=f,
-                              stderr=subprocess.STDOUT)
+        proc = subprocess.run(
+            cmd, cwd=ROOT, stdout=f, stderr=subprocess.STDOUT)
     if proc.returncode:
         raise SystemExit(f'failed ({proc.returncode}): {" ".join(cmd)}; '
                          f'see {log}')
@@ -102,9 +111,9 @@ def final_checkpoint(work, epochs):
 def pretrain(variant, seed, epochs, images, work, log):
     """Scale the variant's config to the run, train it (resuming an
     interrupted run); (config path, its sha256, commands, train seconds)."""
-    import hpm_mm  # noqa: F401
     from mmengine.config import Config
 
+    import hpm_mm  # noqa: F401
     from hpm_mm.utils.schedule import scale_recipe, steps_per_epoch
     cfg = Config.fromfile(osp.join(ROOT, VARIANTS[variant][0]))
     loader = cfg.train_dataloader
@@ -115,16 +124,20 @@ def pretrain(variant, seed, epochs, images, work, log):
     cfg.randomness.seed = seed
     # the study evaluates in one feature pass after training (both
     # features, kNN and linear); the pictures' hook stays (the Spearman)
-    cfg.custom_hooks = [h for h in cfg.custom_hooks
-                        if h.get('type') != 'KNNEvalHook']
+    cfg.custom_hooks = [
+        h for h in cfg.custom_hooks if h.get('type') != 'KNNEvalHook'
+    ]
     os.makedirs(work, exist_ok=True)
     path = osp.join(work, 'config.py')
     text = cfg.pretty_text
     if not osp.exists(path) or open(path).read() != text:
         with open(path, 'w') as f:
             f.write(text)
-    train = [sys.executable, 'tools/train.py', rel(path), '--work-dir',
-             rel(work), '--amp', '--quiet']
+    train = [
+        sys.executable, 'tools/train.py',
+        rel(path), '--work-dir',
+        rel(work), '--amp', '--quiet'
+    ]
     seconds = None
     if final_checkpoint(work, epochs) is None:
         resume = ['--resume'] if glob.glob(osp.join(work, 'epoch_*.pth')) \
@@ -147,23 +160,21 @@ def evaluate(config, ckpt, seed):
     from mmengine.registry import init_default_scope
     from mmengine.runner import Runner
 
-    from hpm_mm.evaluation import extract_features, knn_classify
-    from hpm_mm.evaluation import linear_probe
+    from hpm_mm.evaluation import extract_features, knn_classify, linear_probe
     from hpm_mm.utils import build_model, load_checkpoint_strict
     cfg = Config.fromfile(config)
     init_default_scope('mmpretrain')
     model = build_model(cfg)
     load_checkpoint_strict(model, ckpt)
     base = Config.fromfile(osp.join(ROOT, VARIANTS['mae'][0]))
-    knn_hook = [h for h in base.custom_hooks
-                if h['type'] == 'KNNEvalHook'][0]
+    knn_hook = [h for h in base.custom_hooks if h['type'] == 'KNNEvalHook'][0]
     feats = {}
     with torch.no_grad():
         for split in ('train', 'val'):
-            loader = Runner.build_dataloader(knn_hook[f'{split}_dataloader'],
-                                             seed=0)
-            feats[split] = extract_features(model, loader, False, FEATURES,
-                                            amp=True)
+            loader = Runner.build_dataloader(
+                knn_hook[f'{split}_dataloader'], seed=0)
+            feats[split] = extract_features(
+                model, loader, False, FEATURES, amp=True)
     out = {}
     for f in FEATURES:
         tr, te = feats['train']['feats'][f], feats['val']['feats'][f]
@@ -171,49 +182,58 @@ def evaluate(config, ckpt, seed):
                            feats['val']['labels'], KNN_KS)
         out[f'knn_{f}'] = max(acc.values())
         out[f'knn_{f}_by_k'] = {str(k): v for k, v in acc.items()}
-        out[f'linear_{f}'] = linear_probe(tr, feats['train']['labels'], te,
-                                          feats['val']['labels'],
-                                          seed=seed)['top1']
+        out[f'linear_{f}'] = linear_probe(
+            tr,
+            feats['train']['labels'],
+            te,
+            feats['val']['labels'],
+            seed=seed)['top1']
     return out
 
 
 def low_label_options(percent):
     epochs = LOW_LABEL_EPOCHS[percent]
-    return [f'train_dataloader.dataset.indices={600 * percent}',
-            f'train_cfg.max_epochs={epochs}',
-            f'train_cfg.val_interval={epochs}',
-            f'param_scheduler.1.T_max={epochs - 1}',
-            f'param_scheduler.1.end={epochs}',
-            f'default_hooks.checkpoint.interval={epochs}']
+    return [
+        f'train_dataloader.dataset.indices={600 * percent}',
+        f'train_cfg.max_epochs={epochs}', f'train_cfg.val_interval={epochs}',
+        f'param_scheduler.1.T_max={epochs - 1}',
+        f'param_scheduler.1.end={epochs}',
+        f'default_hooks.checkpoint.interval={epochs}'
+    ]
 
 
 def classify(config, work, ckpt, seed, options, epochs, log):
     """Train a classifier config from ``ckpt`` (None: random init) and test
     it; (top-1, commands)."""
-    init = (f'model.backbone.init_cfg.checkpoint={rel(ckpt)}' if ckpt else
-            'model.backbone.init_cfg=None')
-    train = [sys.executable, 'tools/train.py', config, '--work-dir',
-             rel(work), '--quiet', '--cfg-options', init,
-             f'randomness.seed={seed}', *options]
+    init = (f'model.backbone.init_cfg.checkpoint={rel(ckpt)}'
+            if ckpt else 'model.backbone.init_cfg=None')
+    train = [
+        sys.executable, 'tools/train.py', config, '--work-dir',
+        rel(work), '--quiet', '--cfg-options', init, f'randomness.seed={seed}',
+        *options
+    ]
     out = osp.join(work, 'metrics.json')
-    test = [sys.executable, 'tools/test.py', config,
-            rel(osp.join(work, f'epoch_{epochs}.pth')), '--work-dir',
-            rel(work), '--out', rel(out)]
+    test = [
+        sys.executable, 'tools/test.py', config,
+        rel(osp.join(work, f'epoch_{epochs}.pth')), '--work-dir',
+        rel(work), '--out',
+        rel(out)
+    ]
     if not osp.exists(out):
         resume = ['--resume'] if glob.glob(osp.join(work, 'epoch_*.pth')) \
             else []
         sh(train + resume, log)
         sh(test, log)
-    return json.load(open(out))['accuracy/top1'], [
-        ' '.join(train[1:]), ' '.join(test[1:])]
+    return json.load(
+        open(out))['accuracy/top1'], [' '.join(train[1:]), ' '.join(test[1:])]
 
 
 def low_label(work, ckpt, seed, percents, log):
     metrics, commands = {}, []
     for p in percents:
-        top1, cmds = classify(FINETUNE_CFG, osp.join(work, f'lowlabel{p}'),
-                              ckpt, seed, low_label_options(p),
-                              LOW_LABEL_EPOCHS[p], log)
+        top1, cmds = classify(FINETUNE_CFG,
+                              osp.join(work, f'lowlabel{p}'), ckpt, seed,
+                              low_label_options(p), LOW_LABEL_EPOCHS[p], log)
         metrics[f'finetune_{p}pct'] = top1
         commands += cmds
     return metrics, commands
@@ -222,8 +242,8 @@ def low_label(work, ckpt, seed, percents, log):
 def last_scalars(work):
     """The last logged value of each scalar of the run's logs."""
     out = {}
-    for path in sorted(glob.glob(osp.join(work, '*', 'vis_data',
-                                          'scalars.json'))):
+    for path in sorted(
+            glob.glob(osp.join(work, '*', 'vis_data', 'scalars.json'))):
         for line in open(path):
             out.update(json.loads(line))
     return out
@@ -233,14 +253,17 @@ def machine():
     import torch
 
     from hpm_mm.utils.precision import cpu_class
-    return dict(cpu_class=cpu_class(), threads=torch.get_num_threads(),
-                torch=torch.__version__)
+    return dict(
+        cpu_class=cpu_class(),
+        threads=torch.get_num_threads(),
+        torch=torch.__version__)
 
 
 def git_commit():
     try:
         return subprocess.run(['git', 'rev-parse', '--short', 'HEAD'],
-                              cwd=ROOT, capture_output=True,
+                              cwd=ROOT,
+                              capture_output=True,
                               text=True).stdout.strip()
     except OSError:
         return None
@@ -260,8 +283,9 @@ def cmd_run(args):
     work = osp.join(WORK, name)
     log = osp.join(work, 'study.log')
     os.makedirs(work, exist_ok=True)
-    config, sha, commands, train_s, steps = pretrain(
-        args.variant, args.seed, args.epochs, args.images, work, log)
+    config, sha, commands, train_s, steps = pretrain(args.variant, args.seed,
+                                                     args.epochs, args.images,
+                                                     work, log)
     ckpt = final_checkpoint(work, args.epochs)
     start = time.time()
     metrics = evaluate(config, ckpt, args.seed)
@@ -279,24 +303,37 @@ def cmd_run(args):
         train_s = json.load(open(previous)).get('train_seconds')
     precision = json.load(open(osp.join(work, 'precision.json')))
     record = dict(
-        name=name, variant=args.variant,
+        name=name,
+        variant=args.variant,
         what=VARIANTS[args.variant][1],
-        config=VARIANTS[args.variant][0], run_config=rel(config),
-        run_config_sha256=sha, seed=args.seed, epochs=args.epochs,
-        images_per_epoch=args.images, steps=steps,
-        precision=precision['precision'], machine=machine(),
-        train_seconds=train_s, eval_seconds=eval_s,
+        config=VARIANTS[args.variant][0],
+        run_config=rel(config),
+        run_config_sha256=sha,
+        seed=args.seed,
+        epochs=args.epochs,
+        images_per_epoch=args.images,
+        steps=steps,
+        precision=precision['precision'],
+        machine=machine(),
+        train_seconds=train_s,
+        eval_seconds=eval_s,
         finetune_seconds=time.time() - start,
         metrics=metrics,
-        pretrain_end={k: scalars[s] for k, s in (
-            ('rank_acc', 'rank_acc'), ('spearman', 'hpm/spearman'),
-            ('loss_rec', 'loss_rec')) if s in scalars},
-        commands=[f'python .dev_scripts/fmnist_study.py run {args.variant} '
-                  f'--seed {args.seed} --epochs {args.epochs} --images '
-                  f'{args.images}' + (' --low-label ' + ' '.join(
-                      map(str, args.low_label)) if args.low_label else '')]
-        + commands,
-        commit=git_commit(), date=time.strftime('%Y-%m-%d %H:%M'))
+        pretrain_end={
+            k: scalars[s]
+            for k, s in (('rank_acc', 'rank_acc'), ('spearman',
+                                                    'hpm/spearman'),
+                         ('loss_rec', 'loss_rec')) if s in scalars
+        },
+        commands=[
+            f'python .dev_scripts/fmnist_study.py run {args.variant} '
+            f'--seed {args.seed} --epochs {args.epochs} --images '
+            f'{args.images}' +
+            (' --low-label ' +
+             ' '.join(map(str, args.low_label)) if args.low_label else '')
+        ] + commands,
+        commit=git_commit(),
+        date=time.strftime('%Y-%m-%d %H:%M'))
     save(name, record)
 
 
@@ -310,15 +347,23 @@ def cmd_scratch(args):
     previous = osp.join(RESULTS, f'{name}.json')
     if osp.exists(previous):  # keep fine-tunes done earlier
         metrics = dict(json.load(open(previous))['metrics'], **metrics)
-    save(name, dict(name=name, variant='scratch', seed=args.seed,
-                    what='random init, fine-tuned only',
-                    metrics=metrics, machine=machine(),
-                    finetune_seconds=time.time() - start,
-                    commands=[f'python .dev_scripts/fmnist_study.py scratch '
-                              f'--seed {args.seed} --low-label '
-                              + ' '.join(map(str, args.low_label))]
-                    + commands, commit=git_commit(),
-                    date=time.strftime('%Y-%m-%d %H:%M')))
+    save(
+        name,
+        dict(
+            name=name,
+            variant='scratch',
+            seed=args.seed,
+            what='random init, fine-tuned only',
+            metrics=metrics,
+            machine=machine(),
+            finetune_seconds=time.time() - start,
+            commands=[
+                f'python .dev_scripts/fmnist_study.py scratch '
+                f'--seed {args.seed} --low-label ' +
+                ' '.join(map(str, args.low_label))
+            ] + commands,
+            commit=git_commit(),
+            date=time.strftime('%Y-%m-%d %H:%M')))
 
 
 def cmd_check_linear(args):
@@ -335,23 +380,29 @@ def cmd_check_linear(args):
         config = LINEAR_CFGS[f]
         top1, cmds = classify(config, osp.join(work, f'linear_{f}'), ckpt,
                               record['seed'], [], 10, log)
-        out[f] = dict(config_driven=top1,
-                      cached=record['metrics'][f'linear_{f}'])
+        out[f] = dict(
+            config_driven=top1, cached=record['metrics'][f'linear_{f}'])
         commands += cmds
-    save(f'linear_check_{record["name"]}', dict(
-        run=record['name'], probes=out, machine=machine(),
-        seconds=time.time() - start,
-        commands=[f'python .dev_scripts/fmnist_study.py check-linear '
-                  f'{rel(args.result)} --features {" ".join(args.features)}']
-        + commands,
-        commit=git_commit(), date=time.strftime('%Y-%m-%d %H:%M')))
+    save(
+        f'linear_check_{record["name"]}',
+        dict(
+            run=record['name'],
+            probes=out,
+            machine=machine(),
+            seconds=time.time() - start,
+            commands=[
+                f'python .dev_scripts/fmnist_study.py check-linear '
+                f'{rel(args.result)} --features {" ".join(args.features)}'
+            ] + commands,
+            commit=git_commit(),
+            date=time.strftime('%Y-%m-%d %H:%M')))
 
 
 # ---------------------------------------------------------------- report
 METRICS = (('knn_avg', 'kNN avg'), ('knn_cls', 'kNN CLS'),
            ('linear_avg', 'linear avg'), ('linear_cls', 'linear CLS'),
-           ('finetune_1pct', 'fine-tune 1%'),
-           ('finetune_10pct', 'fine-tune 10%'))
+           ('finetune_1pct', 'fine-tune 1%'), ('finetune_10pct',
+                                               'fine-tune 10%'))
 
 
 def mean_ci(values):
@@ -396,25 +447,28 @@ def report(runs, scratch):
     head = '| run | steps | ' + ' | '.join(t for _, t in METRICS) + \
         ' | rank_acc | Spearman | minutes |'
     lines += [head, '|' + '---|' * (head.count('|') - 1)]
-    for r in sorted(runs, key=lambda r: (r['epochs'], r['variant'],
-                                         r['seed'])):
+    for r in sorted(
+            runs, key=lambda r: (r['epochs'], r['variant'], r['seed'])):
         m, p = r['metrics'], r.get('pretrain_end', {})
         cells = [f'{m[k]:.2f}' if k in m else '-' for k, _ in METRICS]
-        lines.append(
-            f"| {r['name']} | {r['steps']} | " + ' | '.join(cells) +
-            f" | {fmt_value(p.get('rank_acc'))} | "
-            f"{fmt_value(p.get('spearman'))} | "
-            f"{fmt_minutes(r.get('train_seconds'))} / "
-            f"{fmt_minutes(r.get('eval_seconds'))} / "
-            f"{fmt_minutes(r.get('finetune_seconds'))} |")
+        lines.append(f"| {r['name']} | {r['steps']} | " + ' | '.join(cells) +
+                     f" | {fmt_value(p.get('rank_acc'))} | "
+                     f"{fmt_value(p.get('spearman'))} | "
+                     f"{fmt_minutes(r.get('train_seconds'))} / "
+                     f"{fmt_minutes(r.get('eval_seconds'))} / "
+                     f"{fmt_minutes(r.get('finetune_seconds'))} |")
     for seed, s in sorted(scratch.items()):
-        cells = [f"{s['metrics'][k]:.2f}" if k in s['metrics'] else '-'
-                 for k, _ in METRICS]
+        cells = [
+            f"{s['metrics'][k]:.2f}" if k in s['metrics'] else '-'
+            for k, _ in METRICS
+        ]
         lines.append(f'| scratch_seed{seed} | 0 | ' + ' | '.join(cells) +
                      ' | - | - | - |')
     for epochs, images in lengths:
-        at = [r for r in runs if (r['epochs'], r['images_per_epoch']) ==
-              (epochs, images)]
+        at = [
+            r for r in runs
+            if (r['epochs'], r['images_per_epoch']) == (epochs, images)
+        ]
         by = {}
         for r in at:
             by.setdefault(r['variant'], {})[r['seed']] = r['metrics']
@@ -429,27 +483,33 @@ def report(runs, scratch):
                 for k, _ in METRICS) + ' |')
         if scratch:
             lines.append(f'| scratch | {len(scratch)} | - | - | - | - | ' +
-                         ' | '.join(mean_ci([
-                             s['metrics'][k] for s in scratch.values()
-                             if k in s['metrics']])
-                             for k in ('finetune_1pct', 'finetune_10pct'))
-                         + ' |')
+                         ' | '.join(
+                             mean_ci([
+                                 s['metrics'][k]
+                                 for s in scratch.values() if k in s['metrics']
+                             ]) for k in ('finetune_1pct', 'finetune_10pct')) +
+                         ' |')
         base = by.get('mae', {})
         pairs = [v for v in by if v != 'mae']
         if base and pairs:
             lines.append('\nPaired by seed, variant - MAE: mean ± 95% '
                          'interval (the per-seed differences):\n')
-            lines += [head.replace('| seeds |', '| pairs |'),
-                      '|' + '---|' * (head.count('|') - 1)]
+            lines += [
+                head.replace('| seeds |', '| pairs |'),
+                '|' + '---|' * (head.count('|') - 1)
+            ]
             for variant in pairs:
                 cells, n = [], 0
                 for k, _ in METRICS:
-                    d = [by[variant][s][k] - base[s][k] for s in by[variant]
-                         if s in base and k in by[variant][s]
-                         and k in base[s]]
+                    d = [
+                        by[variant][s][k] - base[s][k] for s in by[variant]
+                        if s in base and k in by[variant][s] and k in base[s]
+                    ]
                     n = max(n, len(d))
-                    cells.append(mean_ci(d) + (' (' + ', '.join(
-                        f'{x:+.2f}' for x in d) + ')' if d else ''))
+                    cells.append(
+                        mean_ci(d) +
+                        (' (' + ', '.join(f'{x:+.2f}'
+                                          for x in d) + ')' if d else ''))
                 lines.append(f'| {variant} | {n} | ' + ' | '.join(cells) +
                              ' |')
     return '\n'.join(lines)
@@ -479,26 +539,47 @@ def main(argv=None):
     r.add_argument('variant', choices=list(VARIANTS))
     r.add_argument('--seed', type=int, required=True)
     r.add_argument('--epochs', type=int, required=True)
-    r.add_argument('--images', type=int, default=10000,
-                   help='images per epoch (the first N; 60000: all)')
-    r.add_argument('--low-label', type=int, nargs='*', default=[],
-                   choices=sorted(LOW_LABEL_EPOCHS))
+    r.add_argument(
+        '--images',
+        type=int,
+        default=10000,
+        help='images per epoch (the first N; 60000: all)')
+    r.add_argument(
+        '--low-label',
+        type=int,
+        nargs='*',
+        default=[],
+        choices=sorted(LOW_LABEL_EPOCHS))
     s = sub.add_parser('scratch', help='fine-tune from random init')
     s.add_argument('--seed', type=int, required=True)
-    s.add_argument('--low-label', type=int, nargs='+', default=[1, 10],
-                   choices=sorted(LOW_LABEL_EPOCHS))
-    c = sub.add_parser('check-linear', help='config-driven linear probes '
-                       'beside the cached ones, on one run')
+    s.add_argument(
+        '--low-label',
+        type=int,
+        nargs='+',
+        default=[1, 10],
+        choices=sorted(LOW_LABEL_EPOCHS))
+    c = sub.add_parser(
+        'check-linear',
+        help='config-driven linear probes '
+        'beside the cached ones, on one run')
     c.add_argument('result', help="a run's json")
-    c.add_argument('--features', nargs='+', default=['avg'],
-                   choices=list(LINEAR_CFGS),
-                   help='each probe re-runs the encoder over the 60k images '
-                   'for 10 epochs (~20 min on 2 cores)')
+    c.add_argument(
+        '--features',
+        nargs='+',
+        default=['avg'],
+        choices=list(LINEAR_CFGS),
+        help='each probe re-runs the encoder over the 60k images '
+        'for 10 epochs (~20 min on 2 cores)')
     p = sub.add_parser('report', help='the tables, from the jsons alone')
     p.add_argument('--write', help='replace the marked section of this file')
     args = parser.parse_args(argv)
-    {'run': cmd_run, 'scratch': cmd_scratch, 'check-linear':
-     cmd_check_linear, 'report': cmd_report}[args.cmd](args)
+    {
+        'run': cmd_run,
+        'scratch': cmd_scratch,
+        'check-linear': cmd_check_linear,
+        'report': cmd_report
+    }[args.cmd](
+        args)
 
 
 if __name__ == '__main__':

@@ -38,8 +38,8 @@ The estimate at the end multiplies the main job's step counts out.
 import argparse
 import copy
 import json
-import statistics
 import os.path as osp
+import statistics
 import sys
 import time
 from contextlib import contextmanager
@@ -64,22 +64,22 @@ def resize(cfg, size):
 # name -> (what, config changes); all fp32
 LEVERS = {
     'attention_matmul': 'attention by matmul + softmax (mmpretrain\'s '
-                        'fallback) instead of fused SDPA',
+    'fallback) instead of fused SDPA',
     'qkv_indexed': "q, k, v indexed (mmpretrain's forward) instead of "
-                   'unbound',
+    'unbound',
     'adamw_fused': 'AdamW fused=True',
     'threads_1': 'one torch thread instead of two',
     'compile_blocks': 'torch.compile of every transformer block',
     'bf16_autocast': 'bf16 autocast (the --amp of native-bf16 CPUs)',
 }
 DESIGNS = {
-    'main_job_fast': (FAST_CONFIG, {},
-                      'the main job: half-resolution teacher + 1-block loss '
-                      'predictor'),
-    'halfres_teacher': (CONFIG, dict(input_scale=0.5),
-                        'teacher on the half-resolution image'),
-    'predictor_1block': (CONFIG, dict(predictor_depth=1),
-                         '1-block loss predictor'),
+    'main_job_fast':
+    (FAST_CONFIG, {}, 'the main job: half-resolution teacher + 1-block loss '
+     'predictor'),
+    'halfres_teacher':
+    (CONFIG, dict(input_scale=0.5), 'teacher on the half-resolution image'),
+    'predictor_1block':
+    (CONFIG, dict(predictor_depth=1), '1-block loss predictor'),
     '32px': (CONFIG, dict(size=32), '32 px inputs (8 x 8 patches, the '
              'design before: 28 px resized)'),
     'mae': (MAE_CONFIG, {}, 'the MAE twin'),
@@ -115,8 +115,12 @@ def lever(name, model):
         torch.set_num_threads(saved_threads)
 
 
-def build(config, size=None, input_scale=None, predictor_depth=None,
-          fused=False, amp=False):
+def build(config,
+          size=None,
+          input_scale=None,
+          predictor_depth=None,
+          fused=False,
+          amp=False):
     """(model, optimizer wrapper, batch) of the config, seed 0."""
     from mmengine.config import Config
     from mmengine.optim import build_optim_wrapper
@@ -147,8 +151,8 @@ def build(config, size=None, input_scale=None, predictor_depth=None,
             optim, Precision('bf16', torch.bfloat16, 'cpu', '-', 'bench'))
     wrapper = build_optim_wrapper(model, optim)
     batch = dict(
-        inputs=torch.randint(0, 255, (BATCH, 1, size, size),
-                             dtype=torch.uint8),
+        inputs=torch.randint(
+            0, 255, (BATCH, 1, size, size), dtype=torch.uint8),
         data_samples=[DataSample() for _ in range(BATCH)])
     return model, wrapper, batch
 
@@ -166,20 +170,27 @@ def median_step(model, wrapper, batch, steps):
 def hpm_sections(model, wrapper, timer):
     """Time the named sections of an HPM step on the real modules (method
     wrappers of ``benchmark_step.Timer``); returns the undo callables."""
-    undo = [timer.wrap(model.data_preprocessor, 'forward',
-                       'data_preprocessor')]
+    undo = [
+        timer.wrap(model.data_preprocessor, 'forward', 'data_preprocessor')
+    ]
     if model.teacher is not None:
-        undo += [timer.wrap(model.teacher, 'update', 'teacher_update'),
-                 timer.wrap(model.teacher, 'forward', 'teacher_pass')]
-    undo += [timer.wrap(model.mask_generator, 'forward', 'mask'),
-             timer.wrap(model.backbone, 'forward', 'student_encoder'),
-             timer.wrap(model.neck, 'reconstruct', 'reconstructor')]
+        undo += [
+            timer.wrap(model.teacher, 'update', 'teacher_update'),
+            timer.wrap(model.teacher, 'forward', 'teacher_pass')
+        ]
+    undo += [
+        timer.wrap(model.mask_generator, 'forward', 'mask'),
+        timer.wrap(model.backbone, 'forward', 'student_encoder'),
+        timer.wrap(model.neck, 'reconstruct', 'reconstructor')
+    ]
     if model.neck.with_predictor:
-        undo.append(timer.wrap(model.neck.predictor, 'forward',
-                               'loss_predictor'))
-    undo += [timer.wrap(model.head, 'loss', 'head_losses'),
-             timer.wrap(wrapper, 'backward', 'backward'),
-             timer.wrap(wrapper, 'step', 'optimizer_step')]
+        undo.append(
+            timer.wrap(model.neck.predictor, 'forward', 'loss_predictor'))
+    undo += [
+        timer.wrap(model.head, 'loss', 'head_losses'),
+        timer.wrap(wrapper, 'backward', 'backward'),
+        timer.wrap(wrapper, 'step', 'optimizer_step')
+    ]
     return undo
 
 
@@ -196,8 +207,7 @@ def profile_sections(steps):
     for u in undo:
         u()
     out = {k: statistics.median(v) for k, v in timer.times.items()}
-    out['rest'] = out['step'] - sum(v for k, v in out.items()
-                                    if k != 'step')
+    out['rest'] = out['step'] - sum(v for k, v in out.items() if k != 'step')
     return out
 
 
@@ -205,21 +215,28 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     parser.add_argument('--steps', type=int, default=4)
     parser.add_argument('--rounds', type=int, default=2)
-    parser.add_argument('--no-compile', action='store_true',
-                        help='skip the torch.compile lever (~1 min compile)')
+    parser.add_argument(
+        '--no-compile',
+        action='store_true',
+        help='skip the torch.compile lever (~1 min compile)')
     parser.add_argument('--out')
     args = parser.parse_args(argv)
-    import hpm_mm  # noqa: F401
     from mmengine.logging import MMLogger
     from mmengine.registry import init_default_scope
 
+    import hpm_mm  # noqa: F401
     from hpm_mm.utils.precision import choose_precision, cpu_class
     init_default_scope('mmpretrain')
     MMLogger.get_instance('profile_main_job', log_level='WARNING')
     decision = choose_precision(True, 'cpu')
-    res = dict(cpu_class=cpu_class(), threads=torch.get_num_threads(),
-               torch=torch.__version__, batch=BATCH, steps=args.steps,
-               rounds=args.rounds, precision_rule=decision.to_dict())
+    res = dict(
+        cpu_class=cpu_class(),
+        threads=torch.get_num_threads(),
+        torch=torch.__version__,
+        batch=BATCH,
+        steps=args.steps,
+        rounds=args.rounds,
+        precision_rule=decision.to_dict())
     print(f'CPU {res["cpu_class"]}, torch {torch.__version__}, '
           f'{res["threads"]} threads; batch {BATCH}; median of '
           f'{args.steps} steps, median of {args.rounds} rounds')
@@ -227,8 +244,9 @@ def main(argv=None):
 
     res['sections'] = profile_sections(args.steps)
 
-    runs = ['baseline'] + [n for n in LEVERS
-                           if not (n == 'compile_blocks' and args.no_compile)]
+    runs = ['baseline'] + [
+        n for n in LEVERS if not (n == 'compile_blocks' and args.no_compile)
+    ]
     runs += list(DESIGNS)
     times = {name: [] for name in runs}
     compile_s = None
@@ -239,11 +257,14 @@ def main(argv=None):
                 model, wrapper, batch = build(config, **kwargs)
             else:
                 model, wrapper, batch = build(
-                    CONFIG, fused=name == 'adamw_fused',
+                    CONFIG,
+                    fused=name == 'adamw_fused',
                     amp=name == 'bf16_autocast')
             if name == 'compile_blocks':
-                blocks = [m for m in model.modules() if type(m).__name__ ==
-                          'TransformerEncoderLayer']
+                blocks = [
+                    m for m in model.modules()
+                    if type(m).__name__ == 'TransformerEncoderLayer'
+                ]
                 for m in blocks:
                     m.compile(dynamic=False)
                 t = time.perf_counter()
@@ -260,16 +281,24 @@ def main(argv=None):
     base = statistics.median(times['baseline'])
     res['baseline_step'] = base
     res['levers'] = {
-        n: dict(what=LEVERS[n], step=statistics.median(times[n]),
-                ratio=statistics.median(times[n]) / base)
-        for n in LEVERS if n in times}
+        n:
+        dict(
+            what=LEVERS[n],
+            step=statistics.median(times[n]),
+            ratio=statistics.median(times[n]) / base)
+        for n in LEVERS if n in times
+    }
     if compile_s is not None:
         res['levers']['compile_blocks']['first_step_with_compile_s'] = \
             compile_s
     res['designs'] = {
-        n: dict(what=DESIGNS[n][2], step=statistics.median(times[n]),
-                ratio=statistics.median(times[n]) / base)
-        for n in DESIGNS}
+        n:
+        dict(
+            what=DESIGNS[n][2],
+            step=statistics.median(times[n]),
+            ratio=statistics.median(times[n]) / base)
+        for n in DESIGNS
+    }
 
     # data pipeline, dataloader workers and kNN forward
     from mmengine.config import Config
@@ -278,9 +307,12 @@ def main(argv=None):
     for _ in range(args.rounds):
         for workers in (2, 1, 0):
             model, wrapper, _ = build(CONFIG)
-            loader = Runner.build_dataloader(dict(
-                Config.fromfile(CONFIG).train_dataloader,
-                num_workers=workers, persistent_workers=workers > 0), seed=0)
+            loader = Runner.build_dataloader(
+                dict(
+                    Config.fromfile(CONFIG).train_dataloader,
+                    num_workers=workers,
+                    persistent_workers=workers > 0),
+                seed=0)
             it = iter(loader)
             # warm-up: past the batches the workers prefetched at the start
             # (prefetch_factor 2 each), so the timed steps wait for workers
@@ -293,8 +325,10 @@ def main(argv=None):
             res['workers'].setdefault(str(workers), []).append(
                 (time.perf_counter() - t) / args.steps)
             del it, loader, model, wrapper
-    res['workers'] = {k: statistics.median(v)
-                      for k, v in res['workers'].items()}
+    res['workers'] = {
+        k: statistics.median(v)
+        for k, v in res['workers'].items()
+    }
 
     from hpm_mm.utils import build_model
     cfg = Config.fromfile(CONFIG)
@@ -335,19 +369,19 @@ def main(argv=None):
         print(f'  {n:20s} {r["step"]:7.3f} s  {r["ratio"]:.2f}x  '
               f'{r["what"]}')
     print('\ndataloader workers beside the step (steps fed by the real '
-          'loader): ' + ', '.join(f'{k}: {v:.3f} s' for k, v in
-                                  res['workers'].items()))
+          'loader): ' + ', '.join(f'{k}: {v:.3f} s'
+                                  for k, v in res['workers'].items()))
     print(f'\ndata pipeline, one batch (main process): '
           f'{res["pipeline_train_batch"]:.3f} s; kNN forward of 500 images: '
           f'{res["knn_forward_500_28px"]:.3f} s (28 px), '
           f'{res["knn_forward_500_32px"]:.3f} s (32 px)')
     # 400 steps (40 per epoch), the teacher counted in every step (an upper
     # bound: epoch 1 has none), kNN over 70k images
-    for name, step, px in (
-            ('faithful HPM (28 px)', base, 28),
-            ('the main job (fast settings, 28 px)',
-             res['designs']['main_job_fast']['step'], 28),
-            ('faithful HPM at 32 px', res['designs']['32px']['step'], 32)):
+    for name, step, px in (('faithful HPM (28 px)', base,
+                            28), ('the main job (fast settings, 28 px)',
+                                  res['designs']['main_job_fast']['step'], 28),
+                           ('faithful HPM at 32 px',
+                            res['designs']['32px']['step'], 32)):
         knn = 140 * res[f'knn_forward_500_{px}px']
         print(f'estimate, {name}: 400 steps ~{400 * step / 60:.1f} min + '
               f'kNN forward ~{knn / 60:.1f} min')

@@ -20,6 +20,8 @@ warnings.filterwarnings(
 warnings.filterwarnings(
     'ignore', message='Fail to import ``MultiScaleDeformableAttention``')
 
+# isort: off
+# yapf: disable
 from .compat import (SUPPORTED, MissingCompiledOpsError,  # noqa: E402
                      check_versions, fix_mmcv_adjust_hue,
                      register_config_scope, require_compiled_ops,
@@ -30,8 +32,6 @@ check_versions()  # mmengine, mmcv (lite is enough), mmpretrain
 fix_mmcv_adjust_hue()  # NumPy 2 (e.g. a GPU image's): ColorJitter's hue
 unbind_attention_qkv()  # same numbers, a backward without 3 zero fills
 scopeless_collate_fn()  # package-scoped configs' collate_fn dicts build
-
-
 register_config_scope()  # hpm_mm:: config paths, editable installs too
 
 from .utils import register_checkpoint_safe_globals  # noqa: E402
@@ -39,6 +39,8 @@ from .utils import register_checkpoint_safe_globals  # noqa: E402
 register_checkpoint_safe_globals()
 
 from . import datasets, engine, evaluation, models  # noqa: E402,F401
+# yapf: enable
+# isort: on
 
 __all__ = [
     '__version__', 'version_info', 'SUPPORTED', 'check_versions',

@@ -260,11 +260,12 @@ def _history_buffer_getstate(self) -> dict:
     custom = {
         name: fn
         for name, fn in self._statistics_methods.items()
-        if not (name in _DEFAULT_STATS
-                and fn is getattr(HistoryBuffer, name))
+        if not (name in _DEFAULT_STATS and fn is getattr(HistoryBuffer, name))
     }
-    state = {k: v for k, v in self.__dict__.items()
-             if k != 'statistics_methods'}
+    state = {
+        k: v
+        for k, v in self.__dict__.items() if k != 'statistics_methods'
+    }
     state['statistics_methods'] = custom
     return state
 

@@ -18,8 +18,11 @@ __all__ = list(mmpretrain_registry.__all__)
 def _child(parent: Registry) -> Registry:
     # the parent's lazy-import locations too: a lookup through this child
     # must find mmpretrain's modules even before anything imported them
-    return Registry(parent.name, parent=parent, scope='hpm_mm',
-                    locations=list(parent._locations))
+    return Registry(
+        parent.name,
+        parent=parent,
+        scope='hpm_mm',
+        locations=list(parent._locations))
 
 
 for _name in __all__:

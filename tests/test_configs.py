@@ -12,15 +12,19 @@ from mmengine.registry import init_default_scope
 
 import hpm_mm  # noqa: F401
 
-CONFIGS = sorted(
-    [p for p in glob.glob(osp.join(REPO, 'configs', '**', '*.py'),
-                          recursive=True) if '_base_' not in p] +
-    glob.glob(osp.join(REPO, 'projects', '*', 'configs', '*.py')))
+CONFIGS = sorted([
+    p for p in glob.glob(
+        osp.join(REPO, 'configs', '**', '*.py'), recursive=True)
+    if '_base_' not in p
+] + glob.glob(osp.join(REPO, 'projects', '*', 'configs', '*.py')))
 
 
-@pytest.mark.parametrize('path', [
-    pytest.param(p, marks=NEEDS_FULL if is_det_seg(p) else ())
-    for p in CONFIGS], ids=[osp.relpath(p, REPO) for p in CONFIGS])
+@pytest.mark.parametrize(
+    'path', [
+        pytest.param(p, marks=NEEDS_FULL if is_det_seg(p) else ())
+        for p in CONFIGS
+    ],
+    ids=[osp.relpath(p, REPO) for p in CONFIGS])
 def test_config_builds(path, monkeypatch):
     monkeypatch.syspath_prepend(REPO)  # projects/ import from the repo root
     cfg = Config.fromfile(path)
@@ -51,11 +55,13 @@ def test_config_builds(path, monkeypatch):
 def test_every_architecture_is_written_once():
     """The mini ViT's numbers stand in one config file; the others refer to
     it (``{{_base_.vit_mini...}}``)."""
-    hits = [p for p in glob.glob(osp.join(REPO, 'configs', '**', '*.py'),
-                                 recursive=True)
-            if 'feedforward_channels=768' in open(p).read()]
-    assert [osp.relpath(p, REPO) for p in hits] == [
-        'configs/_base_/models/vit-mini-p4.py']
+    hits = [
+        p for p in glob.glob(
+            osp.join(REPO, 'configs', '**', '*.py'), recursive=True)
+        if 'feedforward_channels=768' in open(p).read()
+    ]
+    assert [osp.relpath(p, REPO)
+            for p in hits] == ['configs/_base_/models/vit-mini-p4.py']
 
 
 def test_ablations_differ_only_in_their_knobs():
@@ -63,9 +69,10 @@ def test_ablations_differ_only_in_their_knobs():
         suffix: Config.fromfile(osp.join(REPO, 'configs', 'hpm', name))
         for suffix, name in (
             ('_in1k.py', 'hpm_vit-base-p16_8xb512-amp-coslr-200e_in1k.py'),
-            ('_fmnist.py', 'hpm_vit-mini-p4_1xb256-coslr-10e_fmnist.py'))}
-    paths = glob.glob(osp.join(REPO, 'configs', 'hpm', 'ablations',
-                               'hpm-*.py'))
+            ('_fmnist.py', 'hpm_vit-mini-p4_1xb256-coslr-10e_fmnist.py'))
+    }
+    paths = glob.glob(
+        osp.join(REPO, 'configs', 'hpm', 'ablations', 'hpm-*.py'))
     assert {p[p.rindex('_'):] for p in paths} == set(bases)
     for path in paths:
         cfg = Config.fromfile(path)
@@ -104,8 +111,10 @@ def test_every_collate_fn_builds():
     failed the first batch. mmengine's Runner (patched by hpm_mm.compat)
     builds each config's collate_fn, ``_scope_`` and all."""
     from mmengine.runner import Runner
-    main = [p for p in CONFIGS
-            if p.endswith('hpm_vit-base-p16_8xb512-amp-coslr-200e_in1k.py')]
+    main = [
+        p for p in CONFIGS
+        if p.endswith('hpm_vit-base-p16_8xb512-amp-coslr-200e_in1k.py')
+    ]
     raw = Config.fromfile(main[0])._cfg_dict
     assert any('_scope_' in c for c in _collate_fns(raw))
     dataset = [dict(inputs=torch.zeros(2))] * 2
@@ -116,7 +125,10 @@ def test_every_collate_fn_builds():
             if collate.get('type') not in ('default_collate',
                                            'pseudo_collate'):
                 continue
-            loader = Runner.build_dataloader(dict(
-                dataset=dataset, batch_size=2, collate_fn=collate,
-                sampler=dict(type='DefaultSampler', shuffle=False)))
+            loader = Runner.build_dataloader(
+                dict(
+                    dataset=dataset,
+                    batch_size=2,
+                    collate_fn=collate,
+                    sampler=dict(type='DefaultSampler', shuffle=False)))
             assert len(next(iter(loader))['inputs']) == 2, path

@@ -32,8 +32,8 @@ def test_mmcv_ops_run_on_cpu():
     dets, keep = nms(boxes, scores, iou_threshold=0.5)
     assert keep.tolist() == [0, 2]
     feats = torch.arange(16.).view(1, 1, 4, 4)
-    out = roi_align(feats, torch.tensor([[0., 0., 0., 3., 3.]]), (2, 2),
-                    1.0, 0, 'avg', True)
+    out = roi_align(feats, torch.tensor([[0., 0., 0., 3., 3.]]), (2, 2), 1.0,
+                    0, 'avg', True)
     assert out.shape == (1, 1, 2, 2) and torch.isfinite(out).all()
 
 

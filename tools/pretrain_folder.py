@@ -41,13 +41,19 @@ def parse_args(argv=None):
     parser.add_argument('--img-size', type=int)
     parser.add_argument('--channels', type=int, choices=[1, 3])
     parser.add_argument('--batch-size', type=int)
-    parser.add_argument('--amp', action='store_true',
-                        help='bf16 autocast on a CPU, fp16 on CUDA')
-    parser.add_argument('--skip-unreadable', action='store_true',
-                        help='leave unreadable files out (listed in '
-                        'WORK_DIR/unreadable.txt) instead of stopping')
-    parser.add_argument('--dry-run', action='store_true',
-                        help='scan, choose and write the config; no training')
+    parser.add_argument(
+        '--amp',
+        action='store_true',
+        help='bf16 autocast on a CPU, fp16 on CUDA')
+    parser.add_argument(
+        '--skip-unreadable',
+        action='store_true',
+        help='leave unreadable files out (listed in '
+        'WORK_DIR/unreadable.txt) instead of stopping')
+    parser.add_argument(
+        '--dry-run',
+        action='store_true',
+        help='scan, choose and write the config; no training')
     parser.add_argument('--cfg-options', nargs='+', action=CfgOptionsAction)
     return parser.parse_args(argv)
 
@@ -77,8 +83,8 @@ def main(argv=None):
                                args.batch_size, args.epochs)
     stats = channel_stats(folder, scan['files'], settings['img_size'],
                           settings['channels'])
-    cfg = folder_config(Config.fromfile(BASE_CONFIG), folder, work_dir, scan,
-                        settings, stats)
+    cfg = folder_config(
+        Config.fromfile(BASE_CONFIG), folder, work_dir, scan, settings, stats)
     if bad:
         with open(osp.join(work_dir, 'unreadable.txt'), 'w') as f:
             f.writelines(f'{p}\t{why}\n' for p, why in bad)
@@ -101,8 +107,11 @@ def main(argv=None):
     print(f'config: {cfg_path}')
     if args.dry_run:
         return cfg_path
-    cmd = [sys.executable, osp.join(ROOT, 'tools', 'train.py'), cfg_path,
-           '--work-dir', work_dir, '--quiet']
+    cmd = [
+        sys.executable,
+        osp.join(ROOT, 'tools', 'train.py'), cfg_path, '--work-dir', work_dir,
+        '--quiet'
+    ]
     if args.amp:
         cmd.append('--amp')
     rc = subprocess.call(cmd)

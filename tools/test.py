@@ -17,8 +17,7 @@ import os.path as osp
 
 from mmengine.runner import Runner
 
-from hpm_mm.utils.cli import (CfgOptionsAction, load_config,
-                              merge_cfg_options)
+from hpm_mm.utils.cli import CfgOptionsAction, load_config, merge_cfg_options
 
 
 def parse_args(argv=None):

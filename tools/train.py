@@ -9,13 +9,12 @@ import json
 import os
 import os.path as osp
 
-import hpm_mm  # noqa: F401,I001  (first: registers modules, quiets imports)
 from mmengine.config import Config
 from mmengine.dist import is_main_process
 from mmengine.runner import Runner
 
-from hpm_mm.utils.cli import (CfgOptionsAction, load_config,
-                              merge_cfg_options)
+import hpm_mm  # noqa: F401,I001  (first: registers modules, quiets imports)
+from hpm_mm.utils.cli import CfgOptionsAction, load_config, merge_cfg_options
 
 
 def parse_args(argv=None):
@@ -111,6 +110,7 @@ def merge_args(cfg: Config, args) -> Config:
             loader = cfg.get(f'{split}_dataloader')
             if loader is not None:
                 loader[key] = value
+
     if args.no_pin_memory:
         set_loader('pin_memory', False)
     if args.no_persistent_workers:
@@ -123,13 +123,11 @@ def merge_args(cfg: Config, args) -> Config:
             raise SystemExit('train.py --tensorboard: the tensorboard package '
                              'is not installed. Fix: pip install tensorboard')
         backends = cfg.visualizer.setdefault('vis_backends', [])
-        if not any(b.get('type') == 'TensorboardVisBackend'
-                   for b in backends):
+        if not any(b.get('type') == 'TensorboardVisBackend' for b in backends):
             backends.append(dict(type='TensorboardVisBackend'))
     if args.quiet:
-        cfg.custom_hooks = list(cfg.get('custom_hooks', [])) + [
-            dict(type='ConsoleProgressHook')
-        ]
+        cfg.custom_hooks = list(cfg.get(
+            'custom_hooks', [])) + [dict(type='ConsoleProgressHook')]
 
     if args.cfg_options is not None:
         merge_cfg_options(cfg, args.cfg_options)
@@ -174,8 +172,11 @@ def resolve_resume(cfg: Config) -> None:
             f'{cfg.work_dir} ({"; ".join(skipped)}) and will not train from '
             'scratch over them. Fix: move them away, or pass --resume PATH.')
     else:
-        print_log(f'resume: no checkpoint in {cfg.work_dir} yet: training '
-                  'from scratch', logger='current', level=30)
+        print_log(
+            f'resume: no checkpoint in {cfg.work_dir} yet: training '
+            'from scratch',
+            logger='current',
+            level=30)
 
 
 def choose_run_precision(cfg: Config, amp: bool):
@@ -187,8 +188,8 @@ def choose_run_precision(cfg: Config, amp: bool):
     from hpm_mm.utils.precision import Precision, choose_precision
     kind = cfg.optim_wrapper.get('type')
     if kind == 'AutocastOptimWrapper' and not amp:  # the config's own choice
-        precision = Precision(
-            'bf16', None, 'any', '-', "the config's AutocastOptimWrapper")
+        precision = Precision('bf16', None, 'any', '-',
+                              "the config's AutocastOptimWrapper")
     else:
         asked = amp or kind in AMP_TYPES or kind == 'AutocastOptimWrapper'
         precision = choose_precision(asked)

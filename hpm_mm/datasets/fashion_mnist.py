@@ -43,11 +43,16 @@ class FashionMNISTSplit(FashionMNIST):
         **kwargs: Other arguments of :class:`FashionMNIST`.
     """
 
-    def __init__(self, data_root: str = '', split: str = 'train',
-                 download: bool = False, **kwargs) -> None:
+    def __init__(self,
+                 data_root: str = '',
+                 split: str = 'train',
+                 download: bool = False,
+                 **kwargs) -> None:
         super().__init__(
-            data_root=resolve_data_root(data_root), split=split,
-            download=download, **kwargs)
+            data_root=resolve_data_root(data_root),
+            split=split,
+            download=download,
+            **kwargs)
 
     def load_data_list(self):
         root = self.data_prefix['root']

@@ -39,7 +39,8 @@ class LoadImageFromFileChecked(LoadImageFromFile):
                 print_log(
                     f'skipped unreadable image {filename} ({why}); '
                     f'{self.num_skipped} skipped so far in this process',
-                    logger='current', level=30)
+                    logger='current',
+                    level=30)
                 return None
             raise OSError(
                 f'cannot read image {filename} ({why}). Fix: replace or '

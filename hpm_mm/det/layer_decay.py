@@ -37,8 +37,9 @@ class LayerDecayOptimWrapperConstructor(DefaultOptimWrapperConstructor):
             m = re.match(r'backbone\.layers\.(\d+)\.', name)
             if m:
                 return int(m.group(1)) + 1
-            if any(k in name
-                   for k in ('patch_embed', 'pos_embed', 'cls_token')):
+            if any(
+                    k in name
+                    for k in ('patch_embed', 'pos_embed', 'cls_token')):
                 return 0
         return num_layers + 1
 
@@ -56,8 +57,8 @@ class LayerDecayOptimWrapperConstructor(DefaultOptimWrapperConstructor):
         for name, param in module.named_parameters():
             if not param.requires_grad:
                 continue
-            no_decay = id(param) in norm_params or any(
-                k in name for k in self.NO_DECAY)
+            no_decay = id(param) in norm_params or any(k in name
+                                                       for k in self.NO_DECAY)
             lid = self.layer_id(name, num_layers)
             key = (lid, no_decay)
             if key not in groups:

@@ -62,10 +62,15 @@ class SimpleFeaturePyramid(BaseModule):
                 raise ValueError(f'scale_factor {scale} is not supported; '
                                  'use 4.0, 2.0, 1.0 or 0.5.')
             layers += [
-                ConvModule(dim, out_channels, 1, norm_cfg=norm_cfg,
-                           act_cfg=None),
-                ConvModule(out_channels, out_channels, 3, padding=1,
-                           norm_cfg=norm_cfg, act_cfg=None)
+                ConvModule(
+                    dim, out_channels, 1, norm_cfg=norm_cfg, act_cfg=None),
+                ConvModule(
+                    out_channels,
+                    out_channels,
+                    3,
+                    padding=1,
+                    norm_cfg=norm_cfg,
+                    act_cfg=None)
             ]
             self.stages.append(nn.Sequential(*layers))
 

@@ -68,7 +68,8 @@ def knn_classify(train_feats: torch.Tensor,
 FEATURES = ('avg', 'cls')
 
 
-def pool_features(feats, num_extra_tokens: int = 1,
+def pool_features(feats,
+                  num_extra_tokens: int = 1,
                   feature: str = 'avg') -> torch.Tensor:
     """(B, D) image features from a backbone's output.
 
@@ -130,8 +131,9 @@ def extract_features(model,
     was_training = model.training
     model.eval()
     backbone = getattr(model, 'backbone', None)
-    extra = getattr(backbone, 'num_extra_tokens', 1 if getattr(
-        backbone, 'cls_token', None) is not None else 0)
+    extra = getattr(
+        backbone, 'num_extra_tokens',
+        1 if getattr(backbone, 'cls_token', None) is not None else 0)
     results = []
     bar = ProgressBar(len(dataloader.dataset)) if progress else None
     # a model without parameters (kNN on raw pixels) runs where its buffers
@@ -143,11 +145,12 @@ def extract_features(model,
     dtype = choose_precision(amp, device).dtype if amp else None
     for batch in dataloader:
         data = model.data_preprocessor(batch, False)
-        with torch.autocast(device, enabled=dtype is not None,
-                            dtype=dtype or torch.bfloat16):
+        with torch.autocast(
+                device, enabled=dtype is not None, dtype=dtype
+                or torch.bfloat16):
             out = model.extract_feat(data['inputs'])
-            feats = torch.stack([pool_features(out, extra, f)
-                                 for f in names], 1)  # (B, F, D)
+            feats = torch.stack([pool_features(out, extra, f) for f in names],
+                                1)  # (B, F, D)
         labels = [s.gt_label for s in data['data_samples']]
         for f, label in zip(feats.float().cpu(), labels):
             results.append((f, int(label.reshape(-1)[0])))
@@ -163,5 +166,8 @@ def extract_features(model,
     labels = torch.tensor([label for _, label in results])
     if isinstance(feature, str):
         return dict(feats=feats[:, 0], labels=labels)
-    return dict(feats={f: feats[:, i] for i, f in enumerate(names)},
-                labels=labels)
+    return dict(
+        feats={
+            f: feats[:, i]
+            for i, f in enumerate(names)
+        }, labels=labels)

@@ -48,12 +48,12 @@ def linear_probe(train_feats: torch.Tensor,
     num_classes = int(max(train_labels.max(), test_labels.max())) + 1
     dim = train_feats.shape[1]
     torch.manual_seed(seed)
-    head = nn.Sequential(nn.BatchNorm1d(dim, affine=False),
-                         nn.Linear(dim, num_classes))
+    head = nn.Sequential(
+        nn.BatchNorm1d(dim, affine=False), nn.Linear(dim, num_classes))
     nn.init.trunc_normal_(head[1].weight, std=0.01)  # the configs' init
     nn.init.zeros_(head[1].bias)
-    opt = torch.optim.SGD(head.parameters(), lr=lr, momentum=0.9,
-                          weight_decay=0.)
+    opt = torch.optim.SGD(
+        head.parameters(), lr=lr, momentum=0.9, weight_decay=0.)
     x, y = train_feats.float(), train_labels.long()
     iters = math.ceil(len(x) / batch_size)
     total, warm = epochs * iters, warmup_epochs * iters
@@ -64,8 +64,9 @@ def linear_probe(train_feats: torch.Tensor,
             if step < warm:
                 factor = 1e-3 + (1 - 1e-3) * step / warm
             else:
-                factor = 0.5 * (1 + math.cos(math.pi * (step - warm) /
-                                             max(total - warm, 1)))
+                factor = 0.5 * (1 +
+                                math.cos(math.pi *
+                                         (step - warm) / max(total - warm, 1)))
             for group in opt.param_groups:
                 group['lr'] = lr * factor
             loss = nn.functional.cross_entropy(head(x[idx]), y[idx])
@@ -77,5 +78,5 @@ def linear_probe(train_feats: torch.Tensor,
     with torch.no_grad():
         test = (head(test_feats.float()).argmax(1) == test_labels).float()
         train = (head(x).argmax(1) == y).float()
-    return dict(top1=100. * test.mean().item(),
-                train_top1=100. * train.mean().item())
+    return dict(
+        top1=100. * test.mean().item(), train_top1=100. * train.mean().item())

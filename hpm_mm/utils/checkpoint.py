@@ -64,8 +64,8 @@ def _numpy_globals() -> list:
 
 def checkpoint_safe_globals() -> list:
     """The types mmengine's runner writes into a checkpoint."""
-    from mmengine.logging import HistoryBuffer
     from mmengine.config import ConfigDict
+    from mmengine.logging import HistoryBuffer
     return [HistoryBuffer, ConfigDict] + _numpy_globals()
 
 
@@ -86,8 +86,8 @@ def register_checkpoint_safe_globals() -> None:
     from hpm_mm.compat import picklable_history_buffer
     picklable_history_buffer()
     add(checkpoint_safe_globals())
-    CheckpointLoader.register_scheme(prefixes='', loader=load_from_local,
-                                     force=True)
+    CheckpointLoader.register_scheme(
+        prefixes='', loader=load_from_local, force=True)
 
 
 class UnsafeCheckpointError(RuntimeError):
@@ -149,13 +149,17 @@ def student_or_teacher_state(state_dict: dict,
     """
     prefix = 'teacher.module.'
     if not teacher:
-        return {k: v for k, v in state_dict.items()
-                if not k.startswith('teacher.')}
+        return {
+            k: v
+            for k, v in state_dict.items() if not k.startswith('teacher.')
+        }
     where = {}
     if model is not None and hasattr(model, 'student'):
         names = {id(m): n for n, m in model.named_modules()}
-        where = {part: names[id(m)] for part, m in model.student().items()
-                 if id(m) in names}
+        where = {
+            part: names[id(m)]
+            for part, m in model.student().items() if id(m) in names
+        }
     out = {}
     for k, v in state_dict.items():
         if k.startswith(prefix):
@@ -209,14 +213,17 @@ def load_checkpoint_strict(model: torch.nn.Module,
         raise SystemExit(f'{problem}. Fix: evaluate an earlier checkpoint '
                          'of the run (its training diverged).')
     result = model.load_state_dict(state, strict=False)
-    missing = [k for k in result.missing_keys
-               if whole or not k.startswith('teacher.')]
+    missing = [
+        k for k in result.missing_keys if whole or not k.startswith('teacher.')
+    ]
     unexpected = list(result.unexpected_keys)
     required = [k for k in missing if k.startswith(required_prefix)]
     loaded = sum(1 for k in model.state_dict()
                  if k.startswith(required_prefix) and k not in missing)
-    prefixes = '/'.join(f'{p}*' for p in ((required_prefix, ) if isinstance(
-        required_prefix, str) else required_prefix))
+    prefixes = '/'.join(
+        f'{p}*'
+        for p in ((required_prefix,
+                   ) if isinstance(required_prefix, str) else required_prefix))
     which = 'whole' if whole else 'teacher' if teacher else 'student'
     print(f'[checkpoint] {filename} ({which}):'
           f' {loaded} {prefixes} tensors loaded, '
@@ -237,9 +244,10 @@ def nonfinite_tensors(state_dict: dict,
                       name: str = 'the checkpoint') -> Optional[str]:
     """One line naming the tensors of ``state_dict`` holding NaN/inf, or
     None: a diverged checkpoint evaluates to chance, not to an error."""
-    bad = [k for k, v in state_dict.items()
-           if torch.is_tensor(v) and v.is_floating_point() and
-           not bool(torch.isfinite(v).all())]
+    bad = [
+        k for k, v in state_dict.items() if torch.is_tensor(v)
+        and v.is_floating_point() and not bool(torch.isfinite(v).all())
+    ]
     if not bad:
         return None
     return (f'{name} holds non-finite values (NaN/inf) in {len(bad)} '
@@ -251,8 +259,10 @@ def share_of_model(model: torch.nn.Module, state_dict: dict) -> float:
     tensors) that ``state_dict`` holds under the same name and shape
     (after the ``module.`` prefix of wrapped models is dropped, as
     mmengine's loader does)."""
-    own = {k: v for k, v in model.state_dict().items()
-           if v.is_floating_point()}
+    own = {
+        k: v
+        for k, v in model.state_dict().items() if v.is_floating_point()
+    }
     total = sum(v.numel() for v in own.values())
     shared = 0
     for k, v in state_dict.items():
@@ -263,7 +273,8 @@ def share_of_model(model: torch.nn.Module, state_dict: dict) -> float:
     return shared / max(total, 1)
 
 
-def checkpoint_mismatch(model: torch.nn.Module, state_dict: dict,
+def checkpoint_mismatch(model: torch.nn.Module,
+                        state_dict: dict,
                         name: str = 'the checkpoint') -> Optional[str]:
     """One line saying how ``state_dict`` fails to fill ``model``, or None.
 
@@ -272,8 +283,10 @@ def checkpoint_mismatch(model: torch.nn.Module, state_dict: dict,
     """
     own = model.state_dict()
     missing = [k for k in own if k not in state_dict]
-    shapes = [k for k in own if k in state_dict and
-              tuple(state_dict[k].shape) != tuple(own[k].shape)]
+    shapes = [
+        k for k in own if k in state_dict
+        and tuple(state_dict[k].shape) != tuple(own[k].shape)
+    ]
     if not missing and not shapes:
         return None
     extra = sum(1 for k in state_dict if k not in own)
@@ -334,8 +347,9 @@ def find_resume_checkpoint(work_dir: str) -> Tuple[Optional[str], List[str]]:
     if osp.isdir(work_dir):
         found = [(s, n) for n in os.listdir(work_dir)
                  if (s := _checkpoint_step(n)) is not None]
-        candidates += [osp.join(work_dir, n)
-                       for _, n in sorted(found, reverse=True)]
+        candidates += [
+            osp.join(work_dir, n) for _, n in sorted(found, reverse=True)
+        ]
     seen = set()
     for path in candidates:
         if path in seen:

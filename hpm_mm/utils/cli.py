@@ -55,16 +55,16 @@ def _fits(old: Any, new: Any) -> bool:
 #: ``FlexibleRunner``) and hpm_mm's tools read. Any other top-level key is a
 #: variable of the config file, used only while the file is parsed (e.g. the
 #: schedules' ``max_epochs``), or a typo.
-RUNNER_KEYS = frozenset((
-    'model', 'work_dir', 'train_dataloader', 'val_dataloader',
-    'test_dataloader', 'train_cfg', 'val_cfg', 'test_cfg', 'auto_scale_lr',
-    'optim_wrapper', 'param_scheduler', 'val_evaluator', 'test_evaluator',
-    'default_hooks', 'custom_hooks', 'data_preprocessor', 'load_from',
-    'resume', 'launcher', 'env_cfg', 'log_processor', 'log_level',
-    'visualizer', 'default_scope', 'randomness', 'experiment_name',
-    'model_wrapper_cfg', 'compile', 'activation_checkpointing',
-    'efficient_conv_bn_eval', 'find_unused_parameters', 'strategy',
-    'runner_type', 'custom_imports', 'precision'))
+RUNNER_KEYS = frozenset(
+    ('model', 'work_dir', 'train_dataloader', 'val_dataloader',
+     'test_dataloader', 'train_cfg', 'val_cfg', 'test_cfg', 'auto_scale_lr',
+     'optim_wrapper', 'param_scheduler', 'val_evaluator', 'test_evaluator',
+     'default_hooks', 'custom_hooks', 'data_preprocessor', 'load_from',
+     'resume', 'launcher', 'env_cfg', 'log_processor', 'log_level',
+     'visualizer', 'default_scope', 'randomness', 'experiment_name',
+     'model_wrapper_cfg', 'compile', 'activation_checkpointing',
+     'efficient_conv_bn_eval', 'find_unused_parameters', 'strategy',
+     'runner_type', 'custom_imports', 'precision'))
 
 
 def _check_top_level(key: str) -> None:
@@ -98,8 +98,11 @@ def merge_cfg_options(cfg: Config, options: dict) -> Config:
     for key, value in options.items():
         old = _lookup(current, key)
         if not _fits(old, value):
-            kind = {bool: 'True or False', int: 'a whole number',
-                    float: 'a number'}[type(old)]
+            kind = {
+                bool: 'True or False',
+                int: 'a whole number',
+                float: 'a number'
+            }[type(old)]
             raise SystemExit(
                 f'--cfg-options {key}={value!r}: expected {kind} (the '
                 f'config has {old!r}).')

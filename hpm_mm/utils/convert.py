@@ -26,7 +26,6 @@ TARGETS = ('mmpretrain', 'mmdet', 'mmseg', 'timm')
 REQUIRED = ('patch_embed.projection.weight', 'pos_embed',
             'layers.0.attn.qkv.weight')
 
-
 # mmpretrain VisionTransformer key prefix <-> timm's ({} = block index)
 TIMM_NAMES = [
     ('patch_embed.projection.', 'patch_embed.proj.'),
@@ -58,8 +57,11 @@ def encoder_state(checkpoint: dict, teacher: bool = False) -> dict:
     state = checkpoint.get('state_dict', checkpoint)
     prefix = 'teacher.module.backbone.' if teacher else 'backbone.'
     # mask_token: MaskTokenViT's (SimMIM/BEiT students), pretraining only
-    enc = {k[len(prefix):]: v for k, v in state.items()
-           if k.startswith(prefix) and k != prefix + 'mask_token'}
+    enc = {
+        k[len(prefix):]: v
+        for k, v in state.items()
+        if k.startswith(prefix) and k != prefix + 'mask_token'
+    }
     missing = [k for k in REQUIRED if k not in enc]
     if missing:
         what = 'EMA teacher encoder (teacher.module.backbone.*)' if teacher \
@@ -67,8 +69,8 @@ def encoder_state(checkpoint: dict, teacher: bool = False) -> dict:
         raise ValueError(
             f'not an HPM/MAE pretraining checkpoint: it has no {what} '
             f'(missing {missing}). Pass the .pth written by tools/train.py '
-            'for an HPM or MAE config' + ('' if not teacher else
-                                          ', or drop --teacher') + '.')
+            'for an HPM or MAE config' +
+            ('' if not teacher else ', or drop --teacher') + '.')
     return enc
 
 
@@ -86,11 +88,13 @@ def resize_grid(grid: torch.Tensor, size: Tuple[int, int]) -> torch.Tensor:
     """Bicubic interpolation of a (1, C, h, w) position grid."""
     if tuple(grid.shape[-2:]) == tuple(size):
         return grid
-    return F.interpolate(grid.float(), size=size, mode='bicubic',
-                         align_corners=False).to(grid.dtype)
+    return F.interpolate(
+        grid.float(), size=size, mode='bicubic',
+        align_corners=False).to(grid.dtype)
 
 
-def convert(enc: Dict[str, torch.Tensor], target: str,
+def convert(enc: Dict[str, torch.Tensor],
+            target: str,
             grid_size: Tuple[int, int] = None) -> Dict[str, torch.Tensor]:
     """Convert encoder keys to ``target``'s (see the module docstring).
 
@@ -120,8 +124,10 @@ def convert(enc: Dict[str, torch.Tensor], target: str,
         out['pos_embed'] = grid.permute(0, 2, 3, 1).contiguous()
         return out
     if target == 'mmseg':
-        out = {k: v for k, v in enc.items()
-               if not k.startswith(('ln1.', 'ln2.'))}  # no final norm
+        out = {
+            k: v
+            for k, v in enc.items() if not k.startswith(('ln1.', 'ln2.'))
+        }  # no final norm
         out['pos_embed'] = torch.cat(
             [cls_pos, grid.flatten(2).transpose(1, 2)], dim=1)
         num_layers = 1 + max(int(k.split('.')[1]) for k in layers)
@@ -132,8 +138,8 @@ def convert(enc: Dict[str, torch.Tensor], target: str,
         return out
     # timm
     out = {_rename(k, to_timm=True): v for k, v in enc.items()}
-    out['pos_embed'] = torch.cat([cls_pos, grid.flatten(2).transpose(1, 2)],
-                                 dim=1)
+    out['pos_embed'] = torch.cat(
+        [cls_pos, grid.flatten(2).transpose(1, 2)], dim=1)
     return out
 
 
@@ -142,5 +148,7 @@ def from_timm(state: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
     :class:`VisionTransformer` keys under ``backbone.``; the classifier
     ``head.*``, if any, is dropped. The inverse of ``convert(..., 'timm')``.
     """
-    return {'backbone.' + _rename(k, to_timm=False): v
-            for k, v in state.items() if not k.startswith('head.')}
+    return {
+        'backbone.' + _rename(k, to_timm=False): v
+        for k, v in state.items() if not k.startswith('head.')
+    }

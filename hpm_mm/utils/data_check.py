@@ -23,8 +23,10 @@ def _pipeline_channels(pipeline) -> int:
     for t in pipeline or []:
         if 'LoadImage' in str(t.get('type', '')):
             # 'unchanged' keeps each file's own channels: not known here
-            return {'grayscale': 1, 'color': 3}.get(
-                t.get('color_type', 'color'), 0)
+            return {
+                'grayscale': 1,
+                'color': 3
+            }.get(t.get('color_type', 'color'), 0)
     return 0
 
 
@@ -80,8 +82,7 @@ def check_data(cfg: Config, max_images: int = 0) -> Dict[str, list]:
                 problems.append(f'{name}: unreadable image {path} ({e})')
         files = sum(modes.values()) + bad
         kinds = ', '.join(f'{k}: {v}' for k, v in sorted(modes.items()))
-        report.append(
-            f'{name}: {len(dataset)} samples; ' +
-            (f'{files} image files checked, {bad} unreadable ({kinds})'
-             if files else 'in memory, no image files to check'))
+        report.append(f'{name}: {len(dataset)} samples; ' + (
+            f'{files} image files checked, {bad} unreadable ({kinds})'
+            if files else 'in memory, no image files to check'))
     return dict(problems=problems, report=report)

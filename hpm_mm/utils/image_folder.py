@@ -19,18 +19,15 @@ import numpy as np
 
 from .schedule import scale_recipe, steps_per_epoch
 
-IMAGE_EXTENSIONS = ('.jpg', '.jpeg', '.png', '.bmp', '.webp', '.tif',
-                    '.tiff')
+IMAGE_EXTENSIONS = ('.jpg', '.jpeg', '.png', '.bmp', '.webp', '.tif', '.tiff')
 GRAY_MODES = ('1', 'L', 'LA')
 SIZES = (32, 64, 96, 128, 224)  # candidate input sizes
 TARGET_STEPS = 400  # the main job's schedule length
 
-
 #: PIL modes of more than 8 bits per channel: the training pipeline reads
 #: files through OpenCV, which would scale or refuse them differently from
 #: what the scan measured (mean 255 / std 1 for 16-bit PNGs)
-DEEP_MODES = ('I', 'I;16', 'I;16B', 'I;16L', 'I;16N', 'F', 'RGB;16',
-              'RGBA;16')
+DEEP_MODES = ('I', 'I;16', 'I;16B', 'I;16L', 'I;16N', 'F', 'RGB;16', 'RGBA;16')
 
 
 def read_image(path: str):
@@ -57,8 +54,9 @@ def read_image(path: str):
 
 def is_work_dir(path: str) -> bool:
     """A tool's work dir (checkpoints, hard-patch grids): never data."""
-    return any(osp.exists(osp.join(path, f))
-               for f in ('.run.lock', 'last_checkpoint'))
+    return any(
+        osp.exists(osp.join(path, f))
+        for f in ('.run.lock', 'last_checkpoint'))
 
 
 def scan_folder(root: str) -> Dict:
@@ -117,8 +115,12 @@ def scan_folder(root: str) -> Dict:
     tops = {f.split(os.sep)[0] for f in files}
     labelled = bool(files) and all(os.sep in f for f in files) and \
         len(tops) >= 2
-    return dict(files=files, unreadable=unreadable, sizes=sizes, gray=gray,
-                classes=sorted(tops) if labelled else None)
+    return dict(
+        files=files,
+        unreadable=unreadable,
+        sizes=sizes,
+        gray=gray,
+        classes=sorted(tops) if labelled else None)
 
 
 def choose_settings(scan: Dict,
@@ -148,19 +150,28 @@ def choose_settings(scan: Dict,
     batch = min(batch, n)
     steps = steps_per_epoch(n, batch)  # the loader keeps the last batch
     ep = epochs or int(min(200, max(10, round(TARGET_STEPS / steps))))
-    return dict(img_size=size, patch_size=patch, channels=ch,
-                batch_size=batch, epochs=ep, steps_per_epoch=steps,
-                median_short_side=short, num_images=n)
+    return dict(
+        img_size=size,
+        patch_size=patch,
+        channels=ch,
+        batch_size=batch,
+        epochs=ep,
+        steps_per_epoch=steps,
+        median_short_side=short,
+        num_images=n)
 
 
-def channel_stats(root: str, files: List[str], size: int, channels: int,
-                  max_images: int = 500, seed: int = 0) -> Dict:
+def channel_stats(root: str,
+                  files: List[str],
+                  size: int,
+                  channels: int,
+                  max_images: int = 500,
+                  seed: int = 0) -> Dict:
     """Per-channel mean and std (0..255) of up to ``max_images`` images
     resized to ``size``, for the data preprocessor."""
     from PIL import Image
     rng = random.Random(seed)
-    pick = files if len(files) <= max_images else rng.sample(
-        files, max_images)
+    pick = files if len(files) <= max_images else rng.sample(files, max_images)
     values = []
     for rel in pick:
         with Image.open(osp.join(root, rel)) as img:
@@ -169,12 +180,15 @@ def channel_stats(root: str, files: List[str], size: int, channels: int,
             values.append(np.asarray(img, np.float64).reshape(-1, channels))
     values = np.concatenate(values)
     std = np.maximum(values.std(0), 1.0)  # a constant folder: no blow-up
-    return dict(mean=[round(float(v), 2) for v in values.mean(0)],
-                std=[round(float(v), 2) for v in std])
+    return dict(
+        mean=[round(float(v), 2) for v in values.mean(0)],
+        std=[round(float(v), 2) for v in std])
 
 
-def split_labelled(files: List[str], classes: List[str],
-                   val_fraction: float = 0.2, seed: int = 0):
+def split_labelled(files: List[str],
+                   classes: List[str],
+                   val_fraction: float = 0.2,
+                   seed: int = 0):
     """Deterministic per-class split into (memory bank, evaluated) lists of
     ``(path, label)``: ``val_fraction`` of each class (at least one image
     when the class has two or more) is evaluated, the rest is the kNN
@@ -212,36 +226,50 @@ def folder_config(base_cfg, root: str, work_dir: str, scan: Dict,
             f.writelines(f'{row}\n' for row in rows)
         return path
 
-    load = dict(type='LoadImageFromFileChecked',
-                color_type='grayscale' if ch == 1 else 'color')
+    load = dict(
+        type='LoadImageFromFileChecked',
+        color_type='grayscale' if ch == 1 else 'color')
     train_pipeline = [
         load,
-        dict(type='RandomResizedCrop', scale=size,
-             crop_ratio_range=(0.2, 1.0), backend='pillow',
-             interpolation='bicubic'),
+        dict(
+            type='RandomResizedCrop',
+            scale=size,
+            crop_ratio_range=(0.2, 1.0),
+            backend='pillow',
+            interpolation='bicubic'),
         dict(type='RandomFlip', prob=0.5),
         dict(type='PackInputs')
     ]
     eval_pipeline = [
         load,
-        dict(type='ResizeEdge', scale=size, edge='short', backend='pillow',
-             interpolation='bicubic'),
+        dict(
+            type='ResizeEdge',
+            scale=size,
+            edge='short',
+            backend='pillow',
+            interpolation='bicubic'),
         dict(type='CenterCrop', crop_size=size),
         dict(type='PackInputs')
     ]
 
     def dataset(ann_file, with_label, pipeline):
-        ds = dict(type='CustomDataset', data_root=root, data_prefix='',
-                  ann_file=ann_file, with_label=with_label,
-                  pipeline=pipeline)
+        ds = dict(
+            type='CustomDataset',
+            data_root=root,
+            data_prefix='',
+            ann_file=ann_file,
+            with_label=with_label,
+            pipeline=pipeline)
         if with_label:
             ds['metainfo'] = dict(classes=tuple(scan['classes']))
         return ds
 
-    loader = dict(batch_size=min(256, settings['num_images']),
-                  num_workers=0, persistent_workers=False,
-                  sampler=dict(type='DefaultSampler', shuffle=False),
-                  collate_fn=dict(type='default_collate'))
+    loader = dict(
+        batch_size=min(256, settings['num_images']),
+        num_workers=0,
+        persistent_workers=False,
+        sampler=dict(type='DefaultSampler', shuffle=False),
+        collate_fn=dict(type='default_collate'))
     all_files = write('images.txt', scan['files'])
     hooks = [dict(type='HPMScheduleHook', by_epoch=True)]
     bank, val = split_labelled(scan['files'], scan['classes']) \
@@ -257,36 +285,42 @@ def folder_config(base_cfg, root: str, work_dir: str, scan: Dict,
         val_file = write('knn_val.txt', [f'{f} {c}' for f, c in val])
         with open(osp.join(work_dir, 'classes.txt'), 'w') as f:
             f.writelines(f'{c}\n' for c in scan['classes'])
-        vis_loader = dict(loader, dataset=dataset(val_file, True,
-                                                  eval_pipeline))
+        vis_loader = dict(
+            loader, dataset=dataset(val_file, True, eval_pipeline))
         hooks.append(
-            dict(type='KNNEvalHook', interval=0,
-                 train_dataloader=dict(
-                     loader, dataset=dataset(bank_file, True,
-                                             eval_pipeline)),
-                 val_dataloader=vis_loader))
+            dict(
+                type='KNNEvalHook',
+                interval=0,
+                train_dataloader=dict(
+                    loader, dataset=dataset(bank_file, True, eval_pipeline)),
+                val_dataloader=vis_loader))
     else:
-        vis_loader = dict(loader, dataset=dataset(all_files, False,
-                                                  eval_pipeline))
-    hooks.append(dict(type='HardPatchVisHook', interval=0,
-                      num_images=min(4, settings['num_images']),
-                      num_masks=8, dataloader=vis_loader))
+        vis_loader = dict(
+            loader, dataset=dataset(all_files, False, eval_pipeline))
+    hooks.append(
+        dict(
+            type='HardPatchVisHook',
+            interval=0,
+            num_images=min(4, settings['num_images']),
+            num_masks=8,
+            dataloader=vis_loader))
 
     cfg = Config(base_cfg.to_dict())
     model = cfg.model
-    model.backbone.update(img_size=size, patch_size=patch,
-                          patch_cfg=dict(in_channels=ch))
-    model.neck.update(num_patches=(size // patch)**2, patch_size=patch,
-                      in_chans=ch)
+    model.backbone.update(
+        img_size=size, patch_size=patch, patch_cfg=dict(in_channels=ch))
+    model.neck.update(
+        num_patches=(size // patch)**2, patch_size=patch, in_chans=ch)
     model.head.update(patch_size=patch, in_channels=ch)
-    cfg.data_preprocessor.update(mean=stats['mean'], std=stats['std'],
-                                 to_rgb=ch == 3)
+    cfg.data_preprocessor.update(
+        mean=stats['mean'], std=stats['std'], to_rgb=ch == 3)
     train_pipeline[0] = dict(load, skip_unreadable=True)
-    cfg.train_dataloader.update(batch_size=settings['batch_size'],
-                                num_workers=2, persistent_workers=True)
+    cfg.train_dataloader.update(
+        batch_size=settings['batch_size'],
+        num_workers=2,
+        persistent_workers=True)
     # replaced, not merged (ConfigDict.update would keep Fashion-MNIST's keys)
-    cfg.train_dataloader['dataset'] = dataset(all_files, False,
-                                              train_pipeline)
+    cfg.train_dataloader['dataset'] = dataset(all_files, False, train_pipeline)
     # the recipe (warm-up, cosine, the teacher's lag) scaled to the run
     scale_recipe(cfg, settings['epochs'], settings['steps_per_epoch'])
     cfg.auto_scale_lr = dict(base_batch_size=256, enable=False)

@@ -44,9 +44,13 @@ class Precision(NamedTuple):
         return f'precision: {self.name} ({self.reason})'
 
     def to_dict(self) -> dict:
-        return dict(precision=self.name, device=self.device,
-                    cpu_class=self.cpu_class, reason=self.reason,
-                    probe=self.probe, torch=torch.__version__)
+        return dict(
+            precision=self.name,
+            device=self.device,
+            cpu_class=self.cpu_class,
+            reason=self.reason,
+            probe=self.probe,
+            torch=torch.__version__)
 
 
 def _flag(name: str) -> bool:
@@ -79,8 +83,8 @@ def probe_bf16(shape=PROBE_SHAPE, repeats: int = 3) -> dict:
     m, k, n = shape
     a, b = torch.randn(m, k), torch.randn(k, n)
     out = {}
-    for name, dtype in (('fp32_ms', torch.float32),
-                        ('bf16_ms', torch.bfloat16)):
+    for name, dtype in (('fp32_ms', torch.float32), ('bf16_ms',
+                                                     torch.bfloat16)):
         x, y = a.to(dtype), b.to(dtype)
         x @ y
         best = float('inf')

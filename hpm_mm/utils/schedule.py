@@ -54,25 +54,31 @@ def scale_recipe(cfg, epochs: int, steps_per_epoch: int):
             f'(the Fashion-MNIST recipe); this config has {kinds}.')
     warm, cosine = (dict(s) for s in cfg.param_scheduler)
     w = warmup_epochs(epochs)
-    cosine.update(begin=0, end=epochs, T_max=epochs, by_epoch=True,
-                  convert_to_iter_based=True)
+    cosine.update(
+        begin=0,
+        end=epochs,
+        T_max=epochs,
+        by_epoch=True,
+        convert_to_iter_based=True)
     warm.update(begin=0, end=w, by_epoch=True, convert_to_iter_based=True)
     cfg.param_scheduler = [warm, cosine] if w else [cosine]
     cfg.train_cfg.max_epochs = epochs
     teacher = cfg.model.get('teacher')
     if teacher is not None:
         start, end = teacher_momentum(epochs * steps_per_epoch)
-        teacher.update(momentum=float(f'{start:.4g}'),
-                       end_momentum=float(f'{end:.4g}'),
-                       momentum_epochs=epochs)
+        teacher.update(
+            momentum=float(f'{start:.4g}'),
+            end_momentum=float(f'{end:.4g}'),
+            momentum_epochs=epochs)
     return cfg
 
 
-def steps_per_epoch(num_images: int, batch_size: int,
+def steps_per_epoch(num_images: int,
+                    batch_size: int,
                     drop_last: bool = False) -> int:
     """Optimizer steps in one epoch of ``num_images`` at ``batch_size``."""
-    return num_images // batch_size if drop_last else math.ceil(
-        num_images / batch_size)
+    return num_images // batch_size if drop_last else math.ceil(num_images /
+                                                                batch_size)
 
 
 def check_run_length(cfg) -> None:

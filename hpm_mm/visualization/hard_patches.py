@@ -14,8 +14,10 @@ import torch
 import torch.nn.functional as F
 
 #: Panel titles of the score sources.
-SCORE_NAMES = dict(predicted_loss='predicted loss',
-                   cls_attention='CLS attention', image='image scores')
+SCORE_NAMES = dict(
+    predicted_loss='predicted loss',
+    cls_attention='CLS attention',
+    image='image scores')
 
 
 def spearman(pred: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
@@ -84,8 +86,9 @@ def analyze_hard_patches(model,
     count = torch.zeros(B, N)
     for _ in range(num_masks):
         keys = torch.rand(B, N, generator=gen_cpu)
-        mask = torch.zeros(B, N).scatter_(
-            1, keys.argsort(1)[:, N - num_masked:], 1.).to(inputs.device)
+        mask = torch.zeros(B, N).scatter_(1,
+                                          keys.argsort(1)[:, N - num_masked:],
+                                          1.).to(inputs.device)
         latent, ids = model.backbone(inputs, mask, N - num_masked)
         pred, _ = model.neck(latent, ids)
         loss = head.patch_losses(pred, target).cpu()
@@ -155,7 +158,8 @@ def analyze_hard_patches(model,
         mask_info=gen.log_vars(N, progress))
 
 
-def patch_map_to_pixels(values: torch.Tensor, image_size,
+def patch_map_to_pixels(values: torch.Tensor,
+                        image_size,
                         normalise: bool = True) -> np.ndarray:
     """(B, N) per-patch values -> (B, H, W) bilinearly upsampled maps,
     min-max normalised per image to [0, 1]."""
@@ -166,12 +170,13 @@ def patch_map_to_pixels(values: torch.Tensor, image_size,
         lo = maps.amin(dim=(2, 3), keepdim=True)
         hi = maps.amax(dim=(2, 3), keepdim=True)
         maps = (maps - lo) / (hi - lo).clamp(min=1e-12)
-    maps = F.interpolate(maps, size=tuple(image_size), mode='bilinear',
-                         align_corners=False)
+    maps = F.interpolate(
+        maps, size=tuple(image_size), mode='bilinear', align_corners=False)
     return maps[:, 0].clamp(0, 1).numpy()
 
 
-def saliency_mask(pred_loss: torch.Tensor, image_size,
+def saliency_mask(pred_loss: torch.Tensor,
+                  image_size,
                   quantile: float = 0.5) -> np.ndarray:
     """Foreground mask from the predicted-loss map: pixels whose upsampled,
     normalised predicted loss is above the image's ``quantile``."""
@@ -189,8 +194,8 @@ def foreground_iou(pred_mask: np.ndarray, gt_mask: np.ndarray) -> np.ndarray:
 
 def _to_display(img: torch.Tensor, mean, std) -> np.ndarray:
     """(C, H, W) normalised -> (H, W[, 3]) in [0, 1]."""
-    x = img.float() * torch.as_tensor(std).view(-1, 1, 1) + torch.as_tensor(
-        mean).view(-1, 1, 1)
+    x = img.float() * torch.as_tensor(std).view(
+        -1, 1, 1) + torch.as_tensor(mean).view(-1, 1, 1)
     x = (x / 255.).clamp(0, 1).numpy()
     return x[0] if x.shape[0] == 1 else x.transpose(1, 2, 0)
 
@@ -219,8 +224,7 @@ def draw_hard_patches(result: Dict[str, torch.Tensor],
     recon = _to_display(result['recon'][index], mean, std)
     true_map = patch_map_to_pixels(result['true_loss'][index:index + 1],
                                    (H, W))[0]
-    pred_map = patch_map_to_pixels(result['shown'][index:index + 1],
-                                   (H, W))[0]
+    pred_map = patch_map_to_pixels(result['shown'][index:index + 1], (H, W))[0]
     N = result['mask'].shape[1]
     gray = img.ndim == 2
     shown = np.stack([img] * 3, -1) if gray else img.copy()
@@ -233,8 +237,8 @@ def draw_hard_patches(result: Dict[str, torch.Tensor],
     masked_view[mask_px] = masked_view[mask_px] * 0.3 + 0.45
 
     fig, axes = plt.subplots(1, 5, figsize=(12.5, 2.9), dpi=dpi)
-    fig.subplots_adjust(left=0.01, right=0.92, bottom=0.02, top=0.88,
-                        wspace=0.05)
+    fig.subplots_adjust(
+        left=0.01, right=0.92, bottom=0.02, top=0.88, wspace=0.05)
     cmap = 'gray' if gray else None
     rho = float(result['spearman'][index])
     info = ' '.join(f'{k}={v:g}' for k, v in result['mask_info'].items())

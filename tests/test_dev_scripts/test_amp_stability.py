@@ -31,21 +31,25 @@ def test_amp_run_records_and_dtypes(tmp_path, capsys):
     out = tmp_path / 'amp.json'
     res = amp_stability.main([
         '--arch', 't', '--img-size', '32', '--batch', '2', '--steps', '3',
-        '--amp', 'bf16', '--device', 'cpu', '--data', str(tmp_path),
-        '--out', str(out)])
+        '--amp', 'bf16', '--device', 'cpu', '--data',
+        str(tmp_path), '--out',
+        str(out)
+    ])
     summary = res['bf16']['summary']
     assert summary['skipped'] == 0 and summary['nonfinite_logged'] == 0
     assert summary['dtypes'] == dict(
-        student='torch.bfloat16', per_patch_losses='torch.float32',
-        loss_rec='torch.float32', loss_pred='torch.float32')
+        student='torch.bfloat16',
+        per_patch_losses='torch.float32',
+        loss_rec='torch.float32',
+        loss_pred='torch.float32')
     curve = res['bf16']['curve']
     assert [c['step'] for c in curve] == [0, 1, 2]
-    assert all(np.isfinite(c['loss_rec']) and c['grad_norm'] > 0
-               for c in curve)
+    assert all(
+        np.isfinite(c['loss_rec']) and c['grad_norm'] > 0 for c in curve)
     assert curve[-1]['alpha'] > curve[0]['alpha'] == 0.
     assert summary['teacher_steps'] == 3
-    assert json.loads(out.read_text())['results']['bf16']['summary'][
-        'steps'] == 3
+    assert json.loads(
+        out.read_text())['results']['bf16']['summary']['steps'] == 3
     assert '| bf16 | 3 | 0 | 0 |' in capsys.readouterr().out
 
 

@@ -16,9 +16,9 @@ def test_flop_model_vit_b():
     assert hpm / 1e9 == pytest.approx(68.4, abs=0.1)
     # the teacher is forward-only: removing it removes enc(197) + pred(197)
     _, no_teacher = bench.flop_model(768, 12, 196, teacher=False)
-    teacher = (bench.vit_macs(197, 768, 12) + 196 * 768 * 768 +
-               197 * 768 * 512 + bench.vit_macs(197, 512, 8) +
-               197 * 512 * 768)
+    teacher = (
+        bench.vit_macs(197, 768, 12) + 196 * 768 * 768 + 197 * 768 * 512 +
+        bench.vit_macs(197, 512, 8) + 197 * 512 * 768)
     assert hpm - no_teacher == pytest.approx(teacher)
     # half-resolution teacher: 7x7 patches
     f_m, f_h = bench.fast_flops('b', 224, teacher_scale=0.5)
@@ -29,17 +29,18 @@ def test_flop_model_vit_b():
 
 
 def test_benchmark_runs_tiny(capsys):
-    res = bench.main(['--archs', 't', '--img-size', '32', '--batch', '2',
-                      '--iters', '1', '--fast', 'teacher_half_res',
-                      'alpha0_no_teacher'])
+    res = bench.main([
+        '--archs', 't', '--img-size', '32', '--batch', '2', '--iters', '1',
+        '--fast', 'teacher_half_res', 'alpha0_no_teacher'
+    ])
     out = capsys.readouterr().out
     assert '| ViT-T |' in out and 'teacher_half_res |' in out
     assert set(res['t']['fast']) == {'teacher_half_res', 'alpha0_no_teacher'}
     assert res['t']['hpm']['step'] > 0 and res['t']['mae']['step'] > 0
     # the sections of the real modules were timed, every step of them
     hpm = res['t']['hpm']
-    assert all(hpm[k] > 0 for k in ('teacher', 'mask', 'student_fwd',
-                                    'losses'))
+    assert all(hpm[k] > 0
+               for k in ('teacher', 'mask', 'student_fwd', 'losses'))
     assert hpm['teacher'] + hpm['mask'] + hpm['student_fwd'] + \
         hpm['losses'] + hpm['rest'] == pytest.approx(hpm['step'], rel=0.5)
     assert res['t']['fast']['teacher_half_res']['flop_ratio'] < \
@@ -49,8 +50,10 @@ def test_benchmark_runs_tiny(capsys):
 def test_benchmark_builds_from_the_configs():
     """The timed models are the configs' (mmpretrain's own MAE, hpm_mm's
     HPM) at the requested ViT size, with the fast settings applied."""
-    mae, hpm = bench.model_cfgs('s', 64, {'teacher.input_scale': 0.5,
-                                          'neck.predictor_depth': 2})
+    mae, hpm = bench.model_cfgs('s', 64, {
+        'teacher.input_scale': 0.5,
+        'neck.predictor_depth': 2
+    })
     assert mae['type'] == 'MAE' and mae['backbone']['type'] == 'MAEViT'
     assert hpm['type'] == 'HPM' and hpm['teacher']['input_scale'] == 0.5
     assert hpm['neck']['predictor_depth'] == 2
@@ -64,6 +67,7 @@ def test_authors_mask_loop_is_hpm_masking():
     what hpm_mm's generator masks: the same count per image, the hardest
     num_hard always, the others uniformly."""
     import torch
+
     from hpm_mm.models import HPMMaskGenerator
     torch.manual_seed(0)
     scores = torch.randn(400, 16)
@@ -109,8 +113,7 @@ def test_benchmark_cuda_timing_path_dry_run(capsys, monkeypatch):
     x = torch.randn(2, 3, 32, 32)
     mae_cfg, hpm_cfg = bench.model_cfgs('t', 32)
     ops = RecordingOps(x.device)
-    res = bench.measure(hpm_cfg, x, iters=3, warmup=2, breakdown=True,
-                        ops=ops)
+    res = bench.measure(hpm_cfg, x, iters=3, warmup=2, breakdown=True, ops=ops)
     # sync + reset after the warm-up; 3 timed steps; peak read; then 3
     # steps with sections: each section and the step synchronised twice
     assert ops.calls[:2] == ['sync', 'reset_peak']
@@ -129,10 +132,11 @@ def test_benchmark_cuda_timing_path_dry_run(capsys, monkeypatch):
         return real(cfg, *args)
 
     monkeypatch.setattr(bench, '_measure', oom_for_half_res)
-    out = bench.main(['--archs', 't', '--img-size', '32', '--batch', '2',
-                      '--iters', '1', '--warmup', '2', '--fast',
-                      'teacher_half_res', 'predictor_2blocks',
-                      '--no-breakdown'])
+    out = bench.main([
+        '--archs', 't', '--img-size', '32', '--batch', '2', '--iters', '1',
+        '--warmup', '2', '--fast', 'teacher_half_res', 'predictor_2blocks',
+        '--no-breakdown'
+    ])
     text = capsys.readouterr().out
     half = out['t']['fast']['teacher_half_res']
     assert half['oom'] and 'step' not in half and 'ratio' not in half
@@ -162,9 +166,12 @@ def test_teacher_section_covers_the_scoring_pass():
         where = {}
 
         def record(name):
+
             def hook(module, args):
                 where.setdefault(name, list(timer.open))
+
             return hook
+
         t = model.teacher.module
         for name, module in (('teacher_encoder', t['backbone']),
                              ('teacher_predictor', t['predictor']),

@@ -40,37 +40,44 @@ def test_a_run_is_its_variant_scaled_to_its_length(tmp_path, monkeypatch):
     s = study()
     calls = []
     monkeypatch.setattr(s, 'sh', lambda cmd, log: calls.append(cmd))
-    monkeypatch.setattr(s, 'final_checkpoint',
-                        lambda work, epochs: None if not calls else 'x.pth')
-    path, sha, commands, _, steps = s.pretrain(
-        'hpm', 3, 30, 60000, str(tmp_path / 'run'), str(tmp_path / 'log'))
+    monkeypatch.setattr(s, 'final_checkpoint', lambda work, epochs: None
+                        if not calls else 'x.pth')
+    path, sha, commands, _, steps = s.pretrain('hpm', 3, 30, 60000,
+                                               str(tmp_path / 'run'),
+                                               str(tmp_path / 'log'))
     cfg = Config.fromfile(path)
     assert steps == 30 * math.ceil(60000 / 256)
     assert cfg.train_cfg.max_epochs == 30 and cfg.randomness.seed == 3
     assert cfg.train_dataloader.dataset.indices is None  # all 60k
     assert cfg.param_scheduler[1]['end'] == 30
     assert cfg.model.teacher.momentum_epochs == 30
-    assert cfg.model.teacher.momentum == pytest.approx(1 / (0.025 * steps),
-                                                       rel=1e-3)
+    assert cfg.model.teacher.momentum == pytest.approx(
+        1 / (0.025 * steps), rel=1e-3)
     assert not any(h['type'] == 'KNNEvalHook' for h in cfg.custom_hooks)
     assert calls and calls[0][1] == 'tools/train.py' and '--amp' in calls[0]
     assert len(sha) == 64 and commands[0].startswith('tools/train.py')
 
 
 def record(variant, seed, knn, epochs=30):
-    return dict(name=f'{variant}_{epochs}e_10k_seed{seed}', variant=variant,
-                seed=seed, epochs=epochs, images_per_epoch=10000,
-                steps=epochs * 40, machine=dict(cpu_class='AVX2'),
-                train_seconds=600, eval_seconds=60, finetune_seconds=0,
-                metrics=dict(knn_avg=knn, knn_cls=knn - 1),
-                pretrain_end=dict(rank_acc=0.8, spearman=0.5))
+    return dict(
+        name=f'{variant}_{epochs}e_10k_seed{seed}',
+        variant=variant,
+        seed=seed,
+        epochs=epochs,
+        images_per_epoch=10000,
+        steps=epochs * 40,
+        machine=dict(cpu_class='AVX2'),
+        train_seconds=600,
+        eval_seconds=60,
+        finetune_seconds=0,
+        metrics=dict(knn_avg=knn, knn_cls=knn - 1),
+        pretrain_end=dict(rank_acc=0.8, spearman=0.5))
 
 
 def test_report_pairs_seeds_with_t_intervals(tmp_path, monkeypatch):
     s = study()
     monkeypatch.setattr(s, 'RESULTS', str(tmp_path))
-    for seed, (mae, hpm) in enumerate([(80., 81.), (79., 80.5),
-                                       (81., 81.)]):
+    for seed, (mae, hpm) in enumerate([(80., 81.), (79., 80.5), (81., 81.)]):
         for variant, knn in (('mae', mae), ('hpm', hpm)):
             r = record(variant, seed, knn)
             (tmp_path / f"{r['name']}.json").write_text(json.dumps(r))

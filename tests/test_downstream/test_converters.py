@@ -12,21 +12,27 @@ from hpm_mm.utils.convert import convert, encoder_state
 
 
 def _run(*args):
-    return subprocess.run([sys.executable,
-                           'tools/model_converters/hpm2backbone.py', *args],
-                          cwd=REPO, capture_output=True, text=True)
+    return subprocess.run(
+        [sys.executable, 'tools/model_converters/hpm2backbone.py', *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True)
 
 
-@pytest.mark.parametrize('target,img,teacher', [
-    ('mmpretrain', 64, False),
-    pytest.param('mmdet', 128, False, marks=NEEDS_FULL),
-    pytest.param('mmdet', 128, True, marks=NEEDS_FULL),
-    pytest.param('mmseg', 96, False, marks=NEEDS_FULL), ('timm', 64, False)])
+@pytest.mark.parametrize('target,img,teacher',
+                         [('mmpretrain', 64, False),
+                          pytest.param('mmdet', 128, False, marks=NEEDS_FULL),
+                          pytest.param('mmdet', 128, True, marks=NEEDS_FULL),
+                          pytest.param('mmseg', 96, False, marks=NEEDS_FULL),
+                          ('timm', 64, False)])
 def test_round_trip_is_strict(tmp_path, rgb_hpm_checkpoint, target, img,
                               teacher):
     out = tmp_path / 'out.pth'
-    args = [rgb_hpm_checkpoint, str(out), '--target', target, '--img-size',
-            str(img)] + (['--teacher'] if teacher else [])
+    args = [
+        rgb_hpm_checkpoint,
+        str(out), '--target', target, '--img-size',
+        str(img)
+    ] + (['--teacher'] if teacher else [])
     proc = _run(*args)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert '0 missing, 0 unexpected, 0 shape mismatches' in proc.stdout
@@ -36,8 +42,12 @@ def test_round_trip_is_strict(tmp_path, rgb_hpm_checkpoint, target, img,
 
 def _vit(img_size):
     from mmpretrain.models import VisionTransformer
-    return VisionTransformer(arch=ARCH, img_size=img_size, patch_size=16,
-                             out_type='raw', final_norm=True)
+    return VisionTransformer(
+        arch=ARCH,
+        img_size=img_size,
+        patch_size=16,
+        out_type='raw',
+        final_norm=True)
 
 
 @NEEDS_FULL
@@ -54,19 +64,31 @@ def test_mmseg_and_timm_compute_the_pretrained_function(rgb_hpm_checkpoint):
 
     import timm
     tm = timm.models.vision_transformer.VisionTransformer(
-        img_size=64, patch_size=16, embed_dim=64, depth=4, num_heads=2,
-        mlp_ratio=2, num_classes=0)
+        img_size=64,
+        patch_size=16,
+        embed_dim=64,
+        depth=4,
+        num_heads=2,
+        mlp_ratio=2,
+        num_classes=0)
     tm.load_state_dict(convert(enc, 'timm', (4, 4)))
     tm.eval()
     with torch.no_grad():
         assert torch.allclose(tm.forward_features(x), tokens, atol=1e-5)
 
     from mmseg.models.backbones import MAE
-    seg = MAE(img_size=(64, 64), patch_size=16, embed_dims=64, num_layers=4,
-              num_heads=2, mlp_ratio=2, init_values=1.0, out_indices=[3],
-              norm_cfg=dict(type='LN', eps=1e-6))  # as the pretrained ViT
-    missing, unexpected = seg.load_state_dict(convert(enc, 'mmseg', (4, 4)),
-                                              strict=False)
+    seg = MAE(
+        img_size=(64, 64),
+        patch_size=16,
+        embed_dims=64,
+        num_layers=4,
+        num_heads=2,
+        mlp_ratio=2,
+        init_values=1.0,
+        out_indices=[3],
+        norm_cfg=dict(type='LN', eps=1e-6))  # as the pretrained ViT
+    missing, unexpected = seg.load_state_dict(
+        convert(enc, 'mmseg', (4, 4)), strict=False)
     assert unexpected == []
     assert all('relative_position' in k for k in missing)
     seg.eval()
@@ -91,8 +113,7 @@ def test_position_embedding_interpolated_for_detection(rgb_hpm_checkpoint):
 
 def test_refuses_non_hpm_checkpoints(tmp_path):
     bad = tmp_path / 'resnet.pth'
-    torch.save(dict(state_dict={'backbone.conv1.weight': torch.zeros(1)}),
-               bad)
+    torch.save(dict(state_dict={'backbone.conv1.weight': torch.zeros(1)}), bad)
     proc = _run(str(bad), str(tmp_path / 'o.pth'), '--target', 'mmdet')
     assert proc.returncode != 0
     assert 'not an HPM/MAE pretraining checkpoint' in proc.stderr

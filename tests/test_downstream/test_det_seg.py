@@ -7,9 +7,7 @@ import subprocess
 import sys
 
 import pytest
-
-from conftest import (ARCH, NEEDS_FULL, REPO, make_ade20k, make_coco,
-                      run_tool)
+from conftest import ARCH, NEEDS_FULL, REPO, make_ade20k, make_coco, run_tool
 
 pytestmark = NEEDS_FULL  # mmdet, mmseg and mmcv's compiled ops
 
@@ -29,10 +27,14 @@ SEG_CFG = osp.join(REPO, 'configs', 'benchmarks', 'seg',
 
 
 def _convert(ckpt, out, target, img):
-    proc = subprocess.run(
-        [sys.executable, 'tools/model_converters/hpm2backbone.py', ckpt,
-         str(out), '--target', target, '--img-size', str(img)], cwd=REPO,
-        capture_output=True, text=True)
+    proc = subprocess.run([
+        sys.executable, 'tools/model_converters/hpm2backbone.py', ckpt,
+        str(out), '--target', target, '--img-size',
+        str(img)
+    ],
+                          cwd=REPO,
+                          capture_output=True,
+                          text=True)
     assert proc.returncode == 0, proc.stderr
     return str(out)
 
@@ -50,9 +52,11 @@ def test_mask_rcnn_vitdet_trains_and_evaluates(tmp_path, rgb_hpm_checkpoint,
     config, neck = DET_VARIANTS[variant]
     ann = make_coco(str(tmp_path / 'coco'))
     weights = _convert(rgb_hpm_checkpoint, tmp_path / 'det.pth', 'mmdet', 128)
-    data = dict(data_root=str(tmp_path / 'coco'), ann_file=ann,
-                data_prefix=dict(img='images/'),
-                metainfo=dict(classes=('person', 'bicycle')))
+    data = dict(
+        data_root=str(tmp_path / 'coco'),
+        ann_file=ann,
+        data_prefix=dict(img='images/'),
+        metainfo=dict(classes=('person', 'bicycle')))
     loader = dict(batch_size=2, num_workers=0, persistent_workers=False)
     cfg = tmp_path / 'det_tiny.py'
     cfg.write_text(f'''
@@ -111,8 +115,8 @@ env_cfg = dict(dist_cfg=dict(backend='gloo'))
     assert val and 'coco/segm_mAP' in val[-1]
     # and tools/test.py evaluates the trained checkpoint
     out = tmp_path / 'metrics.json'
-    run_tool('tools/test.py', str(cfg), str(work / 'iter_2.pth'),
-             '--work-dir', str(tmp_path / 'test'), '--out', str(out))
+    run_tool('tools/test.py', str(cfg), str(work / 'iter_2.pth'), '--work-dir',
+             str(tmp_path / 'test'), '--out', str(out))
     metrics = json.loads(out.read_text())
     assert 0 <= metrics['coco/bbox_mAP'] <= 1
     assert 0 <= metrics['coco/segm_mAP'] <= 1
@@ -180,26 +184,33 @@ def test_pyramids_give_every_stride():
     adapter + FPN (from each subset's map): strides 4, 8, 16, 32, 64 of a
     128 px image whose ViT maps are at stride 16."""
     import torch
+    from mmdet.registry import MODELS
     from mmengine.registry import init_default_scope
 
     import hpm_mm.det  # noqa: F401
-    from mmdet.registry import MODELS
     init_default_scope('mmdet')
     maps = tuple(torch.randn(2, 64, 8, 8) for _ in range(4))
     want = [(2, 256, 128 // s, 128 // s) for s in (4, 8, 16, 32, 64)]
-    sfp = MODELS.build(dict(type='SimpleFeaturePyramid', in_channels=64,
-                            out_channels=256, num_outs=5))
+    sfp = MODELS.build(
+        dict(
+            type='SimpleFeaturePyramid',
+            in_channels=64,
+            out_channels=256,
+            num_outs=5))
     assert [tuple(o.shape) for o in sfp(maps[-1:])] == want
-    adapter = MODELS.build(dict(type='MultiLevelViTAdapter', in_channels=64,
-                                norm_cfg=dict(type='BN')))
+    adapter = MODELS.build(
+        dict(
+            type='MultiLevelViTAdapter',
+            in_channels=64,
+            norm_cfg=dict(type='BN')))
     levels = adapter(maps)
     assert [tuple(o.shape) for o in levels] == \
         [(2, 64, 128 // s, 128 // s) for s in (4, 8, 16, 32)]
     # each level comes from its own subset's map
     assert torch.equal(levels[2], maps[2])
     assert torch.equal(levels[3], torch.nn.functional.max_pool2d(maps[3], 2))
-    fpn = MODELS.build(dict(type='FPN', in_channels=[64] * 4,
-                            out_channels=256, num_outs=5))
+    fpn = MODELS.build(
+        dict(type='FPN', in_channels=[64] * 4, out_channels=256, num_outs=5))
     assert [tuple(o.shape) for o in fpn(levels)] == want
     import pytest
     with pytest.raises(ValueError, match='out_indices'):

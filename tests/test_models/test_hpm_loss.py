@@ -2,8 +2,8 @@ import math
 
 import pytest
 import torch
-
 from conftest import autocast_dtypes
+
 from hpm_mm.models import (HPMAbsoluteLoss, HPMRelativeLoss,
                            pairwise_rank_accuracy)
 
@@ -114,8 +114,8 @@ def test_rank_accuracy_against_double_loop(device):
                 pairs += 1
                 if pred[b, i] == pred[b, j]:
                     right += 0.5
-                elif (pred[b, j] > pred[b, i]) == (target[b, j] >
-                                                   target[b, i]):
+                elif (pred[b, j] > pred[b, i]) == (target[b, j] > target[b,
+                                                                         i]):
                     right += 1
     acc = pairwise_rank_accuracy(pred, target, mask)
     assert abs(float(acc) - right / pairs) < 1e-6

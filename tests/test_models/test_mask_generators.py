@@ -5,10 +5,10 @@ import inspect
 
 import pytest
 import torch
+from conftest import DEVICES
 from mmpretrain.registry import MODELS
 
 import hpm_mm  # noqa: F401
-from conftest import DEVICES
 from hpm_mm.models import (BaseMaskGenerator, BlockwiseMaskGenerator,
                            HPMMaskGenerator, RandomMaskGenerator)
 from hpm_mm.models.mask_generators import IMAGE_SCORES
@@ -34,8 +34,9 @@ def registered_generators():
     for name, cls in sorted(MODELS.module_dict.items()):
         if inspect.isclass(cls) and issubclass(cls, BaseMaskGenerator) \
                 and cls is not BaseMaskGenerator:
-            kwargs = dict(alpha_0=0.25, alpha_T=0.75) if issubclass(
-                cls, HPMMaskGenerator) else {}
+            kwargs = dict(
+                alpha_0=0.25, alpha_T=0.75) if issubclass(
+                    cls, HPMMaskGenerator) else {}
             out.append(pytest.param(cls, kwargs, id=name))
     return out
 
@@ -45,13 +46,16 @@ GENERATORS = registered_generators()
 
 def test_every_generator_is_covered():
     names = {p.id for p in GENERATORS}
-    assert {'RandomMaskGenerator', 'HPMMaskGenerator',
-            'AttentionMaskGenerator', 'BlockwiseMaskGenerator'} <= names
+    assert {
+        'RandomMaskGenerator', 'HPMMaskGenerator', 'AttentionMaskGenerator',
+        'BlockwiseMaskGenerator'
+    } <= names
 
 
 def _draw(gen, scores, progress, N, B, device):
-    return gen(scores if gen.needs_scores(N, progress) else None, progress,
-               N, B, device)
+    return gen(
+        scores if gen.needs_scores(N, progress) else None, progress, N, B,
+        device)
 
 
 @pytest.mark.parametrize('device', DEVICES)
@@ -72,8 +76,8 @@ def test_contract_invariants(cls, kwargs, N, device):
         assert torch.all(mask.sum(1) == gen.num_masked(N))
         torch.manual_seed(0)
         assert torch.equal(mask, _draw(gen, scores, progress, N, B, device))
-        assert all(isinstance(v, float)
-                   for v in gen.log_vars(N, progress).values())
+        assert all(
+            isinstance(v, float) for v in gen.log_vars(N, progress).values())
         if isinstance(gen, HPMMaskGenerator):
             k = gen.num_hard(N, progress)
             assert k > 0 and gen.needs_scores(N, progress)
@@ -81,8 +85,9 @@ def test_contract_invariants(cls, kwargs, N, device):
             assert torch.all(mask.gather(1, top) == 1)
 
 
-IMAGE_GENERATORS = [p for p in GENERATORS
-                    if p.values[0].score_source == IMAGE_SCORES]
+IMAGE_GENERATORS = [
+    p for p in GENERATORS if p.values[0].score_source == IMAGE_SCORES
+]
 
 
 @pytest.mark.parametrize('device', DEVICES)
@@ -99,13 +104,13 @@ def test_image_scores_contract(cls, kwargs, side, device):
         assert scores.shape == (5, side * side)
         assert scores.device.type == torch.device(device).type
         assert torch.isfinite(scores).all()
-    meta = gen.image_scores(torch.randn(2, 1, 4 * side, 4 * side,
-                                        device='meta'), (side, side))
+    meta = gen.image_scores(
+        torch.randn(2, 1, 4 * side, 4 * side, device='meta'), (side, side))
     assert meta.shape == (2, side * side)
 
 
-@pytest.mark.parametrize('ratio', [0.75, [(0., 0.), (0.1, 0.5)]],
-                         ids=['fixed', 'per-image'])
+@pytest.mark.parametrize(
+    'ratio', [0.75, [(0., 0.), (0.1, 0.5)]], ids=['fixed', 'per-image'])
 @pytest.mark.parametrize('cls,kwargs', GENERATORS)
 def test_no_host_synchronisation(cls, kwargs, ratio):
     """On the meta device a tensor has no data: any read back to the host
@@ -131,9 +136,12 @@ def test_masked_count_matches_the_authors_and_mmpretrain(gamma, N, want):
     """N - int(N (1 - gamma)): the authors' code and mmpretrain's MAE."""
     from mmpretrain.models.selfsup.mae import MAEViT
     assert BaseMaskGenerator(gamma).num_masked(N) == want
-    vit = MAEViT(arch=dict(embed_dims=8, num_layers=1, num_heads=1,
-                           feedforward_channels=8), img_size=4 * int(N**.5),
-                 patch_size=4, mask_ratio=gamma)
+    vit = MAEViT(
+        arch=dict(
+            embed_dims=8, num_layers=1, num_heads=1, feedforward_channels=8),
+        img_size=4 * int(N**.5),
+        patch_size=4,
+        mask_ratio=gamma)
     x = torch.zeros(1, N, 8)
     assert int(vit.random_masking(x, gamma)[1].sum()) == want
 
@@ -201,8 +209,8 @@ def test_bad_arguments(kwargs, match):
 def _boundary(mask, h):
     """Edges between a masked and a visible patch, per image."""
     m = mask.view(mask.shape[0], h, -1)
-    return ((m[:, 1:] != m[:, :-1]).sum((1, 2)) +
-            (m[:, :, 1:] != m[:, :, :-1]).sum((1, 2))).float()
+    return ((m[:, 1:] != m[:, :-1]).sum(
+        (1, 2)) + (m[:, :, 1:] != m[:, :, :-1]).sum((1, 2))).float()
 
 
 def test_blockwise_masks_rectangles():
@@ -255,8 +263,7 @@ def test_per_image_ratios_follow_ibot(cls, kwargs):
     for progress in (0., 1.):
         mask = _draw(gen, scores, progress, N, 64, 'cpu')
         assert torch.equal(mask.sum(1).long(), counts)
-        if isinstance(gen, HPMMaskGenerator) and gen.needs_scores(
-                N, progress):
+        if isinstance(gen, HPMMaskGenerator) and gen.needs_scores(N, progress):
             k = (gen.alpha(progress) * counts).floor().long()
             order = scores.argsort(1, descending=True)
             for row in range(64):
@@ -265,8 +272,8 @@ def test_per_image_ratios_follow_ibot(cls, kwargs):
         gen.num_masked(N)
 
 
-@pytest.mark.parametrize('ratio', [[(0.1, 1.0)], [(0.5, 0.2)], [], [0.3],
-                                   [(0., 0.)]])
+@pytest.mark.parametrize('ratio',
+                         [[(0.1, 1.0)], [(0.5, 0.2)], [], [0.3], [(0., 0.)]])
 def test_bad_per_image_ratios(ratio):
     with pytest.raises(ValueError, match='mask_ratio'):
         RandomMaskGenerator(ratio).check(16)

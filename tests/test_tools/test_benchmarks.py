@@ -10,18 +10,24 @@ from mmengine.runner import Runner
 
 LINEAR = osp.join(REPO, 'configs', 'benchmarks', 'classification', 'fmnist',
                   'vit-mini-p4_1xb256-linear-coslr-10e_fmnist.py')
-FINETUNE = osp.join(REPO, 'configs', 'benchmarks', 'classification',
-                    'fmnist', 'vit-mini-p4_1xb128-coslr-10e_fmnist.py')
+FINETUNE = osp.join(REPO, 'configs', 'benchmarks', 'classification', 'fmnist',
+                    'vit-mini-p4_1xb128-coslr-10e_fmnist.py')
 
 
 def _folder_loader(root, batch_size=4):
     return dict(
-        batch_size=batch_size, num_workers=0,
+        batch_size=batch_size,
+        num_workers=0,
         sampler=dict(type='DefaultSampler', shuffle=False),
         collate_fn=dict(type='default_collate'),
-        dataset=dict(type='CustomDataset', data_root=root, pipeline=[
-            dict(type='LoadImageFromFile', color_type='grayscale'),
-            dict(type='Resize', scale=28), dict(type='PackInputs')]))
+        dataset=dict(
+            type='CustomDataset',
+            data_root=root,
+            pipeline=[
+                dict(type='LoadImageFromFile', color_type='grayscale'),
+                dict(type='Resize', scale=28),
+                dict(type='PackInputs')
+            ]))
 
 
 def test_knn_tool_on_imagenet_style_folder(tmp_path, hpm_checkpoint):
@@ -51,12 +57,11 @@ custom_hooks = [dict(type='KNNEvalHook', ks=(1, 3, 200),
     run_tool('tools/analysis_tools/knn_eval.py', str(cfg), 'none',
              '--raw-pixels', '--ks', '1', '3', '--out', str(out))
     res = json.loads(out.read_text())
-    assert set(res['acc']) == {'1', '3'} and all(
-        0 <= v <= 100 for v in res['acc'].values())
+    assert set(res['acc']) == {'1', '3'} and all(0 <= v <= 100
+                                                 for v in res['acc'].values())
 
 
-@pytest.mark.parametrize('config,frozen', [(LINEAR, True),
-                                           (FINETUNE, False)])
+@pytest.mark.parametrize('config,frozen', [(LINEAR, True), (FINETUNE, False)])
 def test_classification_benchmarks_load_every_encoder_key(
         tmp_path, hpm_checkpoint, config, frozen):
     data = make_image_folder(str(tmp_path / 'cls'), 2, 4, seed=3)
@@ -69,12 +74,14 @@ def test_classification_benchmarks_load_every_encoder_key(
     cfg.param_scheduler = []
     cfg.work_dir = str(tmp_path / 'work')
     cfg.model.backbone.init_cfg.checkpoint = hpm_checkpoint
-    cfg.default_hooks.checkpoint = dict(type='CheckpointHook', interval=2,
-                                        by_epoch=False)
+    cfg.default_hooks.checkpoint = dict(
+        type='CheckpointHook', interval=2, by_epoch=False)
     runner = Runner.from_cfg(cfg)
     ckpt = torch.load(hpm_checkpoint, map_location='cpu')['state_dict']
-    pretrained = {k[len('backbone.'):]: v for k, v in ckpt.items()
-                  if k.startswith('backbone.')}
+    pretrained = {
+        k[len('backbone.'):]: v
+        for k, v in ckpt.items() if k.startswith('backbone.')
+    }
 
     runner.model.init_weights()
     backbone = runner.model.backbone.state_dict()

@@ -59,8 +59,9 @@ HOOKS = ("custom_imports = dict(imports=['hpm_mm', 'nan_injection'], "
 
 def _nan_env(tmp_path):
     (tmp_path / 'nan_injection.py').write_text(NAN_HOOK)
-    return dict(PYTHONPATH=os.pathsep.join(
-        [str(tmp_path), os.environ.get('PYTHONPATH', '')]))
+    return dict(
+        PYTHONPATH=os.pathsep.join(
+            [str(tmp_path), os.environ.get('PYTHONPATH', '')]))
 
 
 FSDP = '''
@@ -70,32 +71,63 @@ strategy = dict(type='FSDPStrategy', state_dict_cfg='full',
 '''
 
 
-def _two_processes(tmp_path, name, body, port, base=FMNIST_CFG,
+def _two_processes(tmp_path,
+                   name,
+                   body,
+                   port,
+                   base=FMNIST_CFG,
                    transform=RESIZE):
-    cfg = tiny_config(tmp_path / name, base, body, num_images=12,
-                      transform=transform, batch_size=2, shuffle=False,
-                      hooks=HOOKS)
-    env = dict(os.environ, PYTHON=sys.executable, PORT=str(port),
-               OMP_NUM_THREADS='1', **_nan_env(tmp_path))
-    proc = subprocess.run(
-        ['bash', 'tools/dist_train.sh', cfg, '2', '--work-dir',
-         str(tmp_path / name)], cwd=REPO, env=env, capture_output=True,
-        text=True, timeout=600)
+    cfg = tiny_config(
+        tmp_path / name,
+        base,
+        body,
+        num_images=12,
+        transform=transform,
+        batch_size=2,
+        shuffle=False,
+        hooks=HOOKS)
+    env = dict(
+        os.environ,
+        PYTHON=sys.executable,
+        PORT=str(port),
+        OMP_NUM_THREADS='1',
+        **_nan_env(tmp_path))
+    proc = subprocess.run([
+        'bash', 'tools/dist_train.sh', cfg, '2', '--work-dir',
+        str(tmp_path / name)
+    ],
+                          cwd=REPO,
+                          env=env,
+                          capture_output=True,
+                          text=True,
+                          timeout=600)
     assert proc.returncode == 0, proc.stderr[-5000:]
-    return torch.load(sorted((tmp_path / name).glob('iter_*.pth'))[-1],
-                      map_location='cpu')['state_dict']
+    return torch.load(
+        sorted((tmp_path / name).glob('iter_*.pth'))[-1],
+        map_location='cpu')['state_dict']
 
 
 def _one_process(tmp_path, name, body, base=FMNIST_CFG, transform=RESIZE):
-    cfg = tiny_config(tmp_path / name, base, body, num_images=12,
-                      transform=transform, batch_size=4, shuffle=False,
-                      hooks=HOOKS)
-    run_tool('tools/train.py', cfg, '--work-dir', str(tmp_path / name),
-             env=_nan_env(tmp_path))
+    cfg = tiny_config(
+        tmp_path / name,
+        base,
+        body,
+        num_images=12,
+        transform=transform,
+        batch_size=4,
+        shuffle=False,
+        hooks=HOOKS)
+    run_tool(
+        'tools/train.py',
+        cfg,
+        '--work-dir',
+        str(tmp_path / name),
+        env=_nan_env(tmp_path))
     log = glob.glob(str(tmp_path / name / '*' / '*.log'))[0]
     assert 'optimizer step skipped' in open(log).read()
-    return torch.load(sorted((tmp_path / name).glob('iter_*.pth'))[-1],
-                      map_location='cpu')['state_dict']
+    return torch.load(
+        sorted((tmp_path / name).glob('iter_*.pth'))[-1],
+        map_location='cpu')['state_dict']
 
 
 def _assert_equal_weights(sa, sb, name):
@@ -114,15 +146,18 @@ def _assert_equal_weights(sa, sb, name):
 def test_two_processes_equal_one(tmp_path):
     sa = _one_process(tmp_path, 'one', BODY)
     # gradient clipping was active in the reference run
-    scalars = glob.glob(str(tmp_path / 'one' / '*' / 'vis_data' /
-                            'scalars.json'))[0]
-    norms = [json.loads(line)['grad_norm']
-             for line in open(scalars) if 'grad_norm' in line]
+    scalars = glob.glob(
+        str(tmp_path / 'one' / '*' / 'vis_data' / 'scalars.json'))[0]
+    norms = [
+        json.loads(line)['grad_norm'] for line in open(scalars)
+        if 'grad_norm' in line
+    ]
     assert max(norms) > MAX_NORM
     # the steps moved the student away from its EMA teacher
-    assert not torch.equal(sa['backbone.layers.0.attn.qkv.weight'],
-                           sa['teacher.module.backbone.layers.0.attn.qkv.'
-                              'weight'])
+    assert not torch.equal(
+        sa['backbone.layers.0.attn.qkv.weight'],
+        sa['teacher.module.backbone.layers.0.attn.qkv.'
+           'weight'])
     _assert_equal_weights(sa, _two_processes(tmp_path, 'ddp', BODY, 29533),
                           'ddp')
 
@@ -134,8 +169,9 @@ def test_fsdp_two_processes_equal_one(tmp_path):
     construction differently from Runner, so it is its own reference)."""
     flexible = "\nrunner_type = 'FlexibleRunner'\n"
     sa = _one_process(tmp_path, 'one', BODY + flexible)
-    _assert_equal_weights(
-        sa, _two_processes(tmp_path, 'fsdp', BODY + FSDP, 29534), 'fsdp')
+    _assert_equal_weights(sa,
+                          _two_processes(tmp_path, 'fsdp', BODY + FSDP, 29534),
+                          'fsdp')
 
 
 def test_ibot_two_processes_equal_one(tmp_path):

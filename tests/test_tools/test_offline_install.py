@@ -17,7 +17,6 @@ import subprocess
 import sys
 
 import pytest
-
 from conftest import REPO
 
 DET_CFG = 'configs/benchmarks/det/mask-rcnn_hpm-vit-base-p16_sfp_8xb2-1x_' \
@@ -73,14 +72,20 @@ def _new_venv(tmp_path, roots=None):
     """A new venv seeing this environment's ``roots`` (and their needs)
     through a ``.pth`` file; its python."""
     venv = tmp_path / 'venv'
-    subprocess.run([getattr(sys, '_base_executable', sys.executable), '-m',
-                    'venv', str(venv)], check=True)
+    subprocess.run([
+        getattr(sys, '_base_executable', sys.executable), '-m', 'venv',
+        str(venv)
+    ],
+                   check=True)
     py = str(venv / 'bin' / 'python')
     if roots:
-        site = subprocess.run(
-            [py, '-c', 'import sysconfig; '
-             'print(sysconfig.get_paths()["purelib"])'],
-            check=True, capture_output=True, text=True).stdout.strip()
+        site = subprocess.run([
+            py, '-c', 'import sysconfig; '
+            'print(sysconfig.get_paths()["purelib"])'
+        ],
+                              check=True,
+                              capture_output=True,
+                              text=True).stdout.strip()
         _torch_overlay(str(tmp_path / 'overlay'), roots)
         with open(osp.join(site, 'overlay.pth'), 'w') as f:
             f.write(str(tmp_path / 'overlay') + '\n')
@@ -94,12 +99,19 @@ IMAGE = ('torch', 'torchvision', 'numpy', 'opencv-python', 'matplotlib',
 
 
 def _offline(**extra):
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(('PIP_', 'VIRTUAL_ENV', 'PYTHONPATH'))}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(('PIP_', 'VIRTUAL_ENV', 'PYTHONPATH'))
+    }
     env.update(
-        HPM_SKIP_DATA='1', PIP_CONFIG_FILE=os.devnull, PIP_NO_INDEX='1',
-        https_proxy='http://127.0.0.1:9', http_proxy='http://127.0.0.1:9',
-        HTTPS_PROXY='http://127.0.0.1:9', HTTP_PROXY='http://127.0.0.1:9',
+        HPM_SKIP_DATA='1',
+        PIP_CONFIG_FILE=os.devnull,
+        PIP_NO_INDEX='1',
+        https_proxy='http://127.0.0.1:9',
+        http_proxy='http://127.0.0.1:9',
+        HTTPS_PROXY='http://127.0.0.1:9',
+        HTTP_PROXY='http://127.0.0.1:9',
         **extra)
     return env
 
@@ -114,23 +126,25 @@ def test_overlay_refuses_an_environment_without_its_packages(tmp_path):
         and 'Fix: ' in last[0], proc.stderr
 
 
-@pytest.mark.skipif(not _pypi_reachable(),
-                    reason='building a wheelhouse needs PyPI')
+@pytest.mark.skipif(
+    not _pypi_reachable(), reason='building a wheelhouse needs PyPI')
 def test_overlay_onto_an_environment_that_keeps_its_packages(tmp_path):
     """The GPU image's case: an environment with its own torch, NumPy and
     OpenCV gets only the overlay's wheels (offline), keeps every package
     it had, and trains-ready hpm_mm imports (mmcv-lite)."""
     wheelhouse = tmp_path / 'overlay_wheels'
-    build = _run(['bash', '.dev_scripts/build_wheelhouse.sh', str(wheelhouse),
-                  '--overlay'], dict(os.environ))
+    build = _run([
+        'bash', '.dev_scripts/build_wheelhouse.sh',
+        str(wheelhouse), '--overlay'
+    ], dict(os.environ))
     assert build.returncode == 0, build.stdout[-3000:] + build.stderr[-3000:]
     wheels = sorted(os.listdir(wheelhouse))
     assert len(wheels) == 14 and all(w.endswith('.whl') for w in wheels)
-    assert not any(re.match(r'(torch|numpy|opencv|nvidia)', w)
-                   for w in wheels)
+    assert not any(re.match(r'(torch|numpy|opencv|nvidia)', w) for w in wheels)
     py = _new_venv(tmp_path, IMAGE)
-    env = _offline(HPM_WHEELHOUSE=str(wheelhouse),
-                   PATH=f'{osp.dirname(py)}:{os.environ["PATH"]}')
+    env = _offline(
+        HPM_WHEELHOUSE=str(wheelhouse),
+        PATH=f'{osp.dirname(py)}:{os.environ["PATH"]}')
     before = _run([py, '-m', 'pip', 'list', '--format=freeze'], env).stdout
     proc = _run(['bash', 'tools/install.sh', 'overlay'], env)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -138,12 +152,13 @@ def test_overlay_onto_an_environment_that_keeps_its_packages(tmp_path):
     after = _run([py, '-m', 'pip', 'list', '--format=freeze'], env).stdout
     kept = set(before.split()) - set(after.split())
     assert not kept, f'replaced: {kept}'
-    check = _run([py, '-c', (
-        'import hpm_mm, mmcv, numpy, torch\n'
-        'from hpm_mm.compat import distribution_of\n'
-        'print(distribution_of("mmcv"), mmcv.__version__, '
-        'numpy.__version__ == "%s")\n' % __import__('numpy').__version__)],
-        env)
+    check = _run([
+        py, '-c',
+        ('import hpm_mm, mmcv, numpy, torch\n'
+         'from hpm_mm.compat import distribution_of\n'
+         'print(distribution_of("mmcv"), mmcv.__version__, '
+         'numpy.__version__ == "%s")\n' % __import__('numpy').__version__)
+    ], env)
     assert check.returncode == 0, check.stderr[-3000:]
     assert check.stdout.split() == ['mmcv-lite', '2.1.0', 'True']
     again = _run(['bash', 'tools/install.sh', 'overlay'], env)
@@ -152,26 +167,36 @@ def test_overlay_onto_an_environment_that_keeps_its_packages(tmp_path):
 
 
 def _run(cmd, env, timeout=900):
-    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True,
-                          text=True, timeout=timeout)
+    proc = subprocess.run(
+        cmd,
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout)
     return proc
 
 
-@pytest.mark.skipif(not _pypi_reachable(),
-                    reason='building a wheelhouse needs PyPI')
+@pytest.mark.skipif(
+    not _pypi_reachable(), reason='building a wheelhouse needs PyPI')
 def test_wheelhouse_then_offline_install_both_profiles(tmp_path):
     wheelhouse = tmp_path / 'wheelhouse'
-    tag = 'py%d%d-torch%s' % (*sys.version_info[:2], __import__(
-        'torch').__version__.replace('+', '_'))
-    cache = os.environ.get('HPM_WHEEL_CACHE', osp.join(
-        os.environ.get('XDG_CACHE_HOME', osp.expanduser('~/.cache')),
-        'hpm_mm', 'wheels'))
-    with_mmcv = bool([f for f in os.listdir(osp.join(cache, tag))
-                      if f.startswith('mmcv-2.1.0-')]) if osp.isdir(
-                          osp.join(cache, tag)) else False
-    build = _run(['bash', '.dev_scripts/build_wheelhouse.sh', str(wheelhouse),
-                  '--profile', 'full', '--no-torch'] +
-                 (['--with-mmcv'] if with_mmcv else []), dict(os.environ))
+    tag = 'py%d%d-torch%s' % (*sys.version_info[:2],
+                              __import__('torch').__version__.replace(
+                                  '+', '_'))
+    cache = os.environ.get(
+        'HPM_WHEEL_CACHE',
+        osp.join(
+            os.environ.get('XDG_CACHE_HOME', osp.expanduser('~/.cache')),
+            'hpm_mm', 'wheels'))
+    with_mmcv = bool([
+        f for f in os.listdir(osp.join(cache, tag))
+        if f.startswith('mmcv-2.1.0-')
+    ]) if osp.isdir(osp.join(cache, tag)) else False
+    build = _run([
+        'bash', '.dev_scripts/build_wheelhouse.sh',
+        str(wheelhouse), '--profile', 'full', '--no-torch'
+    ] + (['--with-mmcv'] if with_mmcv else []), dict(os.environ))
     assert build.returncode == 0, build.stdout[-3000:] + build.stderr[-3000:]
     wheels = os.listdir(wheelhouse)
     assert any(w.startswith('mmcv_lite-2.1.0') for w in wheels)
@@ -180,43 +205,60 @@ def test_wheelhouse_then_offline_install_both_profiles(tmp_path):
 
     # a new environment whose torch comes from this one (overlay)
     venv = tmp_path / 'venv'
-    subprocess.run([getattr(sys, '_base_executable', sys.executable), '-m',
-                    'venv', str(venv)], check=True)
-    site = subprocess.run(
-        [str(venv / 'bin' / 'python'), '-c',
-         'import sysconfig; print(sysconfig.get_paths()["purelib"])'],
-        check=True, capture_output=True, text=True).stdout.strip()
+    subprocess.run([
+        getattr(sys, '_base_executable', sys.executable), '-m', 'venv',
+        str(venv)
+    ],
+                   check=True)
+    site = subprocess.run([
+        str(venv / 'bin' / 'python'), '-c',
+        'import sysconfig; print(sysconfig.get_paths()["purelib"])'
+    ],
+                          check=True,
+                          capture_output=True,
+                          text=True).stdout.strip()
     _torch_overlay(str(tmp_path / 'torch_overlay'))
     with open(osp.join(site, 'torch_overlay.pth'), 'w') as f:
         f.write(str(tmp_path / 'torch_overlay') + '\n')
 
-    offline = {k: v for k, v in os.environ.items()
-               if not k.startswith(('PIP_', 'VIRTUAL_ENV', 'PYTHONPATH'))}
+    offline = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(('PIP_', 'VIRTUAL_ENV', 'PYTHONPATH'))
+    }
     offline.update(
-        HPM_VENV=str(venv), HPM_WHEELHOUSE=str(wheelhouse),
-        HPM_SKIP_DATA='1', HPM_WHEEL_CACHE=str(tmp_path / 'no_cache'),
-        PIP_CONFIG_FILE=os.devnull, PIP_NO_INDEX='1',
-        https_proxy='http://127.0.0.1:9', http_proxy='http://127.0.0.1:9',
-        HTTPS_PROXY='http://127.0.0.1:9', HTTP_PROXY='http://127.0.0.1:9')
+        HPM_VENV=str(venv),
+        HPM_WHEELHOUSE=str(wheelhouse),
+        HPM_SKIP_DATA='1',
+        HPM_WHEEL_CACHE=str(tmp_path / 'no_cache'),
+        PIP_CONFIG_FILE=os.devnull,
+        PIP_NO_INDEX='1',
+        https_proxy='http://127.0.0.1:9',
+        http_proxy='http://127.0.0.1:9',
+        HTTPS_PROXY='http://127.0.0.1:9',
+        HTTP_PROXY='http://127.0.0.1:9')
     py = str(venv / 'bin' / 'python')
 
     pre = _run(['bash', 'tools/install.sh', 'pretrain'], offline)
     assert pre.returncode == 0, pre.stdout[-3000:] + pre.stderr[-3000:]
     assert 'installing mmcv-lite' in pre.stdout
-    check = _run([py, '-c', (
-        'import hpm_mm, mmcv, mmpretrain\n'
-        'from hpm_mm.compat import distribution_of\n'
-        'print(distribution_of("mmcv"), mmcv.__version__)\n'
-        'try:\n'
-        '    import hpm_mm.det\n'
-        'except ImportError as e:\n'
-        '    print("REFUSED", e)\n')], offline)
+    check = _run([
+        py, '-c',
+        ('import hpm_mm, mmcv, mmpretrain\n'
+         'from hpm_mm.compat import distribution_of\n'
+         'print(distribution_of("mmcv"), mmcv.__version__)\n'
+         'try:\n'
+         '    import hpm_mm.det\n'
+         'except ImportError as e:\n'
+         '    print("REFUSED", e)\n')
+    ], offline)
     assert check.returncode == 0, check.stderr[-3000:]
     assert 'mmcv-lite 2.1.0' in check.stdout
     assert 'REFUSED Detection' in check.stdout and \
         'Fix: bash tools/install.sh full' in check.stdout
-    train = _run([py, 'tools/train.py', DET_CFG, '--work-dir',
-                  str(tmp_path / 'det')], offline)
+    train = _run(
+        [py, 'tools/train.py', DET_CFG, '--work-dir',
+         str(tmp_path / 'det')], offline)
     assert train.returncode == 1
     last = train.stderr.strip().splitlines()
     assert len(last) == 1 and 'compiled ops' in last[0], train.stderr[-2000:]
@@ -227,15 +269,17 @@ def test_wheelhouse_then_offline_install_both_profiles(tmp_path):
     full = _run(['bash', 'tools/install.sh', 'full'], offline)
     assert full.returncode == 0, full.stdout[-3000:] + full.stderr[-3000:]
     assert 'replacing mmcv-lite by mmcv' in full.stdout
-    check = _run([py, '-c', (
-        'import importlib.metadata as m, hpm_mm, hpm_mm.det, mmcv.ops, '
-        'mmdet, mmseg\n'
-        'from hpm_mm.compat import distribution_of\n'
-        'print(distribution_of("mmcv"))\n'
-        'try:\n'
-        '    m.version("mmcv-lite"); print("LITE LEFT")\n'
-        'except m.PackageNotFoundError:\n'
-        '    print("LITE GONE")\n')], offline)
+    check = _run([
+        py, '-c',
+        ('import importlib.metadata as m, hpm_mm, hpm_mm.det, mmcv.ops, '
+         'mmdet, mmseg\n'
+         'from hpm_mm.compat import distribution_of\n'
+         'print(distribution_of("mmcv"))\n'
+         'try:\n'
+         '    m.version("mmcv-lite"); print("LITE LEFT")\n'
+         'except m.PackageNotFoundError:\n'
+         '    print("LITE GONE")\n')
+    ], offline)
     assert check.returncode == 0, check.stderr[-3000:]
     assert check.stdout.split() == ['mmcv', 'LITE', 'GONE']
     # a full install also serves the pretraining profile: nothing to do

@@ -25,8 +25,11 @@ SMALL_EVAL = [
 def run_outside(cwd, *args):
     """``python ARGS`` with ``cwd`` as the working directory (not the
     repository), failing with the output."""
-    proc = subprocess.run([sys.executable, *args], cwd=cwd,
-                          capture_output=True, text=True, timeout=600,
+    proc = subprocess.run([sys.executable, *args],
+                          cwd=cwd,
+                          capture_output=True,
+                          text=True,
+                          timeout=600,
                           env=dict(os.environ, PYTHONUNBUFFERED='1'))
     if proc.returncode != 0:
         pytest.fail(f'{args} failed ({proc.returncode}):\n'
@@ -64,8 +67,8 @@ def test_package_base_trains_through_the_tools(outside):
     state = torch.load(ckpt, map_location='cpu', weights_only=False)
     assert state['meta']['iter'] == 2
     assert any(k.startswith('teacher.') for k in state['state_dict'])
-    knn = json.loads((folder / 'work_dirs' / 'my_hpm' /
-                      'knn.json').read_text())
+    knn = json.loads(
+        (folder / 'work_dirs' / 'my_hpm' / 'knn.json').read_text())
     assert knn['num_train'] == 64 and knn['num_val'] == 32
 
 
@@ -74,12 +77,12 @@ def test_package_base_evaluates_through_the_tools(outside):
     from the outside folder."""
     folder, cfg, ckpt = outside
     out = folder / 'knn_again.json'
-    run_outside(folder, tool('analysis_tools/knn_eval.py'), cfg, ckpt,
-                '--out', str(out), '--cfg-options', *SMALL_EVAL)
+    run_outside(folder, tool('analysis_tools/knn_eval.py'), cfg, ckpt, '--out',
+                str(out), '--cfg-options', *SMALL_EVAL)
     assert json.loads(out.read_text())['best'] >= 0
-    run_outside(folder, tool('analysis_tools/visualize_hard_patches.py'),
-                cfg, ckpt, '--num-samples', '2', '--num-masks', '2',
-                '--out-dir', 'pictures')
+    run_outside(folder, tool('analysis_tools/visualize_hard_patches.py'), cfg,
+                ckpt, '--num-samples', '2', '--num-masks', '2', '--out-dir',
+                'pictures')
     assert list((folder / 'pictures').glob('*.png'))
 
 
@@ -90,9 +93,9 @@ def test_package_base_tests_through_test_py(outside, tmp_path):
         f'_base_ = {LINEAR_BASE!r}\n'
         'test_dataloader = dict(batch_size=16, num_workers=0, '
         'persistent_workers=False, dataset=dict(indices=32))\n')
-    import hpm_mm  # noqa: F401
     from mmengine.config import Config
 
+    import hpm_mm  # noqa: F401
     from hpm_mm.utils import build_model
     model = build_model(Config.fromfile(str(folder / 'my_linear.py')))
     ckpt = folder / 'linear.pth'
@@ -148,18 +151,23 @@ def test_the_extending_example_runs_as_written(tmp_path):
     commands = [b for b in docs_blocks('bash') if b.startswith('cd my_hpm')]
     assert len(commands) == 1
     script = commands[0].replace('$HPM/.venv/bin/python', sys.executable)
-    proc = subprocess.run(
-        ['bash', '-euo', 'pipefail', '-c', script], cwd=tmp_path,
-        capture_output=True, text=True, timeout=900,
-        env=dict(os.environ, HPM=REPO, PYTHONUNBUFFERED='1'))
+    proc = subprocess.run(['bash', '-euo', 'pipefail', '-c', script],
+                          cwd=tmp_path,
+                          capture_output=True,
+                          text=True,
+                          timeout=900,
+                          env=dict(os.environ, HPM=REPO, PYTHONUNBUFFERED='1'))
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
     assert re.search(r'\d+ passed', proc.stdout)  # the property test ran
     work = folder / 'work_dirs' / 'smoke'
-    rows = [json.loads(line) for path in work.glob('*/vis_data/scalars.json')
-            for line in open(path)]
+    rows = [
+        json.loads(line) for path in work.glob('*/vis_data/scalars.json')
+        for line in open(path)
+    ]
     hard = [r['num_hard'] for r in rows if 'num_hard' in r]
     assert hard and hard[-1] > 0  # the last iteration masked by score
-    state = torch.load(work / 'epoch_1.pth', map_location='cpu',
-                       weights_only=False)['state_dict']
+    state = torch.load(
+        work / 'epoch_1.pth', map_location='cpu',
+        weights_only=False)['state_dict']
     assert not any(k.startswith('teacher.') for k in state)  # no teacher
     assert (work / 'knn.json').exists()

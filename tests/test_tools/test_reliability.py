@@ -35,12 +35,20 @@ def test_evaluation_failure_after_training_keeps_the_checkpoint(tmp_path):
     checkpoint is already on disk, and the error says how to rerun only the
     evaluation."""
     missing = str(tmp_path / 'no_such_knn_data')
-    cfg = tiny_config(tmp_path, FMNIST_CFG, BROKEN_KNN.format(root=missing),
-                      num_images=8, hooks='')
+    cfg = tiny_config(
+        tmp_path,
+        FMNIST_CFG,
+        BROKEN_KNN.format(root=missing),
+        num_images=8,
+        hooks='')
     work = tmp_path / 'work'
     proc = subprocess.run(
-        [sys.executable, 'tools/train.py', cfg, '--work-dir', str(work)],
-        cwd=REPO, capture_output=True, text=True, timeout=600)
+        [sys.executable, 'tools/train.py', cfg, '--work-dir',
+         str(work)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600)
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0
     ckpt = work / 'epoch_1.pth'
@@ -56,11 +64,15 @@ def test_runaway_learning_rate_stops_with_one_clear_error(tmp_path):
     of saving NaN checkpoints and exiting 0, saying how to get back."""
     cfg = tiny_config(tmp_path, FMNIST_CFG, num_images=8)
     work = tmp_path / 'work'
-    proc = subprocess.run(
-        [sys.executable, 'tools/train.py', cfg, '--work-dir', str(work),
-         '--cfg-options', 'optim_wrapper.optimizer.lr=1e6',
-         'optim_wrapper.max_consecutive_skips=3', 'train_cfg.max_epochs=4'],
-        cwd=REPO, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run([
+        sys.executable, 'tools/train.py', cfg, '--work-dir',
+        str(work), '--cfg-options', 'optim_wrapper.optimizer.lr=1e6',
+        'optim_wrapper.max_consecutive_skips=3', 'train_cfg.max_epochs=4'
+    ],
+                          cwd=REPO,
+                          capture_output=True,
+                          text=True,
+                          timeout=600)
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0, out[-3000:]
     assert '3 optimizer steps in a row had a non-finite loss' in out
@@ -70,8 +82,9 @@ def test_runaway_learning_rate_stops_with_one_clear_error(tmp_path):
     assert 'checkpoint is sound' not in out and 'load_from=CKPT' in out
     for path in work.glob('epoch_*.pth'):  # whatever was saved is finite
         sd = torch.load(path, map_location='cpu')['state_dict']
-        assert all(torch.isfinite(v).all() for v in sd.values()
-                   if v.is_floating_point()), path
+        assert all(
+            torch.isfinite(v).all() for v in sd.values()
+            if v.is_floating_point()), path
 
 
 def test_mostly_skipped_short_run_and_negative_clip_norm_fail(tmp_path):
@@ -80,27 +93,35 @@ def test_mostly_skipped_short_run_and_negative_clip_norm_fail(tmp_path):
     negative clipping threshold (gradient ascent) is refused before any
     step."""
     cfg = tiny_config(tmp_path, FMNIST_CFG, num_images=8)
-    proc = subprocess.run(
-        [sys.executable, 'tools/train.py', cfg, '--work-dir',
-         str(tmp_path / 'w1'), '--cfg-options',
-         'optim_wrapper.optimizer.lr=1e6', 'train_cfg.max_epochs=3'],
-        cwd=REPO, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run([
+        sys.executable, 'tools/train.py', cfg, '--work-dir',
+        str(tmp_path / 'w1'), '--cfg-options',
+        'optim_wrapper.optimizer.lr=1e6', 'train_cfg.max_epochs=3'
+    ],
+                          cwd=REPO,
+                          capture_output=True,
+                          text=True,
+                          timeout=600)
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0, out[-3000:]
     assert 'optimizer steps were skipped' in out.splitlines()[-1], out[-2000:]
-    proc = subprocess.run(
-        [sys.executable, 'tools/train.py', cfg, '--work-dir',
-         str(tmp_path / 'w2'), '--cfg-options',
-         'optim_wrapper.clip_grad.max_norm=-1'],
-        cwd=REPO, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run([
+        sys.executable, 'tools/train.py', cfg, '--work-dir',
+        str(tmp_path / 'w2'), '--cfg-options',
+        'optim_wrapper.clip_grad.max_norm=-1'
+    ],
+                          cwd=REPO,
+                          capture_output=True,
+                          text=True,
+                          timeout=600)
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0 and 'clip_grad.max_norm=-1 is not a ' \
         'positive number' in out, out[-2000:]
     assert not list((tmp_path / 'w2').glob('epoch_*.pth'))
 
 
-def test_what_cannot_be_judged_is_refused_before_work(
-        tmp_path, hpm_checkpoint):
+def test_what_cannot_be_judged_is_refused_before_work(tmp_path,
+                                                      hpm_checkpoint):
     """Each refused in one line, non-zero exit, before any training or
     evaluation: load_from a checkpoint of another architecture (it would
     load nothing and train from scratch), a checkpoint with NaN weights
@@ -110,8 +131,9 @@ def test_what_cannot_be_judged_is_refused_before_work(
     folder, a config with a syntax error (its file and line), a typo in a
     hook option (before the first epoch, not at the first save), and
     --resume after the architecture changed."""
-    other = osp.join(osp.dirname(osp.dirname(__file__)), 'data',
-                     'hpm_tiny_v0_epoch_1.pth')  # 16-d, 32 px
+    other = osp.join(
+        osp.dirname(osp.dirname(__file__)), 'data',
+        'hpm_tiny_v0_epoch_1.pth')  # 16-d, 32 px
     cfg = tiny_config(tmp_path, FMNIST_CFG, num_images=8)
     nan = tmp_path / 'nan.pth'
     ckpt = torch.load(hpm_checkpoint, map_location='cpu')
@@ -120,41 +142,64 @@ def test_what_cannot_be_judged_is_refused_before_work(
     torch.save(ckpt, nan)
     no_predictor = tmp_path / 'mae_like.pth'
     ckpt = torch.load(hpm_checkpoint, map_location='cpu')
-    ckpt['state_dict'] = {k: v for k, v in ckpt['state_dict'].items()
-                          if 'predictor' not in k}
+    ckpt['state_dict'] = {
+        k: v
+        for k, v in ckpt['state_dict'].items() if 'predictor' not in k
+    }
     torch.save(ckpt, no_predictor)
     other_dir = tmp_path / 'changed'
     other_dir.mkdir()
-    typo = ['tools/train.py', cfg, '--work-dir', str(tmp_path / 'w'),
-            '--cfg-options', 'default_hooks.checkpoint.max_keep_ckpt=1']
+    typo = [
+        'tools/train.py', cfg, '--work-dir',
+        str(tmp_path / 'w'), '--cfg-options',
+        'default_hooks.checkpoint.max_keep_ckpt=1'
+    ]
     broken = tmp_path / 'broken.py'
     broken.write_text(f"_base_ = [{FMNIST_CFG!r}]\nmodel = dict(\n"
                       "    neck=dict(embed_dim=16)\n")
     runs = [
         (['tools/train.py', str(broken)], 'broken.py, line 2'),
         (typo, "did you mean 'max_keep_ckpts'"),
-        (['tools/train.py', tiny_config(
-            other_dir, FMNIST_CFG, num_images=8,
-            body='model = dict(neck=dict(decoder_embed_dim=64))'),
-          '--work-dir', str(tmp_path / 'w'), '--resume', hpm_checkpoint],
-         'the config changed since the checkpoint was written'),
-        (['tools/analysis_tools/visualize_hard_patches.py', FMNIST_CFG,
-          str(no_predictor), '--out-dir', str(tmp_path / 'vis')],
-         'need its trained loss predictor'),
-        (['tools/train.py', cfg, '--work-dir', str(tmp_path / 'w'),
-          '--cfg-options', f'load_from={other}'], 'of another architecture'),
-        (['tools/analysis_tools/knn_eval.py', FMNIST_CFG, str(nan)],
-         'holds non-finite values'),
-        (['tools/test.py', cfg, str(nan), '--work-dir',
-          str(tmp_path / 't'), '--partial-load', '--out',
-          str(tmp_path / 'r.txt')], 'unknown format .txt'),
-        (['tools/test.py', cfg, str(nan), '--work-dir',
-          str(tmp_path / 't'), '--partial-load', '--out',
-          str(tmp_path / 'no' / 'r.json')], 'does not exist'),
+        ([
+            'tools/train.py',
+            tiny_config(
+                other_dir,
+                FMNIST_CFG,
+                num_images=8,
+                body='model = dict(neck=dict(decoder_embed_dim=64))'),
+            '--work-dir',
+            str(tmp_path / 'w'), '--resume', hpm_checkpoint
+        ], 'the config changed since the checkpoint was written'),
+        ([
+            'tools/analysis_tools/visualize_hard_patches.py', FMNIST_CFG,
+            str(no_predictor), '--out-dir',
+            str(tmp_path / 'vis')
+        ], 'need its trained loss predictor'),
+        ([
+            'tools/train.py', cfg, '--work-dir',
+            str(tmp_path / 'w'), '--cfg-options', f'load_from={other}'
+        ], 'of another architecture'),
+        (['tools/analysis_tools/knn_eval.py', FMNIST_CFG,
+          str(nan)], 'holds non-finite values'),
+        ([
+            'tools/test.py', cfg,
+            str(nan), '--work-dir',
+            str(tmp_path / 't'), '--partial-load', '--out',
+            str(tmp_path / 'r.txt')
+        ], 'unknown format .txt'),
+        ([
+            'tools/test.py', cfg,
+            str(nan), '--work-dir',
+            str(tmp_path / 't'), '--partial-load', '--out',
+            str(tmp_path / 'no' / 'r.json')
+        ], 'does not exist'),
     ]
     for args, says in runs:
-        proc = subprocess.run([sys.executable, *args], cwd=REPO,
-                              capture_output=True, text=True, timeout=600)
+        proc = subprocess.run([sys.executable, *args],
+                              cwd=REPO,
+                              capture_output=True,
+                              text=True,
+                              timeout=600)
         out = proc.stdout + proc.stderr
         assert proc.returncode != 0, (args, out[-2000:])
         assert says in out.strip().splitlines()[-1], (args, out[-2000:])
@@ -178,21 +223,33 @@ test_dataloader = {dict(_delete_=True, **_folder_loader(data))!r}
     random = tmp_path / 'random.pth'
     torch.save(dict(state_dict={'a': torch.randn(3)}), random)
     for ckpt in (hpm_checkpoint, str(random)):
-        proc = subprocess.run(
-            [sys.executable, 'tools/test.py', str(cfg), ckpt, '--work-dir',
-             str(tmp_path / 'work')], cwd=REPO, capture_output=True,
-            text=True, timeout=600)
+        proc = subprocess.run([
+            sys.executable, 'tools/test.py',
+            str(cfg), ckpt, '--work-dir',
+            str(tmp_path / 'work')
+        ],
+                              cwd=REPO,
+                              capture_output=True,
+                              text=True,
+                              timeout=600)
         assert proc.returncode != 0
-        lines = [ln for ln in proc.stderr.splitlines()
-                 if ln.startswith('tools/test.py:')]
+        lines = [
+            ln for ln in proc.stderr.splitlines()
+            if ln.startswith('tools/test.py:')
+        ]
         assert len(lines) == 1, proc.stderr[-2000:]
         assert f'{ckpt} does not fill the model' in lines[0]
         assert 'head.fc.weight' in lines[0] or 'missing' in lines[0]
         assert '--partial-load' in lines[0]
-    proc = subprocess.run(
-        [sys.executable, 'tools/test.py', str(cfg), hpm_checkpoint,
-         '--work-dir', str(tmp_path / 'work'), '--partial-load'],
-        cwd=REPO, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run([
+        sys.executable, 'tools/test.py',
+        str(cfg), hpm_checkpoint, '--work-dir',
+        str(tmp_path / 'work'), '--partial-load'
+    ],
+                          cwd=REPO,
+                          capture_output=True,
+                          text=True,
+                          timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert 'accuracy/top1' in proc.stdout + proc.stderr
 
@@ -234,10 +291,15 @@ runner_module.save_checkpoint = save_then_die
 
 def _train(cfg, work, *args, env=None, check=True):
     import os
-    proc = subprocess.run(
-        [sys.executable, 'tools/train.py', cfg, '--work-dir', str(work),
-         *args], cwd=REPO, capture_output=True, text=True, timeout=600,
-        env=dict(os.environ, **(env or {})))
+    proc = subprocess.run([
+        sys.executable, 'tools/train.py', cfg, '--work-dir',
+        str(work), *args
+    ],
+                          cwd=REPO,
+                          capture_output=True,
+                          text=True,
+                          timeout=600,
+                          env=dict(os.environ, **(env or {})))
     if check:
         assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
     return proc, proc.stdout + proc.stderr
@@ -248,13 +310,14 @@ def test_kill_during_a_save_keeps_the_previous_checkpoint(tmp_path):
     is still on disk and named by last_checkpoint (mmengine deleted it
     before writing the new file, in place); --resume continues from it."""
     (tmp_path / 'kill_in_save.py').write_text(KILL_IN_SAVE)
-    body = TINY.format(keep=1, epochs=2) + (
-        "custom_imports = dict(imports=['hpm_mm', 'kill_in_save'], "
-        'allow_failed_imports=False)\n')
+    body = TINY.format(
+        keep=1, epochs=2) + (
+            "custom_imports = dict(imports=['hpm_mm', 'kill_in_save'], "
+            'allow_failed_imports=False)\n')
     cfg = tiny_config(tmp_path, FMNIST_CFG, body, num_images=8)
     work = tmp_path / 'work'
-    proc, out = _train(cfg, work, env=dict(PYTHONPATH=str(tmp_path)),
-                       check=False)
+    proc, out = _train(
+        cfg, work, env=dict(PYTHONPATH=str(tmp_path)), check=False)
     assert proc.returncode == 137, out[-3000:]
     assert not (work / 'epoch_2.pth').exists()
     assert (work / 'epoch_2.pth.tmp').exists()  # the half-written file
@@ -272,8 +335,8 @@ def test_resume_finds_the_newest_complete_checkpoint(tmp_path):
     """No last_checkpoint, the newest file truncated: --resume takes the
     newest complete one and names what it skipped (before: 'Auto resumed
     from the latest checkpoint None', training from scratch over them)."""
-    cfg = tiny_config(tmp_path, FMNIST_CFG, TINY.format(keep=3, epochs=3),
-                      num_images=8)
+    cfg = tiny_config(
+        tmp_path, FMNIST_CFG, TINY.format(keep=3, epochs=3), num_images=8)
     work = tmp_path / 'work'
     _train(cfg, work, '--cfg-options', 'train_cfg.max_epochs=2')
     (work / 'last_checkpoint').unlink()
@@ -285,8 +348,8 @@ def test_resume_finds_the_newest_complete_checkpoint(tmp_path):
     assert 'resumed epoch: 1, iter: 2' in out
     # an explicit path to a broken file: one line naming it and the fix
     (work / 'epoch_3.pth').write_bytes(b'')
-    proc, out = _train(cfg, work, '--resume', str(work / 'epoch_3.pth'),
-                       check=False)
+    proc, out = _train(
+        cfg, work, '--resume', str(work / 'epoch_3.pth'), check=False)
     assert proc.returncode != 0
     assert (f'train.py: cannot resume from {work}/epoch_3.pth: empty file. '
             f'The newest complete one there: --resume {work}/epoch_2.pth'
@@ -318,8 +381,9 @@ def test_bad_cfg_options_name_the_key_and_the_type(capsys):
              ('train_dataloader.persistent_workers=2', 'expected True or '
               'False')]
     for option, message in cases:
-        with pytest.raises(SystemExit, match=message.replace('(', r'\(')
-                           .replace(')', r'\)')):
+        with pytest.raises(
+                SystemExit, match=message.replace('(',
+                                                  r'\(').replace(')', r'\)')):
             _train_main(FMNIST_CFG, '--cfg-options', option)
     with pytest.raises(SystemExit):
         _train_main(FMNIST_CFG, '--cfg-options', 'train_cfg.max_epochs')
@@ -335,6 +399,7 @@ def test_bad_cfg_options_name_the_key_and_the_type(capsys):
 
 def test_missing_dataset_gives_the_real_fix(tmp_path, monkeypatch):
     import pytest
+
     from hpm_mm.datasets import FashionMNISTSplit
     from hpm_mm.datasets.fashion_mnist import REPO
     monkeypatch.chdir(tmp_path)
@@ -350,11 +415,11 @@ def test_missing_dataset_gives_the_real_fix(tmp_path, monkeypatch):
     assert not (tmp_path / 'data').exists()  # nothing left behind
 
 
-def test_configs_find_the_embedded_data_from_any_folder(tmp_path,
-                                                        monkeypatch):
+def test_configs_find_the_embedded_data_from_any_folder(tmp_path, monkeypatch):
     """The configs' relative data_root resolves in the checkout when the
     working directory has no data/ (issue #30)."""
     import pytest
+
     from hpm_mm.datasets import FashionMNISTSplit
     from hpm_mm.datasets.fashion_mnist import REPO
     if not osp.exists(osp.join(REPO, 'data', 'fashion_mnist')):
@@ -379,13 +444,18 @@ def test_dist_launchers_use_the_project_environment(tmp_path):
     wrong.mkdir()
     (wrong / 'python').write_text('#!/bin/sh\necho "PATH python"\nexit 3\n')
     (wrong / 'python').chmod(0o755)
-    env = dict(os.environ, HPM_VENV=str(venv),
-               PATH=f'{wrong}{os.pathsep}{os.environ["PATH"]}')
+    env = dict(
+        os.environ,
+        HPM_VENV=str(venv),
+        PATH=f'{wrong}{os.pathsep}{os.environ["PATH"]}')
     env.pop('PYTHON', None)
     for script, args in (('dist_train.sh', ['cfg.py', '2']),
                          ('dist_test.sh', ['cfg.py', 'ckpt.pth', '2'])):
-        out = subprocess.run(['bash', f'tools/{script}', *args], cwd=REPO,
-                             env=env, capture_output=True, text=True)
+        out = subprocess.run(['bash', f'tools/{script}', *args],
+                             cwd=REPO,
+                             env=env,
+                             capture_output=True,
+                             text=True)
         assert out.returncode == 0, out.stdout + out.stderr
         assert out.stdout.startswith('venv python: -m torch.distributed.run')
 
@@ -395,12 +465,15 @@ def test_kill_9_during_training_then_resume(tmp_path):
     step counts, and the run completes."""
     import signal
     import time
-    cfg = tiny_config(tmp_path, FMNIST_CFG, TINY.format(keep=2, epochs=3),
-                      num_images=64)
+    cfg = tiny_config(
+        tmp_path, FMNIST_CFG, TINY.format(keep=2, epochs=3), num_images=64)
     work = tmp_path / 'work'
     proc = subprocess.Popen(
-        [sys.executable, 'tools/train.py', cfg, '--work-dir', str(work)],
-        cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        [sys.executable, 'tools/train.py', cfg, '--work-dir',
+         str(work)],
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL)
     deadline = time.time() + 300
     while not (work / 'epoch_1.pth').exists() and time.time() < deadline:
         time.sleep(0.2)
@@ -445,26 +518,34 @@ def test_unreadable_image_named_or_skipped_and_checked_before(tmp_path):
         head = f.read()[:60]
     with open(cut, 'wb') as f:
         f.write(head)
-    proc, out = _train(_folder_config(tmp_path, data), tmp_path / 'w1',
-                       check=False)
+    proc, out = _train(
+        _folder_config(tmp_path, data), tmp_path / 'w1', check=False)
     assert proc.returncode != 0
-    assert (f'cannot read image {bad}' in out or
-            f'cannot read image {cut}' in out) and 'skip_unreadable' in out
-    _, out = _train(_folder_config(tmp_path, data, skip=True),
-                    tmp_path / 'w2', '--cfg-options', 'train_cfg.max_epochs=3')
+    assert (f'cannot read image {bad}' in out
+            or f'cannot read image {cut}' in out) and 'skip_unreadable' in out
+    _, out = _train(
+        _folder_config(tmp_path, data, skip=True), tmp_path / 'w2',
+        '--cfg-options', 'train_cfg.max_epochs=3')
     assert f'skipped unreadable image {bad}' in out
     assert f'skipped unreadable image {cut}' in out
     assert (tmp_path / 'w2' / 'epoch_3.pth').exists()
-    check = subprocess.run(
-        [sys.executable, 'tools/misc/check_data.py',
-         _folder_config(tmp_path, data)], cwd=REPO, capture_output=True,
-        text=True, timeout=300)
+    check = subprocess.run([
+        sys.executable, 'tools/misc/check_data.py',
+        _folder_config(tmp_path, data)
+    ],
+                           cwd=REPO,
+                           capture_output=True,
+                           text=True,
+                           timeout=300)
     assert check.returncode == 1
     assert f'PROBLEM train_dataloader: unreadable image {bad}' in check.stdout
     assert f'PROBLEM train_dataloader: unreadable image {cut}' in check.stdout
     assert '10 image files checked, 2 unreadable (L: 8)' in check.stdout
-    proc, out = _train(_folder_config(tmp_path, data), tmp_path / 'w3',
-                       '--check-data', check=False)
+    proc, out = _train(
+        _folder_config(tmp_path, data),
+        tmp_path / 'w3',
+        '--check-data',
+        check=False)
     assert proc.returncode != 0 and f'unreadable image {cut}' in out
     assert not (tmp_path / 'w3' / 'epoch_1.pth').exists()
 
@@ -472,21 +553,27 @@ def test_unreadable_image_named_or_skipped_and_checked_before(tmp_path):
 def test_channel_mismatch_is_one_line_naming_both(tmp_path):
     import pytest
     from conftest import make_image_folder
+
     from hpm_mm.models import ChannelCheckedDataPreprocessor
     gray_model = ChannelCheckedDataPreprocessor(mean=[0.], std=[1.])
-    rgb_model = ChannelCheckedDataPreprocessor(mean=[0.] * 3, std=[1.] * 3,
-                                               to_rgb=True)
-    with pytest.raises(ValueError, match=r'3 channel\(s\) but the model '
-                       r'takes 1'):
+    rgb_model = ChannelCheckedDataPreprocessor(
+        mean=[0.] * 3, std=[1.] * 3, to_rgb=True)
+    with pytest.raises(
+            ValueError, match=r'3 channel\(s\) but the model '
+            r'takes 1'):
         gray_model(dict(inputs=torch.zeros(2, 3, 8, 8)))
-    with pytest.raises(ValueError, match=r'1 channel\(s\) but the model '
-                       r'takes 3.*color_type=.color'):
+    with pytest.raises(
+            ValueError,
+            match=r'1 channel\(s\) but the model '
+            r'takes 3.*color_type=.color'):
         rgb_model(dict(inputs=[torch.zeros(1, 8, 8)]))
     # RGB files loaded as colour into the grayscale main-job model
     data = make_image_folder(str(tmp_path / 'rgb'), 1, 4, gray=False)
     cfg = _folder_config(tmp_path, data, color='color')
     check = subprocess.run([sys.executable, 'tools/misc/check_data.py', cfg],
-                           cwd=REPO, capture_output=True, text=True,
+                           cwd=REPO,
+                           capture_output=True,
+                           text=True,
                            timeout=300)
     assert check.returncode == 1
     assert ('the pipeline loads 3-channel images but the model takes 1'
@@ -496,8 +583,8 @@ def test_channel_mismatch_is_one_line_naming_both(tmp_path):
     assert 'the images have 3 channel(s) but the model takes 1' in out
 
 
-@pytest.mark.parametrize('module', ['numpy.core.multiarray',
-                                    'numpy._core.multiarray'])
+@pytest.mark.parametrize('module',
+                         ['numpy.core.multiarray', 'numpy._core.multiarray'])
 def test_numpy_in_a_checkpoint_loads_from_either_numpy(tmp_path, module):
     """mmengine's buffers pickle NumPy arrays and scalars, named by the
     module of the NumPy that wrote them (``numpy.core`` in 1.x,

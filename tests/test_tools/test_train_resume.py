@@ -5,12 +5,12 @@ import os.path as osp
 
 import pytest
 import torch
-
-import hpm_mm  # noqa: F401  (allow-lists the checkpoint types)
 from conftest import (FMNIST_CFG, HPM_HOOKS, RANDOM_CROP, REPO, run_tool,
                       tiny_config)
 from mmengine.config import Config
 from mmengine.runner import Runner
+
+import hpm_mm  # noqa: F401  (allow-lists the checkpoint types)
 
 MAE_TINY = '''
 _base_ = ['mmpretrain::_base_/models/mae_vit-base-p16.py',
@@ -35,8 +35,8 @@ env_cfg = dict(dist_cfg=dict(backend='gloo'))
 
 
 def _scalars(work_dir):
-    logs = sorted(glob.glob(osp.join(work_dir, '*', 'vis_data',
-                                     'scalars.json')))
+    logs = sorted(
+        glob.glob(osp.join(work_dir, '*', 'vis_data', 'scalars.json')))
     rows = []
     for log in logs:
         with open(log) as f:
@@ -47,8 +47,8 @@ def _scalars(work_dir):
 def _train_then_resume(tmp_path, base, body, hooks):
     """Train 1 epoch (2 iterations), then resume to 2 epochs; return the
     work dir and the two checkpoints."""
-    cfg = tiny_config(tmp_path, base=base, body=body, num_images=8,
-                      hooks=hooks)
+    cfg = tiny_config(
+        tmp_path, base=base, body=body, num_images=8, hooks=hooks)
     work = str(tmp_path / 'work')
     run_tool('tools/train.py', cfg, '--work-dir', work, '--cfg-options',
              'train_cfg.max_epochs=1')
@@ -124,8 +124,8 @@ def test_hpm_trains_and_resumes_with_teacher(tmp_path):
     assert all(r['num_hard'] > 0 for r in rows)
 
 
-OLD_LAYOUT_CKPT = osp.join(osp.dirname(osp.dirname(__file__)), 'data',
-                           'hpm_tiny_v0_epoch_1.pth')
+OLD_LAYOUT_CKPT = osp.join(
+    osp.dirname(osp.dirname(__file__)), 'data', 'hpm_tiny_v0_epoch_1.pth')
 # the v0 checkpoint's model: 32-px inputs (64 patches), as the configs then
 TINY_HPM = '''
 model = dict(
@@ -136,7 +136,6 @@ model = dict(
     mask_generator=dict(alpha_0=0.5, alpha_T=1.0))
 train_cfg = dict(max_epochs=2)
 '''
-
 
 CROP_32 = RANDOM_CROP.replace('scale=28', 'scale=32')
 
@@ -149,8 +148,8 @@ def test_resumes_a_checkpoint_written_before_the_parts_split(tmp_path):
     and resumes it."""
     ckpt = torch.load(OLD_LAYOUT_CKPT, map_location='cpu')
     assert 'teacher_momentum=0.1' in ckpt['meta']['cfg']  # the old layout
-    cfg = tiny_config(tmp_path, FMNIST_CFG, TINY_HPM, num_images=8,
-                      transform=CROP_32)
+    cfg = tiny_config(
+        tmp_path, FMNIST_CFG, TINY_HPM, num_images=8, transform=CROP_32)
     from hpm_mm.utils import build_model
     model = build_model(Config.fromfile(cfg))
     model.load_state_dict(ckpt['state_dict'], strict=True)
@@ -158,8 +157,8 @@ def test_resumes_a_checkpoint_written_before_the_parts_split(tmp_path):
     proc = run_tool('tools/train.py', cfg, '--work-dir', work, '--resume',
                     OLD_LAYOUT_CKPT)
     assert 'resumed epoch: 1, iter: 2' in proc.stdout + proc.stderr
-    sd = torch.load(osp.join(work, 'epoch_2.pth'),
-                    map_location='cpu')['state_dict']
+    sd = torch.load(
+        osp.join(work, 'epoch_2.pth'), map_location='cpu')['state_dict']
     # saved in today's keys: the v0 keys through the one key map
     from hpm_mm.models.selfsup.hpm import upgrade_hpm_state_dict
     upgraded = upgrade_hpm_state_dict(ckpt['state_dict'])
@@ -175,8 +174,8 @@ def test_teacher_of_a_v0_checkpoint_loads_into_the_student(tmp_path):
     student's decoder (neck.predictor.blocks...), nothing required
     missing."""
     from hpm_mm.utils import build_model, load_checkpoint_strict
-    cfg = tiny_config(tmp_path, FMNIST_CFG, TINY_HPM, num_images=8,
-                      transform=CROP_32)
+    cfg = tiny_config(
+        tmp_path, FMNIST_CFG, TINY_HPM, num_images=8, transform=CROP_32)
     model = build_model(Config.fromfile(cfg))
     result = load_checkpoint_strict(model, OLD_LAYOUT_CKPT, teacher=True)
     assert not [k for k in result['missing'] if not k.startswith('head.')]
@@ -195,33 +194,42 @@ MULTI_CROP = ("dict(type='MultiView', num_views=[2, 2], transforms=["
               "[dict(type='RandomResizedCrop', scale=16, backend='pillow')]])")
 
 
-@pytest.mark.parametrize('name,body,transform', [
-    ('hpm/targets/hpm-ema-feat_vit-mini-p4_1xb256-coslr-10e_fmnist.py',
-     'model = dict(mask_generator=dict(alpha_0=0.5, alpha_T=1.0))', None),
-    # the DINO target's architecture with random weights (nothing to load)
-    ('hpm/targets/hpm-ema-feat_vit-mini-p4_1xb256-coslr-10e_fmnist.py',
-     "model = dict(target_generator=dict(_delete_=True, "
-     "type='ViTFeatureTarget', checkpoint=None, "
-     "arch=dict(embed_dims=48, num_layers=1, num_heads=2, "
-     "feedforward_channels=96), img_size=28, patch_size=4, in_channels=1), "
-     "neck=dict(predict_feature_dim=48), "
-     "mask_generator=dict(alpha_0=0.5, alpha_T=1.0))", None),
-    ('hpm/frameworks/hpm-simmim_vit-mini-p4_1xb256-coslr-10e_fmnist.py',
-     'model = dict(mask_generator=dict(alpha_0=0.5, alpha_T=1.0))', None),
-    ('hpm/frameworks/hpm-beit_vit-mini-p4_1xb256-coslr-10e_fmnist.py',
-     'model = dict(mask_generator=dict(alpha_0=0.5, alpha_T=1.0))',
-     TWO_PIC),
-    # every image masked (10-50%), so each step has hard patches
-    ('hpm/frameworks/hpm-ibot_vit-mini-p4_1xb256-coslr-10e_fmnist.py',
-     'model = dict(mask_generator=dict(alpha_0=0.5, alpha_T=1.0, '
-     'mask_ratio=[(0.1, 0.5)]))', MULTI_CROP),
-], ids=['ema-target', 'vit-target', 'simmim', 'beit', 'ibot'])
+@pytest.mark.parametrize(
+    'name,body,transform',
+    [
+        ('hpm/targets/hpm-ema-feat_vit-mini-p4_1xb256-coslr-10e_fmnist.py',
+         'model = dict(mask_generator=dict(alpha_0=0.5, alpha_T=1.0))', None),
+        # the DINO target's architecture with random weights (nothing to load)
+        ('hpm/targets/hpm-ema-feat_vit-mini-p4_1xb256-coslr-10e_fmnist.py',
+         "model = dict(target_generator=dict(_delete_=True, "
+         "type='ViTFeatureTarget', checkpoint=None, "
+         "arch=dict(embed_dims=48, num_layers=1, num_heads=2, "
+         "feedforward_channels=96), img_size=28, patch_size=4, "
+         "in_channels=1), "
+         "neck=dict(predict_feature_dim=48), "
+         "mask_generator=dict(alpha_0=0.5, alpha_T=1.0))", None),
+        ('hpm/frameworks/hpm-simmim_vit-mini-p4_1xb256-coslr-10e_fmnist.py',
+         'model = dict(mask_generator=dict(alpha_0=0.5, alpha_T=1.0))', None),
+        ('hpm/frameworks/hpm-beit_vit-mini-p4_1xb256-coslr-10e_fmnist.py',
+         'model = dict(mask_generator=dict(alpha_0=0.5, alpha_T=1.0))',
+         TWO_PIC),
+        # every image masked (10-50%), so each step has hard patches
+        ('hpm/frameworks/hpm-ibot_vit-mini-p4_1xb256-coslr-10e_fmnist.py',
+         'model = dict(mask_generator=dict(alpha_0=0.5, alpha_T=1.0, '
+         'mask_ratio=[(0.1, 0.5)]))', MULTI_CROP),
+    ],
+    ids=['ema-target', 'vit-target', 'simmim', 'beit', 'ibot'])
 def test_new_targets_and_frameworks_train_and_resume(tmp_path, name, body,
                                                      transform):
     base = osp.join(REPO, 'configs', name)
-    cfg = tiny_config(tmp_path, base=base, num_images=8,
-                      body=body + '\ntrain_cfg = dict(max_epochs=2)\n',
-                      **({'transform': transform} if transform else {}))
+    cfg = tiny_config(
+        tmp_path,
+        base=base,
+        num_images=8,
+        body=body + '\ntrain_cfg = dict(max_epochs=2)\n',
+        **({
+            'transform': transform
+        } if transform else {}))
     work = str(tmp_path / 'work')
     run_tool('tools/train.py', cfg, '--work-dir', work, '--cfg-options',
              'train_cfg.max_epochs=1')
@@ -233,8 +241,9 @@ def test_new_targets_and_frameworks_train_and_resume(tmp_path, name, body,
     assert int(ckpt['state_dict']['teacher.steps']) == 2
     rows = [r for r in _scalars(work) if 'loss_rec' in r]
     assert [r['iter'] for r in rows] == [1, 2, 3, 4]
-    assert all(r.get('num_hard', 1) > 0 and r['alpha'] >= 0.5 and
-               0 <= r['rank_acc'] <= 1 for r in rows)
+    assert all(
+        r.get('num_hard', 1) > 0 and r['alpha'] >= 0.5
+        and 0 <= r['rank_acc'] <= 1 for r in rows)
     # the encoder converts to a plain ViT, every tensor used (strict)
     out = str(tmp_path / 'vit.pth')
     conv = run_tool('tools/model_converters/hpm2backbone.py',
@@ -247,17 +256,20 @@ def imagenet_folder(root, per_class=4):
     """mmpretrain's ImageNet layout: train/<class>/<image> and
     meta/train.txt (``<class>/<image> <label>``), RGB images."""
     from conftest import make_image_folder
-    make_image_folder(str(root / 'train'), per_class=per_class, size=64,
-                      gray=False)
-    lines = [f'{c.name}/{f.name} {i}' for i, c in enumerate(
-        sorted((root / 'train').iterdir())) for f in sorted(c.iterdir())]
+    make_image_folder(
+        str(root / 'train'), per_class=per_class, size=64, gray=False)
+    lines = [
+        f'{c.name}/{f.name} {i}'
+        for i, c in enumerate(sorted((root / 'train').iterdir()))
+        for f in sorted(c.iterdir())
+    ]
     (root / 'meta').mkdir()
     (root / 'meta' / 'train.txt').write_text('\n'.join(lines) + '\n')
     return str(root)
 
 
-TINY_VIT = dict(embed_dims=32, num_layers=1, num_heads=2,
-                feedforward_channels=64)
+TINY_VIT = dict(
+    embed_dims=32, num_layers=1, num_heads=2, feedforward_channels=64)
 SIZES = {224: 64, 112: 32, 96: 32}  # the crops, at patch 16: 4x4 patches
 
 
@@ -267,26 +279,40 @@ def shrink(model):
     target networks without weight files."""
     model.backbone.update(arch=TINY_VIT, img_size=64)
     small = dict(
-        HPMPretrainDecoder=dict(num_patches=16, embed_dim=32,
-                                decoder_embed_dim=16, decoder_depth=1,
-                                decoder_num_heads=2),
+        HPMPretrainDecoder=dict(
+            num_patches=16,
+            embed_dim=32,
+            decoder_embed_dim=16,
+            decoder_depth=1,
+            decoder_num_heads=2),
         HPMSimMIMDecoder=dict(in_channels=32),
-        iBOTNeck=dict(in_channels=32, hidden_channels=48,
-                      bottleneck_channels=16, out_channels=64),
+        iBOTNeck=dict(
+            in_channels=32,
+            hidden_channels=48,
+            bottleneck_channels=16,
+            out_channels=64),
         HPMBEiTHead=dict(embed_dims=32, num_embed=64),
         HPMiBOTHead=dict(out_channels=64),
-        HPMLossPredictor=dict(embed_dim=32, predictor_embed_dim=16,
-                              predictor_depth=1, predictor_num_heads=2),
+        HPMLossPredictor=dict(
+            embed_dim=32,
+            predictor_embed_dim=16,
+            predictor_depth=1,
+            predictor_num_heads=2),
         ViTFeatureTarget=dict(arch=TINY_VIT, img_size=64, checkpoint=None),
-        CLIPFeatureTarget=dict(img_size=64, width=32, layers=1, heads=2,
-                               output_dim=24, checkpoint=None),
+        CLIPFeatureTarget=dict(
+            img_size=64,
+            width=32,
+            layers=1,
+            heads=2,
+            output_dim=24,
+            checkpoint=None),
         **{'DALL-E': dict(n_hid=8, vocab_size=64, init_cfg=None)})
     for part in ('neck', 'head', 'predictor', 'target_generator'):
         if model.get(part):
             model[part].update(small.get(model[part].type, {}))
     if model.get('neck', {}).get('predict_feature_dim'):  # feature targets
-        model.neck.predict_feature_dim = dict(
-            CLIPFeatureTarget=24).get(model.target_generator.type, 32)
+        model.neck.predict_feature_dim = dict(CLIPFeatureTarget=24).get(
+            model.target_generator.type, 32)
 
 
 def resize_crops(transforms):
@@ -323,8 +349,8 @@ def fit_to_one_epoch(cfg):
 # the main ViT-B recipe, every Tab. 1 feature-target row and every
 # framework of the supplementary table
 PAPER_ROWS = ['hpm/hpm_vit-base-p16_8xb512-amp-coslr-200e_in1k.py'] + sorted(
-    osp.relpath(p, osp.join(REPO, 'configs')) for d in ('targets',
-                                                        'frameworks')
+    osp.relpath(p, osp.join(REPO, 'configs'))
+    for d in ('targets', 'frameworks')
     for p in glob.glob(osp.join(REPO, 'configs', 'hpm', d, '*_in1k.py')))
 
 
@@ -344,8 +370,8 @@ def test_paper_row_configs_train(tmp_path, name):
     for t in pipeline:
         if t.type == 'MultiView':
             t.num_views[-1] = 2
-    cfg.train_dataloader.update(batch_size=2, num_workers=0,
-                                persistent_workers=False)
+    cfg.train_dataloader.update(
+        batch_size=2, num_workers=0, persistent_workers=False)
     cfg.train_dataloader.dataset.data_root = imagenet_folder(tmp_path, 2)
     fit_to_one_epoch(cfg)
     cfg.default_hooks.logger.interval = 1
@@ -366,6 +392,8 @@ def test_paper_row_configs_train(tmp_path, name):
         ckpt = torch.load(osp.join(work, 'epoch_1.pth'), map_location='cpu')
         wd = ckpt['param_schedulers'][-1]
         assert wd['last_step'] >= 1 and wd['eta_min'] == 0.4
-        decays = {g['weight_decay'] for g in
-                  ckpt['optimizer']['param_groups']} - {0.0}
+        decays = {
+            g['weight_decay']
+            for g in ckpt['optimizer']['param_groups']
+        } - {0.0}
         assert decays and all(0.04 < d <= 0.4 for d in decays), decays

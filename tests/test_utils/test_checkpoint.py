@@ -34,9 +34,12 @@ def hostile(tmp_path):
     """(a checkpoint whose unpickling creates a marker, the marker)."""
     marker = tmp_path / 'code_ran'
     path = tmp_path / 'hostile.pth'
-    torch.save(dict(state_dict={'backbone.x': torch.zeros(1)},
-                    meta=Payload(str(marker))), path,
-               pickle_protocol=pickle.DEFAULT_PROTOCOL)
+    torch.save(
+        dict(
+            state_dict={'backbone.x': torch.zeros(1)},
+            meta=Payload(str(marker))),
+        path,
+        pickle_protocol=pickle.DEFAULT_PROTOCOL)
     # the payload ran at save time? (it must not have: save only pickles)
     assert not marker.exists()
     return str(path), marker
@@ -58,21 +61,33 @@ def paths(ckpt, tmp):
     """Every command that loads a checkpoint, given ``ckpt``."""
     init = f'model.backbone.init_cfg.checkpoint={ckpt}'
     return {
-        'train --resume': ['tools/train.py', FMNIST_CFG, '--work-dir',
-                           f'{tmp}/w1', '--resume', ckpt],
-        'train load_from': ['tools/train.py', FMNIST_CFG, '--work-dir',
-                            f'{tmp}/w2', '--cfg-options', f'load_from={ckpt}'],
-        'test.py': ['tools/test.py', LINEAR_CFG, ckpt, '--work-dir',
-                    f'{tmp}/w3'],
+        'train --resume': [
+            'tools/train.py', FMNIST_CFG, '--work-dir', f'{tmp}/w1',
+            '--resume', ckpt
+        ],
+        'train load_from': [
+            'tools/train.py', FMNIST_CFG, '--work-dir', f'{tmp}/w2',
+            '--cfg-options', f'load_from={ckpt}'
+        ],
+        'test.py':
+        ['tools/test.py', LINEAR_CFG, ckpt, '--work-dir', f'{tmp}/w3'],
         'knn_eval': ['tools/analysis_tools/knn_eval.py', FMNIST_CFG, ckpt],
-        'visualize': ['tools/analysis_tools/visualize_hard_patches.py',
-                      FMNIST_CFG, ckpt, '--out-dir', f'{tmp}/pics'],
-        'hpm2backbone': ['tools/model_converters/hpm2backbone.py', ckpt,
-                         f'{tmp}/out.pth', '--target', 'mmpretrain'],
-        'target_weights': ['tools/model_converters/target_weights.py', 'dino',
-                           ckpt, f'{tmp}/t.pth'],
-        'init_cfg Pretrained': ['tools/train.py', LINEAR_CFG, '--work-dir',
-                                f'{tmp}/w4', '--cfg-options', init],
+        'visualize': [
+            'tools/analysis_tools/visualize_hard_patches.py', FMNIST_CFG, ckpt,
+            '--out-dir', f'{tmp}/pics'
+        ],
+        'hpm2backbone': [
+            'tools/model_converters/hpm2backbone.py', ckpt, f'{tmp}/out.pth',
+            '--target', 'mmpretrain'
+        ],
+        'target_weights': [
+            'tools/model_converters/target_weights.py', 'dino', ckpt,
+            f'{tmp}/t.pth'
+        ],
+        'init_cfg Pretrained': [
+            'tools/train.py', LINEAR_CFG, '--work-dir', f'{tmp}/w4',
+            '--cfg-options', init
+        ],
     }
 
 
@@ -80,11 +95,15 @@ def test_every_path_refuses_a_code_checkpoint(hostile, tmp_path):
     """With torch's weights_only default off, none of the 8 commands runs
     the payload; each refuses."""
     ckpt, marker = hostile
-    env = dict(os.environ, TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD='1',
-               PYTHONUNBUFFERED='1')
+    env = dict(
+        os.environ, TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD='1', PYTHONUNBUFFERED='1')
     for name, args in paths(ckpt, tmp_path).items():
-        proc = subprocess.run([sys.executable, *args], cwd=REPO, env=env,
-                              capture_output=True, text=True, timeout=300)
+        proc = subprocess.run([sys.executable, *args],
+                              cwd=REPO,
+                              env=env,
+                              capture_output=True,
+                              text=True,
+                              timeout=300)
         out = proc.stdout + proc.stderr
         assert not marker.exists(), f'{name} ran the checkpoint\'s code'
         assert proc.returncode != 0, f'{name} exited 0:\n{out[-2000:]}'

@@ -22,8 +22,12 @@ def cpu(monkeypatch):
 
         def probe(*args, **kwargs):
             calls.append(1)
-            return dict(fp32_ms=1.0, bf16_ms=ratio, bf16_over_fp32=ratio,
-                        shape=list(P.PROBE_SHAPE))
+            return dict(
+                fp32_ms=1.0,
+                bf16_ms=ratio,
+                bf16_over_fp32=ratio,
+                shape=list(P.PROBE_SHAPE))
+
         monkeypatch.setattr(P, 'probe_bf16', probe)
         return calls
 
@@ -78,8 +82,10 @@ def test_the_real_probe_and_capability():
 
 def test_optim_wrapper_follows_the_precision(cpu):
     from hpm_mm.engine.optimizers import amp_optim_wrapper_cfg
-    amp_cfg = dict(type='AmpOptimWrapper', loss_scale='dynamic',
-                   optimizer=dict(type='AdamW', lr=1e-3))
+    amp_cfg = dict(
+        type='AmpOptimWrapper',
+        loss_scale='dynamic',
+        optimizer=dict(type='AdamW', lr=1e-3))
     cpu('AVX2')
     fp32 = amp_optim_wrapper_cfg(amp_cfg, P.choose_precision(True, 'cpu'))
     assert fp32['type'] == 'GuardedOptimWrapper' and 'loss_scale' not in fp32
@@ -87,8 +93,9 @@ def test_optim_wrapper_follows_the_precision(cpu):
     bf16 = amp_optim_wrapper_cfg(amp_cfg, P.choose_precision(True, 'cpu'))
     assert (bf16['type'], bf16['dtype']) == ('AutocastOptimWrapper',
                                              'bfloat16')
-    fp16 = amp_optim_wrapper_cfg(dict(type='OptimWrapper', optimizer={}),
-                                 P.choose_precision(True, 'cuda'))
+    fp16 = amp_optim_wrapper_cfg(
+        dict(type='OptimWrapper', optimizer={}),
+        P.choose_precision(True, 'cuda'))
     assert fp16['type'] == 'GuardedAmpOptimWrapper'
 
 
@@ -102,6 +109,7 @@ def test_knn_features_follow_the_precision(cpu, cls, ratio, autocast):
     seen = []
 
     class Model(torch.nn.Module):
+
         def __init__(self):
             super().__init__()
             self.lin = torch.nn.Linear(4, 3)
@@ -124,8 +132,8 @@ def test_knn_features_follow_the_precision(cpu, cls, ratio, autocast):
 def test_train_prints_and_records_the_precision(tmp_path):
     """tools/train.py --amp: the decision is the console's first line and
     work_dir/precision.json."""
-    cfg = tiny_config(tmp_path, num_images=8,
-                      body='train_cfg = dict(max_epochs=1)')
+    cfg = tiny_config(
+        tmp_path, num_images=8, body='train_cfg = dict(max_epochs=1)')
     work = tmp_path / 'work'
     proc = run_tool('tools/train.py', cfg, '--work-dir', str(work), '--amp',
                     '--quiet')

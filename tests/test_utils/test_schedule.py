@@ -14,8 +14,8 @@ def test_the_main_jobs_recipe_is_the_rule_at_its_length():
     chained with a cosine over the run, which mmengine ends at
     train_cfg.max_epochs) and teacher (0.1 -> 0.025 over the run)."""
     cfg = Config.fromfile(FMNIST_CFG)
-    scaled = scale_recipe(Config.fromfile(FMNIST_CFG), 10,
-                          steps_per_epoch(10000, 256))
+    scaled = scale_recipe(
+        Config.fromfile(FMNIST_CFG), 10, steps_per_epoch(10000, 256))
     warm, cosine = scaled.param_scheduler
     assert (warm['begin'], warm['end']) == (0, 1) == (
         cfg.param_scheduler[0]['begin'], cfg.param_scheduler[0]['end'])
@@ -23,8 +23,9 @@ def test_the_main_jobs_recipe_is_the_rule_at_its_length():
     assert cfg.param_scheduler[1]['begin'] == 0
     assert 'end' not in cfg.param_scheduler[1]  # follows train_cfg
     teacher = scaled.model.teacher
-    assert (teacher.momentum, teacher.end_momentum) == (
-        cfg.model.teacher.momentum, cfg.model.teacher.end_momentum)
+    assert (teacher.momentum,
+            teacher.end_momentum) == (cfg.model.teacher.momentum,
+                                      cfg.model.teacher.end_momentum)
 
 
 @pytest.mark.parametrize('epochs,warm', [(1, 0), (2, 1), (10, 1), (30, 2),
@@ -71,19 +72,21 @@ def test_a_longer_or_shorter_run_moves_lr_alpha_and_teacher(tmp_path):
     from conftest import run_tool, tiny_config
     cfg = tiny_config(tmp_path, num_images=8)
     work = tmp_path / 'work'
-    run_tool('tools/train.py', cfg, '--work-dir', str(work),
-             '--cfg-options', 'train_cfg.max_epochs=3')
+    run_tool('tools/train.py', cfg, '--work-dir', str(work), '--cfg-options',
+             'train_cfg.max_epochs=3')
     rows = [r for r in _last_scalars(work) if 'lr' in r]
     assert len(rows) == 6  # 2 iterations x 3 epochs
     assert rows[-1]['lr'] < 2e-4 < rows[2]['lr']  # decayed by the end
-    assert [round(r['alpha'], 4) for r in rows[::2]] == [0., 0.1667,
-                                                         0.3333]
+    assert [round(r['alpha'], 4) for r in rows[::2]] == [0., 0.1667, 0.3333]
 
 
 def test_teacher_ramp_follows_the_run():
     from hpm_mm.models import EMATeacher
-    teacher = EMATeacher(torch.nn.Linear(2, 2), momentum=0.1,
-                         end_momentum=0.025, momentum_epochs=None)
+    teacher = EMATeacher(
+        torch.nn.Linear(2, 2),
+        momentum=0.1,
+        end_momentum=0.025,
+        momentum_epochs=None)
     teacher.set_epoch(2, max_epochs=3)
     assert teacher.momentum == pytest.approx(0.1 + 2 / 3 * (0.025 - 0.1))
     teacher.set_epoch(2, max_epochs=10)
@@ -107,11 +110,16 @@ def test_options_that_would_do_nothing_or_mismatch_are_refused(
     """One line naming the key and the fix, before anything is built."""
     import subprocess
     import sys
+
     from conftest import REPO
-    proc = subprocess.run(
-        [sys.executable, 'tools/train.py', FMNIST_CFG, '--work-dir',
-         str(tmp_path / 'w'), '--cfg-options', option], cwd=REPO,
-        capture_output=True, text=True, timeout=300)
+    proc = subprocess.run([
+        sys.executable, 'tools/train.py', FMNIST_CFG, '--work-dir',
+        str(tmp_path / 'w'), '--cfg-options', option
+    ],
+                          cwd=REPO,
+                          capture_output=True,
+                          text=True,
+                          timeout=300)
     assert proc.returncode != 0
     last = proc.stderr.strip().splitlines()[-1]
     assert want in last and 'Fix:' in last, last

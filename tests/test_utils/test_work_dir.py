@@ -14,9 +14,13 @@ from hpm_mm.utils.work_dir import LOCK_NAME
 
 def start(cfg, work):
     return subprocess.Popen(
-        [sys.executable, 'tools/train.py', cfg, '--work-dir', str(work)],
-        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-        text=True, env=dict(os.environ, PYTHONUNBUFFERED='1'))
+        [sys.executable, 'tools/train.py', cfg, '--work-dir',
+         str(work)],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=dict(os.environ, PYTHONUNBUFFERED='1'))
 
 
 def wait_for_lock(proc, work, timeout=120):
@@ -31,15 +35,19 @@ def wait_for_lock(proc, work, timeout=120):
 
 
 def test_a_second_run_refuses_and_a_killed_one_frees_the_dir(tmp_path):
-    cfg = tiny_config(tmp_path, num_images=64,
-                      body='train_cfg = dict(max_epochs=50)')
+    cfg = tiny_config(
+        tmp_path, num_images=64, body='train_cfg = dict(max_epochs=50)')
     work = tmp_path / 'work'
     a = start(cfg, work)
     try:
         wait_for_lock(a, work)
         b = subprocess.run(
-            [sys.executable, 'tools/train.py', cfg, '--work-dir', str(work)],
-            cwd=REPO, capture_output=True, text=True, timeout=300)
+            [sys.executable, 'tools/train.py', cfg, '--work-dir',
+             str(work)],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=300)
         assert b.returncode != 0
         last = b.stderr.strip().splitlines()[-1]
         assert f'is in use by a running job (pid {a.pid}' in last
@@ -50,7 +58,10 @@ def test_a_second_run_refuses_and_a_killed_one_frees_the_dir(tmp_path):
         a.send_signal(signal.SIGKILL)
         a.wait()
     # killed with -9: the lock went with it; a new run may resume there
-    c = start(tiny_config(tmp_path / 'c', num_images=8,
-                          body='train_cfg = dict(max_epochs=1)'), work)
+    c = start(
+        tiny_config(
+            tmp_path / 'c',
+            num_images=8,
+            body='train_cfg = dict(max_epochs=1)'), work)
     out, _ = c.communicate(timeout=300)
     assert c.returncode == 0, out[-3000:]

@@ -63,12 +63,16 @@ def test_whole_load_puts_the_trained_teacher_in_place(hpm_checkpoint):
 
     from hpm_mm.utils import build_model, load_checkpoint_strict
     saved = torch.load(hpm_checkpoint, map_location='cpu')['state_dict']
-    key = next(k for k in saved if k.startswith('teacher.module.backbone.')
-               and k.endswith('qkv.weight'))
+    key = next(
+        k for k in saved if k.startswith('teacher.module.backbone.')
+        and k.endswith('qkv.weight'))
     for whole in (False, True):
         model = build_model(Config.fromfile(FMNIST_CFG))
-        load_checkpoint_strict(model, hpm_checkpoint, whole=whole,
-                               required_prefix=('backbone.', 'neck.'))
+        load_checkpoint_strict(
+            model,
+            hpm_checkpoint,
+            whole=whole,
+            required_prefix=('backbone.', 'neck.'))
         got = model.state_dict()[key]
         assert torch.equal(got, saved[key]) == whole
         assert torch.equal(model.state_dict()[key[len('teacher.module.'):]],
@@ -78,29 +82,39 @@ def test_whole_load_puts_the_trained_teacher_in_place(hpm_checkpoint):
 def test_hook_writes_at_intervals(tmp_path):
     folder = make_image_folder(str(tmp_path / 'held_out'), 1, 4, seed=5)
     loader = dict(
-        batch_size=1, num_workers=0,
+        batch_size=1,
+        num_workers=0,
         sampler=dict(type='DefaultSampler', shuffle=False),
         collate_fn=dict(type='default_collate'),
-        dataset=dict(type='CustomDataset', data_root=folder,
-                     with_label=False, pipeline=[
-                         dict(type='LoadImageFromFile',
-                              color_type='grayscale'),
-                         dict(type='Resize', scale=28),
-                         dict(type='PackInputs')]))
+        dataset=dict(
+            type='CustomDataset',
+            data_root=folder,
+            with_label=False,
+            pipeline=[
+                dict(type='LoadImageFromFile', color_type='grayscale'),
+                dict(type='Resize', scale=28),
+                dict(type='PackInputs')
+            ]))
     hooks = ("custom_hooks = [dict(type='HPMScheduleHook'), "
              f"dict(type='HardPatchVisHook', dataloader={loader!r}, "
              "num_images=2, interval=2, by_epoch=False, num_masks=2)]")
-    cfg = tiny_config(tmp_path, FMNIST_CFG, num_images=12, hooks=hooks,
-                      body='train_cfg = dict(_delete_=True, '
-                      "type='IterBasedTrainLoop', max_iters=3)\n"
-                      'param_scheduler = []\n'
-                      "default_hooks = dict(checkpoint=dict(by_epoch=False,"
-                      ' interval=3))')
+    cfg = tiny_config(
+        tmp_path,
+        FMNIST_CFG,
+        num_images=12,
+        hooks=hooks,
+        body='train_cfg = dict(_delete_=True, '
+        "type='IterBasedTrainLoop', max_iters=3)\n"
+        'param_scheduler = []\n'
+        "default_hooks = dict(checkpoint=dict(by_epoch=False,"
+        ' interval=3))')
     work = tmp_path / 'work'
     run_tool('tools/train.py', cfg, '--work-dir', str(work))
     names = sorted(p.name for p in (work / 'hard_patches').glob('*.png'))
-    assert names == ['iter_2_img0.png', 'iter_2_img1.png',
-                     'iter_3_img0.png', 'iter_3_img1.png']
+    assert names == [
+        'iter_2_img0.png', 'iter_2_img1.png', 'iter_3_img0.png',
+        'iter_3_img1.png'
+    ]
     logs = list(work.glob('*/vis_data/scalars.json'))
     rows = [json.loads(line) for line in logs[0].read_text().splitlines()]
     assert sum('hpm/spearman' in r for r in rows) == 2
@@ -113,8 +127,8 @@ def test_saliency_against_ade20k_label_maps(tmp_path, hpm_checkpoint):
     proc = run_tool('tools/analysis_tools/visualize_hard_patches.py',
                     FMNIST_CFG, hpm_checkpoint, '--images',
                     osp.join(root, 'images', 'validation'), '--masks',
-                    osp.join(root, 'annotations', 'validation'),
-                    '--saliency', '--num-masks', '1', '--out-dir', str(out))
+                    osp.join(root, 'annotations', 'validation'), '--saliency',
+                    '--num-masks', '1', '--out-dir', str(out))
     assert 'saliency IoU' in proc.stdout
     summary = json.loads((out / 'summary.json').read_text())
     assert 0 <= summary['saliency_iou'] <= 1

@@ -14,8 +14,7 @@ import torch
 from mmengine.registry import init_default_scope
 from mmengine.runner import Runner
 
-from hpm_mm.utils.cli import (CfgOptionsAction, load_config,
-                              merge_cfg_options)
+from hpm_mm.utils.cli import CfgOptionsAction, load_config, merge_cfg_options
 
 
 def parse_args(argv=None):
@@ -24,20 +23,29 @@ def parse_args(argv=None):
     parser.add_argument('checkpoint')
     parser.add_argument('--ks', type=int, nargs='+', default=None)
     parser.add_argument('--temperature', type=float, default=None)
-    parser.add_argument('--feature', choices=['avg', 'cls'], default=None,
-                        help="'avg': patch tokens averaged (the paper's "
-                        "text); 'cls': the CLS token (the authors' scripts); "
-                        "default: the config's KNNEvalHook (avg)")
-    parser.add_argument('--amp', action='store_true',
-                        help='mixed precision where the hardware computes it '
-                        'faster (as tools/train.py --amp: fp16 on CUDA, bf16 '
-                        'on a CPU with native bf16, else fp32), as the '
-                        'KNNEvalHook of a run trained with --amp')
-    parser.add_argument('--teacher', action='store_true',
-                        help="evaluate the EMA teacher's encoder")
-    parser.add_argument('--raw-pixels', action='store_true',
-                        help='baseline: kNN on the normalised pixels (the '
-                        'checkpoint argument is ignored)')
+    parser.add_argument(
+        '--feature',
+        choices=['avg', 'cls'],
+        default=None,
+        help="'avg': patch tokens averaged (the paper's "
+        "text); 'cls': the CLS token (the authors' scripts); "
+        "default: the config's KNNEvalHook (avg)")
+    parser.add_argument(
+        '--amp',
+        action='store_true',
+        help='mixed precision where the hardware computes it '
+        'faster (as tools/train.py --amp: fp16 on CUDA, bf16 '
+        'on a CPU with native bf16, else fp32), as the '
+        'KNNEvalHook of a run trained with --amp')
+    parser.add_argument(
+        '--teacher',
+        action='store_true',
+        help="evaluate the EMA teacher's encoder")
+    parser.add_argument(
+        '--raw-pixels',
+        action='store_true',
+        help='baseline: kNN on the normalised pixels (the '
+        'checkpoint argument is ignored)')
     parser.add_argument('--out', help='write the accuracies to this json')
     parser.add_argument('--cfg-options', nargs='+', action=CfgOptionsAction)
     return parser.parse_args(argv)
@@ -70,8 +78,10 @@ def main(argv=None):
     if args.cfg_options:
         merge_cfg_options(cfg, args.cfg_options)
     init_default_scope(cfg.get('default_scope', 'mmpretrain'))
-    hooks = [h for h in cfg.get('custom_hooks', [])
-             if h.get('type') == 'KNNEvalHook']
+    hooks = [
+        h for h in cfg.get('custom_hooks', [])
+        if h.get('type') == 'KNNEvalHook'
+    ]
     if not hooks:
         raise SystemExit(
             f'{args.config} has no KNNEvalHook in custom_hooks, so it does '
@@ -88,7 +98,8 @@ def main(argv=None):
         model = load_model(cfg, args.checkpoint, args.teacher)
     from hpm_mm.utils.precision import choose_precision
     precision = choose_precision(
-        args.amp, next(model.parameters(), torch.empty(0)).device.type)
+        args.amp,
+        next(model.parameters(), torch.empty(0)).device.type)
     print(precision.line())
     feats = {}
     for split in ('train', 'val'):
@@ -96,7 +107,9 @@ def main(argv=None):
         print(f'extracting {split} features '
               f'({len(loader.dataset)} images)')
         feats[split] = extract_features(
-            model, loader, feature='avg' if args.raw_pixels else feature,
+            model,
+            loader,
+            feature='avg' if args.raw_pixels else feature,
             amp=args.amp)
     acc = knn_classify(feats['train']['feats'], feats['train']['labels'],
                        feats['val']['feats'], feats['val']['labels'], ks,
@@ -112,10 +125,18 @@ def main(argv=None):
     print(f'best: k={best}, {acc[best]:.2f}%')
     if args.out:
         with open(args.out, 'w') as f:
-            json.dump(dict(acc={str(k): v for k, v in acc.items()},
-                           best_k=best, best=acc[best], feature=feature,
-                           precision=precision.name),
-                      f, indent=2)
+            json.dump(
+                dict(
+                    acc={
+                        str(k): v
+                        for k, v in acc.items()
+                    },
+                    best_k=best,
+                    best=acc[best],
+                    feature=feature,
+                    precision=precision.name),
+                f,
+                indent=2)
     return acc
 
 

@@ -28,8 +28,7 @@ from mmengine.dataset import Compose, default_collate
 from mmengine.registry import init_default_scope
 from mmengine.runner import Runner
 
-from hpm_mm.utils.cli import (CfgOptionsAction, load_config,
-                              merge_cfg_options)
+from hpm_mm.utils.cli import CfgOptionsAction, load_config, merge_cfg_options
 
 
 def parse_args(argv=None):
@@ -38,18 +37,28 @@ def parse_args(argv=None):
     parser.add_argument('checkpoint')
     parser.add_argument('--images', help='folder of images to draw')
     parser.add_argument('--num-samples', type=int, default=8)
-    parser.add_argument('--progress', type=float, default=1.0,
-                        help='training progress t/T at which the mask '
-                        'generator draws the mask (default: 1.0, the end)')
+    parser.add_argument(
+        '--progress',
+        type=float,
+        default=1.0,
+        help='training progress t/T at which the mask '
+        'generator draws the mask (default: 1.0, the end)')
     parser.add_argument('--num-masks', type=int, default=8)
-    parser.add_argument('--student', action='store_true',
-                        help="use the student's loss predictor")
+    parser.add_argument(
+        '--student',
+        action='store_true',
+        help="use the student's loss predictor")
     parser.add_argument('--out-dir', default='work_dirs/hard_patches')
     parser.add_argument('--saliency', action='store_true')
-    parser.add_argument('--fg-threshold', type=float, default=10.,
-                        help='foreground = raw pixel value above this')
-    parser.add_argument('--masks', help='folder of label maps <stem>.png '
-                        '(foreground = label > 0) for --saliency')
+    parser.add_argument(
+        '--fg-threshold',
+        type=float,
+        default=10.,
+        help='foreground = raw pixel value above this')
+    parser.add_argument(
+        '--masks',
+        help='folder of label maps <stem>.png '
+        '(foreground = label > 0) for --saliency')
     parser.add_argument('--cfg-options', nargs='+', action=CfgOptionsAction)
     return parser.parse_args(argv)
 
@@ -59,10 +68,14 @@ def folder_batch(folder, model_cfg):
     size = model_cfg.backbone.get('img_size', 224)
     in_ch = model_cfg.backbone.get('patch_cfg', {}).get('in_channels', 3)
     pipeline = Compose([
-        dict(type='LoadImageFromFile',
-             color_type='grayscale' if in_ch == 1 else 'color'),
-        dict(type='Resize', scale=(size, size), backend='pillow',
-             interpolation='bicubic'),
+        dict(
+            type='LoadImageFromFile',
+            color_type='grayscale' if in_ch == 1 else 'color'),
+        dict(
+            type='Resize',
+            scale=(size, size),
+            backend='pillow',
+            interpolation='bicubic'),
         dict(type='PackInputs')
     ])
     files = sorted(
@@ -74,13 +87,16 @@ def folder_batch(folder, model_cfg):
 
 
 def dataset_batch(cfg, num):
-    hooks = [h for h in cfg.get('custom_hooks', [])
-             if h.get('type') == 'KNNEvalHook']
+    hooks = [
+        h for h in cfg.get('custom_hooks', [])
+        if h.get('type') == 'KNNEvalHook'
+    ]
     loader_cfg = hooks[0]['val_dataloader'] if hooks else \
         cfg.train_dataloader
     dataset = Runner.build_dataloader(
-        dict(loader_cfg, batch_size=1, num_workers=0,
-             persistent_workers=False), seed=0).dataset
+        dict(
+            loader_cfg, batch_size=1, num_workers=0, persistent_workers=False),
+        seed=0).dataset
     idx = np.linspace(0, len(dataset) - 1, num).astype(int)
     return [dataset[i] for i in idx], [f'sample_{i}' for i in idx]
 
@@ -103,9 +119,8 @@ def main(argv=None):
     args = parse_args(argv)
     import hpm_mm  # noqa: F401
     from hpm_mm.utils import build_model, load_checkpoint_strict
-    from hpm_mm.visualization import (analyze_hard_patches,
-                                      draw_hard_patches, foreground_iou,
-                                      saliency_mask)
+    from hpm_mm.visualization import (analyze_hard_patches, draw_hard_patches,
+                                      foreground_iou, saliency_mask)
     cfg = load_config(args.config, 'visualize_hard_patches.py')
     if args.cfg_options:
         merge_cfg_options(cfg, args.cfg_options)
@@ -121,20 +136,24 @@ def main(argv=None):
     if getattr(model, 'teacher', None) is not None and not args.student:
         required += ('teacher.', )
     try:
-        load_checkpoint_strict(model, args.checkpoint,
-                               required_prefix=required, whole=True)
+        load_checkpoint_strict(
+            model, args.checkpoint, required_prefix=required, whole=True)
     except KeyError as e:
         raise SystemExit(f'visualize_hard_patches.py: {e.args[0]} The '
                          'pictures need its trained loss predictor.')
     model.eval()
 
-    samples, names = (folder_batch(args.images, cfg.model) if args.images
-                      else dataset_batch(cfg, args.num_samples))
+    samples, names = (
+        folder_batch(args.images, cfg.model) if args.images else dataset_batch(
+            cfg, args.num_samples))
     batch = model.data_preprocessor(default_collate(samples), False)
     inputs = batch['inputs']
-    result = analyze_hard_patches(model, inputs, args.progress,
-                                  args.num_masks,
-                                  use_teacher=not args.student)
+    result = analyze_hard_patches(
+        model,
+        inputs,
+        args.progress,
+        args.num_masks,
+        use_teacher=not args.student)
     os.makedirs(args.out_dir, exist_ok=True)
     pre = model.data_preprocessor
     mean = pre.mean.view(-1).tolist()
@@ -144,8 +163,9 @@ def main(argv=None):
         draw_hard_patches(result, inputs, i, mean, std,
                           osp.join(args.out_dir, f'{stem}.png'))
     rho = result['spearman']
-    summary = dict(spearman_mean=float(rho.mean()),
-                   spearman_per_image=[float(r) for r in rho])
+    summary = dict(
+        spearman_mean=float(rho.mean()),
+        spearman_per_image=[float(r) for r in rho])
     print(f'wrote {len(names)} grids to {args.out_dir}')
     print(f"Spearman({result['shown_name']}, true per-patch loss): mean "
           f'{rho.mean():.3f} over {len(names)} images')
@@ -159,10 +179,11 @@ def main(argv=None):
         iou = foreground_iou(sal, fg)
         # reference: a mask of the same size placed at random
         rng = np.random.default_rng(0)
-        rand = np.stack([rng.permutation(s.ravel()).reshape(s.shape)
-                         for s in sal])
-        summary.update(saliency_iou=float(iou.mean()),
-                       random_iou=float(foreground_iou(rand, fg).mean()))
+        rand = np.stack(
+            [rng.permutation(s.ravel()).reshape(s.shape) for s in sal])
+        summary.update(
+            saliency_iou=float(iou.mean()),
+            random_iou=float(foreground_iou(rand, fg).mean()))
         print(f"saliency IoU (pred. loss > median vs foreground): "
               f"{summary['saliency_iou']:.3f} (random mask of the same size:"
               f" {summary['random_iou']:.3f})")

@@ -34,19 +34,23 @@ def _install_debian_package() -> bool:
         return False
     print('[data] installing Debian package dataset-fashion-mnist ...')
     env = dict(os.environ, DEBIAN_FRONTEND='noninteractive')
-    ok = subprocess.call(['apt-get', 'install', '-y', '-qq',
-                          'dataset-fashion-mnist'], env=env) == 0
+    ok = subprocess.call(
+        ['apt-get', 'install', '-y', '-qq', 'dataset-fashion-mnist'],
+        env=env) == 0
     if not ok:
-        ok = (subprocess.call(['apt-get', 'update', '-qq'], env=env) == 0
-              and subprocess.call(['apt-get', 'install', '-y', '-qq',
-                                   'dataset-fashion-mnist'], env=env) == 0)
+        ok = (
+            subprocess.call(['apt-get', 'update', '-qq'], env=env) == 0
+            and subprocess.call(
+                ['apt-get', 'install', '-y', '-qq', 'dataset-fashion-mnist'],
+                env=env) == 0)
     return ok
 
 
 def prepare(src: str, out: str) -> str:
     """Gunzip the idx files from ``src`` into ``out``; return ``out``."""
-    if all(osp.exists(osp.join(out, f))
-           and osp.getsize(osp.join(out, f)) == n for f, n in FILES.items()):
+    if all(
+            osp.exists(osp.join(out, f)) and osp.getsize(osp.join(out, f)) == n
+            for f, n in FILES.items()):
         print(f'[data] Fashion-MNIST ready in {out}')
         return out
     if not all(osp.exists(osp.join(src, f + '.gz')) for f in FILES):
@@ -71,10 +75,12 @@ def prepare(src: str, out: str) -> str:
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument('--src', default=DEBIAN_DIR,
-                        help='folder with the *-ubyte.gz files')
-    parser.add_argument('--out', default='data/fashion_mnist',
-                        help='output folder (the config data_root)')
+    parser.add_argument(
+        '--src', default=DEBIAN_DIR, help='folder with the *-ubyte.gz files')
+    parser.add_argument(
+        '--out',
+        default='data/fashion_mnist',
+        help='output folder (the config data_root)')
     args = parser.parse_args(argv)
     prepare(args.src, args.out)
 

@@ -20,8 +20,11 @@ from hpm_mm.utils.cli import CfgOptionsAction, merge_cfg_options
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument('config')
-    parser.add_argument('--max-images', type=int, default=0,
-                        help='check at most N images per dataset (0: all)')
+    parser.add_argument(
+        '--max-images',
+        type=int,
+        default=0,
+        help='check at most N images per dataset (0: all)')
     parser.add_argument('--cfg-options', nargs='+', action=CfgOptionsAction)
     args = parser.parse_args(argv)
     import hpm_mm  # noqa: F401

@@ -22,15 +22,19 @@ FRESH = {
     'mmseg': ('relative_position_bias_table', 'relative_position_index'),
     'timm': (),
 }
-ARCHS = {'s': (384, 12, 6), 'b': (768, 12, 12), 'l': (1024, 24, 16),
-         'h': (1280, 32, 16)}
+ARCHS = {
+    's': (384, 12, 6),
+    'b': (768, 12, 12),
+    'l': (1024, 24, 16),
+    'h': (1280, 32, 16)
+}
 
 
 def arch_from_checkpoint(ckpt, enc, fallback):
     """(embed_dims, num_layers, num_heads, feedforward) of the encoder."""
     dim = enc['cls_token'].shape[-1]
-    depth = 1 + max(int(k.split('.')[1]) for k in enc
-                    if k.startswith('layers.'))
+    depth = 1 + max(
+        int(k.split('.')[1]) for k in enc if k.startswith('layers.'))
     ffn = enc['layers.0.ffn.layers.0.0.weight'].shape[0]
     heads = None
     cfg_text = ckpt.get('meta', {}).get('cfg')
@@ -40,13 +44,20 @@ def arch_from_checkpoint(ckpt, enc, fallback):
             arch = Config.fromstring(cfg_text, '.py').model.backbone.arch
             heads = arch['num_heads'] if isinstance(arch, dict) else None
             if isinstance(arch, str):
-                heads = {'b': 12, 'base': 12, 'l': 16, 'large': 16,
-                         's': 6, 'small': 6, 'h': 16, 'huge': 16}.get(arch)
+                heads = {
+                    'b': 12,
+                    'base': 12,
+                    'l': 16,
+                    'large': 16,
+                    's': 6,
+                    'small': 6,
+                    'h': 16,
+                    'huge': 16
+                }.get(arch)
         except Exception:  # an unparsable config: fall back to --arch
             heads = None
     if heads is None:
-        heads = ARCHS[fallback][2] if fallback in ARCHS else max(
-            1, dim // 64)
+        heads = ARCHS[fallback][2] if fallback in ARCHS else max(1, dim // 64)
     return dim, depth, heads, ffn
 
 
@@ -55,30 +66,49 @@ def build_target(target, dim, depth, heads, ffn, img_size, patch_size,
     if target == 'mmpretrain':
         from mmpretrain.models import VisionTransformer
         return VisionTransformer(
-            arch=dict(embed_dims=dim, num_layers=depth, num_heads=heads,
-                      feedforward_channels=ffn),
-            img_size=img_size, patch_size=patch_size,
+            arch=dict(
+                embed_dims=dim,
+                num_layers=depth,
+                num_heads=heads,
+                feedforward_channels=ffn),
+            img_size=img_size,
+            patch_size=patch_size,
             in_channels=in_channels)
     if target == 'mmdet':
         from mmpretrain.models import ViTSAM
         step = max(depth // 4, 1)
         return ViTSAM(
-            arch=dict(embed_dims=dim, num_layers=depth, num_heads=heads,
-                      feedforward_channels=ffn,
-                      global_attn_indexes=list(range(step - 1, depth, step))),
-            img_size=img_size, patch_size=patch_size, out_channels=0,
-            in_channels=in_channels, window_size=min(14, img_size //
-                                                     patch_size))
+            arch=dict(
+                embed_dims=dim,
+                num_layers=depth,
+                num_heads=heads,
+                feedforward_channels=ffn,
+                global_attn_indexes=list(range(step - 1, depth, step))),
+            img_size=img_size,
+            patch_size=patch_size,
+            out_channels=0,
+            in_channels=in_channels,
+            window_size=min(14, img_size // patch_size))
     if target == 'mmseg':
         from mmseg.models.backbones import MAE
-        return MAE(img_size=(img_size, img_size), patch_size=patch_size,
-                   in_channels=in_channels, embed_dims=dim,
-                   num_layers=depth, num_heads=heads, mlp_ratio=ffn // dim,
-                   init_values=1.0)
+        return MAE(
+            img_size=(img_size, img_size),
+            patch_size=patch_size,
+            in_channels=in_channels,
+            embed_dims=dim,
+            num_layers=depth,
+            num_heads=heads,
+            mlp_ratio=ffn // dim,
+            init_values=1.0)
     import timm
     return timm.models.vision_transformer.VisionTransformer(
-        img_size=img_size, patch_size=patch_size, in_chans=in_channels,
-        embed_dim=dim, depth=depth, num_heads=heads, mlp_ratio=ffn / dim,
+        img_size=img_size,
+        patch_size=patch_size,
+        in_chans=in_channels,
+        embed_dim=dim,
+        depth=depth,
+        num_heads=heads,
+        mlp_ratio=ffn / dim,
         num_classes=0)
 
 
@@ -86,21 +116,29 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument('src')
     parser.add_argument('dst')
-    parser.add_argument('--target', required=True,
-                        choices=['mmpretrain', 'mmdet', 'mmseg', 'timm'])
-    parser.add_argument('--teacher', action='store_true',
-                        help="the EMA teacher's encoder instead of the "
-                        "student's")
-    parser.add_argument('--img-size', type=int, default=None,
-                        help='target input size (the position embedding is '
-                        'interpolated); defaults to the pretraining size')
-    parser.add_argument('--arch', default='b',
-                        help='s/b/l/h, used when the checkpoint has no config')
+    parser.add_argument(
+        '--target',
+        required=True,
+        choices=['mmpretrain', 'mmdet', 'mmseg', 'timm'])
+    parser.add_argument(
+        '--teacher',
+        action='store_true',
+        help="the EMA teacher's encoder instead of the "
+        "student's")
+    parser.add_argument(
+        '--img-size',
+        type=int,
+        default=None,
+        help='target input size (the position embedding is '
+        'interpolated); defaults to the pretraining size')
+    parser.add_argument(
+        '--arch',
+        default='b',
+        help='s/b/l/h, used when the checkpoint has no config')
     args = parser.parse_args(argv)
     import hpm_mm  # noqa: F401  (weights_only-safe loading of mmengine ckpts)
-    from hpm_mm.utils.convert import convert, encoder_state
-
     from hpm_mm.utils.checkpoint import UnsafeCheckpointError, load_file
+    from hpm_mm.utils.convert import convert, encoder_state
     try:
         ckpt = load_file(args.src)  # weights_only=True, the allow-list
     except UnsafeCheckpointError as e:
@@ -117,17 +155,21 @@ def main(argv=None):
     state = convert(enc, args.target, grid)
 
     dim, depth, heads, ffn = arch_from_checkpoint(ckpt, enc, args.arch)
-    model = build_target(args.target, dim, depth, heads, ffn, img_size,
-                         patch, in_ch)
+    model = build_target(args.target, dim, depth, heads, ffn, img_size, patch,
+                         in_ch)
     expected = model.state_dict()
-    to_load = {k[len('backbone.'):] if args.target == 'mmpretrain' else k: v
-               for k, v in state.items()}
+    to_load = {
+        k[len('backbone.'):] if args.target == 'mmpretrain' else k: v
+        for k, v in state.items()
+    }
     missing = [k for k in expected if k not in to_load]
     unexpected = [k for k in to_load if k not in expected]
     fresh = [k for k in missing if k.split('.')[-1] in FRESH[args.target]]
     missing = [k for k in missing if k not in fresh]
-    shape_errors = [k for k in to_load if k in expected
-                    and to_load[k].shape != expected[k].shape]
+    shape_errors = [
+        k for k in to_load
+        if k in expected and to_load[k].shape != expected[k].shape
+    ]
     print(f'[{args.target}] {len(to_load) - len(unexpected)} tensors '
           f'loaded, {len(missing)} missing, {len(unexpected)} unexpected, '
           f'{len(shape_errors)} shape mismatches; {len(fresh)} initialised '
@@ -139,10 +181,14 @@ def main(argv=None):
     if missing or unexpected or shape_errors:
         raise SystemExit('conversion is not exact; nothing written')
     model.load_state_dict(to_load, strict=False)
-    torch.save(dict(state_dict=state,
-                    meta=dict(source=osp.abspath(args.src),
-                              target=args.target, teacher=args.teacher,
-                              img_size=img_size)), args.dst)
+    torch.save(
+        dict(
+            state_dict=state,
+            meta=dict(
+                source=osp.abspath(args.src),
+                target=args.target,
+                teacher=args.teacher,
+                img_size=img_size)), args.dst)
     print(f'wrote {args.dst}')
 
 

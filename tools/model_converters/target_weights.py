@@ -55,27 +55,42 @@ def convert(kind: str, state: dict):
     if kind == 'dino':
         out = from_timm(state)
         dim = out['backbone.cls_token'].shape[-1]
-        depth = 1 + max(int(k.split('.')[2]) for k in out
-                        if k.startswith('backbone.layers.'))
+        depth = 1 + max(
+            int(k.split('.')[2])
+            for k in out if k.startswith('backbone.layers.'))
         patch = out['backbone.patch_embed.projection.weight'].shape[-1]
         grid = round((out['backbone.pos_embed'].shape[1] - 1)**0.5)
-        target = MODELS.build(dict(
-            type='ViTFeatureTarget', checkpoint=None, patch_size=patch,
-            img_size=grid * patch,
-            arch=dict(embed_dims=dim, num_layers=depth, num_heads=dim // 64,
-                      feedforward_channels=4 * dim)))
+        target = MODELS.build(
+            dict(
+                type='ViTFeatureTarget',
+                checkpoint=None,
+                patch_size=patch,
+                img_size=grid * patch,
+                arch=dict(
+                    embed_dims=dim,
+                    num_layers=depth,
+                    num_heads=dim // 64,
+                    feedforward_channels=4 * dim)))
         return out, target
     out = {k: v for k, v in state.items() if k.startswith('visual.')}
     if 'visual.proj' not in out:
         raise SystemExit('not a CLIP ViT checkpoint: no visual.proj')
     width, _, patch, _ = out['visual.conv1.weight'].shape
     grid = round((out['visual.positional_embedding'].shape[0] - 1)**0.5)
-    layers = len({k.split('.')[3] for k in out
-                  if k.startswith('visual.transformer.resblocks.')})
-    target = MODELS.build(dict(
-        type='CLIPFeatureTarget', checkpoint=None, img_size=grid * patch,
-        patch_size=patch, width=width, layers=layers, heads=width // 64,
-        output_dim=out['visual.proj'].shape[1]))
+    layers = len({
+        k.split('.')[3]
+        for k in out if k.startswith('visual.transformer.resblocks.')
+    })
+    target = MODELS.build(
+        dict(
+            type='CLIPFeatureTarget',
+            checkpoint=None,
+            img_size=grid * patch,
+            patch_size=patch,
+            width=width,
+            layers=layers,
+            heads=width // 64,
+            output_dim=out['visual.proj'].shape[1]))
     return out, target
 
 

@@ -19,7 +19,9 @@ train_dataloader = dict(
     sampler=dict(type='DefaultSampler', shuffle=True),
     collate_fn=dict(type='default_collate'),
     dataset=dict(
-        type=dataset_type, data_root=data_root, split='train',
+        type=dataset_type,
+        data_root=data_root,
+        split='train',
         pipeline=train_pipeline))
 val_dataloader = dict(
     batch_size=500,
@@ -28,7 +30,9 @@ val_dataloader = dict(
     sampler=dict(type='DefaultSampler', shuffle=False),
     collate_fn=dict(type='default_collate'),
     dataset=dict(
-        type=dataset_type, data_root=data_root, split='test',
+        type=dataset_type,
+        data_root=data_root,
+        split='test',
         pipeline=test_pipeline))
 val_evaluator = dict(type='Accuracy', topk=(1, ))
 test_dataloader = val_dataloader

@@ -7,7 +7,9 @@
 dataset_type = 'FashionMNISTSplit'  # split alone picks the files (no leak)
 data_root = 'data/fashion_mnist/'
 data_preprocessor = dict(  # refuses RGB images in one line
-    type='ChannelCheckedDataPreprocessor', mean=[72.94], std=[90.02],
+    type='ChannelCheckedDataPreprocessor',
+    mean=[72.94],
+    std=[90.02],
     to_rgb=False)
 
 train_pipeline = [

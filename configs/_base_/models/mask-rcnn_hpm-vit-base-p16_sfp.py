@@ -30,7 +30,9 @@ model = dict(
         out_channels=0,  # no SAM neck: plain stride-16 features
         out_type='featmap',
         drop_path_rate=0.1,
-        init_cfg=dict(type='Pretrained', checkpoint='pretrain/hpm_vit-base-p16_mmdet.pth')),
+        init_cfg=dict(
+            type='Pretrained',
+            checkpoint='pretrain/hpm_vit-base-p16_mmdet.pth')),
     neck=dict(
         _delete_=True,
         type='SimpleFeaturePyramid',

@@ -20,10 +20,19 @@ optim_wrapper = dict(
 # `T_max`: mmengine ends it with the run (train_cfg.max_epochs), so a run of
 # any length, one epoch included, decays fully
 param_scheduler = [
-    dict(type='LinearLR', start_factor=1e-3, by_epoch=True, begin=0, end=1,
-         convert_to_iter_based=True),
-    dict(type='CosineAnnealingLR', eta_min=1e-5, by_epoch=True, begin=0,
-         convert_to_iter_based=True)
+    dict(
+        type='LinearLR',
+        start_factor=1e-3,
+        by_epoch=True,
+        begin=0,
+        end=1,
+        convert_to_iter_based=True),
+    dict(
+        type='CosineAnnealingLR',
+        eta_min=1e-5,
+        by_epoch=True,
+        begin=0,
+        convert_to_iter_based=True)
 ]
 train_cfg = dict(type='EpochBasedTrainLoop', max_epochs=10)
 auto_scale_lr = dict(base_batch_size=256)

@@ -9,7 +9,9 @@ optim_wrapper = dict(
     constructor='FrozenAwareOptimWrapperConstructor',
     clip_grad=dict(max_norm=5.0),
     optimizer=dict(
-        type='AdamW', lr=1.5e-4 * 4096 / 256, betas=(0.9, 0.95),
+        type='AdamW',
+        lr=1.5e-4 * 4096 / 256,
+        betas=(0.9, 0.95),
         weight_decay=0.05),
     paramwise_cfg=dict(
         custom_keys={

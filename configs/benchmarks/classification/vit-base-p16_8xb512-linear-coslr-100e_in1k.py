@@ -17,15 +17,26 @@ model = dict(
 optim_wrapper = dict(
     _delete_=True,
     type='GuardedAmpOptimWrapper',
-    optimizer=dict(type='SGD', lr=1e-3 * 4096 / 256, momentum=0.9,
-                   weight_decay=0.0))
+    optimizer=dict(
+        type='SGD', lr=1e-3 * 4096 / 256, momentum=0.9, weight_decay=0.0))
 
 # schedule
 param_scheduler = [
-    dict(type='LinearLR', start_factor=1e-4, by_epoch=True, begin=0, end=10,
-         convert_to_iter_based=True),
-    dict(type='CosineAnnealingLR', T_max=90, by_epoch=True, begin=10,
-         end=100, eta_min=0.0, convert_to_iter_based=True)
+    dict(
+        type='LinearLR',
+        start_factor=1e-4,
+        by_epoch=True,
+        begin=0,
+        end=10,
+        convert_to_iter_based=True),
+    dict(
+        type='CosineAnnealingLR',
+        T_max=90,
+        by_epoch=True,
+        begin=10,
+        end=100,
+        eta_min=0.0,
+        convert_to_iter_based=True)
 ]
 train_cfg = dict(by_epoch=True, max_epochs=100)
 auto_scale_lr = dict(base_batch_size=4096)

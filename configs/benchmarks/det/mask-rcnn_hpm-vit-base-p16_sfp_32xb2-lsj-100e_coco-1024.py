@@ -32,8 +32,7 @@ optim_wrapper = dict(
         type='AdamW', lr=1e-4, betas=(0.9, 0.999), weight_decay=0.1))
 param_scheduler = [
     dict(
-        type='LinearLR', start_factor=0.001, by_epoch=False, begin=0,
-        end=250),
+        type='LinearLR', start_factor=0.001, by_epoch=False, begin=0, end=250),
     dict(
         type='MultiStepLR',
         begin=0,

@@ -67,5 +67,7 @@ auto_scale_lr = dict(base_batch_size=16)
 log_processor = dict(by_epoch=False)
 default_hooks = dict(
     checkpoint=dict(
-        type='AtomicCheckpointHook', by_epoch=False, interval=7400,
+        type='AtomicCheckpointHook',
+        by_epoch=False,
+        interval=7400,
         max_keep_ckpts=2))

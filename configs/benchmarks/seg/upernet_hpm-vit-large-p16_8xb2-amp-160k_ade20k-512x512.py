@@ -8,7 +8,9 @@ _base_ = './upernet_hpm-vit-base-p16_8xb2-amp-160k_ade20k-512x512.py'
 model = dict(
     pretrained='pretrain/hpm_vit-large-p16_mmseg.pth',
     backbone=dict(
-        embed_dims=1024, num_layers=24, num_heads=16,
+        embed_dims=1024,
+        num_layers=24,
+        num_heads=16,
         out_indices=[7, 11, 15, 23]),
     neck=dict(embed_dim=1024),
     decode_head=dict(in_channels=[1024, 1024, 1024, 1024], channels=1024),

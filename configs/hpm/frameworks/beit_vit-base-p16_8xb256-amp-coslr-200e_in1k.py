@@ -42,8 +42,12 @@ model = dict(
 train_dataloader = dict(
     dataset=dict(pipeline=[
         dict(type='LoadImageFromFile'),
-        dict(type='ColorJitter', brightness=0.4, contrast=0.4,
-             saturation=0.4, hue=0.),
+        dict(
+            type='ColorJitter',
+            brightness=0.4,
+            contrast=0.4,
+            saturation=0.4,
+            hue=0.),
         dict(type='RandomFlip', prob=0.5, direction='horizontal'),
         dict(
             type='RandomResizedCropAndInterpolationWithTwoPic',
@@ -61,10 +65,20 @@ optim_wrapper = dict(
     paramwise_cfg=dict(custom_keys={'.mask_token': dict(decay_mult=0.0)}))
 max_epochs = 200
 param_scheduler = [
-    dict(type='LinearLR', start_factor=1e-4, by_epoch=True, begin=0, end=10,
-         convert_to_iter_based=True),
-    dict(type='CosineAnnealingLR', eta_min=1e-5, by_epoch=True, begin=10,
-         end=max_epochs, convert_to_iter_based=True)
+    dict(
+        type='LinearLR',
+        start_factor=1e-4,
+        by_epoch=True,
+        begin=0,
+        end=10,
+        convert_to_iter_based=True),
+    dict(
+        type='CosineAnnealingLR',
+        eta_min=1e-5,
+        by_epoch=True,
+        begin=10,
+        end=max_epochs,
+        convert_to_iter_based=True)
 ]
 train_cfg = dict(max_epochs=max_epochs)
 find_unused_parameters = False

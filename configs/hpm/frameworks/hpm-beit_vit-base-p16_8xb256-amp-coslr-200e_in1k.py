@@ -15,5 +15,6 @@ model = dict(
         mask_ratio=0.382,
         alpha_0=0.,
         alpha_T=0.5,
-        rest=dict(type='BlockwiseMaskGenerator', min_num_patches=16)))  # teacher: EMATeacher's defaults, HPM's 1e-3 -> 1e-4
+        rest=dict(type='BlockwiseMaskGenerator', min_num_patches=16))
+)  # teacher: EMATeacher's defaults, HPM's 1e-3 -> 1e-4
 custom_hooks = [dict(type='HPMScheduleHook', by_epoch=True)]

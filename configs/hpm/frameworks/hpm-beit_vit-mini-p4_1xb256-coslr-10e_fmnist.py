@@ -35,7 +35,9 @@ model = dict(
         embed_dims={{_base_.vit_mini.arch.embed_dims}},
         num_embed=512),
     target_generator=dict(
-        type='DALL-E', n_hid=32, vocab_size=512,
+        type='DALL-E',
+        n_hid=32,
+        vocab_size=512,
         input_channels={{_base_.vit_mini.in_channels}}),
     mask_generator=dict(
         mask_ratio=0.4, rest=dict(type='BlockwiseMaskGenerator')))

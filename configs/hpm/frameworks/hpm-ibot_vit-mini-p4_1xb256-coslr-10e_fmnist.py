@@ -26,8 +26,7 @@ model = dict(
     mask_generator=dict(
         mask_ratio=[(0., 0.), (0.1, 0.5)],
         rest=dict(type='BlockwiseMaskGenerator', min_num_patches=4)),
-    teacher=dict(
-        momentum=0.01, end_momentum=0., momentum_schedule='cosine'),
+    teacher=dict(momentum=0.01, end_momentum=0., momentum_schedule='cosine'),
     init_cfg=[
         dict(type='TruncNormal', layer='Linear', std=0.02, bias=0.),
         dict(type='Constant', layer='LayerNorm', val=1.0, bias=0.0)
@@ -49,12 +48,17 @@ train_dataloader = dict(
             num_views=[1, 1, 4],
             transforms=[
                 [crop, flip, dict(blur, prob=1.0)],
-                [crop, flip, dict(blur, prob=0.1),
-                 dict(type='Solarize', thr=128, prob=0.2)],
-                [dict(crop, scale=16, crop_ratio_range=(0.1, 0.4)), flip,
-                 dict(blur, prob=0.5)],
+                [
+                    crop, flip,
+                    dict(blur, prob=0.1),
+                    dict(type='Solarize', thr=128, prob=0.2)
+                ],
+                [
+                    dict(crop, scale=16, crop_ratio_range=(0.1, 0.4)), flip,
+                    dict(blur, prob=0.5)
+                ],
             ]),
         dict(type='PackInputs')
     ]))
-optim_wrapper = dict(clip_grad=dict(_delete_=True, type='param_norm',
-                                    max_norm=3.0))
+optim_wrapper = dict(
+    clip_grad=dict(_delete_=True, type='param_norm', max_norm=3.0))

@@ -31,7 +31,9 @@ model = dict(
     mask_generator=dict(
         type='HPMMaskGenerator', mask_ratio=0.6, alpha_0=0., alpha_T=0.5),
     teacher=dict(
-        type='EMATeacher', momentum=0.1, end_momentum=0.025,
+        type='EMATeacher',
+        momentum=0.1,
+        end_momentum=0.025,
         momentum_epochs=None),
     init_cfg=[
         dict(type='Xavier', layer='Linear', distribution='uniform'),

@@ -91,7 +91,8 @@ train_pipeline = [
         type='MultiView',
         num_views=[1, 1, 10],
         transforms=[
-            [global_crop, *flip_and_color, dict(blur, prob=1.0)],
+            [global_crop, *flip_and_color,
+             dict(blur, prob=1.0)],
             [
                 global_crop, *flip_and_color,
                 dict(blur, prob=0.1),
@@ -126,7 +127,9 @@ optim_wrapper = dict(
     constructor='FrozenAwareOptimWrapperConstructor',
     clip_grad=dict(type='param_norm', max_norm=3.0),
     optimizer=dict(
-        type='AdamW', lr=5e-4 * 1024 / 256, betas=(0.9, 0.999),
+        type='AdamW',
+        lr=5e-4 * 1024 / 256,
+        betas=(0.9, 0.999),
         weight_decay=0.04),
     paramwise_cfg=dict(norm_decay_mult=0., bias_decay_mult=0.))
 
@@ -134,14 +137,29 @@ optim_wrapper = dict(
 max_epochs = 50
 warmup_epochs = 10
 param_scheduler = [
-    dict(type='LinearLR', start_factor=1e-9, by_epoch=True, begin=0,
-         end=warmup_epochs, convert_to_iter_based=True),
-    dict(type='CosineAnnealingLR', T_max=max_epochs - warmup_epochs,
-         eta_min=1e-6, by_epoch=True, begin=warmup_epochs, end=max_epochs,
-         convert_to_iter_based=True),
-    dict(type='CosineAnnealingWeightDecay', eta_min=0.4, T_max=max_epochs,
-         by_epoch=True, begin=0, end=max_epochs,
-         convert_to_iter_based=True),
+    dict(
+        type='LinearLR',
+        start_factor=1e-9,
+        by_epoch=True,
+        begin=0,
+        end=warmup_epochs,
+        convert_to_iter_based=True),
+    dict(
+        type='CosineAnnealingLR',
+        T_max=max_epochs - warmup_epochs,
+        eta_min=1e-6,
+        by_epoch=True,
+        begin=warmup_epochs,
+        end=max_epochs,
+        convert_to_iter_based=True),
+    dict(
+        type='CosineAnnealingWeightDecay',
+        eta_min=0.4,
+        T_max=max_epochs,
+        by_epoch=True,
+        begin=0,
+        end=max_epochs,
+        convert_to_iter_based=True),
 ]
 train_cfg = dict(type='EpochBasedTrainLoop', max_epochs=max_epochs)
 auto_scale_lr = dict(base_batch_size=1024)
@@ -150,7 +168,6 @@ auto_scale_lr = dict(base_batch_size=1024)
 # last layer (and the mask schedule of HPM on iBOT)
 custom_hooks = [dict(type='HPMScheduleHook', by_epoch=True)]
 default_hooks = dict(
-    checkpoint=dict(type='AtomicCheckpointHook', interval=5,
-                    max_keep_ckpts=3))
+    checkpoint=dict(type='AtomicCheckpointHook', interval=5, max_keep_ckpts=3))
 find_unused_parameters = False
 resume = True

@@ -30,10 +30,20 @@ optim_wrapper = dict(
     optimizer=dict(lr=1e-4 * 2048 / 512, betas=(0.9, 0.999), eps=1e-8))
 max_epochs = 200
 param_scheduler = [
-    dict(type='LinearLR', start_factor=5e-7 / 4e-4, by_epoch=True, begin=0,
-         end=10, convert_to_iter_based=True),
-    dict(type='MultiStepLR', milestones=[max_epochs * 7 // 8], gamma=0.1,
-         by_epoch=True, begin=10, end=max_epochs)
+    dict(
+        type='LinearLR',
+        start_factor=5e-7 / 4e-4,
+        by_epoch=True,
+        begin=0,
+        end=10,
+        convert_to_iter_based=True),
+    dict(
+        type='MultiStepLR',
+        milestones=[max_epochs * 7 // 8],
+        gamma=0.1,
+        by_epoch=True,
+        begin=10,
+        end=max_epochs)
 ]
 train_cfg = dict(max_epochs=max_epochs)
 auto_scale_lr = dict(base_batch_size=2048)

@@ -35,9 +35,11 @@ class ConsoleProgressHook(Hook):
 
     priority = 'LOW'
 
-    def __init__(self,
-                 keys: Sequence[str] = ('loss_cls', 'loss_rec', 'loss_pred',
-                                        'rank_acc', 'alpha')) -> None:
+    def __init__(
+        self,
+        keys: Sequence[str] = ('loss_cls', 'loss_rec', 'loss_pred', 'rank_acc',
+                               'alpha')
+    ) -> None:
         self.keys = tuple(keys)
         self._start = self._start_iter = None
 
@@ -67,20 +69,26 @@ class ConsoleProgressHook(Hook):
         width = len(str(runner.max_epochs))
         # mmengine has counted the epoch's iterations (runner.iter) but not
         # the epoch itself (runner.epoch) when after_train_epoch runs
-        self._print(self._line(
-            runner, f'epoch {runner.epoch + 1:>{width}}/{runner.max_epochs}',
-            len(runner.train_dataloader), runner.iter))
+        self._print(
+            self._line(
+                runner,
+                f'epoch {runner.epoch + 1:>{width}}/{runner.max_epochs}',
+                len(runner.train_dataloader), runner.iter))
 
-    def after_train_iter(self, runner, batch_idx, data_batch=None,
+    def after_train_iter(self,
+                         runner,
+                         batch_idx,
+                         data_batch=None,
                          outputs=None) -> None:
         if hasattr(runner.train_loop, 'max_epochs'):
             return
         every = max(runner.max_iters // 10, 1)
         if (runner.iter + 1) % every == 0 or runner.iter + 1 == \
                 runner.max_iters:
-            self._print(self._line(
-                runner, f'iter {runner.iter + 1}/{runner.max_iters}', every,
-                runner.iter + 1))
+            self._print(
+                self._line(runner,
+                           f'iter {runner.iter + 1}/{runner.max_iters}', every,
+                           runner.iter + 1))
 
 
 class QuietConsoleMixin:

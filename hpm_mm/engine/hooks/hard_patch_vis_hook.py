@@ -56,11 +56,13 @@ class HardPatchVisHook(AfterCheckpointEvalHook):
 
     def _batch(self, runner):
         if self._samples is None:
-            cfg = dict(self.dataloader_cfg, batch_size=1, num_workers=0,
-                       persistent_workers=False)
+            cfg = dict(
+                self.dataloader_cfg,
+                batch_size=1,
+                num_workers=0,
+                persistent_workers=False)
             dataset = Runner.build_dataloader(cfg, seed=0).dataset
-            idx = np.linspace(0, len(dataset) - 1,
-                              self.num_images).astype(int)
+            idx = np.linspace(0, len(dataset) - 1, self.num_images).astype(int)
             self._samples = [dataset[i] for i in idx]
         return default_collate(self._samples)
 
@@ -69,12 +71,10 @@ class HardPatchVisHook(AfterCheckpointEvalHook):
         from hpm_mm.visualization import (analyze_hard_patches,
                                           draw_hard_patches)
         model = get_ori_model(runner.model)
-        inputs = model.data_preprocessor(self._batch(runner),
-                                         False)['inputs']
+        inputs = model.data_preprocessor(self._batch(runner), False)['inputs']
         progress = model.progress if self.progress is None else \
             self.progress
-        result = analyze_hard_patches(model, inputs, progress,
-                                      self.num_masks)
+        result = analyze_hard_patches(model, inputs, progress, self.num_masks)
         out_dir = osp.join(runner.work_dir, 'hard_patches')
         os.makedirs(out_dir, exist_ok=True)
         pre = model.data_preprocessor
@@ -82,12 +82,11 @@ class HardPatchVisHook(AfterCheckpointEvalHook):
         for i in range(inputs.shape[0]):
             rgb = draw_hard_patches(result, inputs, i, mean, std,
                                     osp.join(out_dir, f'{tag}_img{i}.png'))
-            runner.visualizer.add_image(f'hard_patches_img{i}', rgb,
-                                        step=runner.iter)
+            runner.visualizer.add_image(
+                f'hard_patches_img{i}', rgb, step=runner.iter)
         rho = float(result['spearman'].mean())
         runner.message_hub.update_scalar('hpm/spearman', rho)
-        runner.visualizer.add_scalars({'hpm/spearman': rho},
-                                      step=runner.iter)
+        runner.visualizer.add_scalars({'hpm/spearman': rho}, step=runner.iter)
         runner.logger.info(f'hard patches ({tag}): Spearman(pred, true) = '
                            f'{rho:.3f}; grids in {out_dir}')
         return rho
@@ -100,11 +99,13 @@ class HardPatchVisHook(AfterCheckpointEvalHook):
             self.run_evaluation(runner, self.visualize, runner,
                                 f'epoch_{done}')
 
-    def after_train_iter(self, runner, batch_idx, data_batch=None,
+    def after_train_iter(self,
+                         runner,
+                         batch_idx,
+                         data_batch=None,
                          outputs=None) -> None:
         done = runner.iter + 1
         if not self.by_epoch and (done >= runner.max_iters or
                                   (self.interval > 0
                                    and done % self.interval == 0)):
-            self.run_evaluation(runner, self.visualize, runner,
-                                f'iter_{done}')
+            self.run_evaluation(runner, self.visualize, runner, f'iter_{done}')

@@ -1,9 +1,9 @@
 from typing import Optional, Tuple
 
 from mmengine.hooks import Hook
-from mmpretrain.utils import get_ori_model
 from mmengine.runner import EpochBasedTrainLoop
 from mmpretrain.registry import HOOKS
+from mmpretrain.utils import get_ori_model
 
 
 @HOOKS.register_module()
@@ -53,6 +53,6 @@ class HPMScheduleHook(Hook):
         iters_per_epoch = max(len(runner.train_dataloader), 1)
         done = epoch + (runner.iter % iters_per_epoch) / iters_per_epoch
         model.set_progress(
-            progress, done,
-            getattr(runner.optim_wrapper, 'applied_steps', None), max_epochs)
+            progress, done, getattr(runner.optim_wrapper, 'applied_steps',
+                                    None), max_epochs)
         runner.message_hub.update_scalar('train/hpm_progress', progress)

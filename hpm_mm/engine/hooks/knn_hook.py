@@ -85,8 +85,8 @@ class KNNEvalHook(AfterCheckpointEvalHook):
                              (AmpOptimWrapper, AutocastOptimWrapper))
         train = extract_features(model, self.loaders['train'], False,
                                  self.feature, amp)
-        val = extract_features(model, self.loaders['val'], False,
-                               self.feature, amp)
+        val = extract_features(model, self.loaders['val'], False, self.feature,
+                               amp)
         acc = knn_classify(train['feats'], train['labels'], val['feats'],
                            val['labels'], self.ks, self.temperature)
         scalars = {f'knn/top1_k{k}': v for k, v in acc.items()}
@@ -94,22 +94,32 @@ class KNNEvalHook(AfterCheckpointEvalHook):
         for key, value in scalars.items():
             runner.message_hub.update_scalar(key, value)
         runner.visualizer.add_scalars(scalars, step=runner.iter)
-        precision = choose_precision(amp, next(
-            model.parameters()).device.type).name if amp else 'fp32'
-        runner.logger.info('kNN top-1 (T=%.2f, %s features, %s): %s',
-                           self.temperature, self.feature, precision,
-                           '  '.join(f'k={k}: {v:.2f}'
-                                     for k, v in acc.items()))
+        precision = choose_precision(
+            amp,
+            next(model.parameters()).device.type).name if amp else 'fp32'
+        runner.logger.info(
+            'kNN top-1 (T=%.2f, %s features, %s): %s', self.temperature,
+            self.feature, precision,
+            '  '.join(f'k={k}: {v:.2f}' for k, v in acc.items()))
         self.last_result = acc
         if is_main_process():
             best = max(acc, key=acc.get)
-            dump(dict(acc={str(k): v for k, v in acc.items()}, best_k=best,
-                      best=acc[best], feature=self.feature,
-                      precision=precision,
-                      epoch=runner.epoch, iter=runner.iter,
-                      num_train=len(train['labels']),
-                      num_val=len(val['labels'])),
-                 osp.join(runner.work_dir, 'knn.json'), indent=2)
+            dump(
+                dict(
+                    acc={
+                        str(k): v
+                        for k, v in acc.items()
+                    },
+                    best_k=best,
+                    best=acc[best],
+                    feature=self.feature,
+                    precision=precision,
+                    epoch=runner.epoch,
+                    iter=runner.iter,
+                    num_train=len(train['labels']),
+                    num_val=len(val['labels'])),
+                osp.join(runner.work_dir, 'knn.json'),
+                indent=2)
         return acc
 
     def _due(self, runner, count: int, last: bool) -> bool:
@@ -117,11 +127,14 @@ class KNNEvalHook(AfterCheckpointEvalHook):
 
     def after_train_epoch(self, runner) -> None:
         done = runner.epoch + 1  # the loop increments epoch after this hook
-        if self.by_epoch and self._due(runner, done,
-                                       done >= runner.max_epochs):
+        if self.by_epoch and self._due(runner, done, done
+                                       >= runner.max_epochs):
             self.run_evaluation(runner, self.evaluate, runner)
 
-    def after_train_iter(self, runner, batch_idx, data_batch=None,
+    def after_train_iter(self,
+                         runner,
+                         batch_idx,
+                         data_batch=None,
                          outputs=None) -> None:
         if not self.by_epoch and self._due(
                 runner, runner.iter + 1, runner.iter + 1 >= runner.max_iters):

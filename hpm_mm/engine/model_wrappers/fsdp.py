@@ -9,8 +9,11 @@ from mmengine.optim import OptimWrapper
 from mmengine.registry import MODEL_WRAPPERS  # root: every scope finds it
 
 
-def _fsdp_clip_grad_norm(fsdp: 'HPMFullyShardedDataParallel', params,
-                         max_norm: float, norm_type: float = 2.0, **kwargs):
+def _fsdp_clip_grad_norm(fsdp: 'HPMFullyShardedDataParallel',
+                         params,
+                         max_norm: float,
+                         norm_type: float = 2.0,
+                         **kwargs):
     """``clip_grad_norm_`` for an :class:`OptimWrapper`, over all shards.
 
     mmengine's optimizer wrappers clip with

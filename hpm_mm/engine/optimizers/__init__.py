@@ -1,5 +1,4 @@
-from .autocast_optim_wrapper import (AutocastOptimWrapper,
-                                     amp_optim_wrapper_cfg)
+from .autocast_optim_wrapper import AutocastOptimWrapper, amp_optim_wrapper_cfg
 from .frozen_aware_constructor import FrozenAwareOptimWrapperConstructor
 from .guarded_optim_wrapper import (GuardedAmpOptimWrapper,
                                     GuardedOptimWrapper, NonFiniteGuardMixin)

@@ -33,8 +33,8 @@ class AutocastOptimWrapper(NonFiniteGuardMixin, OptimWrapper):
         super().__init__(**kwargs)
         self.cast_dtype = getattr(torch, dtype) if isinstance(dtype,
                                                               str) else dtype
-        self.device_type = device_type or (
-            'cuda' if torch.cuda.is_available() else 'cpu')
+        self.device_type = device_type or ('cuda' if torch.cuda.is_available()
+                                           else 'cpu')
 
     @contextmanager
     def optim_context(self, model: torch.nn.Module):

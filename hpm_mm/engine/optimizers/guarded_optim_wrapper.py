@@ -16,8 +16,8 @@ def clip_grad_norm_per_param_(params: List[torch.Tensor],
     before clipping."""
     grads = [p.grad for p in params]
     norms = torch._foreach_norm(grads)
-    torch._foreach_mul_(grads, [(max_norm / (n + eps)).clamp(max=1.)
-                                for n in norms])
+    torch._foreach_mul_(grads,
+                        [(max_norm / (n + eps)).clamp(max=1.) for n in norms])
     return torch.stack(norms).max()
 
 
@@ -127,8 +127,9 @@ class NonFiniteGuardMixin:
         flag = torch.zeros((), device=device)
         if grads:
             norms = torch._foreach_norm(grads)
-            flag = flag + (~torch.isfinite(torch.stack(
-                [n.to(device) for n in norms]))).any()
+            flag = flag + (
+                ~torch.isfinite(torch.stack([n.to(device)
+                                             for n in norms]))).any()
         if self._bad_loss is not None:
             flag = flag + self._bad_loss.to(device)
         self._bad_loss = None
@@ -157,7 +158,9 @@ class NonFiniteGuardMixin:
         print_log(
             'non-finite loss or gradients: optimizer step skipped on every '
             f'rank, weights unchanged ({self.consecutive_skips} in a row, '
-            f'{self.skipped_steps} in all)', logger='current', level=30)
+            f'{self.skipped_steps} in all)',
+            logger='current',
+            level=30)
         if self.consecutive_skips >= self.max_consecutive_skips:
             raise RuntimeError(
                 f'{self.consecutive_skips} optimizer steps in a row had a '

@@ -73,15 +73,16 @@ class HPMViT(MAEViT):
         ids_shuffle = torch.argsort(mask.to(torch.uint8), dim=1, stable=True)
         ids_restore = torch.argsort(ids_shuffle, dim=1)
         ids_keep = ids_shuffle[:, :num_visible]
-        tokens = torch.gather(
-            tokens, 1, ids_keep.unsqueeze(-1).expand(-1, -1, C))
+        tokens = torch.gather(tokens, 1,
+                              ids_keep.unsqueeze(-1).expand(-1, -1, C))
         return self.encode(tokens, pos_embed), ids_restore
 
-    def embed_patches(self,
-                      x: torch.Tensor,
-                      mask: torch.Tensor,
-                      mask_token: Optional[torch.Tensor] = None
-                      ) -> Tuple[torch.Tensor, torch.Tensor]:
+    def embed_patches(
+        self,
+        x: torch.Tensor,
+        mask: torch.Tensor,
+        mask_token: Optional[torch.Tensor] = None
+    ) -> Tuple[torch.Tensor, torch.Tensor]:
         """Patch tokens plus position embedding (interpolated to the input's
         grid), (B, N, C), and that position embedding; checks the mask.
         With ``mask_token``, masked patches are replaced by it first."""
@@ -147,8 +148,8 @@ class MaskTokenViT(HPMViT):
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
-        self.mask_token = torch.nn.Parameter(torch.zeros(1, 1,
-                                                         self.embed_dims))
+        self.mask_token = torch.nn.Parameter(
+            torch.zeros(1, 1, self.embed_dims))
 
     def init_weights(self) -> None:
         super().init_weights()

@@ -35,15 +35,18 @@ class HPMSimMIMHead(SimMIMHead):
             ``dict(type='HPMRelativeLoss')``.
     """
 
-    def __init__(self,
-                 patch_size: int = 16,
-                 in_channels: int = 3,
-                 loss_pred: Optional[dict] = dict(type='HPMRelativeLoss')
-                 ) -> None:
+    def __init__(
+        self,
+        patch_size: int = 16,
+        in_channels: int = 3,
+        loss_pred: Optional[dict] = dict(type='HPMRelativeLoss')
+    ) -> None:
         super().__init__(
             patch_size=patch_size,
-            loss=dict(type='PixelReconstructionLoss', criterion='L1',
-                      channel=in_channels))
+            loss=dict(
+                type='PixelReconstructionLoss',
+                criterion='L1',
+                channel=in_channels))
         self.loss_pred = MODELS.build(loss_pred) if loss_pred else None
 
     def patch_losses(self, pred: torch.Tensor,
@@ -66,8 +69,8 @@ class HPMSimMIMHead(SimMIMHead):
             mask (torch.Tensor): (B, N), 1 = masked.
         """
         with torch.autocast(device_type=mask.device.type, enabled=False):
-            return hpm_losses(self.patch_losses(pred, imgs), mask, scores,
-                              self.loss_pred)
+            return hpm_losses(
+                self.patch_losses(pred, imgs), mask, scores, self.loss_pred)
 
 
 @MODELS.register_module()
@@ -87,13 +90,13 @@ class HPMBEiTHead(BEiTV1Head):
             ``dict(type='HPMRelativeLoss')``.
     """
 
-    def __init__(self,
-                 embed_dims: int = 768,
-                 num_embed: int = 8192,
-                 loss_pred: Optional[dict] = dict(type='HPMRelativeLoss'),
-                 init_cfg=dict(
-                     type='TruncNormal', layer='Linear', std=0.02, bias=0)
-                 ) -> None:
+    def __init__(
+        self,
+        embed_dims: int = 768,
+        num_embed: int = 8192,
+        loss_pred: Optional[dict] = dict(type='HPMRelativeLoss'),
+        init_cfg=dict(type='TruncNormal', layer='Linear', std=0.02, bias=0)
+    ) -> None:
         super().__init__(
             embed_dims=embed_dims,
             num_embed=num_embed,
@@ -163,20 +166,21 @@ class HPMiBOTHead(BaseModule):
             ``dict(type='HPMRelativeLoss')``.
     """
 
-    def __init__(self,
-                 out_channels: int = 8192,
-                 student_temp: float = 0.1,
-                 teacher_temp: float = 0.07,
-                 teacher_patch_temp: float = 0.07,
-                 warmup_teacher_temp: float = 0.04,
-                 warmup_teacher_patch_temp: float = 0.04,
-                 warmup_teacher_temp_epochs: int = 30,
-                 center_momentum: float = 0.9,
-                 patch_center_momentum: float = 0.9,
-                 lambda_cls: float = 1.0,
-                 lambda_patch: float = 1.0,
-                 loss_pred: Optional[dict] = dict(type='HPMRelativeLoss')
-                 ) -> None:
+    def __init__(
+        self,
+        out_channels: int = 8192,
+        student_temp: float = 0.1,
+        teacher_temp: float = 0.07,
+        teacher_patch_temp: float = 0.07,
+        warmup_teacher_temp: float = 0.04,
+        warmup_teacher_patch_temp: float = 0.04,
+        warmup_teacher_temp_epochs: int = 30,
+        center_momentum: float = 0.9,
+        patch_center_momentum: float = 0.9,
+        lambda_cls: float = 1.0,
+        lambda_patch: float = 1.0,
+        loss_pred: Optional[dict] = dict(type='HPMRelativeLoss')
+    ) -> None:
         super().__init__()
         self.student_temp = student_temp
         self.temps = ((warmup_teacher_temp, teacher_temp),
@@ -217,7 +221,8 @@ class HPMiBOTHead(BaseModule):
         temp = self.teacher_temps()[1]
         target = F.softmax(
             (teacher_patch.flatten(0, 1)[m].float() - self.patch_center) /
-            temp, dim=-1)
+            temp,
+            dim=-1)
         ce = -(target * F.log_softmax(
             student_patch.float() / self.student_temp, dim=-1)).sum(-1)
         return torch.zeros(m.shape, device=ce.device).masked_scatter(m, ce)
@@ -245,15 +250,17 @@ class HPMiBOTHead(BaseModule):
             t_cls, t_patch = teacher[:, :, 0].float(), teacher[:, :, 1:]
             p_cls = F.softmax(
                 (t_cls - self.center) / self.teacher_temps()[0], dim=-1)
-            log_s = F.log_softmax(student_cls.float() / self.student_temp,
-                                  dim=-1)
+            log_s = F.log_softmax(
+                student_cls.float() / self.student_temp, dim=-1)
             # (G, V): mean over the batch of CE(teacher g, student v)
             ce = -torch.einsum('gbk,vbk->gv', p_cls, log_s) / log_s.shape[1]
-            other = ~torch.eye(*ce.shape, dtype=torch.bool,
-                               device=ce.device)
+            other = ~torch.eye(*ce.shape, dtype=torch.bool, device=ce.device)
             losses = hpm_losses(
-                self.patch_losses(student_patch, t_patch, mask), mask,
-                scores, self.loss_pred, per_image=True)
+                self.patch_losses(student_patch, t_patch, mask),
+                mask,
+                scores,
+                self.loss_pred,
+                per_image=True)
             losses['loss_rec'] = losses['loss_rec'] * self.lambda_patch
             self.update_centers(t_cls, t_patch)
         return dict(loss_cls=ce[other].mean() * self.lambda_cls, **losses)
@@ -265,13 +272,12 @@ class HPMiBOTHead(BaseModule):
         patch of every global view, all ranks). A non-finite batch (whose
         step the optimizer wrapper's guard skips) leaves them as they were,
         decided on the device."""
-        for center, batch, m in ((self.center, t_cls.mean((0, 1)),
-                                  self.momenta[0]),
-                                 (self.patch_center,
-                                  t_patch.mean((0, 1, 2),
-                                               dtype=torch.float32),
-                                  self.momenta[1])):
+        for center, batch, m in ((self.center, t_cls.mean(
+            (0, 1)), self.momenta[0]), (self.patch_center,
+                                        t_patch.mean((0, 1, 2),
+                                                     dtype=torch.float32),
+                                        self.momenta[1])):
             all_reduce(batch, op='mean')
             moved = center * m + batch.unsqueeze(0) * (1 - m)
-            center.copy_(torch.where(torch.isfinite(batch).all(), moved,
-                                     center))
+            center.copy_(
+                torch.where(torch.isfinite(batch).all(), moved, center))

@@ -7,6 +7,9 @@ from mmpretrain.registry import MODELS
 
 from ..losses import hpm_losses
 
+# the default predicting loss (a config: built, never mutated)
+RELATIVE_LOSS = dict(type='HPMRelativeLoss')
+
 
 @MODELS.register_module()
 class HPMPretrainHead(MAEPretrainHead):
@@ -29,7 +32,7 @@ class HPMPretrainHead(MAEPretrainHead):
     """
 
     def __init__(self,
-                 loss_pred: Optional[dict] = dict(type='HPMRelativeLoss'),
+                 loss_pred: Optional[dict] = RELATIVE_LOSS,
                  norm_pix: bool = False,
                  patch_size: int = 16,
                  in_channels: int = 3) -> None:
@@ -91,9 +94,7 @@ class HPMFeaturePretrainHead(HPMPretrainHead):
         loss_pred (dict, optional): See :class:`HPMPretrainHead`.
     """
 
-    def __init__(self,
-                 loss_pred: Optional[dict] = dict(type='HPMRelativeLoss')
-                 ) -> None:
+    def __init__(self, loss_pred: Optional[dict] = RELATIVE_LOSS) -> None:
         super().__init__(loss_pred=loss_pred)
 
     def patch_losses(self, pred: torch.Tensor,

@@ -90,8 +90,8 @@ class HPMAbsoluteLoss(nn.Module):
                 mask.float()
             n = m.sum(1, keepdim=True).clamp(min=1.0)
             mean = (target * m).sum(1, keepdim=True) / n
-            var = (((target - mean)**2) * m).sum(1, keepdim=True) / (
-                n - 1).clamp(min=1.0)
+            var = (((target - mean)**2) * m).sum(
+                1, keepdim=True) / (n - 1).clamp(min=1.0)
             t_std = (target - mean) / torch.sqrt(var + self.eps)
             loss = (((pred - t_std)**2) * m).sum() / m.sum().clamp(min=1.0)
             return self.loss_weight * loss
@@ -116,7 +116,8 @@ def pairwise_rank_accuracy(pred: torch.Tensor, target: torch.Tensor,
     return torch.where(n > 0, acc, torch.full_like(acc, 0.5))
 
 
-def hpm_losses(per_patch: torch.Tensor, mask: torch.Tensor,
+def hpm_losses(per_patch: torch.Tensor,
+               mask: torch.Tensor,
                scores: Optional[torch.Tensor] = None,
                loss_pred: Optional[nn.Module] = None,
                per_image: bool = False) -> Dict[str, torch.Tensor]:

@@ -5,6 +5,6 @@ from .hpm_mask_generator import AttentionMaskGenerator, HPMMaskGenerator
 
 __all__ = [
     'SCORE_SOURCES', 'IMAGE_SCORES', 'BaseMaskGenerator',
-    'RandomMaskGenerator',
-    'HPMMaskGenerator', 'AttentionMaskGenerator', 'BlockwiseMaskGenerator'
+    'RandomMaskGenerator', 'HPMMaskGenerator', 'AttentionMaskGenerator',
+    'BlockwiseMaskGenerator'
 ]

@@ -71,8 +71,10 @@ class BaseMaskGenerator(nn.Module):
         self.mask_ratio = mask_ratio
         # on the model's device, so drawing counts copies nothing per step
         self.register_buffer(
-            'ratio_table', None if self.ratio_ranges is None else
-            torch.tensor(self.ratio_ranges), persistent=False)
+            'ratio_table',
+            None
+            if self.ratio_ranges is None else torch.tensor(self.ratio_ranges),
+            persistent=False)
 
     @staticmethod
     def _ranges(mask_ratio) -> Optional[Tuple[Tuple[float, float], ...]]:
@@ -123,9 +125,11 @@ class BaseMaskGenerator(nn.Module):
         hi = max(hi for _, hi in self.ratio_ranges)
         return num_patches - math.floor(num_patches * (1 - hi) + 1e-6)
 
-    def counts(self, batch_size: int, num_patches: int,
-               device: Optional[torch.device] = None
-               ) -> Optional[torch.Tensor]:
+    def counts(
+            self,
+            batch_size: int,
+            num_patches: int,
+            device: Optional[torch.device] = None) -> Optional[torch.Tensor]:
         """(B,) masked patches of each image, drawn on the device from the
         per-image ranges; None for a fixed ratio (every image
         :meth:`num_masked`)."""
@@ -135,8 +139,8 @@ class BaseMaskGenerator(nn.Module):
         pick = torch.randint(len(ranges), (batch_size, ), device=device)
         lo, hi = ranges[pick].unbind(1)
         ratio = lo + torch.rand(batch_size, device=device) * (hi - lo)
-        return num_patches - torch.floor(num_patches * (1 - ratio) +
-                                         1e-6).long()
+        return num_patches - torch.floor(num_patches *
+                                         (1 - ratio) + 1e-6).long()
 
     def check(self, num_patches: int) -> None:
         """Raise when this generator would mask no patch or every patch of
@@ -204,7 +208,9 @@ class BaseMaskGenerator(nn.Module):
             raise ValueError('give scores, or num_patches and batch_size')
         return batch_size, num_patches, device
 
-    def keys(self, batch_size: int, num_patches: int,
+    def keys(self,
+             batch_size: int,
+             num_patches: int,
              device: Optional[torch.device] = None,
              counts: Optional[torch.Tensor] = None) -> torch.Tensor:
         """(B, N) masking priorities in [0, 1]: the :meth:`num_masked` (or
@@ -216,7 +222,8 @@ class BaseMaskGenerator(nn.Module):
             f'{type(self).__name__} does not define keys(), so it cannot '
             'be the rest= generator of HPMMaskGenerator.')
 
-    def _mask_largest(self, keys: torch.Tensor,
+    def _mask_largest(self,
+                      keys: torch.Tensor,
                       counts: Optional[torch.Tensor] = None) -> torch.Tensor:
         """Mask the :meth:`num_masked` (or ``counts[i]``) largest keys of
         each row."""
@@ -248,11 +255,18 @@ class RandomMaskGenerator(BaseMaskGenerator):
         [12.0, 12.0]
     """
 
-    def keys(self, batch_size, num_patches, device=None,
+    def keys(self,
+             batch_size,
+             num_patches,
+             device=None,
              counts=None) -> torch.Tensor:
         return torch.rand(batch_size, num_patches, device=device)
 
-    def forward(self, scores, progress, num_patches=None, batch_size=None,
+    def forward(self,
+                scores,
+                progress,
+                num_patches=None,
+                batch_size=None,
                 device=None) -> torch.Tensor:
         B, N, device = self._shape(scores, num_patches, batch_size, device)
         keys = self.keys(B, N, device)

@@ -74,13 +74,20 @@ class BlockwiseMaskGenerator(BaseMaskGenerator):
                 'input_size=(h, w) of the patch grid.')
         return h, w
 
-    def forward(self, scores, progress, num_patches=None, batch_size=None,
+    def forward(self,
+                scores,
+                progress,
+                num_patches=None,
+                batch_size=None,
                 device=None) -> torch.Tensor:
         B, N, device = self._shape(scores, num_patches, batch_size, device)
         counts = self.counts(B, N, device)
         return self._mask_largest(self.keys(B, N, device, counts), counts)
 
-    def keys(self, batch_size, num_patches, device=None,
+    def keys(self,
+             batch_size,
+             num_patches,
+             device=None,
              counts=None) -> torch.Tensor:
         """Priorities in (0, 1]: patches of earlier rectangles first.
         Rectangles are sized for :meth:`num_masked`, or for ``counts[i]`` in
@@ -88,7 +95,8 @@ class BlockwiseMaskGenerator(BaseMaskGenerator):
         B, N = batch_size, num_patches
         h, w = self.grid(N)
         if counts is None:
-            target = torch.full((B, 1, 1), float(self.num_masked(N)),
+            target = torch.full((B, 1, 1),
+                                float(self.num_masked(N)),
                                 device=device)
         else:
             target = counts.view(B, 1, 1).float()
@@ -97,9 +105,9 @@ class BlockwiseMaskGenerator(BaseMaskGenerator):
             low.clamp(min=self.max_num_patches)
         M = self.num_blocks
         area = low + torch.rand(B, M, 1, device=device) * (high - low)
-        aspect = torch.exp(self.log_aspect[0] + torch.rand(
-            B, M, 1, device=device) * (self.log_aspect[1] -
-                                       self.log_aspect[0]))
+        aspect = torch.exp(self.log_aspect[0] +
+                           torch.rand(B, M, 1, device=device) *
+                           (self.log_aspect[1] - self.log_aspect[0]))
         bh = torch.sqrt(area * aspect).round().clamp(1, h)
         bw = torch.sqrt(area / aspect).round().clamp(1, w)
         top = (torch.rand(B, M, 1, device=device) * (h - bh + 1)).floor()

@@ -76,9 +76,8 @@ class HPMMaskGenerator(BaseMaskGenerator):
             self.rest = MODELS.build(
                 rest, default_args=dict(mask_ratio=mask_ratio))
             if self.rest.uses_scores:
-                raise ValueError(
-                    f'rest= must be a score-free generator, got '
-                    f'{type(self.rest).__name__}.')
+                raise ValueError(f'rest= must be a score-free generator, got '
+                                 f'{type(self.rest).__name__}.')
 
     @property
     def uses_scores(self) -> bool:
@@ -104,10 +103,15 @@ class HPMMaskGenerator(BaseMaskGenerator):
         """``alpha``, and ``num_hard`` when every image has the same K."""
         if self.varies:
             return dict(alpha=self.alpha(progress))
-        return dict(alpha=self.alpha(progress),
-                    num_hard=float(self.num_hard(num_patches, progress)))
+        return dict(
+            alpha=self.alpha(progress),
+            num_hard=float(self.num_hard(num_patches, progress)))
 
-    def forward(self, scores, progress, num_patches=None, batch_size=None,
+    def forward(self,
+                scores,
+                progress,
+                num_patches=None,
+                batch_size=None,
                 device=None) -> torch.Tensor:
         B, N, device = self._shape(scores, num_patches, batch_size, device)
         counts = self.counts(B, N, device)
@@ -120,7 +124,9 @@ class HPMMaskGenerator(BaseMaskGenerator):
                     f'alpha={self.alpha(progress):.3f} masks K={k} patches by '
                     f'score, but no {self.score_source} scores were given.')
             top = torch.topk(
-                scores.detach().float(), k, dim=1,
+                scores.detach().float(),
+                k,
+                dim=1,
                 largest=self.mode == 'argmax').indices
             if counts is None:
                 keys.scatter_(1, top, 2.0)

@@ -90,11 +90,12 @@ class HPMPretrainDecoder(MAEPretrainDecoder):
         """Whether the decoder has a loss predictor."""
         return self.predictor is not None
 
-    def embed(self,
-              x: torch.Tensor,
-              ids_restore: torch.Tensor,
-              patch_resolution: Optional[Tuple[int, int]] = None
-              ) -> torch.Tensor:
+    def embed(
+            self,
+            x: torch.Tensor,
+            ids_restore: torch.Tensor,
+            patch_resolution: Optional[Tuple[int,
+                                             int]] = None) -> torch.Tensor:
         """Shared part: embed, add mask tokens, restore order, add pos embed.
 
         Args:
@@ -118,8 +119,7 @@ class HPMPretrainDecoder(MAEPretrainDecoder):
         if patch_resolution is not None:
             side = int(self.num_patches**.5)
             pos_embed = resize_pos_embed(pos_embed, (side, side),
-                                         tuple(patch_resolution), 'bicubic',
-                                         1)
+                                         tuple(patch_resolution), 'bicubic', 1)
         if pos_embed.shape[1] != x_.shape[1] + 1:
             raise ValueError(
                 f'{x_.shape[1]} patches but the decoder was built for '
@@ -137,8 +137,8 @@ class HPMPretrainDecoder(MAEPretrainDecoder):
             self,
             x: torch.Tensor,
             ids_restore: torch.Tensor,
-            patch_resolution: Optional[Tuple[int, int]] = None
-    ) -> torch.Tensor:
+            patch_resolution: Optional[Tuple[int,
+                                             int]] = None) -> torch.Tensor:
         """The loss-predictor path alone (the teacher's scoring pass).
 
         Args:
@@ -151,8 +151,9 @@ class HPMPretrainDecoder(MAEPretrainDecoder):
         """
         return self.predictor(self.embed(x, ids_restore, patch_resolution))
 
-    def forward(self, x: torch.Tensor, ids_restore: torch.Tensor
-                ) -> Tuple[torch.Tensor, torch.Tensor]:
+    def forward(
+            self, x: torch.Tensor,
+            ids_restore: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
         """Both trunks on the student's encoder output.
 
         Args:

@@ -45,17 +45,18 @@ class iBOTNeck(BaseModule):
         (2, 5, 128)
     """
 
-    def __init__(self,
-                 in_channels: int = 768,
-                 hidden_channels: int = 2048,
-                 bottleneck_channels: int = 256,
-                 out_channels: int = 8192,
-                 num_layers: int = 3,
-                 norm_last_layer: bool = True,
-                 freeze_last_layer: int = 1,
-                 init_cfg: Optional[Union[List[dict], dict]] = dict(
-                     type='TruncNormal', layer='Linear', std=0.02, bias=0)
-                 ) -> None:
+    def __init__(
+        self,
+        in_channels: int = 768,
+        hidden_channels: int = 2048,
+        bottleneck_channels: int = 256,
+        out_channels: int = 8192,
+        num_layers: int = 3,
+        norm_last_layer: bool = True,
+        freeze_last_layer: int = 1,
+        init_cfg: Optional[Union[List[dict], dict]] = dict(
+            type='TruncNormal', layer='Linear', std=0.02, bias=0)
+    ) -> None:
         super().__init__(init_cfg=init_cfg)
         if num_layers < 1:
             raise ValueError(f'num_layers must be >= 1, got {num_layers}.')
@@ -75,8 +76,8 @@ class iBOTNeck(BaseModule):
 
     def last_layer_params(self) -> List[nn.Parameter]:
         """The parameters :attr:`freeze_last_layer` keeps fixed."""
-        return [self.last_layer.weight] + (
-            [] if self.last_layer_scale is None else [self.last_layer_scale])
+        return [self.last_layer.weight] + ([] if self.last_layer_scale is None
+                                           else [self.last_layer_scale])
 
     def _cancel_when_frozen(self, grad: torch.Tensor) -> torch.Tensor:
         return torch.zeros_like(grad) if self.frozen else grad

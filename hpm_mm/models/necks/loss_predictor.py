@@ -68,9 +68,11 @@ class HPMLossPredictor(BaseModule):
         self.embed = nn.Linear(embed_dim, dim) if in_proj else nn.Identity()
         self.blocks = nn.ModuleList([
             TransformerEncoderLayer(
-                dim, predictor_num_heads, int(mlp_ratio * dim),
-                qkv_bias=True, norm_cfg=norm_cfg)
-            for _ in range(predictor_depth)
+                dim,
+                predictor_num_heads,
+                int(mlp_ratio * dim),
+                qkv_bias=True,
+                norm_cfg=norm_cfg) for _ in range(predictor_depth)
         ])
         self.norm = build_norm_layer(norm_cfg, dim)[1]
         self.pred = nn.Linear(dim, out_dims)
@@ -82,11 +84,12 @@ class HPMLossPredictor(BaseModule):
             x = blk(x)
         return self.pred(self.norm(x))[:, 1:].mean(-1)
 
-    def predict_scores(self,
-                       x: torch.Tensor,
-                       ids_restore: Optional[torch.Tensor] = None,
-                       patch_resolution: Optional[Tuple[int, int]] = None
-                       ) -> torch.Tensor:
+    def predict_scores(
+            self,
+            x: torch.Tensor,
+            ids_restore: Optional[torch.Tensor] = None,
+            patch_resolution: Optional[Tuple[int,
+                                             int]] = None) -> torch.Tensor:
         """The teacher's scoring call on the encoder output (the interface of
         :meth:`HPMPretrainDecoder.predict_scores`); the tokens of a
         mask-token encoder are already in raster order at any grid, so the

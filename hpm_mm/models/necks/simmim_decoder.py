@@ -14,7 +14,9 @@ class HPMSimMIMDecoder(SimMIMLinearDecoder):
         out_channels (int): Image channels. Defaults to 3.
     """
 
-    def __init__(self, in_channels: int, encoder_stride: int,
+    def __init__(self,
+                 in_channels: int,
+                 encoder_stride: int,
                  out_channels: int = 3) -> None:
         super().__init__(in_channels, encoder_stride)
         self.decoder[0] = nn.Conv2d(

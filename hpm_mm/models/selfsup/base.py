@@ -170,8 +170,9 @@ class HPMBase(BaseSelfSupervisor):
             inputs = inputs[0]
         return self.backbone(inputs, mask=None)
 
-    def teach(self, inputs: torch.Tensor
-              ) -> Tuple[Optional[torch.Tensor], Optional[torch.Tensor]]:
+    def teach(
+        self, inputs: torch.Tensor
+    ) -> Tuple[Optional[torch.Tensor], Optional[torch.Tensor]]:
         """Before the student: the teacher follows the student, then the
         scores the mask reads now and the teacher's features when they are
         a target, in one pass.
@@ -196,7 +197,8 @@ class HPMBase(BaseSelfSupervisor):
         return tuple(self.teacher(inputs, needs, self.teacher_features))
 
     @torch.no_grad()
-    def mask_scores(self, inputs: torch.Tensor,
+    def mask_scores(self,
+                    inputs: torch.Tensor,
                     use_teacher: bool = True) -> torch.Tensor:
         """The (B, N) scores the mask generator reads: its own
         :meth:`~BaseMaskGenerator.image_scores`, or the teacher's pass
@@ -223,8 +225,8 @@ class HPMBase(BaseSelfSupervisor):
                     inputs: torch.Tensor) -> torch.Tensor:
         """(B, N) mask, 1 = masked, from the mask generator."""
         return self.mask_generator(scores, self.progress,
-                                   self.backbone.num_patches,
-                                   inputs.shape[0], inputs.device)
+                                   self.backbone.num_patches, inputs.shape[0],
+                                   inputs.device)
 
     def with_mask_log(self, losses: dict, inputs: torch.Tensor) -> dict:
         """Add the mask generator's log scalars (alpha, num_hard)."""
@@ -239,7 +241,8 @@ class HPMBase(BaseSelfSupervisor):
                 f'{type(self).__name__}.set_progress was never called, so '
                 'the mask schedule and the teacher momentum stay at their '
                 'start. Add dict(type="HPMScheduleHook") to custom_hooks.',
-                logger='current', level=30)
+                logger='current',
+                level=30)
             self._progress_set = True
 
     def loss(self, inputs, data_samples, **kwargs) -> Dict[str, torch.Tensor]:

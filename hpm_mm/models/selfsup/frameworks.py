@@ -77,11 +77,18 @@ class HPMBEiT(HPMBase):
         **kwargs: The other arguments of :class:`HPMBase`.
     """
 
-    def __init__(self, backbone: dict, head: dict, target_generator: dict,
-                 neck=None, **kwargs) -> None:
+    def __init__(self,
+                 backbone: dict,
+                 head: dict,
+                 target_generator: dict,
+                 neck=None,
+                 **kwargs) -> None:
         super().__init__(
-            backbone=backbone, neck=neck, head=head,
-            target_generator=target_generator, **kwargs)
+            backbone=backbone,
+            neck=neck,
+            head=head,
+            target_generator=target_generator,
+            **kwargs)
 
     def loss(self, inputs: List[torch.Tensor], data_samples: List[DataSample],
              **kwargs) -> Dict[str, torch.Tensor]:
@@ -101,12 +108,18 @@ class HPMBEiT(HPMBase):
 #: iBOT's block-wise masking: half of the images unmasked, the others
 #: 10-50% (``--pred_ratio 0 0.3 --pred_ratio_var 0 0.2``), rectangles of at
 #: least (14 // 3)^2 = 16 patches.
-IBOT_MASK = dict(type='BlockwiseMaskGenerator',
-                 mask_ratio=[(0., 0.), (0.1, 0.5)], min_num_patches=16)
+IBOT_MASK = dict(
+    type='BlockwiseMaskGenerator',
+    mask_ratio=[(0., 0.), (0.1, 0.5)],
+    min_num_patches=16)
 #: iBOT's teacher: decay 0.996 -> 1 along a half cosine over the whole run,
 #: every iteration.
-IBOT_TEACHER = dict(type='EMATeacher', momentum=4e-3, end_momentum=0.,
-                    momentum_epochs=None, momentum_schedule='cosine')
+IBOT_TEACHER = dict(
+    type='EMATeacher',
+    momentum=4e-3,
+    end_momentum=0.,
+    momentum_epochs=None,
+    momentum_schedule='cosine')
 
 
 @MODELS.register_module()
@@ -156,9 +169,13 @@ class HPMiBOT(HPMBase):
                  predictor: Optional[dict] = None,
                  **kwargs) -> None:
         super().__init__(
-            backbone=backbone, neck=neck, head=head,
-            mask_generator=mask_generator, teacher=teacher,
-            predictor=predictor, **kwargs)
+            backbone=backbone,
+            neck=neck,
+            head=head,
+            mask_generator=mask_generator,
+            teacher=teacher,
+            predictor=predictor,
+            **kwargs)
 
     def student(self) -> nn.ModuleDict:
         """What the teacher averages: encoder, projection head and, with
@@ -168,7 +185,9 @@ class HPMiBOT(HPMBase):
             parts['predictor'] = self.predictor
         return nn.ModuleDict(parts)
 
-    def set_progress(self, progress: float, epoch: float = 0,
+    def set_progress(self,
+                     progress: float,
+                     epoch: float = 0,
                      optim_steps: Optional[int] = None,
                      max_epochs: Optional[float] = None) -> None:
         """As :meth:`HPMBase.set_progress`; the epoch also sets the teacher
@@ -192,13 +211,14 @@ class HPMiBOT(HPMBase):
             self.backbone(local_crops)[0][:, 0]
         student_cls, student_patch = self.project(latent, mask, local_cls)
         losses = self.head.loss(student_cls, student_patch,
-                                teacher_out.unflatten(0, (2, -1)),
-                                pred_scores, mask)
+                                teacher_out.unflatten(0, (2, -1)), pred_scores,
+                                mask)
         return self.with_mask_log(losses, global_crops)
 
-    def project(self, latent: torch.Tensor, mask: torch.Tensor,
-                local_cls: Optional[torch.Tensor]
-                ) -> Tuple[torch.Tensor, torch.Tensor]:
+    def project(
+        self, latent: torch.Tensor, mask: torch.Tensor,
+        local_cls: Optional[torch.Tensor]
+    ) -> Tuple[torch.Tensor, torch.Tensor]:
         """One pass of the student's head over what the losses read: the
         CLS tokens of every view, (V, B, K), and the masked patches of the
         global views, (M, K) in ``mask`` order."""
@@ -208,8 +228,9 @@ class HPMiBOT(HPMBase):
         return (out[:len(cls)].unflatten(0, (-1, latent.shape[0] // 2)),
                 out[len(cls):])
 
-    def split_views(self, inputs: List[torch.Tensor]
-                    ) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
+    def split_views(
+        self, inputs: List[torch.Tensor]
+    ) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
         """The 2 global crops stacked (2B, C, H, W), and the local ones
         stacked (L B, C, h, w) or None."""
         size = tuple(self.backbone.img_size)

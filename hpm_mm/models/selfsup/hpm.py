@@ -13,8 +13,8 @@ from .base import HPMBase
 #: student's ``predictor`` (HPM's decoder is its score module).
 _PREDICTOR_KEYS = (('predictor_proj.', 'predictor.embed.'),
                    ('predictor_blocks.', 'predictor.blocks.'),
-                   ('predictor_norm.', 'predictor.norm.'),
-                   ('predictor_pred.', 'predictor.pred.'))
+                   ('predictor_norm.', 'predictor.norm.'), ('predictor_pred.',
+                                                            'predictor.pred.'))
 
 
 def upgrade_hpm_state_dict(state: dict, prefix: str = '') -> dict:
@@ -142,10 +142,10 @@ class HPM(HPMBase):
         N = self.backbone.num_patches
         return N - self.mask_generator.num_masked(N)
 
-    def target(self,
-               inputs: torch.Tensor,
-               teacher_features: Optional[torch.Tensor] = None
-               ) -> torch.Tensor:
+    def target(
+            self,
+            inputs: torch.Tensor,
+            teacher_features: Optional[torch.Tensor] = None) -> torch.Tensor:
         """What the head compares the reconstruction with: the images
         (pixels), or the target generator's patch features (the EMA
         teacher's reuse this step's pass when given)."""

@@ -86,8 +86,10 @@ class FrozenFeatureTarget(BaseModule):
 
     def load_target_state(self, state: dict) -> dict:
         """The network's own keys from a checkpoint's state dict."""
-        return {k[len(self.prefix):]: v for k, v in state.items()
-                if k.startswith(self.prefix)}
+        return {
+            k[len(self.prefix):]: v
+            for k, v in state.items() if k.startswith(self.prefix)
+        }
 
     def init_weights(self) -> None:
         super().init_weights()
@@ -96,7 +98,8 @@ class FrozenFeatureTarget(BaseModule):
             print_log(
                 f'{name}: checkpoint=None, the target network keeps its '
                 'random initialisation (for tests only).',
-                logger='current', level=30)
+                logger='current',
+                level=30)
             return
         if not osp.isfile(self.checkpoint):
             raise FileNotFoundError(
@@ -106,8 +109,7 @@ class FrozenFeatureTarget(BaseModule):
         from mmengine.runner.checkpoint import _load_checkpoint
         ckpt = _load_checkpoint(self.checkpoint, map_location='cpu')
         state = self.load_target_state(ckpt.get('state_dict', ckpt))
-        missing, unexpected = self.network.load_state_dict(state,
-                                                           strict=False)
+        missing, unexpected = self.network.load_state_dict(state, strict=False)
         if missing:
             raise KeyError(
                 f'{name}: {self.checkpoint} lacks {len(missing)} weights of '
@@ -148,8 +150,12 @@ class ViTFeatureTarget(FrozenFeatureTarget):
         super().__init__(checkpoint, prefix)
         from mmpretrain.models import VisionTransformer
         self.network = VisionTransformer(
-            arch=arch, img_size=img_size, patch_size=patch_size,
-            out_type='raw', final_norm=True, in_channels=in_channels)
+            arch=arch,
+            img_size=img_size,
+            patch_size=patch_size,
+            out_type='raw',
+            final_norm=True,
+            in_channels=in_channels)
         self.freeze()
 
     def load_target_state(self, state: dict) -> dict:
@@ -198,8 +204,12 @@ class CLIPFeatureTarget(FrozenFeatureTarget):
         from mmpretrain.models.utils.clip_generator_helper import \
             VisionTransformer
         self.network = VisionTransformer(
-            input_resolution=img_size, patch_size=patch_size, width=width,
-            layers=layers, heads=heads, output_dim=output_dim)
+            input_resolution=img_size,
+            patch_size=patch_size,
+            width=width,
+            layers=layers,
+            heads=heads,
+            output_dim=output_dim)
         self.freeze()
 
     @torch.no_grad()

@@ -120,7 +120,8 @@ class EMATeacher(ExponentialMovingAverage):
         self._checked = False
         self.module.eval()
 
-    def set_epoch(self, epoch: float,
+    def set_epoch(self,
+                  epoch: float,
                   max_epochs: Optional[float] = None) -> None:
         """Momentum after ``epoch`` epochs (fractional: iterations done /
         iterations per epoch) of a ``max_epochs``-epoch run; the linear ramp
@@ -147,7 +148,8 @@ class EMATeacher(ExponentialMovingAverage):
         self.module.eval()
         return self
 
-    def update(self, student: nn.Module,
+    def update(self,
+               student: nn.Module,
                optim_steps: Optional[int] = None) -> bool:
         """EMA step from the whole student, once per applied optimizer step.
 
@@ -238,8 +240,11 @@ class EMATeacher(ExponentialMovingAverage):
         if grid != full:
             stride = backbone.patch_embed.projection.stride
             inputs = F.interpolate(
-                inputs, size=(grid[0] * stride[0], grid[1] * stride[1]),
-                mode='bilinear', align_corners=False, antialias=True)
+                inputs,
+                size=(grid[0] * stride[0], grid[1] * stride[1]),
+                mode='bilinear',
+                align_corners=False,
+                antialias=True)
         B, num_patches = inputs.shape[0], grid[0] * grid[1]
         visible = inputs.new_zeros(B, num_patches)
         precision = nullcontext() if self.dtype is None else \
@@ -252,13 +257,16 @@ class EMATeacher(ExponentialMovingAverage):
                 latent, ids_restore = backbone(inputs, visible, num_patches)
                 if source is not None:
                     out = self.module['predictor'].predict_scores(
-                        latent, ids_restore,
+                        latent,
+                        ids_restore,
                         patch_resolution=None if grid == full else grid)
         if out is not None:
             out = out.float()
             if grid != full:
                 out = F.interpolate(
-                    out.view(B, 1, *grid), size=full, mode='bilinear',
+                    out.view(B, 1, *grid),
+                    size=full,
+                    mode='bilinear',
                     align_corners=False).flatten(1)
         if isinstance(features, str):
             with precision:
@@ -267,9 +275,9 @@ class EMATeacher(ExponentialMovingAverage):
         return TeacherOutput(out, latent if features else None)
 
     @staticmethod
-    def _cls_attention(backbone: nn.Module, inputs: torch.Tensor,
-                       visible: torch.Tensor
-                       ) -> Tuple[torch.Tensor, torch.Tensor]:
+    def _cls_attention(
+            backbone: nn.Module, inputs: torch.Tensor,
+            visible: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
         """Last block's CLS-to-patch attention, mean over heads, (B, N), and
         the encoder output.
 

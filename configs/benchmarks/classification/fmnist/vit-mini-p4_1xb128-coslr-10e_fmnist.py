@@ -9,12 +9,13 @@ train_dataloader = dict(batch_size=128)
 
 # model
 model = dict(
-    backbone=dict(
-        frozen_stages=-1, final_norm=False, drop_path_rate=0.1),
+    backbone=dict(frozen_stages=-1, final_norm=False, drop_path_rate=0.1),
     neck=None,
     head=dict(
         loss=dict(
-            _delete_=True, type='LabelSmoothLoss', label_smooth_val=0.1,
+            _delete_=True,
+            type='LabelSmoothLoss',
+            label_smooth_val=0.1,
             mode='original'),
         init_cfg=[dict(type='TruncNormal', layer='Linear', std=2e-5)]),
     train_cfg=dict(augments=[
