@@ -29,14 +29,14 @@ NEEDS_CUDA = pytest.mark.skipif(
 # where there is a GPU (``pytest -m cuda`` runs those alone)
 DEVICES = ['cpu', pytest.param('cuda', marks=[pytest.mark.cuda, NEEDS_CUDA])]
 
-
 # the full install profile (mmdet, mmseg; tools/install.sh full): the
 # detection / segmentation tests skip without it (e.g. on a GPU machine
 # given the pretraining overlay)
 FULL_PROFILE = all(
     importlib.util.find_spec(m) is not None for m in ('mmdet', 'mmseg'))
 NEEDS_FULL = pytest.mark.skipif(
-    not FULL_PROFILE, reason='needs mmdet and mmseg: bash tools/install.sh '
+    not FULL_PROFILE,
+    reason='needs mmdet and mmseg: bash tools/install.sh '
     'full')
 
 
@@ -72,12 +72,103 @@ def device(request) -> torch.device:
 def autocast_dtypes(device: torch.device) -> list:
     """The autocast dtypes a device trains with: bf16 on the CPU; fp16
     (with a dynamic loss scale) and bf16 on CUDA."""
-    return [torch.bfloat16] if device.type == 'cpu' else [torch.float16,
-                                                          torch.bfloat16]
+    return [torch.bfloat16
+            ] if device.type == 'cpu' else [torch.float16, torch.bfloat16]
 
 
-def make_image_folder(root: str, num_classes: int = 2, per_class: int = 8,
-                      size: int = 32, gray: bool = True, seed: int = 0) -> str:
+@pytest.fixture(autouse=True)
+def default_scope():
+    """Every test starts in mmpretrain's registry scope, whatever scope an
+    earlier test of the same worker left current (mmdet's, mmseg's)."""
+    from mmengine.registry import init_default_scope
+    init_default_scope('mmpretrain')
+
+
+def merge(base: dict, overrides: dict) -> dict:
+    """``overrides`` merged into a copy of ``base`` key by key, as a config
+    merges into its ``_base_``; a dict naming another ``type`` than the
+    base's, or holding ``_delete_=True``, replaces it."""
+    out = dict(base)
+    for key, value in overrides.items():
+        old = out.get(key)
+        if (isinstance(value, dict) and isinstance(old, dict)
+                and not value.get('_delete_')
+                and value.get('type', old.get('type')) == old.get('type')):
+            out[key] = merge(old, value)
+        elif isinstance(value, dict):
+            out[key] = {k: v for k, v in value.items() if k != '_delete_'}
+        else:
+            out[key] = value
+    return out
+
+
+def tiny_hpm_cfg(img_size: int = 16,
+                 patch_size: int = 4,
+                 in_channels: int = 1,
+                 embed_dims: int = 32,
+                 num_layers: int = 2,
+                 **overrides) -> dict:
+    """The model tests' tiny HPM: a ViT of ``embed_dims`` x ``num_layers``
+    blocks (2 heads) on ``img_size`` px images of ``in_channels`` in
+    ``patch_size`` patches, a 16-d 1-block decoder with a 1-block loss
+    predictor, 75% masks at alpha 0.5, an EMA teacher, inputs as they are
+    (mean 0, std 1). ``overrides`` merge in (:func:`merge`)."""
+    cfg = dict(
+        type='HPM',
+        backbone=dict(
+            type='HPMViT',
+            arch=dict(
+                embed_dims=embed_dims,
+                num_layers=num_layers,
+                num_heads=2,
+                feedforward_channels=2 * embed_dims),
+            img_size=img_size,
+            patch_size=patch_size,
+            patch_cfg=dict(in_channels=in_channels)),
+        neck=dict(
+            type='HPMPretrainDecoder',
+            num_patches=(img_size // patch_size)**2,
+            patch_size=patch_size,
+            in_chans=in_channels,
+            embed_dim=embed_dims,
+            decoder_embed_dim=16,
+            decoder_depth=1,
+            decoder_num_heads=2,
+            predictor_depth=1),
+        head=dict(
+            type='HPMPretrainHead',
+            patch_size=patch_size,
+            in_channels=in_channels),
+        mask_generator=dict(
+            type='HPMMaskGenerator', mask_ratio=0.75, alpha_0=0.5,
+            alpha_T=0.5),
+        teacher=dict(type='EMATeacher'),
+        data_preprocessor=dict(
+            type='SelfSupDataPreprocessor',
+            mean=[0.] * in_channels,
+            std=[1.] * in_channels))
+    return merge(cfg, overrides)
+
+
+def tiny_hpm(device='cpu', seed: int = None, **kwargs):
+    """:func:`tiny_hpm_cfg` built and initialised on ``device`` (after
+    ``torch.manual_seed(seed)`` when a seed is given)."""
+    from mmpretrain.registry import MODELS
+
+    import hpm_mm  # noqa: F401
+    if seed is not None:
+        torch.manual_seed(seed)
+    model = MODELS.build(tiny_hpm_cfg(**kwargs))
+    model.init_weights()
+    return model.to(device)
+
+
+def make_image_folder(root: str,
+                      num_classes: int = 2,
+                      per_class: int = 8,
+                      size: int = 32,
+                      gray: bool = True,
+                      seed: int = 0) -> str:
     """Write an ImageNet-style folder (root/<class>/<img>.png) of random
     images with a bright blob so they are not pure noise; return root."""
     from PIL import Image
@@ -90,21 +181,24 @@ def make_image_folder(root: str, num_classes: int = 2, per_class: int = 8,
             img[y:y + 8 + 4 * c, x:x + 8] = 200
             if not gray:
                 img = np.stack([img] * 3, -1)
-            Image.fromarray(img).save(osp.join(root, f'class_{c}',
-                                               f'{i:03d}.png'))
+            Image.fromarray(img).save(
+                osp.join(root, f'class_{c}', f'{i:03d}.png'))
     return root
 
 
 HPM_HOOKS = "custom_hooks = [dict(type='HPMScheduleHook')]"
 
-
 RANDOM_CROP = ("dict(type='RandomResizedCrop', scale=28, "
                "crop_ratio_range=(0.5, 1.0), backend='pillow')")
 
 
-def tiny_config(tmp_path, base: str = FMNIST_CFG, body: str = '',
-                num_images: int = 16, hooks: str = HPM_HOOKS,
-                transform: str = RANDOM_CROP, batch_size: int = 4,
+def tiny_config(tmp_path,
+                base: str = FMNIST_CFG,
+                body: str = '',
+                num_images: int = 16,
+                hooks: str = HPM_HOOKS,
+                transform: str = RANDOM_CROP,
+                batch_size: int = 4,
                 shuffle: bool = True) -> str:
     """A config inheriting ``base`` that trains on a generated folder of
     ``num_images`` grayscale 32x32 PNGs, batch 4, no workers, and only the
@@ -130,14 +224,18 @@ default_hooks = dict(logger=dict(interval=1),
     return str(cfg)
 
 
-def run_tool(*args, timeout: int = 600,
+def run_tool(*args,
+             timeout: int = 600,
              env: dict = None) -> subprocess.CompletedProcess:
     """Run ``python tools/<args>`` from the repo root (``env``: extra
     environment variables); fail with its output."""
-    proc = subprocess.run([sys.executable, *args], cwd=REPO,
-                          capture_output=True, text=True, timeout=timeout,
-                          env=dict(os.environ, PYTHONUNBUFFERED='1',
-                                   **(env or {})))
+    proc = subprocess.run([sys.executable, *args],
+                          cwd=REPO,
+                          capture_output=True,
+                          text=True,
+                          timeout=timeout,
+                          env=dict(
+                              os.environ, PYTHONUNBUFFERED='1', **(env or {})))
     if proc.returncode != 0:
         pytest.fail(f'{args} failed ({proc.returncode}):\n'
                     f'{proc.stdout[-4000:]}\n{proc.stderr[-6000:]}')
@@ -150,7 +248,9 @@ def hpm_checkpoint(tmp_path_factory):
     active: alpha 0.5 -> 1)."""
     tmp = tmp_path_factory.mktemp('hpm')
     cfg = tiny_config(
-        tmp, FMNIST_CFG, num_images=8,
+        tmp,
+        FMNIST_CFG,
+        num_images=8,
         body='train_cfg = dict(max_epochs=1)\n'
         'model = dict(mask_generator=dict(alpha_0=0.5, alpha_T=1.0))')
     run_tool('tools/train.py', cfg, '--work-dir', str(tmp / 'work'))
@@ -159,33 +259,29 @@ def hpm_checkpoint(tmp_path_factory):
     return str(ckpt)
 
 
-ARCH = dict(embed_dims=64, num_layers=4, num_heads=2,
-            feedforward_channels=128)
+# the encoder of rgb_hpm_checkpoint (the detection / segmentation tests)
+ARCH = dict(embed_dims=64, num_layers=4, num_heads=2, feedforward_channels=128)
 
 
 @pytest.fixture(scope='session')
 def rgb_hpm_checkpoint(tmp_path_factory):
     """A randomly initialised RGB HPM (ViT 64-d, 4 blocks, patch 16, 64 px)
     saved the way tools/train.py saves (state_dict + meta.cfg)."""
-    import hpm_mm  # noqa: F401
-    from mmengine.registry import init_default_scope
-    from mmpretrain.registry import MODELS
-    init_default_scope('mmpretrain')
-    model_cfg = dict(
-        type='HPM',
-        backbone=dict(type='HPMViT', arch=ARCH, img_size=64, patch_size=16),
-        neck=dict(type='HPMPretrainDecoder', num_patches=16, patch_size=16,
-                  in_chans=3, embed_dim=64, decoder_embed_dim=32,
-                  decoder_depth=1, decoder_num_heads=2),
-        head=dict(type='HPMPretrainHead', patch_size=16))
-    torch.manual_seed(0)
-    model = MODELS.build(model_cfg)
-    model.init_weights()
+    rgb = dict(
+        img_size=64,
+        patch_size=16,
+        in_channels=3,
+        embed_dims=ARCH['embed_dims'],
+        num_layers=ARCH['num_layers'],
+        neck=dict(decoder_embed_dim=32))
+    model_cfg = tiny_hpm_cfg(**rgb)
+    model = tiny_hpm(seed=0, **rgb)
     model.teacher.update(model.student())
     path = tmp_path_factory.mktemp('rgb_hpm') / 'hpm.pth'
-    torch.save(dict(state_dict=model.state_dict(),
-                    meta=dict(cfg=Config(dict(model=model_cfg)).pretty_text)),
-               path)
+    torch.save(
+        dict(
+            state_dict=model.state_dict(),
+            meta=dict(cfg=Config(dict(model=model_cfg)).pretty_text)), path)
     return str(path)
 
 
@@ -205,25 +301,44 @@ def make_coco(root: str, num_images: int = 4, size: int = 128) -> str:
             w, h = rng.integers(24, 48, 2)
             img[y:y + h, x:x + w] = (200, 60 + 100 * j, 50)
             if j == 0:  # polygon
-                seg = [[float(x), float(y), float(x + w), float(y),
-                        float(x + w), float(y + h), float(x), float(y + h)]]
+                seg = [[
+                    float(x),
+                    float(y),
+                    float(x + w),
+                    float(y),
+                    float(x + w),
+                    float(y + h),
+                    float(x),
+                    float(y + h)
+                ]]
             else:  # RLE
                 m = np.zeros((size, size), np.uint8, order='F')
                 m[y:y + h, x:x + w] = 1
                 rle = mask_utils.encode(m)
-                seg = dict(size=rle['size'],
-                           counts=rle['counts'].decode('ascii'))
-            anns.append(dict(id=len(anns) + 1, image_id=i + 1,
-                             category_id=j + 1, iscrowd=0,
-                             bbox=[float(x), float(y), float(w), float(h)],
-                             area=float(w * h), segmentation=seg))
+                seg = dict(
+                    size=rle['size'], counts=rle['counts'].decode('ascii'))
+            anns.append(
+                dict(
+                    id=len(anns) + 1,
+                    image_id=i + 1,
+                    category_id=j + 1,
+                    iscrowd=0,
+                    bbox=[float(x), float(y),
+                          float(w), float(h)],
+                    area=float(w * h),
+                    segmentation=seg))
         Image.fromarray(img).save(osp.join(root, 'images', name))
-        images.append(dict(id=i + 1, file_name=name, width=size,
-                           height=size))
+        images.append(dict(id=i + 1, file_name=name, width=size, height=size))
     ann_file = osp.join(root, 'instances.json')
     with open(ann_file, 'w') as f:
-        json.dump(dict(images=images, annotations=anns, categories=[
-            dict(id=1, name='person'), dict(id=2, name='bicycle')]), f)
+        json.dump(
+            dict(
+                images=images,
+                annotations=anns,
+                categories=[
+                    dict(id=1, name='person'),
+                    dict(id=2, name='bicycle')
+                ]), f)
     return ann_file
 
 

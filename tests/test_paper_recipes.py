@@ -13,18 +13,39 @@ from mmengine.config import Config
 import hpm_mm  # noqa: F401
 
 # Tab. S1 (pre-training): warmup 10 (ViT-B) / 40 (ViT-L)
-PRETRAIN = dict(optimizer='AdamW', base_lr=1.5e-4, weight_decay=0.05,
-                betas=(0.9, 0.95), batch=4096, layer_decay=None,
-                augmentation=['RandomResizedCrop'])
+PRETRAIN = dict(
+    optimizer='AdamW',
+    base_lr=1.5e-4,
+    weight_decay=0.05,
+    betas=(0.9, 0.95),
+    batch=4096,
+    layer_decay=None,
+    augmentation=['RandomResizedCrop'])
 # Tab. S2 (fine-tuning): 100 epochs ViT-B, 50 ViT-L
-FINETUNE = dict(optimizer='AdamW', base_lr=5e-4, weight_decay=0.05,
-                betas=(0.9, 0.999), batch=1024, layer_decay=0.8, warmup=5,
-                randaug=(9, 0.5), label_smoothing=0.1, mixup=0.8, cutmix=1.0,
-                drop_path=0.1)
+FINETUNE = dict(
+    optimizer='AdamW',
+    base_lr=5e-4,
+    weight_decay=0.05,
+    betas=(0.9, 0.999),
+    batch=1024,
+    layer_decay=0.8,
+    warmup=5,
+    randaug=(9, 0.5),
+    label_smoothing=0.1,
+    mixup=0.8,
+    cutmix=1.0,
+    drop_path=0.1)
 # Tab. S3 (linear probing)
-LINEAR = dict(optimizer='SGD', base_lr=1e-3, weight_decay=0.0, momentum=0.9,
-              batch=4096, warmup=10, epochs=100,
-              augmentation=['RandomResizedCrop'], drop_path=None)
+LINEAR = dict(
+    optimizer='SGD',
+    base_lr=1e-3,
+    weight_decay=0.0,
+    momentum=0.9,
+    batch=4096,
+    warmup=10,
+    epochs=100,
+    augmentation=['RandomResizedCrop'],
+    drop_path=None)
 
 CONFIGS = {
     'hpm/hpm_vit-base-p16_8xb512-amp-coslr-200e_in1k.py':
@@ -49,17 +70,22 @@ CONFIGS = {
 CONFIGS.update({
     f'hpm/targets/{row}_vit-base-p16_8xb512-amp-coslr-200e_in1k.py':
     dict(PRETRAIN, warmup=10, epochs=200)
-    for row in [f'{a}-{t}-feat{b}' for t in ('ema', 'dino', 'clip')
-                for a, b in (('mae', ''), ('hpm', '-lpred'), ('hpm', ''))]
+    for row in [
+        f'{a}-{t}-feat{b}' for t in ('ema', 'dino', 'clip')
+        for a, b in (('mae', ''), ('hpm', '-lpred'), ('hpm', ''))
+    ]
 })
 
 
 def test_every_imagenet_recipe_is_in_the_table():
-    found = {osp.relpath(p, osp.join(REPO, 'configs')) for p in glob.glob(
-        osp.join(REPO, 'configs', '**', '*_in1k.py'), recursive=True)
+    found = {
+        osp.relpath(p, osp.join(REPO, 'configs'))
+        for p in glob.glob(
+            osp.join(REPO, 'configs', '**', '*_in1k.py'), recursive=True)
         if '/ablations/' not in p and '/fast/' not in p and 'fsdp' not in p
         # SimMIM/BEiT run their own frameworks' recipes (not in Tab. S1-S3)
-        and '/frameworks/' not in p}
+        and '/frameworks/' not in p
+    }
     assert found == set(CONFIGS)
 
 
@@ -112,14 +138,14 @@ def test_recipe_matches_the_paper(name):
 # detection follows; Tab. 6: the same with max_iter 88750 (12 epochs at 16)
 DET = 'benchmarks/det/mask-rcnn_hpm-vit-{}-p16_sfp_{}_coco-1024.py'
 DET_RECIPES = {
-    ('base', '8xb2-1x'): dict(batch=16, decay=0.7, drop_path=0.1,
-                              max_iters=88750),
-    ('large', '8xb2-1x'): dict(batch=16, decay=0.8, drop_path=0.4,
-                               max_iters=88750),
-    ('base', '32xb2-lsj-100e'): dict(batch=64, decay=0.7, drop_path=0.1,
-                                     epochs=25, repeat=4),
-    ('large', '32xb2-lsj-100e'): dict(batch=64, decay=0.8, drop_path=0.4,
-                                      epochs=25, repeat=4),
+    ('base', '8xb2-1x'):
+    dict(batch=16, decay=0.7, drop_path=0.1, max_iters=88750),
+    ('large', '8xb2-1x'):
+    dict(batch=16, decay=0.8, drop_path=0.4, max_iters=88750),
+    ('base', '32xb2-lsj-100e'):
+    dict(batch=64, decay=0.7, drop_path=0.1, epochs=25, repeat=4),
+    ('large', '32xb2-lsj-100e'):
+    dict(batch=64, decay=0.8, drop_path=0.4, epochs=25, repeat=4),
 }
 
 
@@ -154,8 +180,7 @@ def test_detection_configs_follow_vitdet(key):
     crop = next(t for t in train_ds.pipeline if t.type == 'RandomCrop')
     assert tuple(crop.crop_size) == (1024, 1024)
     for loader in (cfg.val_dataloader, cfg.test_dataloader):
-        resize = next(t for t in loader.dataset.pipeline
-                      if t.type == 'Resize')
+        resize = next(t for t in loader.dataset.pipeline if t.type == 'Resize')
         assert tuple(resize.scale) == (1024, 1024) and resize.keep_ratio
     warmup, steps = cfg.param_scheduler
     assert warmup.type == 'LinearLR' and warmup.start_factor == 0.001
@@ -177,25 +202,37 @@ def test_detection_layer_decay_matches_vitdet():
     ViTDet's get_vit_lr_decay_rate and detectron2's norm / pos_embed rule,
     written out here by name, on a small ViTSAM Mask R-CNN."""
     import torch.nn as nn
+    from mmdet.registry import MODELS
     from mmengine.optim import build_optim_wrapper
     from mmengine.registry import init_default_scope
-    from mmdet.registry import MODELS
-    cfg = Config.fromfile(osp.join(REPO, 'configs',
-                                   DET.format('base', '8xb2-1x')))
+    cfg = Config.fromfile(
+        osp.join(REPO, 'configs', DET.format('base', '8xb2-1x')))
     init_default_scope('mmdet')
     model_cfg = cfg.model
     model_cfg.backbone.update(
-        arch=dict(embed_dims=64, num_layers=4, num_heads=2,
-                  feedforward_channels=128, global_attn_indexes=[1, 3]),
-        img_size=128, window_size=4, init_cfg=None)
+        arch=dict(
+            embed_dims=64,
+            num_layers=4,
+            num_heads=2,
+            feedforward_channels=128,
+            global_attn_indexes=[1, 3]),
+        img_size=128,
+        window_size=4,
+        init_cfg=None)
     model_cfg.neck.in_channels = 64
     model = MODELS.build(model_cfg)
     wrapper = build_optim_wrapper(
-        model, dict(cfg.optim_wrapper, type='OptimWrapper',
-                    paramwise_cfg=dict(num_layers=4, layer_decay_rate=0.7)))
-    norms = {id(p) for mod in model.modules()
-             if isinstance(mod, (nn.LayerNorm, nn.GroupNorm))
-             for p in mod.parameters(recurse=False)}
+        model,
+        dict(
+            cfg.optim_wrapper,
+            type='OptimWrapper',
+            paramwise_cfg=dict(num_layers=4, layer_decay_rate=0.7)))
+    norms = {
+        id(p)
+        for mod in model.modules()
+        if isinstance(mod, (nn.LayerNorm, nn.GroupNorm))
+        for p in mod.parameters(recurse=False)
+    }
     seen = 0
     for group in wrapper.optimizer.param_groups:
         for name, p in zip(group['param_names'], group['params']):
@@ -219,11 +256,11 @@ def test_detection_layer_decay_matches_vitdet():
 def test_multi_level_variant_differs_only_in_the_pyramid(size, ends):
     """The MAE-paper variant: the 4 subsets' last blocks (the global ones)
     -> MultiLevelViTAdapter -> FPN; all else as the Tab. 6 config."""
-    ml = Config.fromfile(osp.join(
-        REPO, 'configs', DET.format(size, 'mlfpn_8xb2-1x').replace(
-            '_sfp_', '_')))
-    sfp = Config.fromfile(osp.join(REPO, 'configs',
-                                   DET.format(size, '8xb2-1x')))
+    ml = Config.fromfile(
+        osp.join(REPO, 'configs',
+                 DET.format(size, 'mlfpn_8xb2-1x').replace('_sfp_', '_')))
+    sfp = Config.fromfile(
+        osp.join(REPO, 'configs', DET.format(size, '8xb2-1x')))
     assert ml.model.backbone.out_indices == ends == \
         ml.model.backbone.arch.global_attn_indexes
     adapter, fpn = ml.model.neck
@@ -241,46 +278,58 @@ def test_multi_level_variant_differs_only_in_the_pyramid(size, ends):
 # crops), with iBOT's recipe: main_ibot.py's defaults, its README's ViT
 # command (temperatures, crops, masks, shared 8192-d head) and its advice
 # for ViT-B (a normalised last layer); batch 1024 as in the iBOT paper
-IBOT = dict(batch=1024, base_lr=5e-4, min_lr=1e-6, warmup=10, epochs=50,
-            betas=(0.9, 0.999), weight_decay=(0.04, 0.4), clip=3.0,
-            drop_path=0.1, momentum=(0.004, 0.), temps=(0.04, 0.07, 30),
-            head=dict(hidden_channels=2048, bottleneck_channels=256,
-                      out_channels=8192, norm_last_layer=True,
-                      freeze_last_layer=1),
-            crops=[(1, 224, (0.25, 1.)), (1, 224, (0.25, 1.)),
-                   (10, 96, (0.05, 0.25))],
-            solarize=[0., 0.2, 0.], blur=[1.0, 0.1, 0.5],
-            mask_ratio=[(0., 0.), (0.1, 0.5)], min_block=16)
+IBOT = dict(
+    batch=1024,
+    base_lr=5e-4,
+    min_lr=1e-6,
+    warmup=10,
+    epochs=50,
+    betas=(0.9, 0.999),
+    weight_decay=(0.04, 0.4),
+    clip=3.0,
+    drop_path=0.1,
+    momentum=(0.004, 0.),
+    temps=(0.04, 0.07, 30),
+    head=dict(
+        hidden_channels=2048,
+        bottleneck_channels=256,
+        out_channels=8192,
+        norm_last_layer=True,
+        freeze_last_layer=1),
+    crops=[(1, 224, (0.25, 1.)), (1, 224, (0.25, 1.)), (10, 96, (0.05, 0.25))],
+    solarize=[0., 0.2, 0.],
+    blur=[1.0, 0.1, 0.5],
+    mask_ratio=[(0., 0.), (0.1, 0.5)],
+    min_block=16)
 
 
 @pytest.mark.parametrize('hpm', [False, True], ids=['ibot', 'hpm-ibot'])
 def test_ibot_configs_follow_ibot(hpm):
     name = 'hpm/frameworks/{}ibot_vit-base-p16_16xb64-amp-coslr-50e_in1k.py'
-    cfg = Config.fromfile(osp.join(REPO, 'configs',
-                                   name.format('hpm-' if hpm else '')))
+    cfg = Config.fromfile(
+        osp.join(REPO, 'configs', name.format('hpm-' if hpm else '')))
     want, model = IBOT, cfg.model
     assert 16 * cfg.train_dataloader.batch_size == want['batch'] == \
         cfg.auto_scale_lr.base_batch_size
     opt = cfg.optim_wrapper.optimizer
     assert opt.lr == pytest.approx(want['base_lr'] * want['batch'] / 256)
     assert tuple(opt.betas) == want['betas']
-    assert cfg.optim_wrapper.clip_grad == dict(type='param_norm',
-                                               max_norm=want['clip'])
+    assert cfg.optim_wrapper.clip_grad == dict(
+        type='param_norm', max_norm=want['clip'])
     assert cfg.optim_wrapper.type == 'GuardedAmpOptimWrapper'  # fp16
     warmup, cosine, wd = cfg.param_scheduler
     assert (warmup.type, warmup.end) == ('LinearLR', want['warmup'])
     assert (cosine.eta_min, cosine.end) == (want['min_lr'], want['epochs'])
-    assert (wd.type, opt.weight_decay, wd.eta_min, wd.end) == (
-        'CosineAnnealingWeightDecay', *want['weight_decay'], want['epochs'])
+    assert (wd.type, opt.weight_decay, wd.eta_min,
+            wd.end) == ('CosineAnnealingWeightDecay', *want['weight_decay'],
+                        want['epochs'])
     assert cfg.train_cfg.max_epochs == want['epochs']
     assert model.backbone.drop_path_rate == want['drop_path']
     teacher = model.teacher
     assert (teacher.momentum, teacher.end_momentum) == want['momentum']
-    assert (teacher.momentum_schedule, teacher.momentum_epochs) == (
-        'cosine', want['epochs'])
-    from mmengine.registry import init_default_scope
+    assert (teacher.momentum_schedule,
+            teacher.momentum_epochs) == ('cosine', want['epochs'])
     from mmpretrain.registry import MODELS
-    init_default_scope('mmpretrain')  # whatever scope an earlier test left
     head = model.head
     built = MODELS.build(head)  # the class defaults count too
     w, t, epochs = want['temps']
@@ -288,9 +337,10 @@ def test_ibot_configs_follow_ibot(hpm):
     assert {k: model.neck[k] for k in want['head']} == want['head']
     view = cfg.train_dataloader.dataset.pipeline[1]
     assert view.type == 'MultiView'
-    for n, pipe, (num, size, scale), sol, blur in zip(
-            view.num_views, view.transforms, want['crops'],
-            want['solarize'], want['blur']):
+    for n, pipe, (num, size,
+                  scale), sol, blur in zip(view.num_views, view.transforms,
+                                           want['crops'], want['solarize'],
+                                           want['blur']):
         types = {t.type: t for t in pipe}
         crop = types['RandomResizedCrop']
         assert (n, crop.scale, tuple(crop.crop_ratio_range)) == (num, size,
@@ -301,10 +351,10 @@ def test_ibot_configs_follow_ibot(hpm):
     gen = model.mask_generator
     assert [tuple(r) for r in gen.mask_ratio] == want['mask_ratio']
     if hpm:
-        assert (gen.type, gen.alpha_0, gen.alpha_T) == ('HPMMaskGenerator',
-                                                        0., 0.5)
-        assert gen.rest == dict(type='BlockwiseMaskGenerator',
-                                min_num_patches=want['min_block'])
+        assert (gen.type, gen.alpha_0, gen.alpha_T) == ('HPMMaskGenerator', 0.,
+                                                        0.5)
+        assert gen.rest == dict(
+            type='BlockwiseMaskGenerator', min_num_patches=want['min_block'])
         assert model.predictor.type == 'HPMLossPredictor'
         assert head.loss_pred.type == 'HPMRelativeLoss'
     else:

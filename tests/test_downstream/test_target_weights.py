@@ -1,6 +1,5 @@
 """tools/model_converters/target_weights.py: DINO (timm layout) and CLIP
 releases -> the files the feature-target configs load, exactly."""
-import pytest
 import torch
 from conftest import run_tool
 from mmpretrain.models import VisionTransformer
@@ -12,33 +11,35 @@ import hpm_mm  # noqa: F401
 from hpm_mm.utils.convert import convert, from_timm
 
 
-@pytest.fixture(autouse=True)
-def mmpretrain_scope():
-    """Build by name in mmpretrain's registry whatever scope an earlier
-    test left current (e.g. mmdet's)."""
-    from mmengine.registry import init_default_scope
-    init_default_scope('mmpretrain')
-
-
 def test_dino_release_round_trip(tmp_path):
     torch.manual_seed(0)
-    arch = dict(embed_dims=64, num_layers=2, num_heads=1,
-                feedforward_channels=256)
+    arch = dict(
+        embed_dims=64, num_layers=2, num_heads=1, feedforward_channels=256)
     vit = VisionTransformer(arch=arch, img_size=32, patch_size=8)
     mine = vit.state_dict()
     timm = convert(mine, 'timm')  # what DINO's release looks like
     timm['head.weight'] = torch.zeros(3)  # a DINO head: dropped
-    assert {k[len('backbone.'):]: v for k, v in from_timm(timm).items()
-            }.keys() == mine.keys()
+    assert {
+        k[len('backbone.'):]: v
+        for k, v in from_timm(timm).items()
+    }.keys() == mine.keys()
     # the full DINO checkpoint keeps it under teacher / module.backbone.
     src, dst = str(tmp_path / 'dino.pth'), str(tmp_path / 'out.pth')
-    torch.save({'teacher': {'module.backbone.' + k: v
-                            for k, v in timm.items()}}, src)
+    torch.save(
+        {'teacher': {
+            'module.backbone.' + k: v
+            for k, v in timm.items()
+        }}, src)
     proc = run_tool('tools/model_converters/target_weights.py', 'dino', src,
                     dst)
     assert '0 missing' in proc.stdout
-    target = MODELS.build(dict(type='ViTFeatureTarget', checkpoint=dst,
-                               arch=arch, img_size=32, patch_size=8))
+    target = MODELS.build(
+        dict(
+            type='ViTFeatureTarget',
+            checkpoint=dst,
+            arch=arch,
+            img_size=32,
+            patch_size=8))
     target.init_weights()
     for k, v in target.network.state_dict().items():
         assert torch.equal(v, mine[k]), k
@@ -46,8 +47,13 @@ def test_dino_release_round_trip(tmp_path):
 
 def test_clip_release(tmp_path):
     torch.manual_seed(0)
-    visual = CLIPViT(input_resolution=32, patch_size=8, width=64, layers=2,
-                     heads=1, output_dim=24)
+    visual = CLIPViT(
+        input_resolution=32,
+        patch_size=8,
+        width=64,
+        layers=2,
+        heads=1,
+        output_dim=24)
     state = {'visual.' + k: v for k, v in visual.state_dict().items()}
     state['text_projection'] = torch.zeros(8, 24)  # the text tower: unused
     src, dst = str(tmp_path / 'clip.pt'), str(tmp_path / 'out.pth')
@@ -55,9 +61,16 @@ def test_clip_release(tmp_path):
     proc = run_tool('tools/model_converters/target_weights.py', 'clip', src,
                     dst)
     assert '0 missing' in proc.stdout
-    target = MODELS.build(dict(type='CLIPFeatureTarget', checkpoint=dst,
-                               img_size=32, patch_size=8, width=64, layers=2,
-                               heads=1, output_dim=24))
+    target = MODELS.build(
+        dict(
+            type='CLIPFeatureTarget',
+            checkpoint=dst,
+            img_size=32,
+            patch_size=8,
+            width=64,
+            layers=2,
+            heads=1,
+            output_dim=24))
     target.init_weights()
     x = torch.randn(2, 3, 32, 32)
     torch.testing.assert_close(target(x), visual(x)[0][:, 1:])

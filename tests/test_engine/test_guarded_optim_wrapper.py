@@ -8,8 +8,9 @@ from mmengine.optim import build_optim_wrapper
 
 import hpm_mm  # noqa: F401
 
-WRAPPERS = ['GuardedOptimWrapper', 'AutocastOptimWrapper',
-            'GuardedAmpOptimWrapper']
+WRAPPERS = [
+    'GuardedOptimWrapper', 'AutocastOptimWrapper', 'GuardedAmpOptimWrapper'
+]
 
 
 def _setup(wrapper='GuardedOptimWrapper', device='cpu', **kwargs):
@@ -25,15 +26,23 @@ def _setup(wrapper='GuardedOptimWrapper', device='cpu', **kwargs):
         kwargs.update(device_type=device.type)
     torch.manual_seed(0)
     model = nn.Linear(4, 2).to(device)
-    optim = build_optim_wrapper(model, dict(
-        type=wrapper, optimizer=dict(type='AdamW', lr=0.1), **kwargs))
+    optim = build_optim_wrapper(
+        model,
+        dict(type=wrapper, optimizer=dict(type='AdamW', lr=0.1), **kwargs))
     return model, optim
 
 
 def _state(model, optim):
-    return ({k: v.clone() for k, v in model.state_dict().items()},
-            {k: {n: t.clone() for n, t in s.items()}
-             for k, s in optim.optimizer.state.items()})
+    return ({
+        k: v.clone()
+        for k, v in model.state_dict().items()
+    }, {
+        k: {
+            n: t.clone()
+            for n, t in s.items()
+        }
+        for k, s in optim.optimizer.state.items()
+    })
 
 
 def _same(a, b):
@@ -42,8 +51,7 @@ def _same(a, b):
 
 @pytest.mark.parametrize('wrapper', WRAPPERS)
 @pytest.mark.parametrize('bad', ['inf_grad', 'nan_loss'])
-def test_bad_step_is_skipped_weights_and_state_untouched(wrapper, bad,
-                                                         device):
+def test_bad_step_is_skipped_weights_and_state_untouched(wrapper, bad, device):
     model, optim = _setup(wrapper, device)
     x = torch.randn(3, 4, device=device)
 
@@ -85,8 +93,10 @@ def test_consecutive_skips_stop_training_with_one_clear_error():
     x = torch.randn(3, 4) * float('nan')
     for _ in range(2):
         optim.update_params(model(x).sum())
-    with pytest.raises(RuntimeError, match=r'3 optimizer steps in a row.*'
-                       r'lower optimizer.lr'):
+    with pytest.raises(
+            RuntimeError,
+            match=r'3 optimizer steps in a row.*'
+            r'lower optimizer.lr'):
         optim.update_params(model(x).sum())
 
 
@@ -111,12 +121,14 @@ def test_per_parameter_clipping_is_dinos(wrapper, device):
     """clip_grad type 'param_norm' (DINO/iBOT): each gradient scaled by
     max_norm / (norm + 1e-6) where that is below 1, on its own (after
     unscaling under fp16)."""
-    model, optim = _setup(wrapper, device, clip_grad=dict(type='param_norm',
-                                                          max_norm=1.0))
+    model, optim = _setup(
+        wrapper, device, clip_grad=dict(type='param_norm', max_norm=1.0))
     captured = {}
     step = optim.optimizer.step
-    optim.optimizer.step = lambda *a, **k: captured.update(
-        {n: p.grad.clone() for n, p in model.named_parameters()}) or step()
+    optim.optimizer.step = lambda *a, **k: captured.update({
+        n: p.grad.clone()
+        for n, p in model.named_parameters()
+    }) or step()
     x = torch.randn(3, 4, device=device) * 100  # weight grad > 1, bias < 1
     loss = model(x).sum() * 0.01
     raw = torch.autograd.grad(loss, list(model.parameters()))
@@ -124,8 +136,7 @@ def test_per_parameter_clipping_is_dinos(wrapper, device):
     for (name, _), g in zip(model.named_parameters(), raw):
         n = g.norm()
         want = g * (1. / (n + 1e-6)) if n > 1 else g
-        torch.testing.assert_close(captured[name], want, rtol=1e-4,
-                                   atol=1e-6)
+        torch.testing.assert_close(captured[name], want, rtol=1e-4, atol=1e-6)
     assert raw[0].norm() > 1 > raw[1].norm()
     hub = MessageHub.get_current_instance()
     assert hub.get_scalar('train/grad_norm_max').current() == pytest.approx(
@@ -135,26 +146,43 @@ def test_per_parameter_clipping_is_dinos(wrapper, device):
 def test_mae_baseline_is_guarded_too():
     """mmpretrain's own MAE (the baseline configs) through the same wrapper:
     a NaN batch leaves every weight as it was."""
-    from mmengine.registry import init_default_scope
     from mmpretrain.registry import MODELS
-    init_default_scope('mmpretrain')
-    model = MODELS.build(dict(
-        type='MAE',
-        backbone=dict(type='MAEViT', arch=dict(
-            embed_dims=32, num_layers=1, num_heads=2,
-            feedforward_channels=64), img_size=16, patch_size=4,
-            patch_cfg=dict(in_channels=1)),
-        neck=dict(type='MAEPretrainDecoder', num_patches=16, patch_size=4,
-                  in_chans=1, embed_dim=32, decoder_embed_dim=16,
-                  decoder_depth=1, decoder_num_heads=2),
-        head=dict(type='MAEPretrainHead', patch_size=4, in_channels=1,
-                  loss=dict(type='PixelReconstructionLoss', criterion='L2')),
-        data_preprocessor=dict(type='SelfSupDataPreprocessor', mean=[0.],
-                               std=[1.])))
-    optim = build_optim_wrapper(model, dict(
-        type='GuardedOptimWrapper', optimizer=dict(type='AdamW', lr=0.1)))
+    model = MODELS.build(
+        dict(
+            type='MAE',
+            backbone=dict(
+                type='MAEViT',
+                arch=dict(
+                    embed_dims=32,
+                    num_layers=1,
+                    num_heads=2,
+                    feedforward_channels=64),
+                img_size=16,
+                patch_size=4,
+                patch_cfg=dict(in_channels=1)),
+            neck=dict(
+                type='MAEPretrainDecoder',
+                num_patches=16,
+                patch_size=4,
+                in_chans=1,
+                embed_dim=32,
+                decoder_embed_dim=16,
+                decoder_depth=1,
+                decoder_num_heads=2),
+            head=dict(
+                type='MAEPretrainHead',
+                patch_size=4,
+                in_channels=1,
+                loss=dict(type='PixelReconstructionLoss', criterion='L2')),
+            data_preprocessor=dict(
+                type='SelfSupDataPreprocessor', mean=[0.], std=[1.])))
+    optim = build_optim_wrapper(
+        model,
+        dict(type='GuardedOptimWrapper', optimizer=dict(type='AdamW', lr=0.1)))
     before = {k: v.clone() for k, v in model.state_dict().items()}
-    model.train_step(dict(inputs=torch.randn(2, 1, 16, 16) * float('nan'),
-                          data_samples=None), optim)
+    model.train_step(
+        dict(
+            inputs=torch.randn(2, 1, 16, 16) * float('nan'),
+            data_samples=None), optim)
     assert _same(before, model.state_dict())
     assert optim.skipped_steps == 1

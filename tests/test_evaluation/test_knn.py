@@ -32,12 +32,18 @@ def test_knn_matches_brute_force(seed, device):
     train = centers[train_labels] + 1.5 * torch.randn(120, D, generator=g)
     test = centers[test_labels] + 1.5 * torch.randn(37, D, generator=g)
     ks = (1, 5, 10, 20, 100)
-    got = knn_classify(train.to(device), train_labels.to(device),
-                       test.to(device), test_labels.to(device), ks, 0.07,
-                       num_classes=C, chunk_size=8)
+    got = knn_classify(
+        train.to(device),
+        train_labels.to(device),
+        test.to(device),
+        test_labels.to(device),
+        ks,
+        0.07,
+        num_classes=C,
+        chunk_size=8)
     for k in ks:
-        want = knn_brute_force(train, train_labels, test, test_labels, k,
-                               0.07, C)
+        want = knn_brute_force(train, train_labels, test, test_labels, k, 0.07,
+                               C)
         assert got[k] == pytest.approx(want), k
     assert got[20] > 100. / C  # better than chance on separable data
 
@@ -68,56 +74,53 @@ def test_pool_features_cls_token():
 
 
 @pytest.mark.parametrize('feature', ['cls', 'avg'])
-def test_knn_on_model_features_matches_brute_force(tmp_path, feature,
-                                                   device):
+def test_knn_on_model_features_matches_brute_force(tmp_path, feature, device):
     """extract_features on a real (tiny) HPM through a dataloader, then kNN,
     against features taken by hand from the encoder's tokens and the
     one-sample-at-a-time brute force."""
-    from conftest import make_image_folder
-    from mmengine.registry import init_default_scope
+    from conftest import make_image_folder, tiny_hpm
     from mmengine.runner import Runner
-    from mmpretrain.registry import MODELS
 
     from hpm_mm.evaluation import extract_features
-    init_default_scope('mmpretrain')
     root = make_image_folder(str(tmp_path / 'imgs'), 3, 6)
-    loader = Runner.build_dataloader(dict(
-        batch_size=5, num_workers=0,
-        sampler=dict(type='DefaultSampler', shuffle=False),
-        collate_fn=dict(type='default_collate'),
-        dataset=dict(type='CustomDataset', data_root=root, pipeline=[
-            dict(type='LoadImageFromFile', color_type='grayscale'),
-            dict(type='PackInputs')])), seed=0)
-    torch.manual_seed(0)
-    model = MODELS.build(dict(
-        type='HPM',
-        backbone=dict(type='HPMViT', arch=dict(
-            embed_dims=16, num_layers=1, num_heads=2,
-            feedforward_channels=32), img_size=32, patch_size=8,
-            patch_cfg=dict(in_channels=1)),
-        neck=dict(type='HPMPretrainDecoder', num_patches=16, patch_size=8,
-                  in_chans=1, embed_dim=16, decoder_embed_dim=8,
-                  decoder_depth=1, decoder_num_heads=2),
-        head=dict(type='HPMPretrainHead', patch_size=8, in_channels=1),
-        data_preprocessor=dict(type='SelfSupDataPreprocessor', mean=[50.],
-                               std=[60.])))
-    model.init_weights()
-    model.to(device)
+    loader = Runner.build_dataloader(
+        dict(
+            batch_size=5,
+            num_workers=0,
+            sampler=dict(type='DefaultSampler', shuffle=False),
+            collate_fn=dict(type='default_collate'),
+            dataset=dict(
+                type='CustomDataset',
+                data_root=root,
+                pipeline=[
+                    dict(type='LoadImageFromFile', color_type='grayscale'),
+                    dict(type='PackInputs')
+                ])),
+        seed=0)
+    model = tiny_hpm(
+        device=device,
+        seed=0,
+        img_size=32,
+        patch_size=8,
+        embed_dims=16,
+        num_layers=1,
+        data_preprocessor=dict(mean=[50.], std=[60.]))
     got = extract_features(model, loader, progress=False, feature=feature)
     want, labels = [], []
     with torch.no_grad():
         for batch in loader:
             data = model.data_preprocessor(batch, False)
             tokens = model.backbone(data['inputs'])[0]  # (B, 1 + N, D)
-            want.append(tokens[:, 0] if feature == 'cls' else
-                        tokens[:, 1:].mean(1))
+            want.append(tokens[:,
+                               0] if feature == 'cls' else tokens[:,
+                                                                  1:].mean(1))
             labels += [int(s.gt_label) for s in data['data_samples']]
     want = torch.cat(want).cpu()
     assert torch.allclose(got['feats'].cpu(), want, atol=1e-5)
     assert got['labels'].tolist() == labels
     # leave-nothing-out kNN on those features = the brute force
     y = got['labels'].cpu()
-    acc = knn_classify(got['feats'], y, got['feats'], y, ks=(3, ),
-                       temperature=0.07)
+    acc = knn_classify(
+        got['feats'], y, got['feats'], y, ks=(3, ), temperature=0.07)
     assert acc[3] == pytest.approx(
         knn_brute_force(want, y, want, y, 3, 0.07, 3))

@@ -4,21 +4,21 @@ teacher do what they say, bad settings stop in one line."""
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import tiny_hpm_cfg
 from mmpretrain.registry import MODELS
 
 import hpm_mm  # noqa: F401
 
 ARCH = dict(embed_dims=32, num_layers=2, num_heads=2, feedforward_channels=64)
-CLIP_TINY = dict(type='CLIPFeatureTarget', checkpoint=None, img_size=32,
-                 patch_size=8, width=32, layers=1, heads=2, output_dim=24)
-
-
-@pytest.fixture(autouse=True)
-def mmpretrain_scope():
-    """Build by name in mmpretrain's registry whatever scope an earlier
-    test left current (e.g. mmdet's)."""
-    from mmengine.registry import init_default_scope
-    init_default_scope('mmpretrain')
+CLIP_TINY = dict(
+    type='CLIPFeatureTarget',
+    checkpoint=None,
+    img_size=32,
+    patch_size=8,
+    width=32,
+    layers=1,
+    heads=2,
+    output_dim=24)
 
 
 def build(cfg):
@@ -28,22 +28,15 @@ def build(cfg):
 
 
 def hpm_cfg(**kw):
-    cfg = dict(
-        type='HPM',
-        backbone=dict(type='HPMViT', arch=ARCH, img_size=32, patch_size=8),
-        neck=dict(type='HPMPretrainDecoder', num_patches=16, patch_size=8,
-                  embed_dim=32, decoder_embed_dim=16, decoder_depth=1,
-                  decoder_num_heads=2, predictor_depth=1),
-        head=dict(type='HPMPretrainHead', patch_size=8),
-        mask_generator=dict(type='HPMMaskGenerator', alpha_0=0.5,
-                            alpha_T=0.5))
-    cfg.update(kw)
-    return cfg
+    """conftest's tiny HPM at 32 px RGB in 8-px patches."""
+    return tiny_hpm_cfg(img_size=32, patch_size=8, in_channels=3, **kw)
 
 
 def feature_cfg(target, dim, **kw):
-    cfg = hpm_cfg(target_generator=target,
-                  head=dict(type='HPMFeaturePretrainHead'), **kw)
+    cfg = hpm_cfg(
+        target_generator=target,
+        head=dict(type='HPMFeaturePretrainHead'),
+        **kw)
     cfg['neck'] = dict(cfg['neck'], predict_feature_dim=dim)
     return cfg
 
@@ -51,28 +44,34 @@ def feature_cfg(target, dim, **kw):
 def simmim_cfg(**kw):
     cfg = dict(
         type='HPMSimMIM',
-        backbone=dict(type='MaskTokenViT', arch=ARCH, img_size=32,
-                      patch_size=8),
+        backbone=dict(
+            type='MaskTokenViT', arch=ARCH, img_size=32, patch_size=8),
         neck=dict(type='HPMSimMIMDecoder', in_channels=32, encoder_stride=8),
         head=dict(type='HPMSimMIMHead', patch_size=8),
-        predictor=dict(type='HPMLossPredictor', embed_dim=32,
-                       predictor_embed_dim=16, predictor_depth=1,
-                       predictor_num_heads=2),
-        mask_generator=dict(type='HPMMaskGenerator', mask_ratio=0.6,
-                            alpha_0=0.5, alpha_T=0.5))
+        predictor=dict(
+            type='HPMLossPredictor',
+            embed_dim=32,
+            predictor_embed_dim=16,
+            predictor_depth=1,
+            predictor_num_heads=2),
+        mask_generator=dict(
+            type='HPMMaskGenerator', mask_ratio=0.6, alpha_0=0.5, alpha_T=0.5))
     cfg.update(kw)
     return cfg
 
 
 def beit_cfg(**kw):
     cfg = simmim_cfg(
-        type='HPMBEiT', neck=None,
+        type='HPMBEiT',
+        neck=None,
         head=dict(type='HPMBEiTHead', embed_dims=32, num_embed=64),
         target_generator=dict(type='DALL-E', n_hid=8, vocab_size=64),
         mask_generator=dict(
-            type='HPMMaskGenerator', mask_ratio=0.4, alpha_0=0.5,
-            alpha_T=0.5, rest=dict(type='BlockwiseMaskGenerator',
-                                   min_num_patches=2)))
+            type='HPMMaskGenerator',
+            mask_ratio=0.4,
+            alpha_0=0.5,
+            alpha_T=0.5,
+            rest=dict(type='BlockwiseMaskGenerator', min_num_patches=2)))
     cfg.update(kw)
     return cfg
 
@@ -85,6 +84,7 @@ def random_mask(B=3, N=16, k=10, seed=0):
 
 # ---- per-patch losses = the frameworks' own losses -------------------------
 
+
 def test_feature_head_is_milan_cosine_loss_per_patch():
     torch.manual_seed(0)
     pred, target, mask = torch.randn(3, 16, 24), torch.randn(3, 16, 24), \
@@ -92,12 +92,14 @@ def test_feature_head_is_milan_cosine_loss_per_patch():
     head = MODELS.build(dict(type='HPMFeaturePretrainHead'))
     per_patch = head.patch_losses(pred, target)
     # brute force: l2-normalise, MSE over channels
-    want = torch.stack([torch.stack([
-        ((pred[b, i] / pred[b, i].norm() - target[b, i] / target[b, i].norm())
-         ** 2).mean() for i in range(16)]) for b in range(3)])
+    want = torch.stack([
+        torch.stack([((pred[b, i] / pred[b, i].norm() -
+                       target[b, i] / target[b, i].norm())**2).mean()
+                     for i in range(16)]) for b in range(3)
+    ])
     torch.testing.assert_close(per_patch, want)
-    milan = MODELS.build(dict(type='CosineSimilarityLoss', shift_factor=2.0,
-                              scale_factor=2.0))
+    milan = MODELS.build(
+        dict(type='CosineSimilarityLoss', shift_factor=2.0, scale_factor=2.0))
     losses = head.loss(pred, torch.randn(3, 16), target, mask)
     torch.testing.assert_close(losses['loss_rec'] * 24,
                                milan(pred, target, mask))
@@ -117,8 +119,10 @@ def test_simmim_head_is_simmim_loss_per_patch():
         float(p[1, :, 8:16, 8:16].mean()), rel=1e-5)  # patch (1, 1)
     losses = head.loss(pred, torch.randn(3, 16), imgs, mask)
     own = head.loss_module(  # SimMIMHead.loss with the (B, h, w) mask
-        pred, imgs, mask.view(3, 4, 4).repeat_interleave(8, 1)
-        .repeat_interleave(8, 2).unsqueeze(1))
+        pred, imgs,
+        mask.view(3, 4,
+                  4).repeat_interleave(8, 1).repeat_interleave(8,
+                                                               2).unsqueeze(1))
     torch.testing.assert_close(losses['loss_rec'], own)
 
 
@@ -130,8 +134,9 @@ def test_beit_head_is_beit_loss_per_patch():
     per_patch = head.patch_losses(feats, tokens, mask)
     ids = tokens.argmax(1).flatten(1)
     logits = head.cls_head(feats[:, 1:])
-    want = F.cross_entropy(logits.flatten(0, 1), ids.flatten(),
-                           reduction='none').view(3, 16) * mask
+    want = F.cross_entropy(
+        logits.flatten(0, 1), ids.flatten(), reduction='none').view(3,
+                                                                    16) * mask
     torch.testing.assert_close(per_patch, want)
     losses = head.loss(feats, torch.randn(3, 16), tokens, mask)
     own = super(type(head), head).loss(feats, tokens, mask.view(3, 4, 4))
@@ -140,13 +145,16 @@ def test_beit_head_is_beit_loss_per_patch():
 
 # ---- targets ----------------------------------------------------------------
 
+
 def test_ema_target_is_the_teachers_full_image_features():
     torch.manual_seed(0)
     # random masks: the teacher is built for the target alone
-    model = build(feature_cfg(
-        dict(type='EMATeacherTarget'), 32,
-        mask_generator=dict(type='HPMMaskGenerator', alpha_0=0.,
-                            alpha_T=0.)))
+    model = build(
+        feature_cfg(
+            dict(type='EMATeacherTarget'),
+            32,
+            mask_generator=dict(
+                type='HPMMaskGenerator', alpha_0=0., alpha_T=0.)))
     assert model.teacher is not None
     x = torch.randn(2, 3, 32, 32)
     model.set_progress(0.)
@@ -160,14 +168,19 @@ def test_ema_target_is_the_teachers_full_image_features():
     plain = teacher(x)[0][:, 1:]  # the ViT forward: same tokens
     torch.testing.assert_close(seen['a'][2], plain, rtol=1e-4, atol=1e-5)
     with pytest.raises(ValueError, match='input_scale=1.0'):
-        build(feature_cfg(dict(type='EMATeacherTarget'), 32,
-                          teacher=dict(type='EMATeacher', input_scale=0.5)))
+        build(
+            feature_cfg(
+                dict(type='EMATeacherTarget'),
+                32,
+                teacher=dict(type='EMATeacher', input_scale=0.5)))
 
 
-@pytest.mark.parametrize('target,dim', [
-    (dict(type='ViTFeatureTarget', checkpoint=None, arch=ARCH, img_size=32,
-          patch_size=8), 32),
-    (CLIP_TINY, 24)])
+@pytest.mark.parametrize('target,dim', [(dict(
+    type='ViTFeatureTarget',
+    checkpoint=None,
+    arch=ARCH,
+    img_size=32,
+    patch_size=8), 32), (CLIP_TINY, 24)])
 def test_frozen_targets_load_stay_frozen_and_refuse_missing_weights(
         tmp_path, target, dim):
     torch.manual_seed(0)
@@ -180,8 +193,10 @@ def test_frozen_targets_load_stay_frozen_and_refuse_missing_weights(
     # weights saved as the converters write them, loaded at init_weights
     prefix = model.target_generator.prefix
     path = str(tmp_path / 'target.pth')
-    state = {prefix + k: torch.randn_like(v) for k, v in
-             net.state_dict().items()}
+    state = {
+        prefix + k: torch.randn_like(v)
+        for k, v in net.state_dict().items()
+    }
     torch.save({'state_dict': state}, path)
     loaded = build(feature_cfg(dict(target, checkpoint=path), dim))
     for k, v in loaded.target_generator.network.state_dict().items():
@@ -193,13 +208,14 @@ def test_frozen_targets_load_stay_frozen_and_refuse_missing_weights(
     losses['loss_rec'].backward()
     assert all(p.grad is None for p in loaded.target_generator.parameters())
     with pytest.raises(FileNotFoundError, match='docs/targets.md'):
-        build(feature_cfg(dict(target, checkpoint=str(tmp_path / 'no.pth')),
-                          dim))
+        build(
+            feature_cfg(
+                dict(target, checkpoint=str(tmp_path / 'no.pth')), dim))
 
 
 def test_plain_rows_need_no_predictor_and_refuse_half_configs():
-    plain = feature_cfg(CLIP_TINY, 24,
-                        mask_generator=dict(type='RandomMaskGenerator'))
+    plain = feature_cfg(
+        CLIP_TINY, 24, mask_generator=dict(type='RandomMaskGenerator'))
     plain['neck']['predictor_depth'] = 0
     plain['head']['loss_pred'] = None
     model = build(plain)
@@ -213,6 +229,7 @@ def test_plain_rows_need_no_predictor_and_refuse_half_configs():
 
 
 # ---- mask-token frameworks --------------------------------------------------
+
 
 def test_mask_token_vit_is_hpm_vit_on_the_full_image():
     torch.manual_seed(0)
@@ -240,8 +257,9 @@ def test_teacher_scores_with_the_predictor_on_the_full_image(cfg):
     x = torch.randn(2, 3, 32, 32)
     inputs = [x, torch.randn(2, 3, 32, 32)] if cfg is beit_cfg else x
     losses = model.loss(inputs, [])
-    assert set(losses) == {'loss_rec', 'loss_pred', 'rank_acc', 'alpha',
-                           'num_hard'}
+    assert set(losses) == {
+        'loss_rec', 'loss_pred', 'rank_acc', 'alpha', 'num_hard'
+    }
     t = model.teacher.module
     assert set(t) == {'backbone', 'predictor'}
     want = t['predictor'](t['backbone'](x, torch.zeros(2, 16))[0])
@@ -254,18 +272,23 @@ def test_teacher_scores_with_the_predictor_on_the_full_image(cfg):
 
 
 def test_plain_frameworks_build_no_teacher():
-    simmim = build(simmim_cfg(
-        predictor=None, head=dict(type='HPMSimMIMHead', patch_size=8,
-                                  loss_pred=None),
-        mask_generator=dict(type='RandomMaskGenerator', mask_ratio=0.6)))
+    simmim = build(
+        simmim_cfg(
+            predictor=None,
+            head=dict(type='HPMSimMIMHead', patch_size=8, loss_pred=None),
+            mask_generator=dict(type='RandomMaskGenerator', mask_ratio=0.6)))
     assert simmim.teacher is None
     assert set(simmim.loss(torch.randn(2, 3, 32, 32), [])) == {'loss_rec'}
 
 
 def test_hpm_mask_with_blockwise_rest():
-    gen = MODELS.build(dict(type='HPMMaskGenerator', mask_ratio=0.4,
-                            alpha_0=0.5, alpha_T=0.5,
-                            rest=dict(type='BlockwiseMaskGenerator')))
+    gen = MODELS.build(
+        dict(
+            type='HPMMaskGenerator',
+            mask_ratio=0.4,
+            alpha_0=0.5,
+            alpha_T=0.5,
+            rest=dict(type='BlockwiseMaskGenerator')))
     assert gen.rest.mask_ratio == 0.4  # inherited
     scores = torch.rand(4, 196)
     mask = gen(scores, 0.5)
@@ -274,17 +297,21 @@ def test_hpm_mask_with_blockwise_rest():
     top = scores.topk(k, 1).indices
     assert mask.gather(1, top).all()
     # with alpha 0 it is BEiT's block-wise mask, draw for draw
-    gen0 = MODELS.build(dict(type='HPMMaskGenerator', mask_ratio=0.4,
-                             alpha_0=0., alpha_T=0.,
-                             rest=dict(type='BlockwiseMaskGenerator')))
+    gen0 = MODELS.build(
+        dict(
+            type='HPMMaskGenerator',
+            mask_ratio=0.4,
+            alpha_0=0.,
+            alpha_T=0.,
+            rest=dict(type='BlockwiseMaskGenerator')))
     block = MODELS.build(dict(type='BlockwiseMaskGenerator', mask_ratio=0.4))
     torch.manual_seed(3)
     a = gen0(None, 0., 196, 4)
     torch.manual_seed(3)
     assert torch.equal(a, block(None, 0., 196, 4))
     with pytest.raises(ValueError, match='score-free'):
-        MODELS.build(dict(type='HPMMaskGenerator',
-                          rest=dict(type='HPMMaskGenerator')))
+        MODELS.build(
+            dict(type='HPMMaskGenerator', rest=dict(type='HPMMaskGenerator')))
 
 
 @pytest.mark.parametrize('target,dim', [(dict(type='EMATeacherTarget'), 32),
@@ -315,19 +342,32 @@ IBOT_MASK = [(0., 0.), (0.1, 0.5)]
 def ibot_cfg(**kw):
     cfg = dict(
         type='HPMiBOT',
-        backbone=dict(type='MaskTokenViT', arch=ARCH, img_size=32,
-                      patch_size=8, drop_path_rate=0.1),
-        neck=dict(type='iBOTNeck', in_channels=32, hidden_channels=48,
-                  bottleneck_channels=16, out_channels=64),
-        head=dict(type='HPMiBOTHead', out_channels=64,
-                  warmup_teacher_temp_epochs=3),
-        predictor=dict(type='HPMLossPredictor', embed_dim=32,
-                       predictor_embed_dim=16, predictor_depth=1,
-                       predictor_num_heads=2),
+        backbone=dict(
+            type='MaskTokenViT',
+            arch=ARCH,
+            img_size=32,
+            patch_size=8,
+            drop_path_rate=0.1),
+        neck=dict(
+            type='iBOTNeck',
+            in_channels=32,
+            hidden_channels=48,
+            bottleneck_channels=16,
+            out_channels=64),
+        head=dict(
+            type='HPMiBOTHead', out_channels=64, warmup_teacher_temp_epochs=3),
+        predictor=dict(
+            type='HPMLossPredictor',
+            embed_dim=32,
+            predictor_embed_dim=16,
+            predictor_depth=1,
+            predictor_num_heads=2),
         mask_generator=dict(
-            type='HPMMaskGenerator', mask_ratio=[(0.2, 0.5)], alpha_0=0.5,
-            alpha_T=0.5, rest=dict(type='BlockwiseMaskGenerator',
-                                   min_num_patches=2)))
+            type='HPMMaskGenerator',
+            mask_ratio=[(0.2, 0.5)],
+            alpha_0=0.5,
+            alpha_T=0.5,
+            rest=dict(type='BlockwiseMaskGenerator', min_num_patches=2)))
     cfg.update(kw)
     return cfg
 
@@ -335,31 +375,45 @@ def ibot_cfg(**kw):
 def views(B=2, num_local=3, seed=0):
     g = torch.Generator().manual_seed(seed)
     return [torch.randn(B, 3, 32, 32, generator=g) for _ in range(2)] + [
-        torch.randn(B, 3, 16, 16, generator=g) for _ in range(num_local)]
+        torch.randn(B, 3, 16, 16, generator=g) for _ in range(num_local)
+    ]
 
 
-def ibot_reference(s_cls, s_patch, t_cls, t_patch, masks, center, center2,
-                   temp, temp2, ncrops, student_temp=0.1, ngcrops=2):
+def ibot_reference(s_cls,
+                   s_patch,
+                   t_cls,
+                   t_patch,
+                   masks,
+                   center,
+                   center2,
+                   temp,
+                   temp2,
+                   ncrops,
+                   student_temp=0.1,
+                   ngcrops=2):
     """iBOT's ``iBOTLoss.forward`` (main_ibot.py), loop for loop."""
     student_cls = (s_cls / student_temp).chunk(ncrops)
     student_patch = (s_patch / student_temp).chunk(ngcrops)
     teacher_cls = F.softmax((t_cls - center) / temp, dim=-1).chunk(ngcrops)
-    teacher_patch = F.softmax((t_patch - center2) / temp2,
-                              dim=-1).chunk(ngcrops)
+    teacher_patch = F.softmax(
+        (t_patch - center2) / temp2, dim=-1).chunk(ngcrops)
     total1 = n1 = total2 = n2 = 0
     for q in range(len(teacher_cls)):
         for v in range(len(student_cls)):
             if v == q:
-                loss2 = torch.sum(-teacher_patch[q] * F.log_softmax(
-                    student_patch[v], dim=-1), dim=-1)
+                loss2 = torch.sum(
+                    -teacher_patch[q] *
+                    F.log_softmax(student_patch[v], dim=-1),
+                    dim=-1)
                 mask = masks[v].flatten(-2, -1)
                 loss2 = torch.sum(loss2 * mask.float(), dim=-1) / \
                     mask.sum(dim=-1).clamp(min=1.0)
                 total2 += loss2.mean()
                 n2 += 1
             else:
-                loss1 = torch.sum(-teacher_cls[q] * F.log_softmax(
-                    student_cls[v], dim=-1), dim=-1)
+                loss1 = torch.sum(
+                    -teacher_cls[q] * F.log_softmax(student_cls[v], dim=-1),
+                    dim=-1)
                 total1 += loss1.mean()
                 n1 += 1
     center = center * 0.9 + t_cls.mean(0, keepdim=True) * 0.1
@@ -367,16 +421,16 @@ def ibot_reference(s_cls, s_patch, t_cls, t_patch, masks, center, center2,
     return total1 / n1, total2 / n2, center, center2
 
 
-@pytest.mark.parametrize('epoch,temps', [(0, (0.04, 0.04)), (1, (0.055,
-                                                                 0.055)),
-                                         (7, (0.07, 0.07))])
+@pytest.mark.parametrize('epoch,temps',
+                         [(0, (0.04, 0.04)), (1, (0.055, 0.055)),
+                          (7, (0.07, 0.07))])
 def test_ibot_head_is_ibot_loss_per_patch(epoch, temps):
     """Both losses, the per-patch losses and the center updates equal
     iBOT's own code; an image without masked patches counts 0."""
     torch.manual_seed(0)
     B, N, K, V = 3, 16, 64, 5
-    head = MODELS.build(dict(type='HPMiBOTHead', out_channels=K,
-                             warmup_teacher_temp_epochs=3))
+    head = MODELS.build(
+        dict(type='HPMiBOTHead', out_channels=K, warmup_teacher_temp_epochs=3))
     head.set_epoch(epoch + 0.7)  # per epoch, as iBOT
     assert head.teacher_temps() == pytest.approx(temps)
     head.center.normal_()
@@ -388,12 +442,19 @@ def test_ibot_head_is_ibot_loss_per_patch(epoch, temps):
     mask[1] = 0  # unmasked, as half of iBOT's images
     m = mask.bool()
     teacher_out = torch.cat([t_cls.unsqueeze(1), t_patch], 1)
-    losses = head.loss(s_cls.unflatten(0, (V, B)), s_patch[m],
-                       teacher_out.unflatten(0, (2, B)), torch.randn(2 * B,
-                                                                     N), mask)
+    losses = head.loss(
+        s_cls.unflatten(0, (V, B)), s_patch[m],
+        teacher_out.unflatten(0, (2, B)), torch.randn(2 * B, N), mask)
     cls, patch, c1, c2 = ibot_reference(
-        s_cls, s_patch, t_cls, t_patch, mask.view(2, B, 4, 4), center,
-        center2.unsqueeze(0), *temps, ncrops=V)
+        s_cls,
+        s_patch,
+        t_cls,
+        t_patch,
+        mask.view(2, B, 4, 4),
+        center,
+        center2.unsqueeze(0),
+        *temps,
+        ncrops=V)
     torch.testing.assert_close(losses['loss_cls'], cls)
     torch.testing.assert_close(losses['loss_rec'], patch)
     torch.testing.assert_close(head.center, c1)
@@ -414,8 +475,10 @@ def test_ibot_head_is_fp32_from_a_bf16_teacher():
     """Under autocast the teacher's logits arrive in bf16: the losses and
     centers are those of their fp32 values, in fp32."""
     torch.manual_seed(0)
-    heads = [MODELS.build(dict(type='HPMiBOTHead', out_channels=64))
-             for _ in range(2)]
+    heads = [
+        MODELS.build(dict(type='HPMiBOTHead', out_channels=64))
+        for _ in range(2)
+    ]
     s_cls, s_patch = torch.randn(3, 2, 64), torch.randn(5, 64)
     teacher = torch.randn(2, 2, 17, 64).bfloat16()
     mask = random_mask(4, 16, 0)
@@ -439,17 +502,17 @@ def test_ibot_teacher_projects_and_scores_the_whole_global_crops():
     head_loss = model.head.loss
     model.head.loss = lambda *a: seen.setdefault('a', a) and head_loss(*a)
     losses = model.loss(inputs, [])
-    assert set(losses) == {'loss_cls', 'loss_rec', 'loss_pred', 'rank_acc',
-                           'alpha'}
+    assert set(losses) == {
+        'loss_cls', 'loss_rec', 'loss_pred', 'rank_acc', 'alpha'
+    }
     t = model.teacher.module
     assert set(t) == {'backbone', 'neck', 'predictor'}
     assert not t.training  # no drop path in the teacher
     g = torch.cat(inputs[:2])
     tokens = t['backbone'](g, torch.zeros(4, 16))[0]
-    torch.testing.assert_close(seen['a'][2], t['neck'](tokens).unflatten(
-        0, (2, 2)))
-    torch.testing.assert_close(model.teacher(g).scores,
-                               t['predictor'](tokens))
+    torch.testing.assert_close(seen['a'][2],
+                               t['neck'](tokens).unflatten(0, (2, 2)))
+    torch.testing.assert_close(model.teacher(g).scores, t['predictor'](tokens))
     s_cls, s_patch, _, scores, mask = seen['a']
     assert s_cls.shape == (5, 2, 64) and scores.shape == (4, 16)
     assert s_patch.shape == (int(mask.sum()), 64)
@@ -463,10 +526,14 @@ def test_ibot_teacher_projects_and_scores_the_whole_global_crops():
 
 def test_ibot_local_crops_only_meet_the_cls_loss():
     torch.manual_seed(0)
-    model = build(ibot_cfg(predictor=None, head=dict(
-        type='HPMiBOTHead', out_channels=64, loss_pred=None),
-        mask_generator=dict(type='BlockwiseMaskGenerator',
-                            mask_ratio=[(0.2, 0.5)], min_num_patches=2)))
+    model = build(
+        ibot_cfg(
+            predictor=None,
+            head=dict(type='HPMiBOTHead', out_channels=64, loss_pred=None),
+            mask_generator=dict(
+                type='BlockwiseMaskGenerator',
+                mask_ratio=[(0.2, 0.5)],
+                min_num_patches=2)))
     model.eval()  # no drop path: equal inputs give equal outputs
     model.set_progress(0., 2., max_epochs=10)
     a, b = views(seed=0), views(seed=0)
@@ -493,9 +560,9 @@ def test_ibot_last_layer_is_frozen_in_the_first_epoch():
     from torch.nn.functional import normalize
     torch.manual_seed(0)
     model = build(ibot_cfg())
-    opt = torch.optim.AdamW(
-        [p for p in model.parameters() if p.requires_grad], lr=1e-2,
-        weight_decay=0.04)
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad],
+                            lr=1e-2,
+                            weight_decay=0.04)
     for epoch, moves in ((0.5, False), (1., True)):
         model.set_progress(0.5, epoch, max_epochs=10)
         before = normalize(model.neck.last_layer.weight, dim=1).clone()
@@ -506,17 +573,24 @@ def test_ibot_last_layer_is_frozen_in_the_first_epoch():
         after = normalize(model.neck.last_layer.weight, dim=1)
         assert torch.allclose(before, after, atol=1e-6) != moves, epoch
     with pytest.raises(ValueError, match='drops the masked patches'):
-        build(hpm_cfg(mask_generator=dict(type='RandomMaskGenerator',
-                                          mask_ratio=IBOT_MASK)))
+        build(
+            hpm_cfg(
+                mask_generator=dict(
+                    type='RandomMaskGenerator', mask_ratio=IBOT_MASK)))
 
 
 def test_ibot_neck_matches_ibot_head():
     """MLP, l2 norm, weight-normalised last layer (iBOT's iBOTHead with a
     shared head): the same map as torch's weight_norm with g = 1."""
     torch.manual_seed(0)
-    neck = build(dict(type='iBOTNeck', in_channels=32, hidden_channels=48,
-                      bottleneck_channels=16, out_channels=64,
-                      norm_last_layer=False))
+    neck = build(
+        dict(
+            type='iBOTNeck',
+            in_channels=32,
+            hidden_channels=48,
+            bottleneck_channels=16,
+            out_channels=64,
+            norm_last_layer=False))
     assert neck.last_layer_scale.shape == (64, 1)
     x = torch.randn(2, 5, 32)
     last = torch.nn.utils.parametrizations.weight_norm(
@@ -526,18 +600,21 @@ def test_ibot_neck_matches_ibot_head():
         last.parametrizations.weight.original0.fill_(1)
     want = last(F.normalize(neck.mlp(x), dim=-1))
     torch.testing.assert_close(neck(x), want)
-    assert [type(m).__name__ for m in neck.mlp] == [
-        'Linear', 'GELU', 'Linear', 'GELU', 'Linear']
+    assert [type(m).__name__ for m in neck.mlp
+            ] == ['Linear', 'GELU', 'Linear', 'GELU', 'Linear']
 
 
 @pytest.mark.parametrize('cfg', [beit_cfg, ibot_cfg])
 def test_framework_checkpoints_convert_to_a_plain_vit(cfg):
-    from hpm_mm.utils.convert import convert, encoder_state
     from mmpretrain.models import VisionTransformer
+
+    from hpm_mm.utils.convert import convert, encoder_state
     model = build(cfg())
     enc = encoder_state({'state_dict': model.state_dict()})
     assert 'mask_token' not in enc
     vit = VisionTransformer(arch=ARCH, img_size=32, patch_size=8)
-    out = {k[len('backbone.'):]: v for k, v in convert(enc,
-                                                       'mmpretrain').items()}
+    out = {
+        k[len('backbone.'):]: v
+        for k, v in convert(enc, 'mmpretrain').items()
+    }
     vit.load_state_dict(out, strict=True)

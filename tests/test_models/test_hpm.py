@@ -3,34 +3,9 @@ from unittest import mock
 
 import pytest
 import torch
-from mmpretrain.registry import MODELS
+from conftest import autocast_dtypes, tiny_hpm
 
 import hpm_mm  # noqa: F401
-from conftest import autocast_dtypes
-
-
-def tiny_hpm(teacher=None, device='cpu', **overrides):
-    cfg = dict(
-        type='HPM',
-        backbone=dict(
-            type='HPMViT',
-            arch=dict(embed_dims=32, num_layers=2, num_heads=2,
-                      feedforward_channels=64),
-            img_size=16, patch_size=4, patch_cfg=dict(in_channels=1)),
-        neck=dict(
-            type='HPMPretrainDecoder', num_patches=16, patch_size=4,
-            in_chans=1, embed_dim=32, decoder_embed_dim=16, decoder_depth=1,
-            decoder_num_heads=2, predictor_depth=1),
-        head=dict(type='HPMPretrainHead', patch_size=4, in_channels=1),
-        mask_generator=dict(type='HPMMaskGenerator', mask_ratio=0.75,
-                            alpha_0=0.5, alpha_T=0.5),
-        teacher=dict(type='EMATeacher', **(teacher or {})),
-        data_preprocessor=dict(type='SelfSupDataPreprocessor', mean=[0.],
-                               std=[1.]))
-    cfg.update(overrides)
-    model = MODELS.build(cfg)
-    model.init_weights()
-    return model.to(device)
 
 
 def test_loss_keys_and_values(device):
@@ -38,8 +13,9 @@ def test_loss_keys_and_values(device):
     model = tiny_hpm(device=device)
     model.set_progress(0.5, epoch=3)
     losses = model.loss(torch.randn(4, 1, 16, 16, device=device), [])
-    assert set(losses) == {'loss_rec', 'loss_pred', 'rank_acc', 'alpha',
-                           'num_hard'}
+    assert set(losses) == {
+        'loss_rec', 'loss_pred', 'rank_acc', 'alpha', 'num_hard'
+    }
     assert all(torch.isfinite(v) for v in losses.values())
     assert float(losses['alpha']) == 0.5
     assert float(losses['num_hard']) == 6  # floor(0.5 * 12)
@@ -69,26 +45,30 @@ def test_gradients_reach_student_never_teacher(device):
 
 
 def test_teacher_skipped_when_k_is_zero(device):
-    model = tiny_hpm(device=device, mask_generator=dict(
-        type='HPMMaskGenerator', alpha_0=0., alpha_T=0.5))
+    model = tiny_hpm(
+        device=device,
+        mask_generator=dict(type='HPMMaskGenerator', alpha_0=0., alpha_T=0.5))
     x = torch.randn(2, 1, 16, 16, device=device)
-    with mock.patch.object(type(model.teacher), 'forward',
-                           wraps=model.teacher.forward) as spy:
-        model.set_progress(0.)   # K = 0
+    with mock.patch.object(
+            type(model.teacher), 'forward',
+            wraps=model.teacher.forward) as spy:
+        model.set_progress(0.)  # K = 0
         model.loss(x, [])
         assert spy.call_count == 0
-        model.set_progress(1.)   # K = 6
+        model.set_progress(1.)  # K = 6
         model.loss(x, [])
         assert spy.call_count == 1
     # random masking throughout builds no teacher at all
-    assert tiny_hpm(mask_generator=dict(
-        type='HPMMaskGenerator', alpha_0=0., alpha_T=0.)).teacher is None
+    assert tiny_hpm(
+        mask_generator=dict(type='HPMMaskGenerator', alpha_0=0.,
+                            alpha_T=0.)).teacher is None
 
 
 def test_ema_update_matches_formula_and_momentum_schedule(device):
     torch.manual_seed(0)
-    model = tiny_hpm(teacher=dict(momentum=1e-3, end_momentum=1e-4,
-                                  momentum_epochs=100), device=device)
+    model = tiny_hpm(
+        teacher=dict(momentum=1e-3, end_momentum=1e-4, momentum_epochs=100),
+        device=device)
     x = torch.randn(2, 1, 16, 16, device=device)
     model.set_progress(0.5, epoch=0)
     model.loss(x, [])  # first update copies the student
@@ -119,9 +99,12 @@ def test_cosine_momentum_follows_ibot_and_teacher_stays_in_eval():
     """iBOT's teacher: decay 1 - (1 - 0.996) (1 + cos(pi t / T)) / 2 at
     every iteration; the averaged model runs without drop path."""
     import math
-    model = tiny_hpm(teacher=dict(momentum=4e-3, end_momentum=0.,
-                                  momentum_epochs=10,
-                                  momentum_schedule='cosine'))
+    model = tiny_hpm(
+        teacher=dict(
+            momentum=4e-3,
+            end_momentum=0.,
+            momentum_epochs=10,
+            momentum_schedule='cosine'))
     for epoch in (0., 2.5, 5., 9.99, 12.):
         model.set_progress(0.5, epoch=epoch)
         t = min(epoch / 10, 1.)
@@ -139,8 +122,9 @@ def test_teacher_scores_use_full_image_and_predictor_only(device):
     model.teacher.update(model.student())
     x = torch.randn(3, 1, 16, 16, device=device)
     neck = model.teacher.module['predictor']  # HPM's decoder
-    with mock.patch.object(neck, 'reconstruct',
-                           side_effect=AssertionError('reconstructor ran')):
+    with mock.patch.object(
+            neck, 'reconstruct',
+            side_effect=AssertionError('reconstructor ran')):
         scores = model.teacher(x).scores
     assert scores.shape == (3, 16)
     # same as the student's predictor on the unmasked image
@@ -181,12 +165,15 @@ def test_extract_feat_unmasked():
 
 
 def test_absolute_loss_config_and_no_predictor_head():
-    model = tiny_hpm(head=dict(type='HPMPretrainHead', patch_size=4,
-                               in_channels=1,
-                               loss_pred=dict(type='HPMAbsoluteLoss')))
+    model = tiny_hpm(
+        head=dict(
+            type='HPMPretrainHead',
+            patch_size=4,
+            in_channels=1,
+            loss_pred=dict(type='HPMAbsoluteLoss')))
     model.set_progress(1.)
-    assert torch.isfinite(model.loss(torch.randn(2, 1, 16, 16),
-                                     [])['loss_pred'])
+    assert torch.isfinite(
+        model.loss(torch.randn(2, 1, 16, 16), [])['loss_pred'])
 
 
 def test_teacher_bf16_ranks_like_fp32(device):
@@ -222,30 +209,25 @@ def test_low_resolution_teacher_matches_a_native_small_model(device):
     handle.remove()
     assert scores.shape == (3, 16) and seen == [1 + 4]
 
-    small = MODELS.build(dict(
-        type='HPM', backbone=dict(type='HPMViT', arch=dict(
-            embed_dims=32, num_layers=2, num_heads=2,
-            feedforward_channels=64), img_size=8, patch_size=4,
-            patch_cfg=dict(in_channels=1)),
-        neck=dict(type='HPMPretrainDecoder', num_patches=4, patch_size=4,
-                  in_chans=1, embed_dim=32, decoder_embed_dim=16,
-                  decoder_depth=1, decoder_num_heads=2, predictor_depth=1),
-        head=dict(type='HPMPretrainHead', patch_size=4, in_channels=1))).to(
-            device)
+    small = tiny_hpm(img_size=8, device=device)
     state = copy.deepcopy(model.teacher.module.state_dict())
-    state['backbone.pos_embed'] = resize_pos_embed(
-        state['backbone.pos_embed'], (4, 4), (2, 2), 'bicubic', 1)
+    state['backbone.pos_embed'] = resize_pos_embed(state['backbone.pos_embed'],
+                                                   (4, 4), (2, 2), 'bicubic',
+                                                   1)
     state['predictor.decoder_pos_embed'] = resize_pos_embed(
         state['predictor.decoder_pos_embed'], (4, 4), (2, 2), 'bicubic', 1)
     small.student().load_state_dict(state)
-    small_x = F.interpolate(x, size=(8, 8), mode='bilinear',
-                            align_corners=False, antialias=True)
+    small_x = F.interpolate(
+        x, size=(8, 8), mode='bilinear', align_corners=False, antialias=True)
     with torch.no_grad():
         latent, ids = small.backbone(small_x, torch.zeros(3, 4, device=device),
                                      4)
         ref = small.neck.predictor(small.neck.embed(latent, ids))
-    ref = F.interpolate(ref.view(3, 1, 2, 2), size=(4, 4), mode='bilinear',
-                        align_corners=False).flatten(1)
+    ref = F.interpolate(
+        ref.view(3, 1, 2, 2),
+        size=(4, 4),
+        mode='bilinear',
+        align_corners=False).flatten(1)
     assert torch.allclose(scores, ref, atol=1e-5)
     # and the whole step runs with it
     model.set_progress(1.)
@@ -286,9 +268,10 @@ def test_cls_attention_scores_match_brute_force(device):
     """AttentionMaskGenerator's scores: the teacher's last-block CLS-to-patch
     attention, mean over heads, read off the same encoder pass."""
     import torch.nn.functional as F
-    model = tiny_hpm(mask_generator=dict(type='AttentionMaskGenerator',
-                                         alpha_0=0.5, alpha_T=0.5),
-                     device=device)
+    model = tiny_hpm(
+        mask_generator=dict(
+            type='AttentionMaskGenerator', alpha_0=0.5, alpha_T=0.5),
+        device=device)
     assert model.teacher.score_source == 'cls_attention'
     model.teacher.update(model.student())
     x = torch.randn(3, 1, 16, 16, device=device)
@@ -296,20 +279,24 @@ def test_cls_attention_scores_match_brute_force(device):
     last = model.teacher.module['backbone'].layers[-1]
     last.ln1.register_forward_hook(lambda m, i, o: seen.append(o))
     predictor = model.teacher.module['predictor'].predictor
-    with mock.patch.object(predictor, 'forward',
-                           side_effect=AssertionError('predictor ran')):
+    with mock.patch.object(
+            predictor, 'forward', side_effect=AssertionError('predictor ran')):
         scores = model.teacher(x).scores
     attn = last.attn
     q, k, _ = attn.qkv(seen[0]).view(3, 17, 3, attn.num_heads,
                                      attn.head_dims).unbind(2)
-    full = F.softmax(torch.einsum('bihd,bjhd->bhij', q, k) /
-                     attn.head_dims**.5, dim=-1)  # (B, H, L, L)
+    full = F.softmax(
+        torch.einsum('bihd,bjhd->bhij', q, k) / attn.head_dims**.5,
+        dim=-1)  # (B, H, L, L)
     want = full[:, :, 0, 1:].mean(1)
     assert scores.shape == (3, 16)
-    assert torch.allclose(scores, want, atol=1e-6 if device.type == 'cpu'
-                          else 1e-5)  # CUDA's softmax/matmul reduction order
-    assert torch.allclose(scores.sum(1) + full[:, :, 0, 0].mean(1),
-                          torch.ones(3, device=device), atol=1e-5)
+    assert torch.allclose(
+        scores, want, atol=1e-6 if device.type == 'cpu' else
+        1e-5)  # CUDA's softmax/matmul reduction order
+    assert torch.allclose(
+        scores.sum(1) + full[:, :, 0, 0].mean(1),
+        torch.ones(3, device=device),
+        atol=1e-5)
     model.set_progress(1.)
     assert torch.isfinite(model.loss(x, [])['loss_rec'])
 
@@ -318,12 +305,16 @@ def test_teacher_updates_once_per_optimizer_step(device):
     """The teacher follows applied optimizer steps only: not after a step
     the guard skipped, once per step under gradient accumulation."""
     from mmengine.optim import build_optim_wrapper
+
     import hpm_mm.engine  # noqa: F401
     model = tiny_hpm(device=device)
     model.set_progress(0.5)
-    optim = build_optim_wrapper(model, dict(
-        type='GuardedOptimWrapper', accumulative_counts=2,
-        optimizer=dict(type='SGD', lr=0.1)))
+    optim = build_optim_wrapper(
+        model,
+        dict(
+            type='GuardedOptimWrapper',
+            accumulative_counts=2,
+            optimizer=dict(type='SGD', lr=0.1)))
     x = torch.randn(2, 1, 16, 16, device=device)
     data = dict(inputs=x, data_samples=None)
     steps = []
@@ -349,13 +340,15 @@ def _amp_wrapper(model, dtype, device):
     """The optimizer wrapper ``--amp`` gives: fp16 with a dynamic loss scale
     on CUDA (mmengine's AmpOptimWrapper, guarded), bf16 autocast else."""
     from mmengine.optim import build_optim_wrapper
-    cfg = dict(type='AutocastOptimWrapper', dtype='bfloat16',
-               device_type=device.type)
+    cfg = dict(
+        type='AutocastOptimWrapper', dtype='bfloat16', device_type=device.type)
     if dtype == torch.float16:
-        cfg = dict(type='GuardedAmpOptimWrapper', dtype='float16',
-                   loss_scale='dynamic')
-    return build_optim_wrapper(model, dict(
-        optimizer=dict(type='AdamW', lr=1e-3), **cfg))
+        cfg = dict(
+            type='GuardedAmpOptimWrapper',
+            dtype='float16',
+            loss_scale='dynamic')
+    return build_optim_wrapper(
+        model, dict(optimizer=dict(type='AdamW', lr=1e-3), **cfg))
 
 
 def test_amp_step_keeps_losses_fp32(device):
@@ -375,22 +368,32 @@ def test_amp_step_keeps_losses_fp32(device):
         patch, run = HPMPretrainHead.patch_losses, type(model.teacher).forward
 
         def record(key, fn, pick=lambda out: out):
+
             def call(*args, **kwargs):
                 out = fn(*args, **kwargs)
                 seen[key] = pick(out)
                 return out
+
             return call
 
         teacher_run = record('scores', run, lambda out: out[0])
-        with mock.patch.object(HPMPretrainHead, 'patch_losses', autospec=True,
-                               side_effect=record('per_patch', patch)):
-            with mock.patch.object(type(model.teacher), 'forward',
-                                   autospec=True, side_effect=teacher_run):
-                before = {n: p.detach().clone()
-                          for n, p in model.named_parameters()
-                          if p.requires_grad}
-                data = dict(inputs=torch.randn(4, 1, 16, 16, device=device),
-                            data_samples=None)
+        with mock.patch.object(
+                HPMPretrainHead,
+                'patch_losses',
+                autospec=True,
+                side_effect=record('per_patch', patch)):
+            with mock.patch.object(
+                    type(model.teacher),
+                    'forward',
+                    autospec=True,
+                    side_effect=teacher_run):
+                before = {
+                    n: p.detach().clone()
+                    for n, p in model.named_parameters() if p.requires_grad
+                }
+                data = dict(
+                    inputs=torch.randn(4, 1, 16, 16, device=device),
+                    data_samples=None)
                 for _ in range(2):  # 1st copies the teacher, 2nd scores
                     log = model.train_step(dict(data), optim)
         assert seen['student'] == dtype
@@ -401,8 +404,10 @@ def test_amp_step_keeps_losses_fp32(device):
             assert log[key].dtype == torch.float32 and torch.isfinite(
                 log[key]), key
         assert optim.skipped_steps == 0
-        moved = [n for n, p in model.named_parameters()
-                 if p.requires_grad and not torch.equal(p, before[n])]
+        moved = [
+            n for n, p in model.named_parameters()
+            if p.requires_grad and not torch.equal(p, before[n])
+        ]
         assert len(moved) == len(before), set(before) - set(moved)
         assert int(model.teacher.steps) == 2
 
@@ -416,10 +421,10 @@ def test_every_mask_generator_trains_in_hpm(device):
     x = torch.randn(2, 1, 16, 16, device=device)
     for gen in ('RandomMaskGenerator', 'BlockwiseMaskGenerator',
                 'AttentionMaskGenerator', 'HPMMaskGenerator'):
-        model = tiny_hpm(mask_generator=dict(type=gen, mask_ratio=0.5),
-                         device=device)
-        assert (model.teacher is None) == (gen in ('RandomMaskGenerator',
-                                                   'BlockwiseMaskGenerator'))
+        model = tiny_hpm(
+            mask_generator=dict(type=gen, mask_ratio=0.5), device=device)
+        assert (model.teacher is None) == (
+            gen in ('RandomMaskGenerator', 'BlockwiseMaskGenerator'))
         model.set_progress(1.)
         losses = model.loss(x, [])
         assert torch.isfinite(losses['loss_rec'] + losses['loss_pred'])
@@ -427,8 +432,7 @@ def test_every_mask_generator_trains_in_hpm(device):
 
 def test_mask_ratio_masking_every_patch_is_refused_at_build():
     with pytest.raises(ValueError, match='at least one patch'):
-        tiny_hpm(mask_generator=dict(type='HPMMaskGenerator',
-                                     mask_ratio=0.97))
+        tiny_hpm(mask_generator=dict(type='HPMMaskGenerator', mask_ratio=0.97))
 
 
 @pytest.mark.parametrize('by_epoch,progress', [(True, 0.3), (False, 26 / 80)])
@@ -441,12 +445,16 @@ def test_schedule_hook_pushes_progress_and_fractional_epoch(
     from types import SimpleNamespace
 
     import mmengine.runner
+
     from hpm_mm.engine.hooks import HPMScheduleHook
     got = []
     runner = SimpleNamespace(
         model=SimpleNamespace(set_progress=lambda *a: got.append(a)),
         train_loop=mock.Mock(spec=getattr(mmengine.runner, loop)),
-        epoch=3, max_epochs=10, iter=3 * 8 + 2, max_iters=80,
+        epoch=3,
+        max_epochs=10,
+        iter=3 * 8 + 2,
+        max_iters=80,
         train_dataloader=[None] * 8,
         optim_wrapper=SimpleNamespace(applied_steps=25),
         message_hub=mock.Mock())
@@ -463,9 +471,13 @@ def test_image_scores_need_no_teacher_and_drive_the_mask(device):
 
     from hpm_mm.visualization import analyze_hard_patches
     torch.manual_seed(0)
-    model = tiny_hpm(device=device, mask_generator=dict(
-        type='PatchStdMaskGenerator', mask_ratio=0.75, alpha_0=0.5,
-        alpha_T=0.5))
+    model = tiny_hpm(
+        device=device,
+        mask_generator=dict(
+            type='PatchStdMaskGenerator',
+            mask_ratio=0.75,
+            alpha_0=0.5,
+            alpha_T=0.5))
     assert model.teacher is None
     x = torch.randn(4, 1, 16, 16, device=device)
     x[:, :, :4, :4] *= 10  # patch 0 of every image has the top contrast
@@ -479,6 +491,7 @@ def test_image_scores_need_no_teacher_and_drive_the_mask(device):
         seen['scores'] = scores
         seen['mask'] = real(scores, inputs)
         return seen['mask']
+
     with mock.patch.object(model, 'choose_mask', side_effect=spy):
         losses = model.loss(x, [])
     torch.testing.assert_close(seen['scores'], want)
@@ -497,20 +510,18 @@ def test_image_scores_with_the_ema_feature_target(device):
     from test_mask_generators import PatchStdMaskGenerator  # noqa: F401
     model = tiny_hpm(
         device=device,
-        mask_generator=dict(type='PatchStdMaskGenerator', alpha_0=0.5,
-                            alpha_T=0.5),
+        mask_generator=dict(
+            type='PatchStdMaskGenerator', alpha_0=0.5, alpha_T=0.5),
         target_generator=dict(type='EMATeacherTarget'),
         head=dict(type='HPMFeaturePretrainHead'),
-        neck=dict(type='HPMPretrainDecoder', num_patches=16, patch_size=4,
-                  in_chans=1, embed_dim=32, decoder_embed_dim=16,
-                  decoder_depth=1, decoder_num_heads=2, predictor_depth=1,
-                  predict_feature_dim=32))
+        neck=dict(predict_feature_dim=32))
     assert model.teacher is not None and model.teacher.score_source is None
     model.set_progress(1.)
     x = torch.randn(2, 1, 16, 16, device=device)
     real = type(model.teacher).forward
-    with mock.patch.object(type(model.teacher), 'forward', autospec=True,
-                           side_effect=real) as spy:
+    with mock.patch.object(
+            type(model.teacher), 'forward', autospec=True,
+            side_effect=real) as spy:
         losses = model.loss(x, [])
     assert spy.call_count == 1
     assert spy.call_args.args[2:] == (False, True)  # features, no scores

@@ -9,7 +9,6 @@ import sys
 import numpy as np
 import pytest
 import torch
-
 from conftest import FMNIST_CFG, NEEDS_FULL, REPO, run_tool, tiny_config
 
 DET_CFG = osp.join(REPO, 'configs', 'benchmarks', 'det',
@@ -27,9 +26,10 @@ def test_versions_are_judged_by_the_imported_module(monkeypatch):
     monkeypatch.setattr(mmcv, '__version__', '9.9.9')
     installer = distribution_of('mmcv')  # mmcv (full), mmcv-lite (pretrain)
     assert installer in ('mmcv', 'mmcv-lite')
-    with pytest.raises(ImportError,
-                       match=r'mmcv>=2\.1\.0,<2\.2\.0.*reports 9\.9\.9 '
-                       rf'\(installed by {installer}\).*install\.sh pretrain'):
+    with pytest.raises(
+            ImportError,
+            match=r'mmcv>=2\.1\.0,<2\.2\.0.*reports 9\.9\.9 '
+            rf'\(installed by {installer}\).*install\.sh pretrain'):
         check_versions(['mmcv'])
     assert distribution_of('no_such_module_xyz') == '?'
 
@@ -101,28 +101,25 @@ def test_frozen_aware_constructor_same_groups_one_line(capsys):
     from mmengine.config import Config
     from mmengine.logging import MMLogger
     from mmengine.optim import build_optim_wrapper
-    from mmengine.registry import init_default_scope
 
     from hpm_mm.utils import build_model
-    init_default_scope('mmpretrain')
     cfg = Config.fromfile(FMNIST_CFG)
     assert cfg.optim_wrapper.constructor == \
         'FrozenAwareOptimWrapperConstructor'
     model = build_model(cfg)
     import uuid  # a new logger becomes mmengine's 'current' one
-    logger = MMLogger.get_instance(f'frozen_{uuid.uuid4().hex}',
-                                   log_level='INFO')
+    logger = MMLogger.get_instance(
+        f'frozen_{uuid.uuid4().hex}', log_level='INFO')
     groups = {}
     for constructor in ('FrozenAwareOptimWrapperConstructor',
                         'DefaultOptimWrapperConstructor'):
         capsys.readouterr()
         wrapper = build_optim_wrapper(
             model, dict(cfg.optim_wrapper, constructor=constructor))
-        groups[constructor] = [
-            ([id(p) for p in g['params']],
-             {k: v for k, v in g.items() if k != 'params'})
-            for g in wrapper.optimizer.param_groups
-        ]
+        groups[constructor] = [([id(p) for p in g['params']], {
+            k: v
+            for k, v in g.items() if k != 'params'
+        }) for g in wrapper.optimizer.param_groups]
         out = capsys.readouterr().out
         skipped = out.count('requires_grad=False')
         if constructor == 'DefaultOptimWrapperConstructor':
@@ -154,7 +151,9 @@ def test_quiet_console_and_tensorboard(tmp_path):
         "color_type='grayscale'), dict(type='CenterCrop', crop_size=28), "
         "dict(type='PackInputs')])))")
     cfg = tiny_config(
-        tmp_path, FMNIST_CFG, num_images=8,
+        tmp_path,
+        FMNIST_CFG,
+        num_images=8,
         hooks=f"custom_hooks = [dict(type='HPMScheduleHook'), {vis}]",
         body='train_cfg = dict(max_epochs=2)')
     work = tmp_path / 'work'
@@ -178,11 +177,16 @@ def test_quiet_console_and_tensorboard(tmp_path):
     assert 'System environment' in log and 'Epoch(train)' in log
     assert 'not optimised (requires_grad=False): teacher' in log and \
         log.count('requires_grad=False') == 1
-    events = [osp.join(d, f) for d, _, fs in os.walk(work) for f in fs
-              if f.startswith('events.out.tfevents')]
+    events = [
+        osp.join(d, f) for d, _, fs in os.walk(work) for f in fs
+        if f.startswith('events.out.tfevents')
+    ]
     assert events, 'no TensorBoard event file'
-    acc = EventAccumulator(osp.dirname(events[0]),
-                           size_guidance={'images': 0, 'scalars': 0})
+    acc = EventAccumulator(
+        osp.dirname(events[0]), size_guidance={
+            'images': 0,
+            'scalars': 0
+        })
     acc.Reload()
     tags = acc.Tags()
     assert {'loss_rec', 'rank_acc', 'hpm/spearman'} <= set(tags['scalars'])
@@ -217,9 +221,14 @@ def test_own_images_labelled_rgb_with_a_corrupt_file(tmp_path):
     work = tmp_path / 'work'
     # without --skip-unreadable: one line naming the file and the fix
     import subprocess
-    bad = subprocess.run(
-        [sys.executable, 'tools/pretrain_folder.py', str(root),
-         '--work-dir', str(work)], cwd=REPO, capture_output=True, text=True)
+    bad = subprocess.run([
+        sys.executable, 'tools/pretrain_folder.py',
+        str(root), '--work-dir',
+        str(work)
+    ],
+                         cwd=REPO,
+                         capture_output=True,
+                         text=True)
     assert bad.returncode != 0
     err = bad.stderr.strip().splitlines()[-1]
     assert 'cat/broken.jpg' in err and '--skip-unreadable' in err
@@ -238,8 +247,8 @@ def test_own_images_labelled_rgb_with_a_corrupt_file(tmp_path):
 
 def test_own_images_unlabelled_grayscale_odd_sizes(tmp_path):
     root = tmp_path / 'scans'
-    specs = [(f'{"a/b/" if i % 3 == 0 else ""}s{i}.png', (70 + 5 * i, 66),
-              'L') for i in range(12)]
+    specs = [(f'{"a/b/" if i % 3 == 0 else ""}s{i}.png', (70 + 5 * i, 66), 'L')
+             for i in range(12)]
     _write_images(str(root), specs, seed=1)
     work = tmp_path / 'work'
     proc = run_tool('tools/pretrain_folder.py', str(root), '--work-dir',
@@ -260,8 +269,10 @@ def test_own_images_one_per_class_trains_without_knn(tmp_path):
     the run says so before training and ends well (kNN had failed after
     training)."""
     root = tmp_path / 'two'
-    _write_images(str(root), [('cat/a.png', (40, 40), 'L'),
-                              ('dog/b.png', (40, 40), 'L')], seed=2)
+    _write_images(
+        str(root), [('cat/a.png', (40, 40), 'L'),
+                    ('dog/b.png', (40, 40), 'L')],
+        seed=2)
     work = tmp_path / 'work'
     proc = run_tool('tools/pretrain_folder.py', str(root), '--work-dir',
                     str(work), '--epochs', '1')
@@ -278,9 +289,9 @@ def test_own_images_deep_pixels_loops_and_own_outputs(tmp_path):
     checkpoints) is not data."""
     import subprocess
 
+    from conftest import make_image_folder
     from PIL import Image
 
-    from conftest import make_image_folder
     from hpm_mm.utils.image_folder import scan_folder
     root = tmp_path / 'imgs'
     make_image_folder(str(root), num_classes=1, per_class=4)
@@ -297,10 +308,15 @@ def test_own_images_deep_pixels_loops_and_own_outputs(tmp_path):
     assert len(scan['files']) == 4 and not scan['unreadable'], scan
     deep = np.full((28, 28), 40000, dtype=np.uint16)
     Image.fromarray(deep).save(root / 'class_0' / 'deep.png')
-    proc = subprocess.run(
-        [sys.executable, 'tools/pretrain_folder.py', str(root),
-         '--work-dir', str(tmp_path / 'w')], cwd=REPO, capture_output=True,
-        text=True, timeout=600)
+    proc = subprocess.run([
+        sys.executable, 'tools/pretrain_folder.py',
+        str(root), '--work-dir',
+        str(tmp_path / 'w')
+    ],
+                          cwd=REPO,
+                          capture_output=True,
+                          text=True,
+                          timeout=600)
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0, out[-2000:]
     assert 'deep.png' in out and '16-bit' in out, out[-2000:]
@@ -337,21 +353,17 @@ def test_knn_features_under_autocast_close_to_fp32(monkeypatch):
     from hpm_mm.utils import precision
     bf16 = precision.Precision('bf16', torch.bfloat16, 'cpu', 'AMX', 'mock')
     monkeypatch.setattr(precision, '_cpu_decision', lambda: bf16)
-    from mmengine.registry import init_default_scope
 
     from hpm_mm.evaluation import extract_features
     from hpm_mm.utils import build_model
-    init_default_scope('mmpretrain')
     torch.manual_seed(0)
     model = build_model(Config.fromfile(FMNIST_CFG))
     from mmpretrain.structures import DataSample
-    batch = dict(inputs=torch.randint(0, 255, (8, 1, 28, 28),
-                                      dtype=torch.uint8),
-                 data_samples=[DataSample().set_gt_label(i % 2)
-                               for i in range(8)])
+    batch = dict(
+        inputs=torch.randint(0, 255, (8, 1, 28, 28), dtype=torch.uint8),
+        data_samples=[DataSample().set_gt_label(i % 2) for i in range(8)])
     fp32 = extract_features(model, [batch], False)
     bf16 = extract_features(model, [batch], False, amp=True)
     assert bf16['feats'].dtype == torch.float32
     cos = torch.nn.functional.cosine_similarity(fp32['feats'], bf16['feats'])
-    assert cos.min() > 0.99 and not torch.equal(fp32['feats'],
-                                                bf16['feats'])
+    assert cos.min() > 0.99 and not torch.equal(fp32['feats'], bf16['feats'])
