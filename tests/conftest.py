@@ -224,6 +224,57 @@ default_hooks = dict(logger=dict(interval=1),
     return str(cfg)
 
 
+# a smaller model for the tool-level runs of the small config; {keep} and
+# {epochs} set the checkpoints kept and the run's length
+TINY_RUN = '''
+model = dict(
+    backbone=dict(arch=dict(embed_dims=16, num_layers=1, num_heads=2,
+                            feedforward_channels=32)),
+    neck=dict(embed_dim=16, decoder_embed_dim=8, decoder_depth=1,
+              decoder_num_heads=2))
+default_hooks = dict(checkpoint=dict(interval=1, max_keep_ckpts={keep}))
+train_cfg = dict(max_epochs={epochs})
+'''
+
+
+def run_train(cfg, work, *args, env=None, check=True):
+    """``tools/train.py cfg --work-dir work *args``: (process, its output);
+    fails the test on a non-zero exit unless ``check=False``."""
+    proc = subprocess.run([
+        sys.executable, 'tools/train.py', cfg, '--work-dir',
+        str(work), *args
+    ],
+                          cwd=REPO,
+                          capture_output=True,
+                          text=True,
+                          timeout=600,
+                          env=dict(os.environ, **(env or {})))
+    if check:
+        assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    return proc, proc.stdout + proc.stderr
+
+
+def folder_config(tmp_path, data, color='grayscale', skip=False):
+    """The small config trained 1 epoch on the image folder ``data``,
+    read by LoadImageFromFileChecked as ``color`` (``skip``: skip
+    unreadable files)."""
+    cfg = tmp_path / f'folder_{color}_{skip}.py'
+    cfg.write_text(f'''
+_base_ = [{FMNIST_CFG!r}]
+train_dataloader = dict(
+    batch_size=4, num_workers=0, persistent_workers=False,
+    dataset=dict(_delete_=True, type='CustomDataset', data_root={data!r},
+                 with_label=False, pipeline=[
+                     dict(type='LoadImageFromFileChecked',
+                          color_type={color!r}, skip_unreadable={skip}),
+                     dict(type='Resize', scale=28),
+                     dict(type='PackInputs')]))
+custom_hooks = [dict(type='HPMScheduleHook')]
+train_cfg = dict(max_epochs=1)
+''')
+    return str(cfg)
+
+
 def run_tool(*args,
              timeout: int = 600,
              env: dict = None) -> subprocess.CompletedProcess:

@@ -1,8 +1,12 @@
 """The non-finite guard of the optimizer wrappers: one depth for every
 model (HPM and mmpretrain's MAE alike) and every wrapper."""
+import subprocess
+import sys
+
 import pytest
 import torch
 import torch.nn as nn
+from conftest import FMNIST_CFG, REPO, tiny_config
 from mmengine.logging import MessageHub
 from mmengine.optim import build_optim_wrapper
 
@@ -186,3 +190,32 @@ def test_mae_baseline_is_guarded_too():
             data_samples=None), optim)
     assert _same(before, model.state_dict())
     assert optim.skipped_steps == 1
+
+
+def test_runaway_learning_rate_stops_with_one_clear_error(tmp_path):
+    """lr 1e6: the first step is applied, every later one is non-finite and
+    skipped; after max_consecutive_skips training stops (exit != 0) instead
+    of saving NaN checkpoints and exiting 0, saying how to get back."""
+    cfg = tiny_config(tmp_path, FMNIST_CFG, num_images=8)
+    work = tmp_path / 'work'
+    proc = subprocess.run([
+        sys.executable, 'tools/train.py', cfg, '--work-dir',
+        str(work), '--cfg-options', 'optim_wrapper.optimizer.lr=1e6',
+        'optim_wrapper.max_consecutive_skips=3', 'train_cfg.max_epochs=4'
+    ],
+                          cwd=REPO,
+                          capture_output=True,
+                          text=True,
+                          timeout=600)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0, out[-3000:]
+    assert '3 optimizer steps in a row had a non-finite loss' in out
+    assert 'optimizer step skipped on every rank' in out
+    # the first, finite step already wrecked the weights: the message
+    # does not vouch for them and points away from --resume's old lr
+    assert 'checkpoint is sound' not in out and 'load_from=CKPT' in out
+    for path in work.glob('epoch_*.pth'):  # whatever was saved is finite
+        sd = torch.load(path, map_location='cpu')['state_dict']
+        assert all(
+            torch.isfinite(v).all() for v in sd.values()
+            if v.is_floating_point()), path

@@ -2,6 +2,7 @@ import math
 
 import pytest
 import torch
+from conftest import FMNIST_CFG
 
 from hpm_mm.evaluation import knn_classify, pool_features
 
@@ -124,3 +125,28 @@ def test_knn_on_model_features_matches_brute_force(tmp_path, feature, device):
         got['feats'], y, got['feats'], y, ks=(3, ), temperature=0.07)
     assert acc[3] == pytest.approx(
         knn_brute_force(want, y, want, y, 3, 0.07, 3))
+
+
+# ---------------------------------------------------------- kNN under autocast
+def test_knn_features_under_autocast_close_to_fp32(monkeypatch):
+    """Where the rule picks bf16 (a native-bf16 CPU, mocked here), the kNN
+    features under autocast stay close to fp32's."""
+    from mmengine.config import Config
+
+    from hpm_mm.utils import precision
+    bf16 = precision.Precision('bf16', torch.bfloat16, 'cpu', 'AMX', 'mock')
+    monkeypatch.setattr(precision, '_cpu_decision', lambda: bf16)
+
+    from hpm_mm.evaluation import extract_features
+    from hpm_mm.utils import build_model
+    torch.manual_seed(0)
+    model = build_model(Config.fromfile(FMNIST_CFG))
+    from mmpretrain.structures import DataSample
+    batch = dict(
+        inputs=torch.randint(0, 255, (8, 1, 28, 28), dtype=torch.uint8),
+        data_samples=[DataSample().set_gt_label(i % 2) for i in range(8)])
+    fp32 = extract_features(model, [batch], False)
+    bf16 = extract_features(model, [batch], False, amp=True)
+    assert bf16['feats'].dtype == torch.float32
+    cos = torch.nn.functional.cosine_similarity(fp32['feats'], bf16['feats'])
+    assert cos.min() > 0.99 and not torch.equal(fp32['feats'], bf16['feats'])

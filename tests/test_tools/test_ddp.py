@@ -192,3 +192,33 @@ def test_ibot_two_processes_equal_one(tmp_path):
     _assert_equal_weights(
         sa, _two_processes(tmp_path, 'ddp', body, 29535, base, views),
         'ibot-ddp')
+
+
+def test_dist_launchers_use_the_project_environment(tmp_path):
+    """Not `python` from PATH (a fresh shell often has none with torch),
+    but the environment tools/install.sh made."""
+    import os
+    import stat
+    venv = tmp_path / 'venv'
+    (venv / 'bin').mkdir(parents=True)
+    fake = venv / 'bin' / 'python'
+    fake.write_text('#!/bin/sh\necho "venv python: $@"\n')
+    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
+    wrong = tmp_path / 'path'
+    wrong.mkdir()
+    (wrong / 'python').write_text('#!/bin/sh\necho "PATH python"\nexit 3\n')
+    (wrong / 'python').chmod(0o755)
+    env = dict(
+        os.environ,
+        HPM_VENV=str(venv),
+        PATH=f'{wrong}{os.pathsep}{os.environ["PATH"]}')
+    env.pop('PYTHON', None)
+    for script, args in (('dist_train.sh', ['cfg.py', '2']),
+                         ('dist_test.sh', ['cfg.py', 'ckpt.pth', '2'])):
+        out = subprocess.run(['bash', f'tools/{script}', *args],
+                             cwd=REPO,
+                             env=env,
+                             capture_output=True,
+                             text=True)
+        assert out.returncode == 0, out.stdout + out.stderr
+        assert out.stdout.startswith('venv python: -m torch.distributed.run')

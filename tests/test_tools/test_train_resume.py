@@ -2,11 +2,13 @@
 import glob
 import json
 import os.path as osp
+import subprocess
+import sys
 
 import pytest
 import torch
-from conftest import (FMNIST_CFG, HPM_HOOKS, RANDOM_CROP, REPO, run_tool,
-                      tiny_config)
+from conftest import (FMNIST_CFG, HPM_HOOKS, RANDOM_CROP, REPO, TINY_RUN,
+                      run_tool, run_train, tiny_config)
 from mmengine.config import Config
 from mmengine.runner import Runner
 
@@ -397,3 +399,62 @@ def test_paper_row_configs_train(tmp_path, name):
             for g in ckpt['optimizer']['param_groups']
         } - {0.0}
         assert decays and all(0.04 < d <= 0.4 for d in decays), decays
+
+
+def test_resume_finds_the_newest_complete_checkpoint(tmp_path):
+    """No last_checkpoint, the newest file truncated: --resume takes the
+    newest complete one and names what it skipped (before: 'Auto resumed
+    from the latest checkpoint None', training from scratch over them)."""
+    cfg = tiny_config(
+        tmp_path, FMNIST_CFG, TINY_RUN.format(keep=3, epochs=3), num_images=8)
+    work = tmp_path / 'work'
+    run_train(cfg, work, '--cfg-options', 'train_cfg.max_epochs=2')
+    (work / 'last_checkpoint').unlink()
+    data = (work / 'epoch_2.pth').read_bytes()
+    (work / 'epoch_2.pth').write_bytes(data[:len(data) // 3])
+    _, out = run_train(cfg, work, '--resume')
+    assert f'resume: skipped {work}/epoch_2.pth: truncated' in out
+    assert f'resume: from {work}/epoch_1.pth' in out
+    assert 'resumed epoch: 1, iter: 2' in out
+    # an explicit path to a broken file: one line naming it and the fix
+    (work / 'epoch_3.pth').write_bytes(b'')
+    proc, out = run_train(
+        cfg, work, '--resume', str(work / 'epoch_3.pth'), check=False)
+    assert proc.returncode != 0
+    assert (f'train.py: cannot resume from {work}/epoch_3.pth: empty file. '
+            f'The newest complete one there: --resume {work}/epoch_2.pth'
+            in out)
+    # nothing complete: refuse to start from scratch over the files
+    for p in work.glob('epoch_*.pth'):
+        p.write_bytes(b'x' * 100)
+    proc, out = run_train(cfg, work, '--resume', check=False)
+    assert proc.returncode != 0
+    assert 'found no complete checkpoint' in out
+    assert 'will not train from scratch over them' in out
+
+
+def test_kill_9_during_training_then_resume(tmp_path):
+    """SIGKILL while epoch 2 trains: --resume continues from epoch 1 with its
+    step counts, and the run completes."""
+    import signal
+    import time
+    cfg = tiny_config(
+        tmp_path, FMNIST_CFG, TINY_RUN.format(keep=2, epochs=3), num_images=64)
+    work = tmp_path / 'work'
+    proc = subprocess.Popen(
+        [sys.executable, 'tools/train.py', cfg, '--work-dir',
+         str(work)],
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL)
+    deadline = time.time() + 300
+    while not (work / 'epoch_1.pth').exists() and time.time() < deadline:
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert proc.returncode == -signal.SIGKILL
+    assert not (work / 'epoch_3.pth').exists()
+    _, out = run_train(cfg, work, '--resume')
+    assert 'resumed epoch: ' in out
+    ckpt = torch.load(work / 'epoch_3.pth', map_location='cpu')
+    assert ckpt['meta']['epoch'] == 3 and ckpt['meta']['iter'] == 48

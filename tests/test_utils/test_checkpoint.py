@@ -12,6 +12,7 @@ import pytest
 import torch
 from conftest import FMNIST_CFG, REPO
 
+import hpm_mm  # noqa: F401  (allow-lists the checkpoint types for torch.load)
 from hpm_mm.utils.checkpoint import UnsafeCheckpointError, load_file
 
 LINEAR_CFG = osp.join(REPO, 'configs', 'benchmarks', 'classification',
@@ -108,3 +109,33 @@ def test_every_path_refuses_a_code_checkpoint(hostile, tmp_path):
         assert not marker.exists(), f'{name} ran the checkpoint\'s code'
         assert proc.returncode != 0, f'{name} exited 0:\n{out[-2000:]}'
         assert 'allow-list' in out, f'{name}:\n{out[-3000:]}'
+
+
+@pytest.mark.parametrize('module',
+                         ['numpy.core.multiarray', 'numpy._core.multiarray'])
+def test_numpy_in_a_checkpoint_loads_from_either_numpy(tmp_path, module):
+    """mmengine's buffers pickle NumPy arrays and scalars, named by the
+    module of the NumPy that wrote them (``numpy.core`` in 1.x,
+    ``numpy._core`` in 2.x). Both names load with ``weights_only=True``:
+    a checkpoint written here (NumPy 1) resumes on a GPU image with NumPy
+    2 and the other way round; nothing else is allowed on the way."""
+    import pickle
+
+    import numpy as np
+    obj = dict(arr=np.arange(3.), scalar=np.float64(2.5))
+    path = tmp_path / 'ckpt.pth'
+    # torch's legacy format: a protocol-2 pickle whose GLOBAL opcodes name
+    # 'module\nname\n' in plain bytes, renamed here to ``module``
+    torch.save(obj, path, _use_new_zipfile_serialization=False)
+    raw = path.read_bytes()
+    for written in (b'numpy.core.multiarray', b'numpy._core.multiarray'):
+        raw = raw.replace(written + b'\n', module.encode() + b'\n')
+    assert module.encode() + b'\n_reconstruct' in raw
+    path.write_bytes(raw)
+    got = torch.load(path, weights_only=True)
+    assert np.array_equal(got['arr'], obj['arr'])
+    assert got['scalar'] == 2.5
+    # the allow-list stays narrow: another NumPy global is refused
+    torch.save(dict(f=np.save), path, _use_new_zipfile_serialization=False)
+    with pytest.raises(pickle.UnpicklingError, match='Unsupported global'):
+        torch.load(path, weights_only=True)

@@ -1,5 +1,11 @@
 """The upstream patches of hpm_mm.compat keep the numbers they patch."""
+import os.path as osp
+import sys
+
+import numpy as np
+import pytest
 import torch
+from conftest import NEEDS_FULL, REPO
 
 import hpm_mm  # noqa: F401  (applies the patches)
 
@@ -23,3 +29,84 @@ def test_unbound_qkv_attention_is_bit_identical():
         results.append((y.detach(), xi.grad, attn.qkv.weight.grad.clone()))
     for a, b in zip(*results):
         assert torch.equal(a, b)
+
+
+DET_CFG = osp.join(REPO, 'configs', 'benchmarks', 'det',
+                   'mask-rcnn_hpm-vit-base-p16_sfp_8xb2-1x_coco-1024.py')
+
+SEG_CFG = osp.join(REPO, 'configs', 'benchmarks', 'seg',
+                   'upernet_hpm-vit-base-p16_8xb2-amp-80k_ade20k-512x512.py')
+
+
+# ----------------------------------------------------------- the version check
+def test_versions_are_judged_by_the_imported_module(monkeypatch):
+    import mmcv
+
+    from hpm_mm.compat import check_versions, distribution_of
+    check_versions()  # the pretraining stack
+    monkeypatch.setattr(mmcv, '__version__', '9.9.9')
+    installer = distribution_of('mmcv')  # mmcv (full), mmcv-lite (pretrain)
+    assert installer in ('mmcv', 'mmcv-lite')
+    with pytest.raises(
+            ImportError,
+            match=r'mmcv>=2\.1\.0,<2\.2\.0.*reports 9\.9\.9 '
+            rf'\(installed by {installer}\).*install\.sh pretrain'):
+        check_versions(['mmcv'])
+    assert distribution_of('no_such_module_xyz') == '?'
+
+
+@pytest.mark.parametrize('backend', ['cv2', 'pillow'])
+def test_color_jitter_hue_same_under_numpy_2(backend):
+    """mmcv's adjust_hue raised OverflowError for every negative hue factor
+    under NumPy 2 (the GPU image's), so the BEiT and iBOT recipes
+    (ColorJitter hue 0.1 / 0.2) crashed at their first batch there. hpm_mm's
+    fix gives NumPy 1's images: the hue shifted by int(f * 255) modulo 256,
+    checked against that written out (and, under NumPy 1, mmcv's own)."""
+    import cv2
+    import mmcv
+    from mmcv.image import photometric
+    assert mmcv.adjust_hue is photometric.adjust_hue
+    assert mmcv.adjust_hue._hpm_cyclic
+    original = photometric.adjust_hue.__wrapped__
+    numpy_1 = int(np.__version__.split('.')[0]) < 2
+    img = np.random.default_rng(0).integers(0, 256, (8, 8, 3), np.uint8)
+    hsv = cv2.cvtColor(img, cv2.COLOR_BGR2HSV_FULL)
+    for factor in (-0.5, -0.2, -0.06, -0.003, 0., 0.003, 0.1, 0.5):
+        got = mmcv.adjust_hue(img, factor, backend=backend)
+        shift = int(factor * 255) % 256
+        if backend == 'cv2':
+            want = hsv.copy()
+            want[..., 0] = (hsv[..., 0].astype(int) + shift) % 256
+            want = cv2.cvtColor(want, cv2.COLOR_HSV2BGR_FULL)
+            assert np.array_equal(got, want), factor
+        if numpy_1:  # exactly mmcv's own result
+            assert np.array_equal(got, original(img, factor, backend)), factor
+    if not numpy_1:  # the upstream fault the fix is for
+        with pytest.raises(OverflowError, match='out of bounds for uint8'):
+            original(img, -0.06, backend)
+    with pytest.raises(ValueError, match='not in'):
+        mmcv.adjust_hue(img, 0.7)
+
+
+@NEEDS_FULL
+@pytest.mark.parametrize('config,what', [(DET_CFG, 'Detection'),
+                                         (SEG_CFG, 'Segmentation')])
+def test_det_seg_refuse_without_compiled_ops(monkeypatch, config, what):
+    """mmcv importable, its ops not (mmcv-lite): hpm_mm still imports, the
+    det/seg modules and configs stop in one line naming the fix."""
+    from hpm_mm.compat import MissingCompiledOpsError, require_compiled_ops
+    from hpm_mm.utils.cli import load_config
+    monkeypatch.setitem(sys.modules, 'mmcv._ext', None)  # import fails
+    for name in ('hpm_mm.det', 'hpm_mm.seg'):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    with pytest.raises(MissingCompiledOpsError) as e:
+        require_compiled_ops('X')
+    msg = str(e.value)
+    assert '\n' not in msg and 'mmcv._ext' in msg
+    assert msg.endswith('Fix: bash tools/install.sh full')
+    with pytest.raises(SystemExit) as e:
+        load_config(config, 'train.py')
+    msg = str(e.value)
+    assert '\n' not in msg, msg
+    assert msg.startswith(f'train.py: {config}: {what}') and \
+        'compiled ops' in msg and 'bash tools/install.sh full' in msg

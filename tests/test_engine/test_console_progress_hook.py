@@ -1,0 +1,67 @@
+"""The quiet console (one line per epoch) and TensorBoard beside mmengine's
+logs."""
+import os
+import os.path as osp
+
+import pytest
+from conftest import FMNIST_CFG, run_tool, tiny_config
+
+
+# --------------------------------------------------------- quiet + tensorboard
+def test_quiet_console_and_tensorboard(tmp_path):
+    """--quiet: one line per epoch and the log path on the console, no
+    environment dump, config or frozen-parameter warning (all in the log
+    file); --tensorboard: the loss curves and hard-patch grids are in the
+    event file."""
+    pytest.importorskip('tensorboard')
+    from tensorboard.backend.event_processing.event_accumulator import \
+        EventAccumulator
+    vis = (
+        "dict(type='HardPatchVisHook', interval=0, num_images=2, num_masks=2,"
+        " dataloader=dict(batch_size=2, num_workers=0, sampler=dict("
+        "type='DefaultSampler', shuffle=False), dataset=dict(type="
+        f"'CustomDataset', data_root={str(tmp_path / 'imgs')!r}, "
+        "with_label=False, pipeline=[dict(type='LoadImageFromFile', "
+        "color_type='grayscale'), dict(type='CenterCrop', crop_size=28), "
+        "dict(type='PackInputs')])))")
+    cfg = tiny_config(
+        tmp_path,
+        FMNIST_CFG,
+        num_images=8,
+        hooks=f"custom_hooks = [dict(type='HPMScheduleHook'), {vis}]",
+        body='train_cfg = dict(max_epochs=2)')
+    work = tmp_path / 'work'
+    proc = run_tool('tools/train.py', cfg, '--work-dir', str(work), '--quiet',
+                    '--tensorboard')
+    out = proc.stdout
+    lines = [line for line in out.splitlines() if line.strip()]
+    epochs = [line for line in lines if line.startswith('epoch ')]
+    assert len(epochs) == 2, out
+    assert 'loss_rec' in epochs[0] and 'rank_acc' in epochs[0] and \
+        'alpha' in epochs[0] and 'left' in epochs[0]
+    assert lines[0].startswith('precision: fp32')  # the decision first
+    assert lines[1].startswith('full log: ')
+    for noise in ('requires_grad', 'System environment', 'Config:',
+                  'pkg_resources', 'Epoch(train)', 'FileClient',
+                  'HardDiskBackend'):
+        assert noise not in out + proc.stderr, noise
+    assert len(lines) <= 7, out
+    log_file = lines[1][len('full log: '):]
+    log = open(log_file).read()
+    assert 'System environment' in log and 'Epoch(train)' in log
+    assert 'not optimised (requires_grad=False): teacher' in log and \
+        log.count('requires_grad=False') == 1
+    events = [
+        osp.join(d, f) for d, _, fs in os.walk(work) for f in fs
+        if f.startswith('events.out.tfevents')
+    ]
+    assert events, 'no TensorBoard event file'
+    acc = EventAccumulator(
+        osp.dirname(events[0]), size_guidance={
+            'images': 0,
+            'scalars': 0
+        })
+    acc.Reload()
+    tags = acc.Tags()
+    assert {'loss_rec', 'rank_acc', 'hpm/spearman'} <= set(tags['scalars'])
+    assert {'hard_patches_img0', 'hard_patches_img1'} <= set(tags['images'])

@@ -1,0 +1,161 @@
+"""tools/pretrain_folder.py: HPM on your own folder of images, labelled or not,
+with the clear errors of a first run."""
+import json
+import os
+import os.path as osp
+import sys
+
+import numpy as np
+import pytest
+from conftest import REPO, run_tool
+
+
+# ------------------------------------------------------------ your own images
+def _write_images(root, specs, seed=0):
+    """specs: [(relative path, (w, h), mode)]."""
+    from PIL import Image
+    rng = np.random.default_rng(seed)
+    for rel, (w, h), mode in specs:
+        path = osp.join(root, rel)
+        os.makedirs(osp.dirname(path), exist_ok=True)
+        shape = (h, w) if mode == 'L' else (h, w, 3)
+        arr = rng.integers(0, 120, shape, dtype=np.uint8)
+        arr[h // 4:h // 2, w // 4:w // 2] = 230
+        Image.fromarray(arr, mode).save(path)
+
+
+def test_own_images_labelled_rgb_with_a_corrupt_file(tmp_path):
+    root = tmp_path / 'photos'
+    specs = []
+    for c in ('cat', 'dog'):
+        for i in range(10):
+            ext = 'jpg' if i % 2 else 'png'
+            sub = 'more/' if i % 4 == 0 else ''
+            specs.append((f'{c}/{sub}{i}.{ext}', (45 + 7 * i, 70 - 2 * i),
+                          'L' if i == 3 else 'RGB'))
+    _write_images(str(root), specs)
+    (root / 'cat' / 'broken.jpg').write_bytes(b'\xff\xd8 truncated')
+    work = tmp_path / 'work'
+    # without --skip-unreadable: one line naming the file and the fix
+    import subprocess
+    bad = subprocess.run([
+        sys.executable, 'tools/pretrain_folder.py',
+        str(root), '--work-dir',
+        str(work)
+    ],
+                         cwd=REPO,
+                         capture_output=True,
+                         text=True)
+    assert bad.returncode != 0
+    err = bad.stderr.strip().splitlines()[-1]
+    assert 'cat/broken.jpg' in err and '--skip-unreadable' in err
+    proc = run_tool('tools/pretrain_folder.py', str(root), '--work-dir',
+                    str(work), '--epochs', '2', '--skip-unreadable')
+    out = proc.stdout
+    assert 'left out 1 unreadable file(s): cat/broken.jpg' in out
+    assert '20 images, 2 classes' in out and '32x32 RGB' in out, out
+    knn = json.load(open(work / 'knn.json'))
+    assert knn['num_train'] == 16 and knn['num_val'] == 4
+    assert 'kNN top-1' in out
+    pngs = os.listdir(work / 'hard_patches')
+    assert sum(p.endswith('.png') for p in pngs) == 4, pngs
+    assert 'requires_grad' not in out
+
+
+def test_own_images_unlabelled_grayscale_odd_sizes(tmp_path):
+    root = tmp_path / 'scans'
+    specs = [(f'{"a/b/" if i % 3 == 0 else ""}s{i}.png', (70 + 5 * i, 66), 'L')
+             for i in range(12)]
+    _write_images(str(root), specs, seed=1)
+    work = tmp_path / 'work'
+    proc = run_tool('tools/pretrain_folder.py', str(root), '--work-dir',
+                    str(work), '--epochs', '1')
+    out = proc.stdout
+    assert '12 images, unlabelled (no kNN)' in out and '64x64 grayscale' in \
+        out and 'patch 8' in out, out
+    assert not (work / 'knn.json').exists()
+    assert len(list((work / 'hard_patches').glob('*.png'))) == 4
+    from mmengine.config import Config
+    cfg = Config.fromfile(str(work / 'hpm_folder.py'))
+    assert cfg.model.backbone.patch_cfg.in_channels == 1
+    assert cfg.model.neck.num_patches == 64
+
+
+def test_own_images_one_per_class_trains_without_knn(tmp_path):
+    """A labelled folder of one image per class has nothing to hold out:
+    the run says so before training and ends well (kNN had failed after
+    training)."""
+    root = tmp_path / 'two'
+    _write_images(
+        str(root), [('cat/a.png', (40, 40), 'L'),
+                    ('dog/b.png', (40, 40), 'L')],
+        seed=2)
+    work = tmp_path / 'work'
+    proc = run_tool('tools/pretrain_folder.py', str(root), '--work-dir',
+                    str(work), '--epochs', '1')
+    assert 'kNN skipped' in proc.stdout, proc.stdout[-2000:]
+    assert not (work / 'knn.json').exists()
+    assert list((work / 'hard_patches').glob('*.png'))
+
+
+def test_own_images_deep_pixels_loops_and_own_outputs(tmp_path):
+    """One image reader for the own-images scan and check_data: a 16-bit
+    PNG stops pretrain_folder.py before training, naming the file and the
+    fix (OpenCV would train it as mean 255 / std 1); a symlink loop counts
+    each image once; a work dir inside the folder (hard-patch grids,
+    checkpoints) is not data."""
+    import subprocess
+
+    from conftest import make_image_folder
+    from PIL import Image
+
+    from hpm_mm.utils.image_folder import scan_folder
+    root = tmp_path / 'imgs'
+    make_image_folder(str(root), num_classes=1, per_class=4)
+    os.symlink(str(root), str(root / 'class_0' / 'loop'))
+    work = root / 'work_dirs' / 'run'
+    work.mkdir(parents=True)
+    (work / 'last_checkpoint').write_text('epoch_1.pth')
+    Image.new('L', (28, 28)).save(work / 'grid.png')
+    other = root / 'elsewhere'
+    other.mkdir()
+    (other / '.run.lock').write_text('')
+    Image.new('L', (28, 28)).save(other / 'grid.png')
+    scan = scan_folder(str(root))
+    assert len(scan['files']) == 4 and not scan['unreadable'], scan
+    deep = np.full((28, 28), 40000, dtype=np.uint16)
+    Image.fromarray(deep).save(root / 'class_0' / 'deep.png')
+    proc = subprocess.run([
+        sys.executable, 'tools/pretrain_folder.py',
+        str(root), '--work-dir',
+        str(tmp_path / 'w')
+    ],
+                          cwd=REPO,
+                          capture_output=True,
+                          text=True,
+                          timeout=600)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0, out[-2000:]
+    assert 'deep.png' in out and '16-bit' in out, out[-2000:]
+    assert not (tmp_path / 'w').exists() or not list(
+        (tmp_path / 'w').glob('epoch_*.pth'))
+
+
+def test_own_images_clear_errors(tmp_path):
+    from hpm_mm.utils.image_folder import choose_settings, scan_folder
+    empty = tmp_path / 'empty'
+    (empty / 'sub').mkdir(parents=True)
+    (empty / 'notes.txt').write_text('no images here')
+    with pytest.raises(SystemExit, match='holds no image file.*Fix'):
+        scan_folder(str(empty))
+    with pytest.raises(SystemExit, match='is not a folder'):
+        scan_folder(str(tmp_path / 'missing'))
+    # the choices follow the images
+    big = dict(files=['x'] * 5000, sizes=[(500, 375)] * 5000, gray=False)
+    s = choose_settings(big)
+    assert (s['img_size'], s['patch_size'], s['channels'],
+            s['batch_size']) == (224, 16, 3, 256)
+    assert s['epochs'] == 20  # ~400 steps of 20 (the last batch kept)
+    tiny = dict(files=['x'] * 10, sizes=[(20, 20)] * 10, gray=True)
+    s = choose_settings(tiny)
+    assert (s['img_size'], s['channels'], s['batch_size']) == (32, 1, 8)
