@@ -1,192 +1,163 @@
 """HPM under mixed precision for a few hundred steps: NaN, skipped steps,
 loss scale and the loss curve, fp16 and bf16 side by side.
 
-    python .dev_scripts/amp_stability.py [--arch b] [--img-size 224] \
-        [--batch 64] [--steps 300] [--amp fp16 bf16] [--device cuda] \
-        [--data data/fashion_mnist] [--out amp.json]
+    python .dev_scripts/amp_stability.py [CONFIG] [--amp fp16 bf16] \
+        [--steps 300] [--batch 64] [--work-dir DIR] [--out amp.json] \
+        [--cfg-options KEY=VALUE ...]
 
-The model is the ViT-B/16 HPM of ``configs/_base_/models/hpm_vit-base-p16.py``
-(``--arch`` sets the ViT's width and depth as ``benchmark_step.py`` does),
-trained with the recipe's optimizer through the wrapper ``--amp`` gives:
-fp16 = ``GuardedAmpOptimWrapper`` (mmengine's AmpOptimWrapper, dynamic loss
-scale; CUDA), bf16 = ``AutocastOptimWrapper``; AdamW (0.9, 0.95), wd 0.05,
-lr 1.5e-4 x batch / 256 with a linear warm-up over the first 10% of the
-steps, clipping at 5.0. alpha grows 0 -> 0.5 over the run, so the teacher
-starts scoring after the first steps (K = 0 at the start).
+Each run is ``CONFIG`` (default: ``.dev_scripts/configs/amp-stability_hpm-
+vit-base-p16_fmnist-224px.py``, the ImageNet ViT-B/16 HPM recipe on
+Fashion-MNIST at 224 px) trained by mmengine's Runner, as ``tools/train.py``
+trains, with:
 
-Data: Fashion-MNIST's training images (the idx files, plain or .gz),
-upsampled on the device to ``--img-size`` (bilinear), grey copied to 3
-channels, random horizontal flips, random batches; ``--data synthetic``
-draws smooth random images instead. Each step records loss_rec, loss_pred,
-rank_acc, whether the step was skipped (non-finite), the loss scale (fp16)
-and the gradient norm; the first step also checks that the per-patch
-losses, L_rec and the relative L_pred are fp32 while the student runs in
-the AMP dtype.
+- the precision forced to ``fp16`` (``GuardedAmpOptimWrapper``, dynamic loss
+  scale; CUDA) or ``bf16`` (``AutocastOptimWrapper``), whatever the speed
+  rule of ``tools/train.py --amp`` would pick: this run is about numerics;
+- ``--steps`` optimizer steps as 10 epochs of ``steps / 10`` batches of the
+  first images, scaled by the package's one rule
+  (:func:`hpm_mm.utils.schedule.scale_recipe`: 1 epoch of warm-up, cosine to
+  the end, the teacher's momentum over the run); the lr scaled to
+  ``--batch`` by the recipe's ``auto_scale_lr`` base (1.5e-4 x batch / 256).
+
+alpha grows 0 -> 0.5 over the run, so the teacher starts scoring after the
+first steps. A hook records, at every step, loss_rec, loss_pred, rank_acc,
+alpha, whether the step was skipped (non-finite), the loss scale (fp16) and
+the gradient norm; at the first step it checks that the per-patch losses,
+L_rec and the relative L_pred are fp32 while the student runs in the AMP
+dtype.
 """
 import argparse
-import gzip
 import json
 import math
 import os.path as osp
-import sys
 import time
 
 import torch
-import torch.nn.functional as F
+from mmengine.hooks import Hook
 
-sys.path.insert(0, osp.dirname(osp.abspath(__file__)))
-from benchmark_step import ARCHS, model_cfgs, setup, versions  # noqa: E402
-
-
-def load_images(data: str, device) -> torch.Tensor:
-    """Fashion-MNIST's 60k training images (N, 28, 28) uint8 on
-    ``device``, from ``train-images-idx3-ubyte[.gz]`` in ``data``."""
-    import numpy as np
-    for name in ('train-images-idx3-ubyte', 'train-images-idx3-ubyte.gz'):
-        path = osp.join(data, name)
-        if osp.exists(path):
-            opener = gzip.open if name.endswith('.gz') else open
-            with opener(path, 'rb') as f:
-                raw = f.read()
-            n, h, w = (
-                int.from_bytes(raw[4 * i:4 * i + 4], 'big') for i in (1, 2, 3))
-            arr = np.frombuffer(raw, np.uint8, offset=16).reshape(n, h, w)
-            return torch.from_numpy(arr.copy()).to(device)
-    raise FileNotFoundError(
-        f'no train-images-idx3-ubyte[.gz] in {data}. Fix: python '
-        'tools/dataset_converters/prepare_fashion_mnist.py --out '
-        f'{data}, or --data synthetic')
+ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
+CONFIG = osp.join(ROOT, '.dev_scripts', 'configs',
+                  'amp-stability_hpm-vit-base-p16_fmnist-224px.py')
+EPOCHS = 10
+DTYPES = dict(fp16=torch.float16, bf16=torch.bfloat16)
 
 
-def batches(images, batch, img_size, device, seed=0):
-    """Endless random batches (B, 3, S, S) of pixel values 0..255."""
-    g = torch.Generator(device=device).manual_seed(seed)
-    while True:
-        if images is None:  # smooth random images
-            low = torch.rand(batch, 3, 4, 4, generator=g, device=device)
-            x = F.interpolate(
-                low,
-                size=(img_size, img_size),
-                mode='bicubic',
-                align_corners=False)
-            yield (x.clamp(0, 1) * 255)
-            continue
-        idx = torch.randint(len(images), (batch, ), generator=g, device=device)
-        x = images[idx].float().unsqueeze(1)
-        x = F.interpolate(
-            x, size=(img_size, img_size), mode='bilinear',
-            align_corners=False).expand(-1, 3, -1, -1)
-        flip = torch.rand(batch, generator=g, device=device) < 0.5
-        yield torch.where(flip.view(-1, 1, 1, 1), x.flip(-1), x)
+class AMPRecordHook(Hook):
+    """Per-step records of a run and, at its first step, the dtypes of the
+    student's activations, the per-patch losses and the two losses."""
+    priority = 'LOWEST'
 
+    def __init__(self):
+        self.curve, self.dtypes, self._undo = [], {}, []
 
-def build(arch, img_size, amp, batch, device):
-    """HPM (alpha 0 -> 0.5) and the recipe's optimizer wrapper."""
-    from mmengine.optim import build_optim_wrapper
-    from mmpretrain.registry import MODELS
-    hpm = model_cfgs(arch, img_size, {
-        'mask_generator.alpha_0': 0.,
-        'mask_generator.alpha_T': 0.5
-    })[1]
-    torch.manual_seed(0)
-    model = MODELS.build(hpm).to(device)
-    model.init_weights()
-    model.train()
-    cfg = dict(
-        optimizer=dict(
-            type='AdamW',
-            lr=1.5e-4 * batch / 256,
-            betas=(0.9, 0.95),
-            weight_decay=0.05),
-        clip_grad=dict(max_norm=5.0))
-    if amp == 'fp16':
-        cfg.update(
-            type='GuardedAmpOptimWrapper',
-            dtype='float16',
-            loss_scale='dynamic')
-    else:
-        cfg.update(
-            type='AutocastOptimWrapper',
-            dtype='bfloat16',
-            device_type=torch.device(device).type)
-    return model, build_optim_wrapper(model, cfg)
+    def before_train_iter(self, runner, batch_idx, data_batch=None):
+        if runner.iter == 0:
+            self._probe(self._model(runner))
+        self._skipped = runner.optim_wrapper.skipped_steps
 
-
-def dtype_probe(model):
-    """Record the dtypes of the student's activations, the per-patch
-    losses and the relative loss (hooks; returns the dict and the
-    undo)."""
-    seen = {}
-
-    def student(module, inputs, output):
-        seen.setdefault('student', str(output.dtype))
-
-    undo = [
-        model.backbone.layers[0].attn.qkv.register_forward_hook(student).remove
-    ]
-    head = model.head
-    patch, rel = head.patch_losses, head.loss_pred.forward
-
-    def patch_losses(*a, **k):
-        out = patch(*a, **k)
-        seen.setdefault('per_patch_losses', str(out.dtype))
-        return out
-
-    def relative(*a, **k):
-        out = rel(*a, **k)
-        seen.setdefault('loss_pred', str(out.dtype))
-        return out
-
-    head.patch_losses = patch_losses
-    head.loss_pred.forward = relative
-    undo += [
-        lambda: delattr(head, 'patch_losses'),
-        lambda: delattr(head.loss_pred, 'forward')
-    ]
-    return seen, undo
-
-
-def run(amp, args, device, images):
-    from mmengine.logging import MessageHub
-    model, optim = build(args.arch, args.img_size, amp, args.batch, device)
-    hub = MessageHub.get_current_instance()
-    lr0 = optim.param_groups[0]['lr']
-    warm = max(1, args.steps // 10)
-    seen, undo = dtype_probe(model)
-    data = batches(images, args.batch, args.img_size, device, args.seed)
-    curve, t0 = [], time.perf_counter()
-    for step in range(args.steps):
-        t = step / args.steps
-        model.set_progress(t, epoch=t * 100, optim_steps=optim.applied_steps)
-        lr = lr0 * min(1., (step + 1) / warm) * (0.5 * (1 + math.cos(
-            math.pi * max(0, step - warm) / max(1, args.steps - warm))))
-        for group in optim.param_groups:
-            group['lr'] = lr
-        skipped = optim.skipped_steps
-        log = model.train_step(
-            dict(inputs=next(data), data_samples=None), optim)
-        if step == 0:
-            for u in undo:
-                u()
-            seen['loss_rec'] = str(log['loss_rec'].dtype)
+    def after_train_iter(self,
+                         runner,
+                         batch_idx,
+                         data_batch=None,
+                         outputs=None):
+        if runner.iter == 0:
+            for undo in self._undo:
+                undo()
+            self.dtypes['loss_rec'] = str(
+                getattr(outputs['loss_rec'], 'dtype',
+                        type(outputs['loss_rec']).__name__))
+        optim = runner.optim_wrapper
         scaler = getattr(optim, 'loss_scaler', None)
-        grad = hub.get_scalar('train/grad_norm')
-        curve.append(
-            dict(
-                step=step,
-                **{
-                    k: float(log[k].detach())
-                    for k in ('loss_rec', 'loss_pred', 'rank_acc', 'alpha')
-                    if k in log
-                },
-                skipped=optim.skipped_steps > skipped,
-                loss_scale=float(scaler.get_scale())
-                if scaler is not None and scaler.is_enabled() else None,
-                grad_norm=float(grad.current())
-                if grad is not None and len(grad.data[0]) else None))
-    if device.type == 'cuda':
-        torch.cuda.synchronize(device)
-    seconds = time.perf_counter() - t0
+        grad = runner.message_hub.get_scalar('train/grad_norm')
+        row = dict(
+            step=runner.iter,
+            skipped=optim.skipped_steps > self._skipped,
+            loss_scale=float(scaler.get_scale())
+            if scaler is not None and scaler.is_enabled() else None,
+            grad_norm=float(grad.current())
+            if grad is not None and len(grad.data[0]) else None)
+        for key in ('loss_rec', 'loss_pred', 'rank_acc', 'alpha'):
+            if key in outputs:
+                row[key] = float(torch.as_tensor(outputs[key]).detach())
+        self.curve.append(row)
+
+    @staticmethod
+    def _model(runner):
+        from mmengine.model import is_model_wrapper
+        model = runner.model
+        return model.module if is_model_wrapper(model) else model
+
+    def _probe(self, model):
+        seen = self.dtypes
+
+        def student(module, inputs, output):
+            seen.setdefault('student', str(output.dtype))
+
+        handle = model.backbone.layers[0].attn.qkv.register_forward_hook(
+            student)
+        head = model.head
+        patch, rel = head.patch_losses, head.loss_pred.forward
+
+        def patch_losses(*a, **k):
+            out = patch(*a, **k)
+            seen.setdefault('per_patch_losses', str(out.dtype))
+            return out
+
+        def relative(*a, **k):
+            out = rel(*a, **k)
+            seen.setdefault('loss_pred', str(out.dtype))
+            return out
+
+        head.patch_losses = patch_losses
+        head.loss_pred.forward = relative
+        self._undo = [
+            handle.remove, lambda: delattr(head, 'patch_losses'),
+            lambda: delattr(head.loss_pred, 'forward')
+        ]
+
+
+def run_config(config, amp, steps, batch, work_dir, options=None):
+    """The config of one run (see the module's docstring)."""
+    from hpm_mm.engine.optimizers.autocast_optim_wrapper import \
+        amp_optim_wrapper_cfg
+    from hpm_mm.utils.cli import load_config
+    from hpm_mm.utils.precision import Precision
+    from hpm_mm.utils.schedule import scale_recipe
+    cfg = load_config(config, 'amp_stability.py')
+    if options:
+        cfg.merge_from_dict(options)
+    if steps % EPOCHS:
+        raise SystemExit(f'--steps {steps}: the run is {EPOCHS} epochs, so '
+                         f'--steps must be a multiple of {EPOCHS}.')
+    per_epoch = steps // EPOCHS
+    loader = cfg.train_dataloader
+    loader.batch_size = batch
+    loader.dataset.indices = per_epoch * batch
+    cfg.optim_wrapper.optimizer.lr *= batch / cfg.auto_scale_lr.base_batch_size
+    scale_recipe(cfg, EPOCHS, per_epoch)
+    device = 'cuda' if torch.cuda.is_available() else 'cpu'
+    precision = Precision(amp, DTYPES[amp], device, '-',
+                          'forced by amp_stability.py')
+    cfg.optim_wrapper = amp_optim_wrapper_cfg(cfg.optim_wrapper, precision)
+    if amp == 'bf16':
+        cfg.optim_wrapper.device_type = device
+    cfg.work_dir = osp.join(work_dir, amp)
+    cfg.default_hooks.checkpoint.interval = EPOCHS
+    return cfg
+
+
+def run(cfg):
+    """Train ``cfg`` with the recording hook; (summary, curve)."""
+    from mmengine.runner import Runner
+    runner = Runner.from_cfg(cfg)
+    record = AMPRecordHook()
+    runner.register_hook(record)
+    start = time.perf_counter()
+    model = runner.train()
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+    seconds = time.perf_counter() - start
+    curve = record.curve
     finite = [c for c in curve if not c['skipped']]
     k = max(1, min(50, len(curve) // 5))
 
@@ -197,74 +168,87 @@ def run(amp, args, device, images):
         ]
         return sum(vals) / len(vals) if vals else float('nan')
 
+    teacher = getattr(model, 'teacher', None)
     summary = dict(
-        amp=amp,
-        steps=args.steps,
+        steps=len(curve),
         seconds=seconds,
         skipped=sum(c['skipped'] for c in curve),
-        nonfinite_logged=sum(not math.isfinite(c['loss_rec']) for c in curve),
+        nonfinite_logged=sum(not math.isfinite(c.get('loss_rec', 0.))
+                             for c in curve),
         loss_rec_first=mean(curve[:k], 'loss_rec'),
         loss_rec_last=mean(finite[-k:], 'loss_rec'),
         loss_pred_first=mean(curve[:k], 'loss_pred'),
         loss_pred_last=mean(finite[-k:], 'loss_pred'),
         rank_acc_last=mean(finite[-k:], 'rank_acc'),
-        loss_scale_last=curve[-1]['loss_scale'],
-        teacher_steps=int(model.teacher.steps),
-        dtypes=seen)
+        loss_scale_last=curve[-1]['loss_scale'] if curve else None,
+        teacher_steps=int(teacher.steps) if teacher is not None else 0,
+        dtypes=record.dtypes)
     return summary, curve
 
 
+def versions():
+    """torch, CUDA and the device's name, for the record."""
+    out = dict(torch=torch.__version__, cuda=torch.version.cuda)
+    out['device'] = torch.cuda.get_device_name() if \
+        torch.cuda.is_available() else \
+        f'CPU ({torch.get_num_threads()} threads)'
+    return out
+
+
 def main(argv=None):
+    from mmengine.config import DictAction
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument('--arch', default='b', choices=list(ARCHS))
-    parser.add_argument('--img-size', type=int, default=224)
-    parser.add_argument('--batch', type=int, default=64)
+    parser.add_argument('config', nargs='?', default=CONFIG)
+    parser.add_argument(
+        '--amp', nargs='+', default=['fp16', 'bf16'], choices=list(DTYPES))
     parser.add_argument('--steps', type=int, default=300)
+    parser.add_argument('--batch', type=int, default=64)
     parser.add_argument(
-        '--amp', nargs='+', default=['fp16', 'bf16'], choices=['fp16', 'bf16'])
-    parser.add_argument('--device', default=None)
-    parser.add_argument(
-        '--data',
-        default='data/fashion_mnist',
-        help="Fashion-MNIST's folder, or 'synthetic'")
-    parser.add_argument('--seed', type=int, default=0)
+        '--work-dir', default=osp.join(ROOT, 'work_dirs', 'amp_stability'))
     parser.add_argument('--out')
+    parser.add_argument('--cfg-options', nargs='+', action=DictAction)
     args = parser.parse_args(argv)
-    device = setup(parser, args.device, args.amp, 'amp_stability')
-    images = None if args.data == 'synthetic' else load_images(
-        args.data, device)
-    env = versions(device)
+    if 'fp16' in args.amp and not torch.cuda.is_available():
+        parser.error('--amp fp16 (a dynamic loss scale) needs CUDA; use '
+                     '--amp bf16 on this device')
+    import hpm_mm  # noqa: F401
+    env = versions()
     print(f"device: {env['device']}; torch {env['torch']}, CUDA "
-          f"{env['cuda']}; ViT-{args.arch.upper()} HPM, {args.img_size}px, "
-          f'batch {args.batch}, {args.steps} steps, data '
-          f"{'synthetic' if images is None else args.data}")
+          f"{env['cuda']}; {osp.relpath(args.config, ROOT)}, batch "
+          f'{args.batch}, {args.steps} steps')
     results = {}
+    rows = []
+    for amp in args.amp:
+        cfg = run_config(args.config, amp, args.steps, args.batch,
+                         args.work_dir, args.cfg_options)
+        summary, curve = run(cfg)
+        summary = dict(amp=amp, **summary)
+        results[amp] = dict(summary=summary, curve=curve)
+        d = summary['dtypes']
+        rows.append(f"| {amp} | {summary['steps']} | {summary['skipped']} | "
+                    f"{summary['nonfinite_logged']} | "
+                    f"{summary['loss_rec_first']:.4f} -> "
+                    f"{summary['loss_rec_last']:.4f} | "
+                    f"{summary['loss_pred_first']:.4f} -> "
+                    f"{summary['loss_pred_last']:.4f} | "
+                    f"{summary['rank_acc_last']:.3f} | "
+                    f"{summary['loss_scale_last'] or '-'} | "
+                    f"{d.get('student')} / {d.get('per_patch_losses')} / "
+                    f"{d.get('loss_rec')} / {d.get('loss_pred')} | "
+                    f"{summary['seconds']:.0f} |")
     print('| AMP | steps | skipped | non-finite loss_rec | loss_rec first '
           '-> last | loss_pred first -> last | rank_acc (last) | '
           'loss scale (end) | dtypes: student / per-patch / L_rec / L_pred '
           '| s |')
     print('|---|---|---|---|---|---|---|---|---|---|')
-    for amp in args.amp:
-        summary, curve = run(amp, args, device, images)
-        results[amp] = dict(summary=summary, curve=curve)
-        d = summary['dtypes']
-        print(f"| {amp} | {summary['steps']} | {summary['skipped']} | "
-              f"{summary['nonfinite_logged']} | "
-              f"{summary['loss_rec_first']:.4f} -> "
-              f"{summary['loss_rec_last']:.4f} | "
-              f"{summary['loss_pred_first']:.4f} -> "
-              f"{summary['loss_pred_last']:.4f} | "
-              f"{summary['rank_acc_last']:.3f} | "
-              f"{summary['loss_scale_last'] or '-'} | "
-              f"{d.get('student')} / {d.get('per_patch_losses')} / "
-              f"{d.get('loss_rec')} / {d.get('loss_pred')} | "
-              f"{summary['seconds']:.0f} |")
+    print('\n'.join(rows))
     if args.out:
         with open(args.out, 'w') as f:
             json.dump(
                 dict(versions=env, args=vars(args), results=results),
                 f,
-                indent=1)
+                indent=1,
+                default=str)
     return results
 
 

@@ -13,7 +13,7 @@
 #             gunzipped from .carry/fashion-mnist into data/fashion_mnist
 #   tests     the device-parametrised tests on CUDA (`pytest -m cuda`), then the model-level
 #             and tool tests on the GPU machine as a whole (tools pick CUDA themselves)
-#   amp       .dev_scripts/amp_stability.py: ViT-B/16 HPM, 224 px, batch 64,
+#   amp       .dev_scripts/amp_stability.py: its config (ViT-B/16 HPM, 224 px), batch 64,
 #             300 steps under fp16 (dynamic loss scale) and under bf16, Fashion-MNIST
 #   bench-b   .dev_scripts/benchmark_step.py --device cuda: ViT-B/16 at 224 px,
 #             batch 64 and 128, fp16 and bf16: MAE vs HPM vs the fast settings, and the mask
@@ -47,11 +47,11 @@ log() { printf '[gpu_check] %s\n' "$*"; }
 
 # sizes: the GPU's, or toys for the dry run
 if [[ $TINY == 1 ]]; then
-  AMP_ARGS=(--arch t --img-size 32 --batch 2 --steps 3 --amp bf16)
+  AMP_ARGS=(.dev_scripts/configs/amp-stability_hpm-vit-tiny_fmnist-64px.py --batch 2 --steps 10 --amp bf16)
   BENCH_ARGS=(--img-size 32 --iters 1 --warmup 1 --fast teacher_half_res)
   BATCHES=(2) AMPS=(bf16) MASK_BATCH=16 ARCH_B=t ARCH_L=t
 else
-  AMP_ARGS=(--arch b --img-size 224 --batch 64 --steps 300 --amp fp16 bf16)
+  AMP_ARGS=(--batch 64 --steps 300 --amp fp16 bf16)
   BENCH_ARGS=(--img-size 224 --iters 10 --warmup 3)
   BATCHES=(64 128) AMPS=(fp16 bf16) MASK_BATCH=256 ARCH_B=b ARCH_L=l
 fi
