@@ -93,7 +93,7 @@ for stage in "$@"; do
         --junitxml "$OUT/results/cuda_tests.xml"
       rc=$?
       "$PY" -m pytest -q -p no:cacheprovider -m 'not cuda' tests/test_models tests/test_engine tests/test_evaluation \
-        tests/test_visualization tests/test_tools/test_train_resume.py tests/test_tools/test_reliability.py \
+        tests/test_visualization tests/test_tools/test_train_resume.py tests/test_tools/test_train.py tests/test_tools/test_test.py \
         tests/test_dev_scripts/test_benchmark_step.py tests/test_dev_scripts/test_amp_stability.py \
         --junitxml "$OUT/results/gpu_machine_tests.xml"
       rc2=$?
