@@ -1,8 +1,9 @@
 # The AMP stability run (.dev_scripts/amp_stability.py): the ImageNet HPM
 # ViT-B/16 recipe (model, AdamW, clipping, alpha 0 -> 0.5) on Fashion-MNIST's
 # training images resized to 224 px, read as grayscale (a 1-channel patch
-# embedding). The script sets the run's length, batch and lr and the
-# precision (fp16 or bf16) for each run.
+# embedding). The script sets the run's length (scale_recipe rescales the
+# recipe's warm-up and cosine), batch and lr and the precision (fp16 or bf16)
+# for each run.
 _base_ = ['../../configs/hpm/hpm_vit-base-p16_8xb512-amp-coslr-200e_in1k.py']
 
 model = dict(
@@ -31,26 +32,6 @@ train_dataloader = dict(
             dict(type='RandomFlip', prob=0.5),
             dict(type='PackInputs')
         ]))
-# the Fashion-MNIST recipe's two schedulers, which the script scales to the
-# run (hpm_mm.utils.schedule.scale_recipe: 10 epochs, 1 of warm-up)
-param_scheduler = [
-    dict(
-        type='LinearLR',
-        start_factor=1e-4,
-        by_epoch=True,
-        begin=0,
-        end=1,
-        convert_to_iter_based=True),
-    dict(
-        type='CosineAnnealingLR',
-        T_max=10,
-        eta_min=0.,
-        by_epoch=True,
-        begin=0,
-        end=10,
-        convert_to_iter_based=True)
-]
-train_cfg = dict(max_epochs=10)
 default_hooks = dict(
     logger=dict(type='LoggerHook', interval=10),
     checkpoint=dict(interval=10, max_keep_ckpts=1))

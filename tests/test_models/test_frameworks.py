@@ -10,6 +10,13 @@ from mmpretrain.registry import MODELS
 import hpm_mm  # noqa: F401
 
 ARCH = dict(embed_dims=32, num_layers=2, num_heads=2, feedforward_channels=64)
+# the loss predictor of the SimMIM / iBOT students
+PREDICTOR = dict(
+    type='HPMLossPredictor',
+    embed_dim=32,
+    predictor_embed_dim=16,
+    predictor_depth=1,
+    predictor_num_heads=2)
 CLIP_TINY = dict(
     type='CLIPFeatureTarget',
     checkpoint=None,
@@ -48,12 +55,7 @@ def simmim_cfg(**kw):
             type='MaskTokenViT', arch=ARCH, img_size=32, patch_size=8),
         neck=dict(type='HPMSimMIMDecoder', in_channels=32, encoder_stride=8),
         head=dict(type='HPMSimMIMHead', patch_size=8),
-        predictor=dict(
-            type='HPMLossPredictor',
-            embed_dim=32,
-            predictor_embed_dim=16,
-            predictor_depth=1,
-            predictor_num_heads=2),
+        predictor=PREDICTOR,
         mask_generator=dict(
             type='HPMMaskGenerator', mask_ratio=0.6, alpha_0=0.5, alpha_T=0.5))
     cfg.update(kw)
@@ -356,12 +358,7 @@ def ibot_cfg(**kw):
             out_channels=64),
         head=dict(
             type='HPMiBOTHead', out_channels=64, warmup_teacher_temp_epochs=3),
-        predictor=dict(
-            type='HPMLossPredictor',
-            embed_dim=32,
-            predictor_embed_dim=16,
-            predictor_depth=1,
-            predictor_num_heads=2),
+        predictor=PREDICTOR,
         mask_generator=dict(
             type='HPMMaskGenerator',
             mask_ratio=[(0.2, 0.5)],
