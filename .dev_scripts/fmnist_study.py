@@ -12,8 +12,10 @@ twin and the ablation configs beside it); only the run's length and seed
 change. ``run`` scales the recipe to the length with the package's one rule
 (:func:`hpm_mm.utils.schedule.scale_recipe`: 5% warm-up, cosine to the end,
 the EMA teacher's lag 2.5% -> 10% of the run), dumps the run's config into
-its work dir, trains it through ``tools/train.py --amp`` (the precision rule
-picks fp32 on an AVX2 CPU), resuming an interrupted run, then evaluates the
+its work dir, trains it through ``tools/train.py`` in fp32 on every machine
+(the study's runs must share one precision, and bf16 is fast only on CPUs
+with native bf16: the study spans machines of both kinds; a run trained in
+another precision is refused), resuming an interrupted run, then evaluates the
 final encoder from one feature pass over the 60k training / 10k test
 images: kNN (DINO protocol) and a linear probe on cached frozen features
 (:func:`hpm_mm.evaluation.linear_probe`), each on the patch-token average
@@ -136,7 +138,7 @@ def pretrain(variant, seed, epochs, images, work, log):
     train = [
         sys.executable, 'tools/train.py',
         rel(path), '--work-dir',
-        rel(work), '--amp', '--quiet'
+        rel(work), '--quiet'
     ]
     seconds = None
     if final_checkpoint(work, epochs) is None:
@@ -174,7 +176,7 @@ def evaluate(config, ckpt, seed):
             loader = Runner.build_dataloader(
                 knn_hook[f'{split}_dataloader'], seed=0)
             feats[split] = extract_features(
-                model, loader, False, FEATURES, amp=True)
+                model, loader, False, FEATURES, amp=False)
     out = {}
 
     # the patch average through a LayerNorm without affine, as the linear
@@ -301,6 +303,10 @@ def cmd_run(args):
                                                      args.epochs, args.images,
                                                      work, log)
     ckpt = final_checkpoint(work, args.epochs)
+    ran = json.load(open(osp.join(work, 'precision.json')))['precision']
+    if ran != 'fp32':
+        raise SystemExit(f'{work} was trained in {ran}; the study compares '
+                         f'fp32 runs only. Fix: rm -r {work} and rerun.')
     start = time.time()
     metrics = evaluate(config, ckpt, args.seed)
     eval_s = time.time() - start

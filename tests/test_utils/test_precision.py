@@ -137,8 +137,16 @@ def test_train_prints_and_records_the_precision(tmp_path):
     work = tmp_path / 'work'
     proc = run_tool('tools/train.py', cfg, '--work-dir', str(work), '--amp',
                     '--quiet')
-    want = P.choose_precision(True, 'cpu')
-    assert proc.stdout.splitlines()[0] == want.line()
     record = json.loads((work / 'precision.json').read_text())
-    assert record['precision'] == want.name
+    # the console's line is the record's, and the decision the rule's for
+    # the record's own probe (on a CPU with native bf16 the probe's timings,
+    # under load even its verdict, differ from run to run)
+    assert proc.stdout.splitlines()[0] == \
+        f"precision: {record['precision']} ({record['reason']})"
     assert record['cpu_class'] == P.cpu_class()
+    probe = record.get('probe')
+    if probe is None:
+        assert record['precision'] == P.choose_precision(True, 'cpu').name
+    else:
+        assert record['precision'] == ('bf16' if probe['bf16_over_fp32']
+                                       <= P.PROBE_MAX_RATIO else 'fp32')
