@@ -196,8 +196,13 @@ class BaseMaskGenerator(nn.Module):
         Returns:
             torch.Tensor: (B, N) float, exactly :meth:`num_masked` ones per
             row (``counts[i]`` in row i when the ratio varies).
+
+        The default serves generators that need no scores: the largest of
+        their :meth:`keys`. Score-ranked generators override it.
         """
-        raise NotImplementedError
+        B, N, device = self._shape(scores, num_patches, batch_size, device)
+        counts = self.counts(B, N, device)
+        return self._mask_largest(self.keys(B, N, device, counts), counts)
 
     @staticmethod
     def _shape(scores, num_patches, batch_size, device):
@@ -261,13 +266,3 @@ class RandomMaskGenerator(BaseMaskGenerator):
              device=None,
              counts=None) -> torch.Tensor:
         return torch.rand(batch_size, num_patches, device=device)
-
-    def forward(self,
-                scores,
-                progress,
-                num_patches=None,
-                batch_size=None,
-                device=None) -> torch.Tensor:
-        B, N, device = self._shape(scores, num_patches, batch_size, device)
-        keys = self.keys(B, N, device)
-        return self._mask_largest(keys, self.counts(B, N, device))

@@ -74,16 +74,6 @@ class BlockwiseMaskGenerator(BaseMaskGenerator):
                 'input_size=(h, w) of the patch grid.')
         return h, w
 
-    def forward(self,
-                scores,
-                progress,
-                num_patches=None,
-                batch_size=None,
-                device=None) -> torch.Tensor:
-        B, N, device = self._shape(scores, num_patches, batch_size, device)
-        counts = self.counts(B, N, device)
-        return self._mask_largest(self.keys(B, N, device, counts), counts)
-
     def keys(self,
              batch_size,
              num_patches,
