@@ -510,13 +510,13 @@ def report(runs, scratch):
                 mean_ci([m[k] for m in seeds.values() if k in m])
                 for k, _ in METRICS) + ' |')
         if scratch:
-            lines.append(f'| scratch | {len(scratch)} | - | - | - | - | ' +
-                         ' | '.join(
-                             mean_ci([
-                                 s['metrics'][k]
-                                 for s in scratch.values() if k in s['metrics']
-                             ]) for k in ('finetune_1pct', 'finetune_10pct')) +
-                         ' |')
+            # scratch has only the fine-tunes: '-' in every other column
+            lines.append(f'| scratch | {len(scratch)} | ' + ' | '.join(
+                mean_ci([
+                    s['metrics'][k]
+                    for s in scratch.values() if k in s['metrics']
+                ]) if k.startswith('finetune') else '-'
+                for k, _ in METRICS) + ' |')
         base = by.get('mae', {})
         pairs = [v for v in by if v != 'mae']
         if base and pairs:

@@ -54,7 +54,10 @@ def test_a_run_is_its_variant_scaled_to_its_length(tmp_path, monkeypatch):
     assert cfg.model.teacher.momentum == pytest.approx(
         1 / (0.025 * steps), rel=1e-3)
     assert not any(h['type'] == 'KNNEvalHook' for h in cfg.custom_hooks)
-    assert calls and calls[0][1] == 'tools/train.py' and '--amp' in calls[0]
+    # fp32 on every machine: no --amp (the precision rule would pick bf16
+    # on a CPU with native bf16)
+    assert calls and calls[0][1] == 'tools/train.py' and \
+        '--amp' not in calls[0]
     assert len(sha) == 64 and commands[0].startswith('tools/train.py')
 
 
@@ -81,12 +84,23 @@ def test_report_pairs_seeds_with_t_intervals(tmp_path, monkeypatch):
         for variant, knn in (('mae', mae), ('hpm', hpm)):
             r = record(variant, seed, knn)
             (tmp_path / f"{r['name']}.json").write_text(json.dumps(r))
+    (tmp_path / 'scratch_seed0.json').write_text(
+        json.dumps(
+            dict(
+                name='scratch_seed0',
+                variant='scratch',
+                seed=0,
+                metrics=dict(finetune_1pct=60.))))
     runs, scratch = s.load_records()
     text = s.report(runs, scratch)
     # differences +1.0, +1.5, 0.0: mean 0.83, sd 0.76, t(2) = 4.303
     half = 4.303 * 0.7637626 / math.sqrt(3)
     assert f'0.83 ± {half:.2f} (+1.00, +1.50, +0.00)' in text
     assert '| mae | 3 | 80.00 ± 2.48 |' in text
+    # every row of a table has its header's columns
+    for table in text.split('\n\n'):
+        rows = [r for r in table.splitlines() if r.startswith('|')]
+        assert len({r.count('|') for r in rows}) <= 1, table
     doc = tmp_path / 'README.md'
     doc.write_text('head\n<!-- fmnist_study report: begin -->\nold\n'
                    '<!-- fmnist_study report: end -->\ntail\n')
