@@ -142,7 +142,6 @@ def run_config(config, amp, steps, batch, work_dir, options=None):
     if amp == 'bf16':
         cfg.optim_wrapper.device_type = device
     cfg.work_dir = osp.join(work_dir, amp)
-    cfg.default_hooks.checkpoint.interval = EPOCHS
     return cfg
 
 

@@ -321,7 +321,6 @@ def cmd_run(args):
     previous = osp.join(RESULTS, f'{name}.json')
     if train_s is None and osp.exists(previous):  # trained earlier
         train_s = json.load(open(previous)).get('train_seconds')
-    precision = json.load(open(osp.join(work, 'precision.json')))
     record = dict(
         name=name,
         variant=args.variant,
@@ -333,7 +332,7 @@ def cmd_run(args):
         epochs=args.epochs,
         images_per_epoch=args.images,
         steps=steps,
-        precision=precision['precision'],
+        precision=ran,
         machine=machine(),
         train_seconds=train_s,
         eval_seconds=eval_s,
