@@ -26,7 +26,9 @@ config and its hash, seed, steps, precision, CPU class, wall times, every
 metric, the predictor's ranking accuracy and the teacher's Spearman at the
 end, and the exact commands. ``scratch`` fine-tunes from random init (the
 baseline of the fine-tunes); ``check-linear`` runs the config-driven linear
-probe (with its augmentation) on one run's encoder beside the cached one.
+probe on one run's encoder beside the cached one (the two are one protocol:
+no augmentation, the same head and recipe; its json records the config's
+training pipeline).
 ``report`` regenerates every table from the committed jsons alone.
 """
 import argparse
@@ -363,9 +365,15 @@ def cmd_scratch(args):
     start = time.time()
     metrics, commands = low_label(work, None, args.seed, args.low_label,
                                   osp.join(work, 'study.log'))
+    commands = [
+        f'python .dev_scripts/fmnist_study.py scratch --seed {args.seed} '
+        '--low-label ' + ' '.join(map(str, args.low_label))
+    ] + commands
     previous = osp.join(RESULTS, f'{name}.json')
-    if osp.exists(previous):  # keep fine-tunes done earlier
-        metrics = dict(json.load(open(previous))['metrics'], **metrics)
+    if osp.exists(previous):  # keep the fine-tunes and commands of before
+        earlier = json.load(open(previous))
+        metrics = dict(earlier['metrics'], **metrics)
+        commands = earlier['commands'] + commands
     save(
         name,
         dict(
@@ -376,19 +384,18 @@ def cmd_scratch(args):
             metrics=metrics,
             machine=machine(),
             finetune_seconds=time.time() - start,
-            commands=[
-                f'python .dev_scripts/fmnist_study.py scratch '
-                f'--seed {args.seed} --low-label ' +
-                ' '.join(map(str, args.low_label))
-            ] + commands,
+            commands=commands,
             commit=git_commit(),
             date=time.strftime('%Y-%m-%d %H:%M')))
 
 
 def cmd_check_linear(args):
-    """The config-driven linear probes (encoder re-run every epoch, with the
-    train pipeline's augmentation) on one run's encoder, beside the cached
-    probes of its json."""
+    """The config-driven linear probes (the frozen encoder re-run over the
+    training images every epoch) on one run's encoder, beside the cached
+    probes of its json; each probe records its config's training pipeline
+    (the checks of mae_10e / mae_100e, before the probe configs dropped
+    their augmentation, ran RandomCrop + RandomFlip)."""
+    from mmengine.config import Config
     record = json.load(open(args.result))
     work = osp.join(WORK, record['name'])
     ckpt = final_checkpoint(work, record['epochs'])
@@ -399,8 +406,12 @@ def cmd_check_linear(args):
         config = LINEAR_CFGS[f]
         top1, cmds = classify(config, osp.join(work, f'linear_{f}'), ckpt,
                               record['seed'], [], 10, log)
+        pipeline = Config.fromfile(osp.join(
+            ROOT, config)).train_dataloader.dataset.pipeline
         out[f] = dict(
-            config_driven=top1, cached=record['metrics'][f'linear_{f}'])
+            config_driven=top1,
+            cached=record['metrics'][f'linear_{f}'],
+            train_pipeline=[t['type'] for t in pipeline])
         if f == 'avg' and 'linear_avg_ln' in record['metrics']:
             # the config's classifier reads LN(avg) (mmpretrain's ln2)
             out[f]['cached_ln'] = record['metrics']['linear_avg_ln']

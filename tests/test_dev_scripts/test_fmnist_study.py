@@ -36,7 +36,7 @@ def test_variants_are_configs_that_differ_in_their_knobs():
 
 def test_a_run_is_its_variant_scaled_to_its_length(tmp_path, monkeypatch):
     """pretrain() writes the variant's config with the run's length, seed and
-    the scaled recipe, and trains it through tools/train.py --amp."""
+    the scaled recipe, and trains it through tools/train.py in fp32."""
     s = study()
     calls = []
     monkeypatch.setattr(s, 'sh', lambda cmd, log: calls.append(cmd))
@@ -108,3 +108,48 @@ def test_report_pairs_seeds_with_t_intervals(tmp_path, monkeypatch):
     out = doc.read_text()
     assert out.startswith('head\n') and out.endswith('tail\n')
     assert 'old' not in out and '0.83 ±' in out
+
+
+def test_scratch_keeps_the_fine_tunes_done_earlier(tmp_path, monkeypatch):
+    """A later `scratch --low-label 10` adds to the seed's json: the 1%
+    result and its commands stay."""
+    s = study()
+    monkeypatch.setattr(s, 'RESULTS', str(tmp_path / 'results'))
+    monkeypatch.setattr(s, 'WORK', str(tmp_path / 'work'))
+    monkeypatch.setattr(
+        s, 'low_label', lambda work, ckpt, seed, percents, log:
+        ({
+            f'finetune_{p}pct': 60. + p
+            for p in percents
+        }, [f'train {p}' for p in percents]))
+    s.cmd_scratch(type('A', (), dict(seed=1, low_label=[1]))())
+    s.cmd_scratch(type('A', (), dict(seed=1, low_label=[10]))())
+    out = json.load(open(tmp_path / 'results' / 'scratch_seed1.json'))
+    assert out['metrics'] == dict(finetune_1pct=61., finetune_10pct=70.)
+    assert out['commands'] == [
+        'python .dev_scripts/fmnist_study.py scratch --seed 1 --low-label 1',
+        'train 1',
+        'python .dev_scripts/fmnist_study.py scratch --seed 1 --low-label 10',
+        'train 10'
+    ]
+
+
+def test_check_linear_records_the_probe_pipeline(tmp_path, monkeypatch):
+    s = study()
+    monkeypatch.setattr(s, 'RESULTS', str(tmp_path))
+    monkeypatch.setattr(s, 'final_checkpoint', lambda work, epochs: 'x.pth')
+    monkeypatch.setattr(
+        s, 'classify', lambda config, work, ckpt, seed, options, epochs, log:
+        (85., ['train', 'test']))
+    r = record('hpm', 0, 84., epochs=100)
+    r['metrics'].update(linear_avg=85.2, linear_avg_ln=85.1)
+    result = tmp_path / f"{r['name']}.json"
+    result.write_text(json.dumps(r))
+    s.cmd_check_linear(
+        type('A', (), dict(result=str(result), features=['avg']))())
+    out = json.load(open(tmp_path / f"linear_check_{r['name']}.json"))
+    assert out['probes']['avg'] == dict(
+        config_driven=85.,
+        cached=85.2,
+        cached_ln=85.1,
+        train_pipeline=['PackInputs'])

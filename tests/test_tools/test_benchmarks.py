@@ -103,3 +103,21 @@ def test_classification_benchmarks_load_every_encoder_key(
                 assert torch.equal(backbone[k], pretrained[k]), k
     metrics = runner.val_loop.run()
     assert 0 <= metrics['accuracy/top1'] <= 100
+
+
+@pytest.mark.parametrize('config,augmented', [
+    (LINEAR, False),
+    (LINEAR.replace('-linear-', '-linear-cls-'), False),
+    (FINETUNE, True),
+])
+def test_fmnist_probe_sees_the_images_as_they_are(config, augmented):
+    """The linear probes train on the test pipeline's unaugmented images
+    (the protocol of the cached probe, hpm_mm.evaluation.linear_probe);
+    fine-tuning keeps its crops and flips."""
+    cfg = Config.fromfile(config)
+    train = [t['type'] for t in cfg.train_dataloader.dataset.pipeline]
+    test = [t['type'] for t in cfg.test_dataloader.dataset.pipeline]
+    if augmented:
+        assert train == ['RandomCrop', 'RandomFlip', 'PackInputs']
+    else:
+        assert train == test == ['PackInputs']

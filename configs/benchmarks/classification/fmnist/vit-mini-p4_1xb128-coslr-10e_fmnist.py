@@ -4,8 +4,9 @@
 # (RandAugment is left out: its colour policies need 3-channel images.)
 _base_ = './vit-mini-p4_1xb256-linear-coslr-10e_fmnist.py'
 
-# data
-train_dataloader = dict(batch_size=128)
+# data: the augmented training images (the linear probe uses none)
+train_dataloader = dict(
+    batch_size=128, dataset=dict(pipeline={{_base_.train_pipeline}}))
 
 # model
 model = dict(
