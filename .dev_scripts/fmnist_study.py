@@ -5,6 +5,7 @@ paired by seed, every run's results kept as a small json (issue #28).
         [--images N] [--low-label 1 10]
     python .dev_scripts/fmnist_study.py scratch --seed S [--low-label 1 10]
     python .dev_scripts/fmnist_study.py check-linear RESULT_JSON
+    python .dev_scripts/fmnist_study.py status
     python .dev_scripts/fmnist_study.py report [--write FILE]
 
 A variant is a config file (``VARIANTS``: the main job's HPM config, its MAE
@@ -66,6 +67,15 @@ LINEAR_CFGS = {
 }
 # low-label fine-tuning: % of the labels -> epochs (~500 / ~1,400 steps)
 LOW_LABEL_EPOCHS = {1: 100, 10: 30}
+# the study at the length the rule chose (configs/hpm/README.md): each
+# variant with these seeds, paired by seed, every run and scratch with both
+# fine-tunes; all-hard with one seed where time allows
+STUDY = dict(
+    epochs=100,
+    images=10000,
+    seeds=(0, 1, 2),
+    variants=('mae', 'hpm', 'random'),
+    optional=(('all-hard', 0), ))
 KNN_KS = (10, 20, 100, 200)
 FEATURES = ('avg', 'cls')
 # two-sided 95% t quantiles by degrees of freedom
@@ -431,6 +441,61 @@ def cmd_check_linear(args):
             date=time.strftime('%Y-%m-%d %H:%M')))
 
 
+def plan():
+    """[(name, command, missing)] of the study's runs, in the order to run
+    them: seed by seed (each seed's variants and scratch), then the optional
+    runs; ``missing`` lists what the committed jsons lack ([] when done)."""
+    low = sorted(LOW_LABEL_EPOCHS)
+    wanted = [f'finetune_{p}pct' for p in low]
+    rows = []
+
+    def lacking(name, keys):
+        path = osp.join(RESULTS, f'{name}.json')
+        if not osp.exists(path):
+            return ['all']
+        return [k for k in keys if k not in json.load(open(path))['metrics']]
+
+    def run_row(variant, seed):
+        name = run_name(variant, STUDY['epochs'], STUDY['images'], seed)
+        cmd = (f'python .dev_scripts/fmnist_study.py run {variant} --seed '
+               f'{seed} --epochs {STUDY["epochs"]} --images '
+               f'{STUDY["images"]} --low-label {" ".join(map(str, low))}')
+        keys = ['knn_avg', 'knn_cls', 'linear_avg', 'linear_cls'] + wanted
+        missing = lacking(name, keys)
+        return name, cmd, (['all'] if missing else [])
+
+    for seed in STUDY['seeds']:
+        rows += [run_row(v, seed) for v in STUDY['variants']]
+        name = f'scratch_seed{seed}'
+        missing = lacking(name, wanted)
+        percents = low if missing == ['all'] else [
+            p for p in low if f'finetune_{p}pct' in missing
+        ]
+        rows.append((name, f'python .dev_scripts/fmnist_study.py scratch '
+                     f'--seed {seed} --low-label '
+                     f'{" ".join(map(str, percents))}', missing))
+    rows += [
+        run_row(v, seed) + ('optional', ) for v, seed in STUDY['optional']
+    ]
+    return rows
+
+
+def cmd_status(args):
+    """What the committed jsons hold of the study, and the commands of
+    what remains, in order (a session runs the first ones)."""
+    rows = plan()
+    for name, cmd, missing, *optional in rows:
+        state = 'done' if not missing else (
+            'missing ' +
+            ', '.join(missing) if missing != ['all'] else 'to run')
+        print(f'{name:24s} {state}{" (optional)" if optional else ""}')
+    todo = [cmd for _, cmd, missing, *_ in rows if missing]
+    print(f'\n{len(rows) - len(todo)} of {len(rows)} done; remaining, in '
+          'order:' if todo else f'\nall {len(rows)} done')
+    for cmd in todo:
+        print(f'  {cmd}')
+
+
 # ---------------------------------------------------------------- report
 METRICS = (
     ('knn_avg', 'kNN avg'),
@@ -608,6 +673,10 @@ def main(argv=None):
         choices=list(LINEAR_CFGS),
         help='each probe re-runs the encoder over the 60k images '
         'for 10 epochs (~20 min on 2 cores)')
+    sub.add_parser(
+        'status',
+        help="the study's runs done (committed jsons) and the commands of "
+        'those that remain')
     p = sub.add_parser('report', help='the tables, from the jsons alone')
     p.add_argument('--write', help='replace the marked section of this file')
     args = parser.parse_args(argv)
@@ -615,6 +684,7 @@ def main(argv=None):
         'run': cmd_run,
         'scratch': cmd_scratch,
         'check-linear': cmd_check_linear,
+        'status': cmd_status,
         'report': cmd_report
     }[args.cmd](
         args)

@@ -153,3 +153,33 @@ def test_check_linear_records_the_probe_pipeline(tmp_path, monkeypatch):
         cached=85.2,
         cached_ln=85.1,
         train_pipeline=['PackInputs'])
+
+
+def test_status_lists_what_remains_in_order(tmp_path, monkeypatch, capsys):
+    s = study()
+    monkeypatch.setattr(s, 'RESULTS', str(tmp_path))
+    done = record('mae', 0, 84., epochs=100)
+    done['metrics'].update(
+        linear_avg=86., linear_cls=85., finetune_1pct=82., finetune_10pct=86.)
+    half = record('hpm', 0, 84., epochs=100)  # its fine-tunes did not finish
+    for r in (done, half):
+        (tmp_path / f"{r['name']}.json").write_text(json.dumps(r))
+    (tmp_path / 'scratch_seed0.json').write_text(
+        json.dumps(dict(metrics=dict(finetune_1pct=64.))))
+    rows = {name: (cmd, missing) for name, cmd, missing, *_ in s.plan()}
+    assert len(rows) == 3 * 4 + 1
+    assert rows['mae_100e_10k_seed0'][1] == []
+    assert rows['hpm_100e_10k_seed0'] == (
+        'python .dev_scripts/fmnist_study.py run hpm --seed 0 --epochs 100 '
+        '--images 10000 --low-label 1 10', ['all'])
+    assert rows['scratch_seed0'] == (
+        'python .dev_scripts/fmnist_study.py scratch --seed 0 --low-label 10',
+        ['finetune_10pct'])
+    assert rows['scratch_seed1'][0].endswith('--low-label 1 10')
+    s.cmd_status(None)
+    out = capsys.readouterr().out
+    assert '1 of 13 done' in out
+    todo = out.split('remaining, in order:')[1].split()
+    # seed 0 first: its HPM run, then seed 0's remaining runs
+    assert ' '.join(todo).index('run hpm --seed 0') < ' '.join(todo).index(
+        'run mae --seed 1')
