@@ -112,6 +112,19 @@ def run_name(variant, epochs, images, seed):
     return f'{variant}_{epochs}e_{images // 1000}k_seed{seed}'
 
 
+def run_command(variant, seed, epochs, images, percents):
+    """The study command of one run (its json's first command)."""
+    return (
+        f'python .dev_scripts/fmnist_study.py run {variant} --seed '
+        f'{seed} --epochs {epochs} --images {images}' +
+        (' --low-label ' + ' '.join(map(str, percents)) if percents else ''))
+
+
+def scratch_command(seed, percents):
+    return (f'python .dev_scripts/fmnist_study.py scratch --seed {seed} '
+            '--low-label ' + ' '.join(map(str, percents)))
+
+
 def final_checkpoint(work, epochs):
     """The run's final checkpoint, or None when it has not finished."""
     path = osp.join(work, f'epoch_{epochs}.pth')
@@ -357,11 +370,8 @@ def cmd_run(args):
                          ('loss_rec', 'loss_rec')) if s in scalars
         },
         commands=[
-            f'python .dev_scripts/fmnist_study.py run {args.variant} '
-            f'--seed {args.seed} --epochs {args.epochs} --images '
-            f'{args.images}' +
-            (' --low-label ' +
-             ' '.join(map(str, args.low_label)) if args.low_label else '')
+            run_command(args.variant, args.seed, args.epochs, args.images,
+                        args.low_label)
         ] + commands,
         commit=git_commit(),
         date=time.strftime('%Y-%m-%d %H:%M'))
@@ -375,10 +385,7 @@ def cmd_scratch(args):
     start = time.time()
     metrics, commands = low_label(work, None, args.seed, args.low_label,
                                   osp.join(work, 'study.log'))
-    commands = [
-        f'python .dev_scripts/fmnist_study.py scratch --seed {args.seed} '
-        '--low-label ' + ' '.join(map(str, args.low_label))
-    ] + commands
+    commands = [scratch_command(args.seed, args.low_label)] + commands
     previous = osp.join(RESULTS, f'{name}.json')
     if osp.exists(previous):  # keep the fine-tunes and commands of before
         earlier = json.load(open(previous))
@@ -457,12 +464,10 @@ def plan():
 
     def run_row(variant, seed):
         name = run_name(variant, STUDY['epochs'], STUDY['images'], seed)
-        cmd = (f'python .dev_scripts/fmnist_study.py run {variant} --seed '
-               f'{seed} --epochs {STUDY["epochs"]} --images '
-               f'{STUDY["images"]} --low-label {" ".join(map(str, low))}')
         keys = ['knn_avg', 'knn_cls', 'linear_avg', 'linear_cls'] + wanted
-        missing = lacking(name, keys)
-        return name, cmd, (['all'] if missing else [])
+        # a run lacking anything is rerun whole (it resumes what it has)
+        cmd = run_command(variant, seed, STUDY['epochs'], STUDY['images'], low)
+        return name, cmd, ['all'] if lacking(name, keys) else []
 
     for seed in STUDY['seeds']:
         rows += [run_row(v, seed) for v in STUDY['variants']]
@@ -471,9 +476,7 @@ def plan():
         percents = low if missing == ['all'] else [
             p for p in low if f'finetune_{p}pct' in missing
         ]
-        rows.append((name, f'python .dev_scripts/fmnist_study.py scratch '
-                     f'--seed {seed} --low-label '
-                     f'{" ".join(map(str, percents))}', missing))
+        rows.append((name, scratch_command(seed, percents), missing))
     rows += [
         run_row(v, seed) + ('optional', ) for v, seed in STUDY['optional']
     ]
