@@ -595,28 +595,32 @@ def report(runs, scratch):
                     for s in scratch.values() if k in s['metrics']
                 ]) if k.startswith('finetune') else '-'
                 for k, _ in METRICS) + ' |')
-        base = by.get('mae', {})
-        pairs = [v for v in by if v != 'mae']
-        if base and pairs:
-            lines.append('\nPaired by seed, variant - MAE: mean ± 95% '
-                         'interval (the per-seed differences):\n')
+        # each variant against MAE; HPM against random + L_pred, which has
+        # the same predictor and loss and differs only in the hard masks
+        contrasts = [(v, 'mae') for v in by if v != 'mae' and 'mae' in by]
+        if 'hpm' in by and 'random' in by:
+            contrasts.append(('hpm', 'random'))
+        if contrasts:
+            lines.append(f'\nPaired by seed at {epochs} epochs: mean ± 95% '
+                         'interval of the per-seed differences (each '
+                         'difference in brackets):\n')
             lines += [
-                head.replace('| seeds |', '| pairs |'),
+                head.replace('| variant | seeds |', '| difference | pairs |'),
                 '|' + '---|' * (head.count('|') - 1)
             ]
-            for variant in pairs:
+            for a, b in contrasts:
                 cells, n = [], 0
                 for k, _ in METRICS:
                     d = [
-                        by[variant][s][k] - base[s][k] for s in by[variant]
-                        if s in base and k in by[variant][s] and k in base[s]
+                        by[a][s][k] - by[b][s][k] for s in by[a]
+                        if s in by[b] and k in by[a][s] and k in by[b][s]
                     ]
                     n = max(n, len(d))
                     cells.append(
                         mean_ci(d) +
                         (' (' + ', '.join(f'{x:+.2f}'
                                           for x in d) + ')' if d else ''))
-                lines.append(f'| {variant} | {n} | ' + ' | '.join(cells) +
+                lines.append(f'| {a} - {b} | {n} | ' + ' | '.join(cells) +
                              ' |')
     return '\n'.join(lines)
 

@@ -80,8 +80,9 @@ def record(variant, seed, knn, epochs=30):
 def test_report_pairs_seeds_with_t_intervals(tmp_path, monkeypatch):
     s = study()
     monkeypatch.setattr(s, 'RESULTS', str(tmp_path))
-    for seed, (mae, hpm) in enumerate([(80., 81.), (79., 80.5), (81., 81.)]):
-        for variant, knn in (('mae', mae), ('hpm', hpm)):
+    for seed, (mae, hpm, rnd) in enumerate([(80., 81., 80.), (79., 80.5, 80.),
+                                            (81., 81., 81.5)]):
+        for variant, knn in (('mae', mae), ('hpm', hpm), ('random', rnd)):
             r = record(variant, seed, knn)
             (tmp_path / f"{r['name']}.json").write_text(json.dumps(r))
     (tmp_path / 'scratch_seed0.json').write_text(
@@ -95,7 +96,12 @@ def test_report_pairs_seeds_with_t_intervals(tmp_path, monkeypatch):
     text = s.report(runs, scratch)
     # differences +1.0, +1.5, 0.0: mean 0.83, sd 0.76, t(2) = 4.303
     half = 4.303 * 0.7637626 / math.sqrt(3)
-    assert f'0.83 ± {half:.2f} (+1.00, +1.50, +0.00)' in text
+    assert f'| hpm - mae | 3 | 0.83 ± {half:.2f} (+1.00, +1.50, +0.00) |' \
+        in text
+    # hard masks alone: HPM against random + L_pred, seed by seed
+    assert '| hpm - random | 3 | 0.33 ± ' in text
+    assert '(+1.00, +0.50, -0.50)' in text
+    assert 'Paired by seed at 30 epochs' in text
     assert '| mae | 3 | 80.00 ± 2.48 |' in text
     # every row of a table has its header's columns
     for table in text.split('\n\n'):
