@@ -6,6 +6,7 @@ paired by seed, every run's results kept as a small json (issue #28).
     python .dev_scripts/fmnist_study.py scratch --seed S [--low-label 1 10]
     python .dev_scripts/fmnist_study.py check-linear RESULT_JSON
     python .dev_scripts/fmnist_study.py status
+    python .dev_scripts/fmnist_study.py next --minutes M
     python .dev_scripts/fmnist_study.py report [--write FILE]
 
 A variant is a config file (``VARIANTS``: the main job's HPM config, its MAE
@@ -30,6 +31,9 @@ baseline of the fine-tunes); ``check-linear`` runs the config-driven linear
 probe on one run's encoder beside the cached one (the two are one protocol:
 no augmentation, the same head and recipe; its json records the config's
 training pipeline).
+``status`` lists what the committed jsons hold and the commands of the rest;
+``next --minutes M`` runs the rest in that order, each while its estimate
+(the committed wall time of its variant) fits in what is left of M.
 ``report`` regenerates every table from the committed jsons alone.
 """
 import argparse
@@ -386,11 +390,13 @@ def cmd_scratch(args):
     metrics, commands = low_label(work, None, args.seed, args.low_label,
                                   osp.join(work, 'study.log'))
     commands = [scratch_command(args.seed, args.low_label)] + commands
+    seconds = time.time() - start
     previous = osp.join(RESULTS, f'{name}.json')
-    if osp.exists(previous):  # keep the fine-tunes and commands of before
+    if osp.exists(previous):  # keep the fine-tunes, commands, time of before
         earlier = json.load(open(previous))
         metrics = dict(earlier['metrics'], **metrics)
         commands = earlier['commands'] + commands
+        seconds += earlier.get('finetune_seconds', 0)
     save(
         name,
         dict(
@@ -400,7 +406,7 @@ def cmd_scratch(args):
             what='random init, fine-tuned only',
             metrics=metrics,
             machine=machine(),
-            finetune_seconds=time.time() - start,
+            finetune_seconds=seconds,
             commands=commands,
             commit=git_commit(),
             date=time.strftime('%Y-%m-%d %H:%M')))
@@ -509,6 +515,60 @@ METRICS = (
     ('finetune_1pct', 'fine-tune 1%'),
     ('finetune_10pct', 'fine-tune 10%'),
 )
+
+
+def estimate(name):
+    """Seconds the study run ``name`` should take: the longest committed run
+    of its variant at the study's length, training + evaluation +
+    fine-tunes (the longest of any variant for one not run yet); scratch:
+    its fine-tunes."""
+    variant = name.split('_')[0]
+    runs, scratch = load_records()
+    if variant == 'scratch':
+        return max((s.get('finetune_seconds') or 0 for s in scratch.values()),
+                   default=0)
+    total = {}
+    for r in runs:
+        if (r['epochs'], r['images_per_epoch']) == (STUDY['epochs'],
+                                                    STUDY['images']):
+            seconds = sum(
+                r.get(k) or 0
+                for k in ('train_seconds', 'eval_seconds', 'finetune_seconds'))
+            total[r['variant']] = max(total.get(r['variant'], 0), seconds)
+    return total.get(variant, max(total.values(), default=0))
+
+
+def cmd_next(args):
+    """Runs what remains of the study, in order, while each run's estimate
+    (+15%) fits in the minutes left; a run that does not fit is passed over
+    for a later, shorter one (a scratch run)."""
+    deadline, ran = time.time() + args.minutes * 60, set()
+    while True:
+        todo = [(name, cmd) for name, cmd, missing, *_ in plan() if missing]
+        if not todo:
+            print(f'all {len(plan())} runs of the study are done')
+            return
+        left = deadline - time.time()
+        sized = [(name, cmd, 1.15 * estimate(name)) for name, cmd in todo]
+        fits = [row for row in sized if row[2] <= left]
+        if not fits:
+            print(f'nothing left fits in {left / 60:.0f} min; next: ' +
+                  ', '.join(f'{n} (~{e / 60:.0f} min)'
+                            for n, _, e in sized[:3]))
+            return
+        name, cmd, seconds = fits[0]
+        if name in ran:
+            raise SystemExit(f'{name} ran but its json still lacks results; '
+                             f'see work_dirs/fmnist_study/{name}/study.log')
+        ran.add(name)
+        print(
+            f'{time.strftime("%H:%M")} {name} (~{seconds / 60:.0f} of '
+            f'{left / 60:.0f} min left): {cmd}',
+            flush=True)
+        rc = subprocess.call([sys.executable] + cmd.split()[1:], cwd=ROOT)
+        if rc:
+            raise SystemExit(f'{name} failed (exit {rc}); its log: '
+                             f'work_dirs/fmnist_study/{name}/study.log')
 
 
 def mean_ci(values):
@@ -684,6 +744,15 @@ def main(argv=None):
         'status',
         help="the study's runs done (committed jsons) and the commands of "
         'those that remain')
+    n = sub.add_parser(
+        'next',
+        help="run what remains of the study, in order, while each run's "
+        'estimate (its variant\'s committed wall time) fits')
+    n.add_argument(
+        '--minutes',
+        type=float,
+        required=True,
+        help='time this machine has left for the study')
     p = sub.add_parser('report', help='the tables, from the jsons alone')
     p.add_argument('--write', help='replace the marked section of this file')
     args = parser.parse_args(argv)
@@ -692,6 +761,7 @@ def main(argv=None):
         'scratch': cmd_scratch,
         'check-linear': cmd_check_linear,
         'status': cmd_status,
+        'next': cmd_next,
         'report': cmd_report
     }[args.cmd](
         args)

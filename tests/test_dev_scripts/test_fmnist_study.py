@@ -118,10 +118,13 @@ def test_report_pairs_seeds_with_t_intervals(tmp_path, monkeypatch):
 
 def test_scratch_keeps_the_fine_tunes_done_earlier(tmp_path, monkeypatch):
     """A later `scratch --low-label 10` adds to the seed's json: the 1%
-    result and its commands stay."""
+    result, its commands and its wall time stay."""
     s = study()
     monkeypatch.setattr(s, 'RESULTS', str(tmp_path / 'results'))
     monkeypatch.setattr(s, 'WORK', str(tmp_path / 'work'))
+    clock = iter([0., 300., 1000., 2000.])  # 1%: 300 s, then 10%: 1000 s
+    monkeypatch.setattr(
+        s, 'time', type('T', (), dict(time=lambda: next(clock), strftime=str)))
     monkeypatch.setattr(
         s, 'low_label', lambda work, ckpt, seed, percents, log:
         ({
@@ -132,6 +135,7 @@ def test_scratch_keeps_the_fine_tunes_done_earlier(tmp_path, monkeypatch):
     s.cmd_scratch(type('A', (), dict(seed=1, low_label=[10]))())
     out = json.load(open(tmp_path / 'results' / 'scratch_seed1.json'))
     assert out['metrics'] == dict(finetune_1pct=61., finetune_10pct=70.)
+    assert out['finetune_seconds'] == 1300.
     assert out['commands'] == [
         'python .dev_scripts/fmnist_study.py scratch --seed 1 --low-label 1',
         'train 1',
@@ -189,3 +193,67 @@ def test_status_lists_what_remains_in_order(tmp_path, monkeypatch, capsys):
     # seed 0 first: its HPM run, then seed 0's remaining runs
     assert ' '.join(todo).index('run hpm --seed 0') < ' '.join(todo).index(
         'run mae --seed 1')
+
+
+def test_next_runs_in_order_what_fits_in_the_time_left(tmp_path, monkeypatch,
+                                                       capsys):
+    """Each remaining run is estimated by its variant's committed wall time
+    (+15%); one that does not fit is passed over for a later, shorter one,
+    and the clock decides when to stop."""
+    s = study()
+    monkeypatch.setattr(s, 'RESULTS', str(tmp_path))
+    metrics = dict(
+        knn_avg=84.,
+        knn_cls=83.,
+        linear_avg=86.,
+        linear_cls=85.,
+        finetune_1pct=82.,
+        finetune_10pct=86.)
+
+    def finished(variant, seed, minutes):
+        if variant == 'scratch':
+            r = dict(
+                name=f'scratch_seed{seed}',
+                variant='scratch',
+                seed=seed,
+                metrics=metrics,
+                finetune_seconds=minutes * 60)
+        else:
+            r = record(variant, seed, 84., epochs=100)
+            r.update(
+                metrics=metrics,
+                train_seconds=minutes * 60 - 120,
+                finetune_seconds=60)  # + eval_seconds 60
+        (tmp_path / f"{r['name']}.json").write_text(json.dumps(r))
+
+    finished('mae', 0, 60)
+    finished('hpm', 0, 120)
+    finished('scratch', 0, 25)
+    assert s.estimate('mae_100e_10k_seed1') == 3600
+    assert s.estimate('random_100e_10k_seed0') == 7200  # not run: longest
+    assert s.estimate('scratch_seed1') == 1500
+    clock, calls = [0.], []
+
+    def call(argv, cwd):
+        variant = argv[2] if argv[2] == 'scratch' else argv[3]
+        seed = int(argv[argv.index('--seed') + 1])
+        minutes = dict(mae=60, scratch=25)[variant]
+        clock[0] += minutes * 60
+        finished(variant, seed, minutes)
+        calls.append(' '.join(argv[1:]))
+        return 0
+
+    monkeypatch.setattr(s.subprocess, 'call', call)
+    monkeypatch.setattr(
+        s, 'time',
+        type('T', (), dict(time=lambda: clock[0], strftime=lambda f: '')))
+    s.cmd_next(type('A', (), dict(minutes=100))())
+    # random seed 0 (~138 min) does not fit in 100; MAE seed 1 (~69) does,
+    # then scratch seed 1 (~29) in the 40 left; then nothing fits in 15
+    assert calls == [
+        '.dev_scripts/fmnist_study.py run mae --seed 1 --epochs 100 '
+        '--images 10000 --low-label 1 10',
+        '.dev_scripts/fmnist_study.py scratch --seed 1 --low-label 1 10'
+    ]
+    assert 'nothing left fits in 15 min; next: random_100e_10k_seed0' in \
+        capsys.readouterr().out
