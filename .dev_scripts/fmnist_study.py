@@ -518,10 +518,10 @@ METRICS = (
 
 
 def estimate(name):
-    """Seconds the study run ``name`` should take: the longest committed run
-    of its variant at the study's length, training + evaluation +
-    fine-tunes (the longest of any variant for one not run yet); scratch:
-    its fine-tunes."""
+    """Seconds the study run ``name`` should take: the longest recorded run
+    (docs/results/fmnist_study/) of its variant at the study's length,
+    training + evaluation + fine-tunes (the longest of any variant for one
+    not run yet); scratch: its fine-tunes."""
     variant = name.split('_')[0]
     runs, scratch = load_records()
     if variant == 'scratch':
@@ -544,9 +544,10 @@ def cmd_next(args):
     for a later, shorter one (a scratch run)."""
     deadline, ran = time.time() + args.minutes * 60, set()
     while True:
-        todo = [(name, cmd) for name, cmd, missing, *_ in plan() if missing]
+        rows = plan()
+        todo = [(name, cmd) for name, cmd, missing, *_ in rows if missing]
         if not todo:
-            print(f'all {len(plan())} runs of the study are done')
+            print(f'all {len(rows)} runs of the study are done')
             return
         left = deadline - time.time()
         sized = [(name, cmd, 1.15 * estimate(name)) for name, cmd in todo]

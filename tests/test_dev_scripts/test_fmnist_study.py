@@ -165,12 +165,16 @@ def test_check_linear_records_the_probe_pipeline(tmp_path, monkeypatch):
         train_pipeline=['PackInputs'])
 
 
+# what a finished run holds beside record()'s kNN
+DONE = dict(
+    linear_avg=86., linear_cls=85., finetune_1pct=82., finetune_10pct=86.)
+
+
 def test_status_lists_what_remains_in_order(tmp_path, monkeypatch, capsys):
     s = study()
     monkeypatch.setattr(s, 'RESULTS', str(tmp_path))
     done = record('mae', 0, 84., epochs=100)
-    done['metrics'].update(
-        linear_avg=86., linear_cls=85., finetune_1pct=82., finetune_10pct=86.)
+    done['metrics'].update(DONE)
     half = record('hpm', 0, 84., epochs=100)  # its fine-tunes did not finish
     for r in (done, half):
         (tmp_path / f"{r['name']}.json").write_text(json.dumps(r))
@@ -202,13 +206,7 @@ def test_next_runs_in_order_what_fits_in_the_time_left(tmp_path, monkeypatch,
     and the clock decides when to stop."""
     s = study()
     monkeypatch.setattr(s, 'RESULTS', str(tmp_path))
-    metrics = dict(
-        knn_avg=84.,
-        knn_cls=83.,
-        linear_avg=86.,
-        linear_cls=85.,
-        finetune_1pct=82.,
-        finetune_10pct=86.)
+    metrics = dict(knn_avg=84., knn_cls=83., **DONE)
 
     def finished(variant, seed, minutes):
         if variant == 'scratch':
