@@ -572,16 +572,43 @@ def cmd_next(args):
                              f'work_dirs/fmnist_study/{name}/study.log')
 
 
+def ci(values):
+    """Mean and half-width of the 95% t interval (None for one value)."""
+    m = statistics.mean(values)
+    if len(values) < 2:
+        return m, None
+    return m, T95[len(values) - 1] * statistics.stdev(values) / math.sqrt(
+        len(values))
+
+
 def mean_ci(values):
     """'mean ± half-width of the 95% t interval' ('mean' for one value)."""
     if not values:
         return '-'
-    m = statistics.mean(values)
-    if len(values) < 2:
-        return f'{m:.2f}'
-    half = T95[len(values) - 1] * statistics.stdev(values) / math.sqrt(
-        len(values))
-    return f'{m:.2f} ± {half:.2f}'
+    m, half = ci(values)
+    return f'{m:.2f}' if half is None else f'{m:.2f} ± {half:.2f}'
+
+
+def reading(contrast, diffs):
+    """The paired difference read by the rule written before seeds 1 and 2
+    (configs/hpm/README.md): a protocol is above (below) 0 where its whole
+    95% interval is; elsewhere the interval bounds any effect. ``diffs``
+    maps a protocol's title to its per-seed differences; protocols with
+    fewer than two pairs are not read."""
+    above, below, bounds = [], [], []
+    for title, d in diffs.items():
+        if len(d) < 2:
+            continue
+        m, half = ci(d)
+        lo, hi = m - half, m + half
+        where = above if lo > 0 else below if hi < 0 else bounds
+        where.append(f'{title} [{lo:+.2f}, {hi:+.2f}]')
+    if not above + below + bounds:
+        return None
+    return (f'- {contrast}: 95% interval above 0 on '
+            f'{", ".join(above) or "none"}; below 0 on '
+            f'{", ".join(below) or "none"}; containing 0 on '
+            f'{", ".join(bounds) or "none"}.')
 
 
 def load_records():
@@ -669,20 +696,27 @@ def report(runs, scratch):
                 head.replace('| variant | seeds |', '| difference | pairs |'),
                 '|' + '---|' * (head.count('|') - 1)
             ]
+            read = []
             for a, b in contrasts:
-                cells, n = [], 0
-                for k, _ in METRICS:
-                    d = [
+                cells, diffs = [], {}
+                for k, title in METRICS:
+                    d = diffs[title] = [
                         by[a][s][k] - by[b][s][k] for s in by[a]
                         if s in by[b] and k in by[a][s] and k in by[b][s]
                     ]
-                    n = max(n, len(d))
                     cells.append(
                         mean_ci(d) +
                         (' (' + ', '.join(f'{x:+.2f}'
                                           for x in d) + ')' if d else ''))
+                n = max(len(d) for d in diffs.values())
                 lines.append(f'| {a} - {b} | {n} | ' + ' | '.join(cells) +
                              ' |')
+                read.append(reading(f'{a} - {b}', diffs))
+            if any(read):
+                lines.append('\nRead by the rule written before seeds 1 '
+                             'and 2 (points, 95% t interval of the paired '
+                             'differences):\n')
+                lines += [r for r in read if r]
     return '\n'.join(lines)
 
 

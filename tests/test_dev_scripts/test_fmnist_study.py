@@ -103,6 +103,10 @@ def test_report_pairs_seeds_with_t_intervals(tmp_path, monkeypatch):
     assert '(+1.00, +0.50, -0.50)' in text
     assert 'Paired by seed at 30 epochs' in text
     assert '| mae | 3 | 80.00 ± 2.48 |' in text
+    # the rule written before seeds 1 and 2, applied to every contrast
+    lo, hi = 2.5 / 3 - half, 2.5 / 3 + half
+    assert f'- hpm - mae: 95% interval above 0 on none; below 0 on none; ' \
+        f'containing 0 on kNN avg [{lo:+.2f}, {hi:+.2f}], kNN CLS ' in text
     # every row of a table has its header's columns
     for table in text.split('\n\n'):
         rows = [r for r in table.splitlines() if r.startswith('|')]
@@ -114,6 +118,23 @@ def test_report_pairs_seeds_with_t_intervals(tmp_path, monkeypatch):
     out = doc.read_text()
     assert out.startswith('head\n') and out.endswith('tail\n')
     assert 'old' not in out and '0.83 ±' in out
+
+
+def test_reading_follows_the_rule_written_before_the_seeds():
+    """A protocol is above (below) 0 only where its whole 95% interval is;
+    one pair is not read."""
+    line = study().reading(
+        'hpm - mae', {
+            'kNN avg': [1.0, 1.2, 1.1],
+            'kNN CLS': [-1.0, -1.1, -0.9],
+            'linear avg': [1.0, -1.0, 0.0],
+            'fine-tune 1%': [0.5],
+        })
+    # sd 0.1 each: mean -+ 4.303 * 0.1 / sqrt(3) = mean -+ 0.25
+    assert line == ('- hpm - mae: 95% interval above 0 on kNN avg '
+                    '[+0.85, +1.35]; below 0 on kNN CLS [-1.25, -0.75]; '
+                    'containing 0 on linear avg [-2.48, +2.48].')
+    assert study().reading('hpm - mae', {'kNN avg': [0.3]}) is None
 
 
 def test_scratch_keeps_the_fine_tunes_done_earlier(tmp_path, monkeypatch):
