@@ -2,7 +2,7 @@
 paired by seed, every run's results kept as a small json (issue #28).
 
     python .dev_scripts/fmnist_study.py run VARIANT --seed S --epochs E \
-        [--images N] [--low-label 1 10]
+        [--images N] [--low-label 1 10] [--minutes M]
     python .dev_scripts/fmnist_study.py scratch --seed S [--low-label 1 10]
     python .dev_scripts/fmnist_study.py check-linear RESULT_JSON
     python .dev_scripts/fmnist_study.py status
@@ -31,9 +31,16 @@ baseline of the fine-tunes); ``check-linear`` runs the config-driven linear
 probe on one run's encoder beside the cached one (the two are one protocol:
 no augmentation, the same head and recipe; its json records the config's
 training pipeline).
-``status`` lists what the committed jsons hold and the commands of the rest;
+``status`` lists what the committed jsons hold and the commands of the rest
+(after this machine's CPU class and fp32 matmul speed, also in every json);
 ``next --minutes M`` runs the rest in that order, each while its estimate
-(the committed wall time of its variant) fits in what is left of M.
+(the committed wall time of its variant) fits in what is left of M. A run
+given ``--minutes`` (``next`` gives each the minutes left) measures its
+pace once two epochs past its first checkpoint are written and stops,
+removing its work dir, where training, evaluation and fine-tunes cannot
+finish in time (exit 3; ``next`` passes over it): every run with its
+evaluations finishes inside one session, and machines of one CPU class
+differ ~2x in speed.
 ``report`` regenerates every table from the committed jsons alone.
 """
 import argparse
@@ -43,6 +50,7 @@ import json
 import math
 import os
 import os.path as osp
+import shutil
 import statistics
 import subprocess
 import sys
@@ -95,17 +103,102 @@ T95 = {
     9: 2.262
 }
 
+# the exit status of a run stopped by its pace guard (``run --minutes``)
+TOO_SLOW = 3
+POLL_SECONDS = 20
 
-def sh(cmd, log):
-    """Run ``cmd`` from the repository root, appending to ``log``."""
+
+def sh(cmd, log, check=None):
+    """Run ``cmd`` from the repository root, appending to ``log``; while it
+    runs, ``check()`` (when given) is polled and a message it returns stops
+    the command and is raised."""
     with open(log, 'a') as f:
         f.write('$ ' + ' '.join(cmd) + '\n')
         f.flush()
-        proc = subprocess.run(
+        proc = subprocess.Popen(
             cmd, cwd=ROOT, stdout=f, stderr=subprocess.STDOUT)
+        while check is not None:
+            try:
+                proc.wait(POLL_SECONDS)
+                break
+            except subprocess.TimeoutExpired:
+                stop = check()
+                if stop:
+                    proc.terminate()
+                    proc.wait()
+                    raise TooSlow(stop)
+        proc.wait()
     if proc.returncode:
         raise SystemExit(f'failed ({proc.returncode}): {" ".join(cmd)}; '
                          f'see {log}')
+
+
+class TooSlow(Exception):
+    """A run whose pace says it cannot finish in the time it was given."""
+
+
+def epochs_done(work):
+    """The epoch of the run's last checkpoint (0 before the first)."""
+    last = osp.join(work, 'last_checkpoint')
+    if not osp.exists(last):
+        return 0
+    name = osp.basename(open(last).read().strip())
+    return int(name[len('epoch_'):-len('.pth')])
+
+
+def pace_guard(name, work, epochs, until):
+    """A ``check`` for :func:`sh` while ``name`` trains: None while the run
+    can finish (training, evaluation and fine-tunes) by the time ``until``;
+    once two epochs past this attempt's first checkpoint are written, a
+    message where its pace says it cannot. The pace is the seconds per epoch
+    between this attempt's checkpoints (their file times: no start-up, no
+    polling lag); evaluation and fine-tunes are the reference run's
+    (:func:`reference`), scaled by this pace over its pace."""
+    variant = name.split('_')[0]
+    ref = reference(variant)
+    first, seen = epochs_done(work), []
+
+    def written(epoch):
+        return osp.getmtime(osp.join(work, f'epoch_{epoch}.pth'))
+
+    def check():
+        try:
+            done = epochs_done(work)
+            if done > first and not seen:
+                seen.append((done, written(done)))
+            if not seen or done - seen[0][0] < 2:
+                return None
+            pace = (written(done) - seen[0][1]) / (done - seen[0][0])
+        except (OSError, ValueError):  # a checkpoint being written
+            return None
+        train = pace * (epochs - done)
+        rest, basis = 0., 'training only: no committed run to scale from'
+        if ref and ref.get('train_seconds'):
+            rest = (ref.get('eval_seconds') or 0) + (
+                ref.get('finetune_seconds') or 0)
+            basis = (f'evaluation and fine-tunes {rest / 60:.0f} min: '
+                     f"{ref['name']}'s as they were (another variant's "
+                     'pace says nothing of this machine)')
+            if ref['variant'] == variant:
+                ratio = pace * ref['epochs'] / ref['train_seconds']
+                rest *= ratio
+                basis = (f'evaluation and fine-tunes {rest / 60:.0f} min: '
+                         f"{ref['name']}'s scaled by this pace over its "
+                         f'({ratio:.2f}x)')
+        left = until - time.time()
+        if train + rest <= left:
+            return None
+        return (f'{name} cannot finish in time on this machine: at '
+                f'{pace:.0f} s per epoch (epochs {seen[0][0] + 1}-{done}) it '
+                f'needs {(train + rest) / 60:.0f} more min (training '
+                f'{train / 60:.0f} min; {basis}), {left / 60:.0f} are left. '
+                'Stopped after epoch '
+                f'{done}; its work dir is removed, so that no later session '
+                'resumes it (a run and its evaluations finish in one '
+                'session). Fix: rerun it on a faster machine or with more '
+                'minutes.')
+
+    return check
 
 
 def rel(path):
@@ -132,16 +225,13 @@ def scratch_command(seed, percents):
 def final_checkpoint(work, epochs):
     """The run's final checkpoint, or None when it has not finished."""
     path = osp.join(work, f'epoch_{epochs}.pth')
-    last = osp.join(work, 'last_checkpoint')
-    if osp.exists(last) and open(last).read().strip().endswith(
-            f'epoch_{epochs}.pth') and osp.exists(path):
-        return path
-    return None
+    return path if epochs_done(work) == epochs and osp.exists(path) else None
 
 
-def pretrain(variant, seed, epochs, images, work, log):
+def pretrain(variant, seed, epochs, images, work, log, check=None):
     """Scale the variant's config to the run, train it (resuming an
-    interrupted run); (config path, its sha256, commands, train seconds)."""
+    interrupted run; ``check`` polled as in :func:`sh`); (config path, its
+    sha256, commands, train seconds)."""
     from mmengine.config import Config
 
     import hpm_mm  # noqa: F401
@@ -174,7 +264,7 @@ def pretrain(variant, seed, epochs, images, work, log):
         resume = ['--resume'] if glob.glob(osp.join(work, 'epoch_*.pth')) \
             else []
         start = time.time()
-        sh(train + resume, log)
+        sh(train + resume, log, check)
         seconds = time.time() - start
         if final_checkpoint(work, epochs) is None:
             raise SystemExit(f'{work}: training ended before epoch {epochs}')
@@ -294,6 +384,21 @@ def last_scalars(work):
     return out
 
 
+def gemm_gflops(n=2048, repeats=3):
+    """fp32 GFLOP/s of an ``n``-square matmul on torch's threads, best of
+    ``repeats`` after a warm-up: machines of one CPU class differ ~2x (2
+    AVX2 cores: 155 on the machine of docs/speed.md, 71 on another)."""
+    import torch
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    a @ b
+    best = float('inf')
+    for _ in range(repeats):
+        t = time.perf_counter()
+        a @ b
+        best = min(best, time.perf_counter() - t)
+    return round(2 * n**3 / best / 1e9, 1)
+
+
 def machine():
     import torch
 
@@ -301,6 +406,7 @@ def machine():
     return dict(
         cpu_class=cpu_class(),
         threads=torch.get_num_threads(),
+        fp32_gemm_gflops=gemm_gflops(),
         torch=torch.__version__)
 
 
@@ -328,9 +434,17 @@ def cmd_run(args):
     work = osp.join(WORK, name)
     log = osp.join(work, 'study.log')
     os.makedirs(work, exist_ok=True)
-    config, sha, commands, train_s, steps = pretrain(args.variant, args.seed,
-                                                     args.epochs, args.images,
-                                                     work, log)
+    check = pace_guard(name, work, args.epochs,
+                       time.time() +
+                       60 * args.minutes) if args.minutes else None
+    try:
+        config, sha, commands, train_s, steps = pretrain(
+            args.variant, args.seed, args.epochs, args.images, work, log,
+            check)
+    except TooSlow as stop:
+        shutil.rmtree(work)
+        print(stop, file=sys.stderr, flush=True)
+        raise SystemExit(TOO_SLOW)
     ckpt = final_checkpoint(work, args.epochs)
     ran = json.load(open(osp.join(work, 'precision.json')))['precision']
     if ran != 'fp32':
@@ -491,7 +605,10 @@ def plan():
 
 def cmd_status(args):
     """What the committed jsons hold of the study, and the commands of
-    what remains, in order (a session runs the first ones)."""
+    what remains, in order (a session runs the first ones), after this
+    machine's CPU class and fp32 matmul speed."""
+    print('this machine: ' + ', '.join(f'{k} {v}'
+                                       for k, v in machine().items()) + '\n')
     rows = plan()
     for name, cmd, missing, *optional in rows:
         state = 'done' if not missing else (
@@ -517,32 +634,47 @@ METRICS = (
 )
 
 
-def estimate(name):
-    """Seconds the study run ``name`` should take: the longest recorded run
-    (docs/results/fmnist_study/) of its variant at the study's length,
-    training + evaluation + fine-tunes (the longest of any variant for one
-    not run yet); scratch: its fine-tunes."""
-    variant = name.split('_')[0]
-    runs, scratch = load_records()
-    if variant == 'scratch':
-        return max((s.get('finetune_seconds') or 0 for s in scratch.values()),
-                   default=0)
-    total = {}
-    for r in runs:
+def total_seconds(record):
+    return sum(
+        record.get(k) or 0
+        for k in ('train_seconds', 'eval_seconds', 'finetune_seconds'))
+
+
+def reference(variant):
+    """The longest committed run (docs/results/fmnist_study/) of
+    ``variant`` at the study's length, training + evaluation + fine-tunes
+    (of any variant for one not run yet); None before the first."""
+    runs, _ = load_records()
+    at = [
+        r for r in runs
         if (r['epochs'], r['images_per_epoch']) == (STUDY['epochs'],
-                                                    STUDY['images']):
-            seconds = sum(
-                r.get(k) or 0
-                for k in ('train_seconds', 'eval_seconds', 'finetune_seconds'))
-            total[r['variant']] = max(total.get(r['variant'], 0), seconds)
-    return total.get(variant, max(total.values(), default=0))
+                                                    STUDY['images'])
+    ]
+    return max(
+        [r for r in at if r['variant'] == variant] or at,
+        key=total_seconds,
+        default=None)
+
+
+def estimate(name):
+    """Seconds the study run ``name`` should take: its :func:`reference`
+    run's; scratch: the longest recorded scratch fine-tunes."""
+    variant = name.split('_')[0]
+    if variant == 'scratch':
+        return max((s.get('finetune_seconds') or 0
+                    for s in load_records()[1].values()),
+                   default=0)
+    ref = reference(variant)
+    return total_seconds(ref) if ref else 0
 
 
 def cmd_next(args):
     """Runs what remains of the study, in order, while each run's estimate
     (+15%) fits in the minutes left; a run that does not fit is passed over
-    for a later, shorter one (a scratch run)."""
-    deadline, ran = time.time() + args.minutes * 60, set()
+    for a later, shorter one (a scratch run). A pretraining run gets the
+    minutes left (``run --minutes``): one whose measured pace says it cannot
+    finish in them stops after a few epochs and is passed over too."""
+    deadline, ran, slow = time.time() + args.minutes * 60, set(), set()
     while True:
         rows = plan()
         todo = [(name, cmd) for name, cmd, missing, *_ in rows if missing]
@@ -551,11 +683,13 @@ def cmd_next(args):
             return
         left = deadline - time.time()
         sized = [(name, cmd, 1.15 * estimate(name)) for name, cmd in todo]
-        fits = [row for row in sized if row[2] <= left]
+        fits = [row for row in sized if row[2] <= left and row[0] not in slow]
         if not fits:
             print(f'nothing left fits in {left / 60:.0f} min; next: ' +
-                  ', '.join(f'{n} (~{e / 60:.0f} min)'
-                            for n, _, e in sized[:3]))
+                  ', '.join(
+                      f'{n} (~{e / 60:.0f} min' +
+                      (', too slow on this machine)' if n in slow else ')')
+                      for n, _, e in sized[:3]))
             return
         name, cmd, seconds = fits[0]
         if name in ran:
@@ -566,7 +700,13 @@ def cmd_next(args):
             f'{time.strftime("%H:%M")} {name} (~{seconds / 60:.0f} of '
             f'{left / 60:.0f} min left): {cmd}',
             flush=True)
-        rc = subprocess.call([sys.executable] + cmd.split()[1:], cwd=ROOT)
+        argv = cmd.split()[1:]
+        if argv[1] == 'run':
+            argv += ['--minutes', f'{left / 60:.1f}']
+        rc = subprocess.call([sys.executable] + argv, cwd=ROOT)
+        if rc == TOO_SLOW:
+            slow.add(name)
+            continue
         if rc:
             raise SystemExit(f'{name} failed (exit {rc}); its log: '
                              f'work_dirs/fmnist_study/{name}/study.log')
@@ -755,6 +895,12 @@ def main(argv=None):
         nargs='*',
         default=[],
         choices=sorted(LOW_LABEL_EPOCHS))
+    r.add_argument(
+        '--minutes',
+        type=float,
+        help='time the run has: once its pace is measured (two epochs), '
+        'it stops, and its work dir is removed, where training + '
+        'evaluation + fine-tunes cannot finish in it (exit 3)')
     s = sub.add_parser('scratch', help='fine-tune from random init')
     s.add_argument('--seed', type=int, required=True)
     s.add_argument(

@@ -4,7 +4,10 @@ and its tables come from the committed jsons alone."""
 import importlib.util
 import json
 import math
+import os
 import os.path as osp
+import sys
+import time
 
 import pytest
 from conftest import REPO
@@ -39,7 +42,8 @@ def test_a_run_is_its_variant_scaled_to_its_length(tmp_path, monkeypatch):
     the scaled recipe, and trains it through tools/train.py in fp32."""
     s = study()
     calls = []
-    monkeypatch.setattr(s, 'sh', lambda cmd, log: calls.append(cmd))
+    monkeypatch.setattr(
+        s, 'sh', lambda cmd, log, check=None: calls.append(cmd))
     monkeypatch.setattr(s, 'final_checkpoint', lambda work, epochs: None
                         if not calls else 'x.pth')
     path, sha, commands, _, steps = s.pretrain('hpm', 3, 30, 60000,
@@ -144,6 +148,7 @@ def test_scratch_keeps_the_fine_tunes_done_earlier(tmp_path, monkeypatch):
     monkeypatch.setattr(s, 'RESULTS', str(tmp_path / 'results'))
     monkeypatch.setattr(s, 'WORK', str(tmp_path / 'work'))
     clock = iter([0., 300., 1000., 2000.])  # 1%: 300 s, then 10%: 1000 s
+    monkeypatch.setattr(s, 'machine', lambda: dict(cpu_class='AVX2'))
     monkeypatch.setattr(
         s, 'time', type('T', (), dict(time=lambda: next(clock), strftime=str)))
     monkeypatch.setattr(
@@ -267,12 +272,129 @@ def test_next_runs_in_order_what_fits_in_the_time_left(tmp_path, monkeypatch,
         s, 'time',
         type('T', (), dict(time=lambda: clock[0], strftime=lambda f: '')))
     s.cmd_next(type('A', (), dict(minutes=100))())
-    # random seed 0 (~138 min) does not fit in 100; MAE seed 1 (~69) does,
-    # then scratch seed 1 (~29) in the 40 left; then nothing fits in 15
+    # random seed 0 (~138 min) does not fit in 100; MAE seed 1 (~69) does
+    # (given the 100 minutes left for its pace guard), then scratch seed 1
+    # (~29) in the 40 left; then nothing fits in 15
     assert calls == [
         '.dev_scripts/fmnist_study.py run mae --seed 1 --epochs 100 '
-        '--images 10000 --low-label 1 10',
+        '--images 10000 --low-label 1 10 --minutes 100.0',
         '.dev_scripts/fmnist_study.py scratch --seed 1 --low-label 1 10'
     ]
     assert 'nothing left fits in 15 min; next: random_100e_10k_seed0' in \
         capsys.readouterr().out
+
+
+def test_next_passes_over_a_run_its_pace_guard_stopped(tmp_path, monkeypatch,
+                                                       capsys):
+    """A run that exits TOO_SLOW is not tried again in that session; the
+    study goes on with what else fits and names it at the end."""
+    s = study()
+    monkeypatch.setattr(s, 'RESULTS', str(tmp_path))
+    r = record('mae', 0, 84., epochs=100)
+    r['metrics'].update(DONE)
+    (tmp_path / f"{r['name']}.json").write_text(json.dumps(r))
+    calls = []
+
+    def call(argv, cwd):
+        seed = argv[argv.index('--seed') + 1]
+        calls.append(f'{argv[3]} {seed}')
+        if argv[2] == 'run':
+            assert argv[-2] == '--minutes'
+            return s.TOO_SLOW
+        (tmp_path / f'scratch_seed{seed}.json').write_text(
+            json.dumps(dict(variant='scratch', seed=int(seed), metrics=DONE)))
+        return 0
+
+    monkeypatch.setattr(s.subprocess, 'call', call)
+    s.cmd_next(type('A', (), dict(minutes=1000))())
+    assert calls == [
+        'hpm 0', 'random 0', '--seed 0', 'mae 1', 'hpm 1', 'random 1',
+        '--seed 1', 'mae 2', 'hpm 2', 'random 2', '--seed 2', 'all-hard 0'
+    ]
+    assert ('next: hpm_100e_10k_seed0 (~13 min, too slow on this machine)'
+            in capsys.readouterr().out)
+
+
+def test_pace_guard_projects_the_run_from_its_checkpoints(
+        tmp_path, monkeypatch):
+    """The pace is measured between this attempt's checkpoint file times;
+    evaluation + fine-tunes are the reference run's, scaled by the paces'
+    ratio; the guard speaks only when the projection passes the deadline."""
+    s = study()
+    monkeypatch.setattr(s, 'RESULTS', str(tmp_path / 'results'))
+    (tmp_path / 'results').mkdir()
+    ref = record('random', 0, 85., epochs=100)
+    ref.update(train_seconds=5000, eval_seconds=200, finetune_seconds=1800)
+    (tmp_path / 'results' / 'random_100e_10k_seed0.json').write_text(
+        json.dumps(ref))
+    work = tmp_path / 'run'
+    work.mkdir()
+    clock = [1000.]
+    monkeypatch.setattr(s.time, 'time', lambda: clock[0])
+
+    def checkpoint(epoch, when):
+        path = work / f'epoch_{epoch}.pth'
+        path.write_bytes(b'')
+        os.utime(path, (when, when))
+        (work / 'last_checkpoint').write_text(str(path))
+
+    checkpoint(4, 900.)  # an earlier attempt: the pace starts after it
+    # 100 s per epoch: twice the reference's 50 -> evaluation + fine-tunes
+    # 2 x 2000 s; from epoch 7: 93 epochs of training, 9300 + 4000 s
+    check = s.pace_guard(
+        'random_100e_10k_seed2', str(work), 100, until=1300. + 13300 + 60)
+    assert check() is None
+    checkpoint(5, 1100.)
+    assert check() is None  # one checkpoint: no pace yet
+    checkpoint(6, 1200.)
+    assert check() is None  # one epoch of pace
+    checkpoint(7, 1300.)
+    clock[0] = 1300.
+    assert check() is None  # 13300 s needed, 13360 left
+    clock[0] = 1400.
+    message = check()
+    assert message.startswith('random_100e_10k_seed2 cannot finish in time')
+    for part in ('100 s per epoch (epochs 6-7)', 'needs 222 more min',
+                 'training 155 min', 'fine-tunes 67 min',
+                 'random_100e_10k_seed0', '(2.00x)', '221 are left',
+                 'Stopped after epoch 7', 'Fix: '):
+        assert part in message, part
+    # a variant not run yet: the reference is another variant's, whose pace
+    # does not measure this machine; its evaluation + fine-tunes as they were
+    other = s.pace_guard('all-hard_100e_10k_seed0', str(work), 100, until=0.)
+    for epoch in (8, 9):
+        checkpoint(epoch, 1300. + 100 * (epoch - 7))
+        assert other() is None
+    checkpoint(10, 1600.)
+    assert 'fine-tunes 33 min: random_100e_10k_seed0\'s as they were' in \
+        other()
+
+
+def test_a_run_its_guard_stops_exits_3_and_leaves_nothing_to_resume(
+        tmp_path, monkeypatch, capsys):
+    """sh() stops the command when its check speaks; run --minutes then
+    removes the work dir (no later session resumes a part-trained run)."""
+    s = study()
+    monkeypatch.setattr(s, 'POLL_SECONDS', 0.05)
+    log = tmp_path / 'log'
+    start = time.time()
+    with pytest.raises(s.TooSlow, match='too slow'):
+        s.sh([sys.executable, '-c', 'import time; time.sleep(60)'],
+             str(log),
+             check=lambda: 'too slow')
+    assert time.time() - start < 30
+    monkeypatch.setattr(s, 'WORK', str(tmp_path / 'work'))
+    seen = {}
+
+    def pretrain(*args):
+        seen['check'] = args[-1]
+        raise s.TooSlow('mae_100e_10k_seed1 cannot finish in time')
+
+    monkeypatch.setattr(s, 'pretrain', pretrain)
+    with pytest.raises(SystemExit) as exit_:
+        s.main([
+            'run', 'mae', '--seed', '1', '--epochs', '100', '--minutes', '60'
+        ])
+    assert exit_.value.code == s.TOO_SLOW and callable(seen['check'])
+    assert not (tmp_path / 'work' / 'mae_100e_10k_seed1').exists()
+    assert 'cannot finish in time' in capsys.readouterr().err
