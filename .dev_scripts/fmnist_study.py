@@ -174,17 +174,15 @@ def pace_guard(name, work, epochs, until):
         train = pace * (epochs - done)
         rest, basis = 0., 'training only: no committed run to scale from'
         if ref and ref.get('train_seconds'):
-            rest = (ref.get('eval_seconds') or 0) + (
-                ref.get('finetune_seconds') or 0)
+            same = ref['variant'] == variant
+            ratio = pace * ref['epochs'] / ref['train_seconds'] if same else 1
+            rest = ratio * ((ref.get('eval_seconds') or 0) +
+                            (ref.get('finetune_seconds') or 0))
+            how = (f'scaled by this pace over its ({ratio:.2f}x)' if same else
+                   "as they were (another variant's pace says nothing of "
+                   'this machine)')
             basis = (f'evaluation and fine-tunes {rest / 60:.0f} min: '
-                     f"{ref['name']}'s as they were (another variant's "
-                     'pace says nothing of this machine)')
-            if ref['variant'] == variant:
-                ratio = pace * ref['epochs'] / ref['train_seconds']
-                rest *= ratio
-                basis = (f'evaluation and fine-tunes {rest / 60:.0f} min: '
-                         f"{ref['name']}'s scaled by this pace over its "
-                         f'({ratio:.2f}x)')
+                     f"{ref['name']}'s {how}")
         left = until - time.time()
         if train + rest <= left:
             return None
