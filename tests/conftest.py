@@ -51,21 +51,6 @@ def pytest_configure(config):
         'markers', 'cuda: the CUDA case of a device-parametrised test')
 
 
-# the files that take minutes on 2 cores (environments installed offline,
-# Mask R-CNN, every tool's entry path), longest first. tools/run_tests.sh
-# hands whole files to the workers in collection order (--dist loadfile
-# --no-loadscope-reorder): these start first, so that none runs alone at
-# the end (xdist's own order, by the number of tests, sent the 6-min
-# install file last)
-LONG_FILES = ('test_offline_install.py', 'test_det_seg.py',
-              'test_checkpoint.py', 'test_train.py')
-
-
-def pytest_collection_modifyitems(config, items):
-    rank = {name: i for i, name in enumerate(LONG_FILES)}
-    items.sort(key=lambda item: rank.get(item.path.name, len(LONG_FILES)))
-
-
 @pytest.fixture(params=DEVICES)
 def device(request) -> torch.device:
     """The device a model-level test runs on: ``cpu``, and ``cuda`` when

@@ -7,11 +7,10 @@ ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 bash "$ROOT/tools/install.sh" full
 if [[ ${HPM_USE_CURRENT_ENV:-0} == 1 ]]; then PY=python; else PY=${HPM_VENV:-$ROOT/.venv}/bin/python; fi
 cd "$ROOT"
-# one pytest-xdist worker per core (at most 4), whole files per worker, the
-# longest files first (tests/conftest.py: LONG_FILES); each
+# one pytest-xdist worker per core (at most 4), whole files per worker; each
 # worker and the tools it runs use one torch thread (tests/conftest.py).
 # HPM_TEST_WORKERS=0 runs in this process.
 WORKERS=${HPM_TEST_WORKERS:-$(n=$(nproc); echo $(( n < 4 ? n : 4 )))}
 XDIST=()
-(( WORKERS > 0 )) && XDIST=(-n "$WORKERS" --dist loadfile --no-loadscope-reorder)
+(( WORKERS > 0 )) && XDIST=(-n "$WORKERS" --dist loadfile)
 exec "$PY" -m pytest tests -q -p no:cacheprovider --durations=15 "${XDIST[@]}" "$@"
