@@ -387,14 +387,10 @@ def gemm_gflops(n=2048, repeats=3):
     ``repeats`` after a warm-up: machines of one CPU class differ ~2x (2
     AVX2 cores: 155 on the machine of docs/speed.md, 71 on another)."""
     import torch
-    a, b = torch.randn(n, n), torch.randn(n, n)
-    a @ b
-    best = float('inf')
-    for _ in range(repeats):
-        t = time.perf_counter()
-        a @ b
-        best = min(best, time.perf_counter() - t)
-    return round(2 * n**3 / best / 1e9, 1)
+
+    from hpm_mm.utils.precision import time_matmul
+    seconds = time_matmul(torch.randn(n, n), torch.randn(n, n), repeats)
+    return round(2 * n**3 / seconds / 1e9, 1)
 
 
 def machine():

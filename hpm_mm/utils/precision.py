@@ -77,6 +77,17 @@ def cpu_bf16_native(cls: Optional[str] = None) -> bool:
     return (cls or cpu_class()) in ('AMX', 'AVX512-BF16')
 
 
+def time_matmul(a: torch.Tensor, b: torch.Tensor, repeats: int = 3) -> float:
+    """Seconds of ``a @ b``: the best of ``repeats`` after a warm-up."""
+    a @ b
+    best = float('inf')
+    for _ in range(repeats):
+        t = time.perf_counter()
+        a @ b
+        best = min(best, time.perf_counter() - t)
+    return best
+
+
 def probe_bf16(shape=PROBE_SHAPE, repeats: int = 3) -> dict:
     """Time one matmul of ``shape`` (M, K, N) in fp32 and in bf16 (best of
     ``repeats`` after a warm-up); milliseconds and the ratio."""
@@ -85,14 +96,8 @@ def probe_bf16(shape=PROBE_SHAPE, repeats: int = 3) -> dict:
     out = {}
     for name, dtype in (('fp32_ms', torch.float32), ('bf16_ms',
                                                      torch.bfloat16)):
-        x, y = a.to(dtype), b.to(dtype)
-        x @ y
-        best = float('inf')
-        for _ in range(repeats):
-            t = time.perf_counter()
-            x @ y
-            best = min(best, time.perf_counter() - t)
-        out[name] = round(best * 1e3, 3)
+        out[name] = round(
+            time_matmul(a.to(dtype), b.to(dtype), repeats) * 1e3, 3)
     out['bf16_over_fp32'] = round(out['bf16_ms'] / max(out['fp32_ms'], 1e-6),
                                   2)
     out['shape'] = list(shape)
