@@ -119,13 +119,17 @@ EOF
   [[ -z $missing ]] || die "the overlay adds the pretraining stack to an environment that has its own packages, but $("$PY" -c 'import sys; print(sys.executable)') lacks: $missing. Fix: install those into it, or: bash tools/install.sh pretrain (a venv of its own)"
   log "adding the pretraining stack to $("$PY" -c 'import sys, torch, numpy; print(sys.executable, "(torch", torch.__version__ + ", numpy", numpy.__version__ + ")")'); nothing of it replaced"
   pins=$(mktemp)
-  grep -v '^setuptools' "$REQ/overlay.txt" > "$pins"
+  grep -v -E '^(setuptools|wheel)=' "$REQ/overlay.txt" > "$pins"
   "${PIP[@]}" install -q "${SOURCE[@]}" --no-deps -r "$pins" \
     || die "pip could not install the overlay${WHEELHOUSE:+ from the wheelhouse (build it with: bash .dev_scripts/build_wheelhouse.sh DIR --overlay)}"
   rm -f "$pins"
   if ! "$PY" -c "import pkg_resources" 2>/dev/null; then
     log "this setuptools has no pkg_resources, which mmengine 0.10.7 imports: adding $(grep '^setuptools' "$REQ/overlay.txt")"
     "${PIP[@]}" install -q "${SOURCE[@]}" --no-deps "$(grep '^setuptools' "$REQ/overlay.txt")" || die "pip could not install setuptools"
+  fi
+  if ! "$PY" -c "import setuptools.command.bdist_wheel" 2>/dev/null && ! "$PY" -c "import wheel" 2>/dev/null; then
+    log "this setuptools ($("$PY" -c 'import setuptools; print(setuptools.__version__)')) builds hpm_mm's editable install only with the wheel package: adding $(grep '^wheel' "$REQ/overlay.txt")"
+    "${PIP[@]}" install -q "${SOURCE[@]}" --no-deps "$(grep '^wheel' "$REQ/overlay.txt")" || die "pip could not install wheel"
   fi
   "${PIP[@]}" install -q "${SOURCE[@]}" --no-deps --no-build-isolation -e "$ROOT" || die "pip could not install hpm_mm itself"
   "$PY" -c "import hpm_mm" || die "hpm_mm does not import; see the message above"

@@ -95,7 +95,7 @@ def _new_venv(tmp_path, roots=None):
 # the packages a GPU image keeps (tools/install.sh overlay checks them)
 IMAGE = ('torch', 'torchvision', 'numpy', 'opencv-python', 'matplotlib',
          'PyYAML', 'rich', 'einops', 'pillow', 'packaging', 'Markdown',
-         'click', 'zipp', 'wheel')
+         'click', 'zipp')
 
 
 def _offline(**extra):
@@ -131,7 +131,9 @@ def test_overlay_refuses_an_environment_without_its_packages(tmp_path):
 def test_overlay_onto_an_environment_that_keeps_its_packages(tmp_path):
     """The GPU image's case: an environment with its own torch, NumPy and
     OpenCV gets only the overlay's wheels (offline), keeps every package
-    it had, and trains-ready hpm_mm imports (mmcv-lite)."""
+    it had, and trains-ready hpm_mm imports (mmcv-lite). Its setuptools is
+    the new venv's own (65.5 on Python 3.11.7), which builds the editable
+    install of hpm_mm only with the wheel package: the overlay adds it."""
     wheelhouse = tmp_path / 'overlay_wheels'
     build = _run([
         'bash', '.dev_scripts/build_wheelhouse.sh',
@@ -139,7 +141,7 @@ def test_overlay_onto_an_environment_that_keeps_its_packages(tmp_path):
     ], dict(os.environ))
     assert build.returncode == 0, build.stdout[-3000:] + build.stderr[-3000:]
     wheels = sorted(os.listdir(wheelhouse))
-    assert len(wheels) == 14 and all(w.endswith('.whl') for w in wheels)
+    assert len(wheels) == 15 and all(w.endswith('.whl') for w in wheels)
     assert not any(re.match(r'(torch|numpy|opencv|nvidia)', w) for w in wheels)
     py = _new_venv(tmp_path, IMAGE)
     env = _offline(
@@ -149,6 +151,9 @@ def test_overlay_onto_an_environment_that_keeps_its_packages(tmp_path):
     proc = _run(['bash', 'tools/install.sh', 'overlay'], env)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert 'nothing of it replaced' in proc.stdout
+    needs_wheel = _run([py, '-c', 'import setuptools.command.bdist_wheel'],
+                       env).returncode != 0
+    assert ('adding wheel==0.45.1' in proc.stdout) == needs_wheel, proc.stdout
     after = _run([py, '-m', 'pip', 'list', '--format=freeze'], env).stdout
     kept = set(before.split()) - set(after.split())
     assert not kept, f'replaced: {kept}'
