@@ -51,6 +51,7 @@ import math
 import os
 import os.path as osp
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -943,4 +944,6 @@ def main(argv=None):
 
 
 if __name__ == '__main__':
+    # `status | head -1` ends quietly when head has read its line
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     main()
