@@ -227,10 +227,28 @@ def final_checkpoint(work, epochs):
     return path if epochs_done(work) == epochs and osp.exists(path) else None
 
 
+def train_clock(work, resume):
+    """Start this training attempt's clock (``train_clock.json`` in the
+    work dir): its start, and the training seconds of the attempts before
+    it up to the checkpoint it resumes from (an attempt's time after its
+    last checkpoint is lost work, not training)."""
+    path = osp.join(work, 'train_clock.json')
+    before = 0.
+    if resume and osp.exists(path):
+        last = json.load(open(path))
+        ckpt = osp.join(work, f'epoch_{epochs_done(work)}.pth')
+        before = last['before'] + max(0., osp.getmtime(ckpt) - last['start'])
+    clock = dict(before=before, start=time.time())
+    with open(path, 'w') as f:
+        json.dump(clock, f)
+    return clock
+
+
 def pretrain(variant, seed, epochs, images, work, log, check=None):
     """Scale the variant's config to the run, train it (resuming an
     interrupted run; ``check`` polled as in :func:`sh`); (config path, its
-    sha256, commands, train seconds)."""
+    sha256, commands, train seconds: over every attempt, by
+    :func:`train_clock`; None when it had finished before)."""
     from mmengine.config import Config
 
     import hpm_mm  # noqa: F401
@@ -262,9 +280,9 @@ def pretrain(variant, seed, epochs, images, work, log, check=None):
     if final_checkpoint(work, epochs) is None:
         resume = ['--resume'] if glob.glob(osp.join(work, 'epoch_*.pth')) \
             else []
-        start = time.time()
+        clock = train_clock(work, bool(resume))
         sh(train + resume, log, check)
-        seconds = time.time() - start
+        seconds = clock['before'] + time.time() - clock['start']
         if final_checkpoint(work, epochs) is None:
             raise SystemExit(f'{work}: training ended before epoch {epochs}')
     sha = hashlib.sha256(text.encode()).hexdigest()

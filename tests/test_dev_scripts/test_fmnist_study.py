@@ -65,6 +65,44 @@ def test_a_run_is_its_variant_scaled_to_its_length(tmp_path, monkeypatch):
     assert len(sha) == 64 and commands[0].startswith('tools/train.py')
 
 
+def test_a_resumed_run_counts_the_training_of_its_earlier_attempts(
+        tmp_path, monkeypatch):
+    """train_seconds of a run resumed after a crash: the first attempt's
+    time up to the checkpoint it resumes from (its lost tail and the pause
+    not counted) plus the second attempt's whole time."""
+    s = study()
+    work = tmp_path / 'run'
+    clock = [1000.]
+    monkeypatch.setattr(s.time, 'time', lambda: clock[0])
+
+    def checkpoint(epoch, at):
+        path = work / f'epoch_{epoch}.pth'
+        path.write_text('')
+        os.utime(path, (at, at))
+        (work / 'last_checkpoint').write_text(str(path))
+
+    def crash_after_epoch_2(cmd, log, check=None):
+        assert '--resume' not in cmd
+        checkpoint(1, 1100.)
+        checkpoint(2, 1200.)
+        clock[0] = 1290.  # 90 s of epoch 3 lost, then a pause
+
+    with pytest.raises(SystemExit, match='ended before epoch 3'):
+        monkeypatch.setattr(s, 'sh', crash_after_epoch_2)
+        s.pretrain('mae', 0, 3, 10000, str(work), str(tmp_path / 'log'))
+    clock[0] = 5000.
+
+    def resume_to_the_end(cmd, log, check=None):
+        assert '--resume' in cmd
+        checkpoint(3, 5150.)
+        clock[0] = 5160.
+
+    monkeypatch.setattr(s, 'sh', resume_to_the_end)
+    *_, seconds, _ = s.pretrain('mae', 0, 3, 10000, str(work),
+                                str(tmp_path / 'log'))
+    assert seconds == pytest.approx(200. + 160.)
+
+
 def record(variant, seed, knn, epochs=30):
     return dict(
         name=f'{variant}_{epochs}e_10k_seed{seed}',
