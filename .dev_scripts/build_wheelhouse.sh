@@ -105,10 +105,14 @@ log "${#pins[@]} distributions"
 # 3. download them (wheels; a source-only pure-Python package is built into a wheel)
 get=("${PIP[@]}" download --quiet --no-deps -d "$OUT")
 if [[ $CROSS == 1 ]]; then get+=(--only-binary :all: "${TARGET[@]}"); fi
+# one pip for all of them (a pip start costs ~1 s); where a pin has no wheel on
+# the index, one per pin finds which
 missing=()
-for pin in "${pins[@]}"; do
-  "${get[@]}" --only-binary :all: "$pin" 2>/dev/null || missing+=("$pin")
-done
+if ! "${get[@]}" --only-binary :all: "${pins[@]}" 2>/dev/null; then
+  for pin in "${pins[@]}"; do
+    "${get[@]}" --only-binary :all: "$pin" 2>/dev/null || missing+=("$pin")
+  done
+fi
 for pin in "${missing[@]}"; do
   log "no wheel on the index for $pin: building one"
   "${PIP[@]}" wheel --quiet --no-deps -w "$OUT" "$pin" || die "could not get a wheel for $pin"
