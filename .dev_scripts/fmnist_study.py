@@ -227,17 +227,18 @@ def final_checkpoint(work, epochs):
     return path if epochs_done(work) == epochs and osp.exists(path) else None
 
 
-def train_clock(work, resume):
+def train_clock(work, checkpoints):
     """Start this training attempt's clock (``train_clock.json`` in the
     work dir): its start, and the training seconds of the attempts before
-    it up to the checkpoint it resumes from (an attempt's time after its
-    last checkpoint is lost work, not training)."""
+    it up to the newest of ``checkpoints`` (the one it resumes from; an
+    attempt's time after its last checkpoint is lost work, not
+    training)."""
     path = osp.join(work, 'train_clock.json')
     before = 0.
-    if resume and osp.exists(path):
+    if checkpoints and osp.exists(path):
         last = json.load(open(path))
-        ckpt = osp.join(work, f'epoch_{epochs_done(work)}.pth')
-        before = last['before'] + max(0., osp.getmtime(ckpt) - last['start'])
+        resumed = max(osp.getmtime(c) for c in checkpoints)
+        before = last['before'] + max(0., resumed - last['start'])
     clock = dict(before=before, start=time.time())
     with open(path, 'w') as f:
         json.dump(clock, f)
@@ -278,9 +279,9 @@ def pretrain(variant, seed, epochs, images, work, log, check=None):
     ]
     seconds = None
     if final_checkpoint(work, epochs) is None:
-        resume = ['--resume'] if glob.glob(osp.join(work, 'epoch_*.pth')) \
-            else []
-        clock = train_clock(work, bool(resume))
+        checkpoints = glob.glob(osp.join(work, 'epoch_*.pth'))
+        resume = ['--resume'] if checkpoints else []
+        clock = train_clock(work, checkpoints)
         sh(train + resume, log, check)
         seconds = clock['before'] + time.time() - clock['start']
         if final_checkpoint(work, epochs) is None:

@@ -123,14 +123,15 @@ EOF
   "${PIP[@]}" install -q "${SOURCE[@]}" --no-deps -r "$pins" \
     || die "pip could not install the overlay${WHEELHOUSE:+ from the wheelhouse (build it with: bash .dev_scripts/build_wheelhouse.sh DIR --overlay)}"
   rm -f "$pins"
-  if ! "$PY" -c "import pkg_resources" 2>/dev/null; then
-    log "this setuptools has no pkg_resources, which mmengine 0.10.7 imports: adding $(grep '^setuptools' "$REQ/overlay.txt")"
-    "${PIP[@]}" install -q "${SOURCE[@]}" --no-deps "$(grep '^setuptools' "$REQ/overlay.txt")" || die "pip could not install setuptools"
-  fi
-  if ! "$PY" -c "import setuptools.command.bdist_wheel" 2>/dev/null && ! "$PY" -c "import wheel" 2>/dev/null; then
-    log "this setuptools ($("$PY" -c 'import setuptools; print(setuptools.__version__)')) builds hpm_mm's editable install only with the wheel package: adding $(grep '^wheel' "$REQ/overlay.txt")"
-    "${PIP[@]}" install -q "${SOURCE[@]}" --no-deps "$(grep '^wheel' "$REQ/overlay.txt")" || die "pip could not install wheel"
-  fi
+  add_pin() {  # add_pin NAME WHY: overlay.txt's pin of NAME, where the environment needs it
+    local pin; pin=$(grep "^$1==" "$REQ/overlay.txt")
+    log "$2: adding $pin"
+    "${PIP[@]}" install -q "${SOURCE[@]}" --no-deps "$pin" || die "pip could not install $pin"
+  }
+  "$PY" -c "import pkg_resources" 2>/dev/null \
+    || add_pin setuptools "this setuptools has no pkg_resources, which mmengine 0.10.7 imports"
+  "$PY" -c "import setuptools.command.bdist_wheel" 2>/dev/null || "$PY" -c "import wheel" 2>/dev/null \
+    || add_pin wheel "this setuptools ($("$PY" -c 'import setuptools; print(setuptools.__version__)')) builds hpm_mm's editable install only with the wheel package"
   "${PIP[@]}" install -q "${SOURCE[@]}" --no-deps --no-build-isolation -e "$ROOT" || die "pip could not install hpm_mm itself"
   "$PY" -c "import hpm_mm" || die "hpm_mm does not import; see the message above"
   prepare_data
