@@ -275,6 +275,17 @@ train_cfg = dict(max_epochs=1)
     return str(cfg)
 
 
+def train_main(*argv):
+    """``tools/train.py argv`` in this process (its ``main``): for what it
+    refuses before any work, without a new interpreter's imports."""
+    sys.path.insert(0, osp.join(REPO, 'tools'))
+    try:
+        import train
+        return train.main(list(argv))
+    finally:
+        sys.path.pop(0)
+
+
 def run_tool(*args,
              timeout: int = 600,
              env: dict = None) -> subprocess.CompletedProcess:

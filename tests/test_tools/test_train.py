@@ -5,7 +5,7 @@ import subprocess
 import sys
 
 import torch
-from conftest import FMNIST_CFG, REPO, tiny_config
+from conftest import FMNIST_CFG, REPO, tiny_config, train_main
 
 import hpm_mm  # noqa: F401  (allow-lists the checkpoint types for torch.load)
 
@@ -27,15 +27,6 @@ custom_hooks = [
                           pipeline=[dict(type='PackInputs')])))]
 train_cfg = dict(max_epochs=1)
 '''
-
-
-def _train_main(*argv):
-    sys.path.insert(0, osp.join(REPO, 'tools'))
-    try:
-        import train
-        return train.main(list(argv))
-    finally:
-        sys.path.pop(0)
 
 
 def test_evaluation_failure_after_training_keeps_the_checkpoint(tmp_path):
@@ -197,14 +188,14 @@ def test_bad_cfg_options_name_the_key_and_the_type(capsys):
         with pytest.raises(
                 SystemExit, match=message.replace('(',
                                                   r'\(').replace(')', r'\)')):
-            _train_main(FMNIST_CFG, '--cfg-options', option)
+            train_main(FMNIST_CFG, '--cfg-options', option)
     with pytest.raises(SystemExit):
-        _train_main(FMNIST_CFG, '--cfg-options', 'train_cfg.max_epochs')
+        train_main(FMNIST_CFG, '--cfg-options', 'train_cfg.max_epochs')
     err = capsys.readouterr().err
     assert "'train_cfg.max_epochs': expected key=value" in err
     # mmengine's parser recursed without end on dict(...) values
     with pytest.raises(SystemExit):
-        _train_main(FMNIST_CFG, '--cfg-options',
-                    "custom_hooks=[dict(type='HPMScheduleHook')]")
+        train_main(FMNIST_CFG, '--cfg-options',
+                   "custom_hooks=[dict(type='HPMScheduleHook')]")
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert 'values cannot be dict(...) here. Fix:' in err

@@ -107,14 +107,28 @@ def test_teacher_ramp_follows_the_run():
 ])
 def test_options_that_would_do_nothing_or_mismatch_are_refused(
         tmp_path, option, want):
-    """One line naming the key and the fix, before anything is built."""
+    """One line naming the key and the fix, before anything is built (in
+    this process: tools/train.py's main)."""
+    from conftest import train_main
+    with pytest.raises(SystemExit) as refused:
+        train_main(FMNIST_CFG, '--work-dir', str(tmp_path / 'w'),
+                   '--cfg-options', option)
+    message = str(refused.value.code)
+    assert '\n' not in message and want in message and 'Fix:' in message, \
+        message
+    assert not (tmp_path / 'w').exists()  # refused before the work dir
+
+
+def test_a_refused_option_is_the_last_line_and_a_failed_exit(tmp_path):
+    """The same through the command: non-zero exit, the reason on stderr's
+    last line, no work dir."""
     import subprocess
     import sys
 
     from conftest import REPO
     proc = subprocess.run([
         sys.executable, 'tools/train.py', FMNIST_CFG, '--work-dir',
-        str(tmp_path / 'w'), '--cfg-options', option
+        str(tmp_path / 'w'), '--cfg-options', 'param_scheduler.1.end=5'
     ],
                           cwd=REPO,
                           capture_output=True,
@@ -122,5 +136,6 @@ def test_options_that_would_do_nothing_or_mismatch_are_refused(
                           timeout=300)
     assert proc.returncode != 0
     last = proc.stderr.strip().splitlines()[-1]
-    assert want in last and 'Fix:' in last, last
-    assert not (tmp_path / 'w').exists()  # refused before the work dir
+    assert 'ends at epoch 5 but the run has train_cfg.max_epochs=10' in \
+        last and 'Fix:' in last, last
+    assert not (tmp_path / 'w').exists()
