@@ -1,10 +1,8 @@
 """LoadImageFromFileChecked: an unreadable image named, or skipped when asked,
 and listed by the pre-flight check."""
 import os.path as osp
-import subprocess
-import sys
 
-from conftest import REPO, folder_config, run_train
+from conftest import folder_config, python, run_train
 
 import hpm_mm  # noqa: F401  (allow-lists the checkpoint types for torch.load)
 
@@ -33,14 +31,8 @@ def test_unreadable_image_named_or_skipped_and_checked_before(tmp_path):
     assert f'skipped unreadable image {bad}' in out
     assert f'skipped unreadable image {cut}' in out
     assert (tmp_path / 'w2' / 'epoch_3.pth').exists()
-    check = subprocess.run([
-        sys.executable, 'tools/misc/check_data.py',
-        folder_config(tmp_path, data)
-    ],
-                           cwd=REPO,
-                           capture_output=True,
-                           text=True,
-                           timeout=300)
+    check = python(
+        'tools/misc/check_data.py', folder_config(tmp_path, data), timeout=300)
     assert check.returncode == 1
     assert f'PROBLEM train_dataloader: unreadable image {bad}' in check.stdout
     assert f'PROBLEM train_dataloader: unreadable image {cut}' in check.stdout

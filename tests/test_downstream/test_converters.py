@@ -1,22 +1,16 @@
 """tools/model_converters/hpm2backbone.py: exact conversions, strict
 reports, clear refusals."""
-import subprocess
-import sys
 
 import pytest
 import torch
-from conftest import ARCH, NEEDS_FULL, REPO
+from conftest import ARCH, NEEDS_FULL, python
 
 import hpm_mm  # noqa: F401
 from hpm_mm.utils.convert import convert, encoder_state
 
 
 def _run(*args):
-    return subprocess.run(
-        [sys.executable, 'tools/model_converters/hpm2backbone.py', *args],
-        cwd=REPO,
-        capture_output=True,
-        text=True)
+    return python('tools/model_converters/hpm2backbone.py', *args)
 
 
 @pytest.mark.parametrize('target,img,teacher',

@@ -3,11 +3,10 @@ ADE20k UperNet configs on generated data in the real formats, starting from
 converted HPM weights."""
 import json
 import os.path as osp
-import subprocess
-import sys
 
 import pytest
-from conftest import ARCH, NEEDS_FULL, REPO, make_ade20k, make_coco, run_tool
+from conftest import (ARCH, NEEDS_FULL, REPO, make_ade20k, make_coco, python,
+                      run_tool)
 
 pytestmark = NEEDS_FULL  # mmdet, mmseg and mmcv's compiled ops
 
@@ -27,14 +26,8 @@ SEG_CFG = osp.join(REPO, 'configs', 'benchmarks', 'seg',
 
 
 def _convert(ckpt, out, target, img):
-    proc = subprocess.run([
-        sys.executable, 'tools/model_converters/hpm2backbone.py', ckpt,
-        str(out), '--target', target, '--img-size',
-        str(img)
-    ],
-                          cwd=REPO,
-                          capture_output=True,
-                          text=True)
+    proc = python('tools/model_converters/hpm2backbone.py', ckpt, str(out),
+                  '--target', target, '--img-size', str(img))
     assert proc.returncode == 0, proc.stderr
     return str(out)
 

@@ -1,12 +1,10 @@
 """The non-finite guard of the optimizer wrappers: one depth for every
 model (HPM and mmpretrain's MAE alike) and every wrapper."""
-import subprocess
-import sys
 
 import pytest
 import torch
 import torch.nn as nn
-from conftest import FMNIST_CFG, REPO, tiny_config
+from conftest import FMNIST_CFG, python, tiny_config
 from mmengine.logging import MessageHub
 from mmengine.optim import build_optim_wrapper
 
@@ -198,15 +196,10 @@ def test_runaway_learning_rate_stops_with_one_clear_error(tmp_path):
     of saving NaN checkpoints and exiting 0, saying how to get back."""
     cfg = tiny_config(tmp_path, FMNIST_CFG, num_images=8)
     work = tmp_path / 'work'
-    proc = subprocess.run([
-        sys.executable, 'tools/train.py', cfg, '--work-dir',
-        str(work), '--cfg-options', 'optim_wrapper.optimizer.lr=1e6',
-        'optim_wrapper.max_consecutive_skips=3', 'train_cfg.max_epochs=4'
-    ],
-                          cwd=REPO,
-                          capture_output=True,
-                          text=True,
-                          timeout=600)
+    proc = python('tools/train.py', cfg, '--work-dir', str(work),
+                  '--cfg-options', 'optim_wrapper.optimizer.lr=1e6',
+                  'optim_wrapper.max_consecutive_skips=3',
+                  'train_cfg.max_epochs=4')
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0, out[-3000:]
     assert '3 optimizer steps in a row had a non-finite loss' in out

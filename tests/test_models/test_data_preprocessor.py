@@ -1,10 +1,8 @@
 """ChannelCheckedDataPreprocessor: a channel mismatch between the images and
 the model in one line naming both."""
-import subprocess
-import sys
 
 import torch
-from conftest import REPO, folder_config, run_train
+from conftest import folder_config, python, run_train
 
 import hpm_mm  # noqa: F401  (allow-lists the checkpoint types for torch.load)
 
@@ -29,11 +27,7 @@ def test_channel_mismatch_is_one_line_naming_both(tmp_path):
     # RGB files loaded as colour into the grayscale main-job model
     data = make_image_folder(str(tmp_path / 'rgb'), 1, 4, gray=False)
     cfg = folder_config(tmp_path, data, color='color')
-    check = subprocess.run([sys.executable, 'tools/misc/check_data.py', cfg],
-                           cwd=REPO,
-                           capture_output=True,
-                           text=True,
-                           timeout=300)
+    check = python('tools/misc/check_data.py', cfg, timeout=300)
     assert check.returncode == 1
     assert ('the pipeline loads 3-channel images but the model takes 1'
             in check.stdout)

@@ -3,11 +3,10 @@ with the clear errors of a first run."""
 import json
 import os
 import os.path as osp
-import sys
 
 import numpy as np
 import pytest
-from conftest import REPO, run_tool
+from conftest import python, run_tool
 
 
 # ------------------------------------------------------------ your own images
@@ -37,15 +36,8 @@ def test_own_images_labelled_rgb_with_a_corrupt_file(tmp_path):
     (root / 'cat' / 'broken.jpg').write_bytes(b'\xff\xd8 truncated')
     work = tmp_path / 'work'
     # without --skip-unreadable: one line naming the file and the fix
-    import subprocess
-    bad = subprocess.run([
-        sys.executable, 'tools/pretrain_folder.py',
-        str(root), '--work-dir',
-        str(work)
-    ],
-                         cwd=REPO,
-                         capture_output=True,
-                         text=True)
+    bad = python('tools/pretrain_folder.py', str(root), '--work-dir',
+                 str(work))
     assert bad.returncode != 0
     err = bad.stderr.strip().splitlines()[-1]
     assert 'cat/broken.jpg' in err and '--skip-unreadable' in err
@@ -104,7 +96,6 @@ def test_own_images_deep_pixels_loops_and_own_outputs(tmp_path):
     fix (OpenCV would train it as mean 255 / std 1); a symlink loop counts
     each image once; a work dir inside the folder (hard-patch grids,
     checkpoints) is not data."""
-    import subprocess
 
     from conftest import make_image_folder
     from PIL import Image
@@ -125,15 +116,8 @@ def test_own_images_deep_pixels_loops_and_own_outputs(tmp_path):
     assert len(scan['files']) == 4 and not scan['unreadable'], scan
     deep = np.full((28, 28), 40000, dtype=np.uint16)
     Image.fromarray(deep).save(root / 'class_0' / 'deep.png')
-    proc = subprocess.run([
-        sys.executable, 'tools/pretrain_folder.py',
-        str(root), '--work-dir',
-        str(tmp_path / 'w')
-    ],
-                          cwd=REPO,
-                          capture_output=True,
-                          text=True,
-                          timeout=600)
+    proc = python('tools/pretrain_folder.py', str(root), '--work-dir',
+                  str(tmp_path / 'w'))
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0, out[-2000:]
     assert 'deep.png' in out and '16-bit' in out, out[-2000:]

@@ -1,9 +1,7 @@
 """tools/test.py: evaluation only of checkpoints that fill the model."""
-import subprocess
-import sys
 
 import torch
-from conftest import REPO
+from conftest import python
 
 import hpm_mm  # noqa: F401  (allow-lists the checkpoint types for torch.load)
 
@@ -25,15 +23,8 @@ test_dataloader = {dict(_delete_=True, **_folder_loader(data))!r}
     random = tmp_path / 'random.pth'
     torch.save(dict(state_dict={'a': torch.randn(3)}), random)
     for ckpt in (hpm_checkpoint, str(random)):
-        proc = subprocess.run([
-            sys.executable, 'tools/test.py',
-            str(cfg), ckpt, '--work-dir',
-            str(tmp_path / 'work')
-        ],
-                              cwd=REPO,
-                              capture_output=True,
-                              text=True,
-                              timeout=600)
+        proc = python('tools/test.py', str(cfg), ckpt, '--work-dir',
+                      str(tmp_path / 'work'))
         assert proc.returncode != 0
         lines = [
             ln for ln in proc.stderr.splitlines()
@@ -43,14 +34,7 @@ test_dataloader = {dict(_delete_=True, **_folder_loader(data))!r}
         assert f'{ckpt} does not fill the model' in lines[0]
         assert 'head.fc.weight' in lines[0] or 'missing' in lines[0]
         assert '--partial-load' in lines[0]
-    proc = subprocess.run([
-        sys.executable, 'tools/test.py',
-        str(cfg), hpm_checkpoint, '--work-dir',
-        str(tmp_path / 'work'), '--partial-load'
-    ],
-                          cwd=REPO,
-                          capture_output=True,
-                          text=True,
-                          timeout=600)
+    proc = python('tools/test.py', str(cfg), hpm_checkpoint, '--work-dir',
+                  str(tmp_path / 'work'), '--partial-load')
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert 'accuracy/top1' in proc.stdout + proc.stderr

@@ -1,11 +1,9 @@
 """tools/train.py: what a failure keeps, what is refused before any work, and
 the one-line errors of bad options."""
 import os.path as osp
-import subprocess
-import sys
 
 import torch
-from conftest import FMNIST_CFG, REPO, tiny_config, train_main
+from conftest import FMNIST_CFG, python, tiny_config, train_main
 
 import hpm_mm  # noqa: F401  (allow-lists the checkpoint types for torch.load)
 
@@ -41,13 +39,7 @@ def test_evaluation_failure_after_training_keeps_the_checkpoint(tmp_path):
         num_images=8,
         hooks='')
     work = tmp_path / 'work'
-    proc = subprocess.run(
-        [sys.executable, 'tools/train.py', cfg, '--work-dir',
-         str(work)],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=600)
+    proc = python('tools/train.py', cfg, '--work-dir', str(work))
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0
     ckpt = work / 'epoch_1.pth'
@@ -63,27 +55,14 @@ def test_mostly_skipped_short_run_and_negative_clip_norm_fail(tmp_path):
     negative clipping threshold (gradient ascent) is refused before any
     step."""
     cfg = tiny_config(tmp_path, FMNIST_CFG, num_images=8)
-    proc = subprocess.run([
-        sys.executable, 'tools/train.py', cfg, '--work-dir',
-        str(tmp_path / 'w1'), '--cfg-options',
-        'optim_wrapper.optimizer.lr=1e6', 'train_cfg.max_epochs=3'
-    ],
-                          cwd=REPO,
-                          capture_output=True,
-                          text=True,
-                          timeout=600)
+    proc = python('tools/train.py', cfg, '--work-dir', str(tmp_path / 'w1'),
+                  '--cfg-options', 'optim_wrapper.optimizer.lr=1e6',
+                  'train_cfg.max_epochs=3')
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0, out[-3000:]
     assert 'optimizer steps were skipped' in out.splitlines()[-1], out[-2000:]
-    proc = subprocess.run([
-        sys.executable, 'tools/train.py', cfg, '--work-dir',
-        str(tmp_path / 'w2'), '--cfg-options',
-        'optim_wrapper.clip_grad.max_norm=-1'
-    ],
-                          cwd=REPO,
-                          capture_output=True,
-                          text=True,
-                          timeout=600)
+    proc = python('tools/train.py', cfg, '--work-dir', str(tmp_path / 'w2'),
+                  '--cfg-options', 'optim_wrapper.clip_grad.max_norm=-1')
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0 and 'clip_grad.max_norm=-1 is not a ' \
         'positive number' in out, out[-2000:]
@@ -165,11 +144,7 @@ def test_what_cannot_be_judged_is_refused_before_work(tmp_path,
         ], 'does not exist'),
     ]
     for args, says in runs:
-        proc = subprocess.run([sys.executable, *args],
-                              cwd=REPO,
-                              capture_output=True,
-                              text=True,
-                              timeout=600)
+        proc = python(*args)
         out = proc.stdout + proc.stderr
         assert proc.returncode != 0, (args, out[-2000:])
         assert says in out.strip().splitlines()[-1], (args, out[-2000:])

@@ -109,7 +109,10 @@ def test_options_that_would_do_nothing_or_mismatch_are_refused(
         tmp_path, option, want):
     """One line naming the key and the fix, before anything is built (in
     this process: tools/train.py's main)."""
+    import os
+
     from conftest import train_main
+    env = dict(os.environ)
     with pytest.raises(SystemExit) as refused:
         train_main(FMNIST_CFG, '--work-dir', str(tmp_path / 'w'),
                    '--cfg-options', option)
@@ -117,23 +120,24 @@ def test_options_that_would_do_nothing_or_mismatch_are_refused(
     assert '\n' not in message and want in message and 'Fix:' in message, \
         message
     assert not (tmp_path / 'w').exists()  # refused before the work dir
+    # nothing left in this process's environment (train.py sets LOCAL_RANK):
+    # the later commands of this worker run in the warm server
+    assert dict(os.environ) == env
 
 
 def test_a_refused_option_is_the_last_line_and_a_failed_exit(tmp_path):
     """The same through the command: non-zero exit, the reason on stderr's
     last line, no work dir."""
-    import subprocess
-    import sys
 
-    from conftest import REPO
-    proc = subprocess.run([
-        sys.executable, 'tools/train.py', FMNIST_CFG, '--work-dir',
-        str(tmp_path / 'w'), '--cfg-options', 'param_scheduler.1.end=5'
-    ],
-                          cwd=REPO,
-                          capture_output=True,
-                          text=True,
-                          timeout=300)
+    from conftest import python
+    proc = python(
+        'tools/train.py',
+        FMNIST_CFG,
+        '--work-dir',
+        str(tmp_path / 'w'),
+        '--cfg-options',
+        'param_scheduler.1.end=5',
+        timeout=300)
     assert proc.returncode != 0
     last = proc.stderr.strip().splitlines()[-1]
     assert 'ends at epoch 5 but the run has train_cfg.max_epochs=10' in \

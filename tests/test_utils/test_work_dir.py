@@ -7,7 +7,7 @@ import subprocess
 import sys
 import time
 
-from conftest import REPO, tiny_config
+from conftest import REPO, python, tiny_config
 
 from hpm_mm.utils.work_dir import LOCK_NAME
 
@@ -41,13 +41,7 @@ def test_a_second_run_refuses_and_a_killed_one_frees_the_dir(tmp_path):
     a = start(cfg, work)
     try:
         wait_for_lock(a, work)
-        b = subprocess.run(
-            [sys.executable, 'tools/train.py', cfg, '--work-dir',
-             str(work)],
-            cwd=REPO,
-            capture_output=True,
-            text=True,
-            timeout=300)
+        b = python('tools/train.py', cfg, '--work-dir', str(work), timeout=300)
         assert b.returncode != 0
         last = b.stderr.strip().splitlines()[-1]
         assert f'is in use by a running job (pid {a.pid}' in last
