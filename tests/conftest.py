@@ -289,11 +289,13 @@ def python(*args, cwd=REPO, env: dict = None, timeout: int = 600):
     """``python *args`` in ``cwd`` with ``env``: extra environment variables
     (``subprocess.run``'s result, output captured as text). Scripts run in
     a fork of a process that has imported torch, mmengine, mmpretrain and
-    hpm_mm (tests/warm_python.py): ~5 s less per command."""
+    hpm_mm (tests/warm_python.py): ~9 s less per command; a new interpreter
+    each with ``HPM_TEST_COLD=1``."""
     return warm_python.run([str(a) for a in args],
                            cwd=cwd,
                            env=dict(os.environ, **(env or {})),
-                           timeout=timeout)
+                           timeout=timeout,
+                           cold=os.environ.get('HPM_TEST_COLD') == '1')
 
 
 def run_tool(*args,

@@ -73,6 +73,11 @@ def test_the_command_is_a_fork_of_the_server(tmp_path):
     new = warm_python.run([str(script)], tmp_path,
                           dict(os.environ, HPM_WARM_TEST='1'))
     assert int(new.stdout) == os.getpid()
+    cold = warm_python.run([str(script)],
+                           tmp_path,
+                           dict(os.environ),
+                           cold=True)
+    assert int(cold.stdout) == os.getpid()
 
 
 def test_a_timeout_kills_the_command_and_the_server_goes_on(tmp_path):

@@ -14,8 +14,9 @@ the server, which only ever imports, so no command sees another's state.
 Where the environment differs from the server's in anything but
 ``IGNORED_ENV`` (any variable may be read at start-up, as PYTHONPATH or
 OMP_NUM_THREADS are), or the command is not a script (``-m``, ``-c``),
-:func:`run` starts a new interpreter instead; ``HPM_TEST_COLD=1`` makes
-it do so for every command (to compare, or to rule the server out).
+:func:`run` starts a new interpreter instead, as it does with ``cold``
+(conftest.python: ``HPM_TEST_COLD=1``, to compare or to rule the server
+out).
 """
 import atexit
 import io
@@ -194,7 +195,11 @@ class _Server:
 _SERVER = _Server()
 
 
-def run(args, cwd, env=None, timeout=600) -> subprocess.CompletedProcess:
+def run(args,
+        cwd,
+        env=None,
+        timeout=600,
+        cold=False) -> subprocess.CompletedProcess:
     """``subprocess.run([sys.executable, *args], cwd=cwd, env=env,
     capture_output=True, text=True, timeout=timeout)``, through the warm
     server where that is the same thing (see the module's docstring)."""
@@ -204,8 +209,7 @@ def run(args, cwd, env=None, timeout=600) -> subprocess.CompletedProcess:
         k
         for k in set(env) | set(server_env) if env.get(k) != server_env.get(k)
     } - IGNORED_ENV
-    if (differs or not args or args[0].startswith('-')
-            or os.environ.get('HPM_TEST_COLD') == '1'):
+    if cold or differs or not args or args[0].startswith('-'):
         return subprocess.run([sys.executable, *args],
                               cwd=cwd,
                               env=env,
