@@ -289,7 +289,7 @@ def python(*args, cwd=REPO, env: dict = None, timeout: int = 600):
     """``python *args`` in ``cwd`` with ``env``: extra environment variables
     (``subprocess.run``'s result, output captured as text). Scripts run in
     a fork of a process that has imported torch, mmengine, mmpretrain and
-    hpm_mm (tests/warm_python.py): ~9 s less per command; a new interpreter
+    hpm_mm (tests/warm_python.py): ~10 s less per command; a new interpreter
     each with ``HPM_TEST_COLD=1``."""
     return warm_python.run([str(a) for a in args],
                            cwd=cwd,

@@ -4,6 +4,7 @@ sys.path, environment, exit functions, tracebacks), each in a fresh state;
 a timeout kills it; a start-up environment of its own gets a new
 interpreter."""
 import os
+import re
 import subprocess
 import sys
 
@@ -90,3 +91,12 @@ def test_a_timeout_kills_the_command_and_the_server_goes_on(tmp_path):
     script.write_text("print('next')")
     assert warm_python.run([str(script)], tmp_path,
                            dict(os.environ)).stdout == 'next\n'
+
+
+def test_bench_times_both_ways(tmp_path):
+    script = tmp_path / 'hello.py'
+    script.write_text("print('hello')")
+    line = warm_python.bench([str(script)], n=1)
+    assert re.fullmatch(
+        f'{script}, median of 1, OMP_NUM_THREADS=.*: new interpreter '
+        r'[\d.]+ s, warm server [\d.]+ s, [\d.]+x', line), line

@@ -1,7 +1,7 @@
 """``python script.py args`` for the tests, without a new interpreter's
 imports each time.
 
-A new interpreter spends ~5 s importing torch, torchvision, mmengine,
+A new interpreter spends ~10 s importing torch, torchvision, mmengine,
 mmpretrain and hpm_mm before a tool does anything, and the suite runs ~110
 tool commands. Here one server per test process imports them once and
 forks a child per command: the child points fds 0/1/2 at /dev/null and two
@@ -219,5 +219,30 @@ def run(args,
     return _SERVER.run(list(args), str(cwd), env, timeout)
 
 
+def bench(args, n=5) -> str:
+    """``python tests/warm_python.py --bench SCRIPT ARGS...``: the median of
+    ``n`` runs of the command in a new interpreter and in the warm server
+    (started beforehand), side by side."""
+    import time
+    env = dict(os.environ)
+    run(args, os.getcwd(), env)  # the server's start is not a command's
+
+    def median(cold):
+        times = []
+        for _ in range(n):
+            start = time.perf_counter()
+            run(args, os.getcwd(), env, cold=cold)
+            times.append(time.perf_counter() - start)
+        return sorted(times)[n // 2]
+
+    new, warm = median(True), median(False)
+    return (f'{" ".join(args)}, median of {n}, OMP_NUM_THREADS='
+            f'{env.get("OMP_NUM_THREADS")}: new interpreter {new:.2f} s, '
+            f'warm server {warm:.2f} s, {new / warm:.1f}x')
+
+
 if __name__ == '__main__':
-    serve()
+    if sys.argv[1:2] == ['--bench']:
+        print(bench(sys.argv[2:]))
+    else:
+        serve()
