@@ -132,6 +132,7 @@ class _Server:
         self.proc = None
         self.env = None
         self.runs = 0  # commands run in the server
+        atexit.register(self.stop)
 
     def start(self):
         self.env = dict(os.environ)
@@ -142,7 +143,6 @@ class _Server:
                                      stderr=self.log,
                                      env=self.env)
         self.buf = b''
-        atexit.register(self.stop)
         self._read(None)
 
     def stop(self):
