@@ -274,15 +274,14 @@ def train_main(*argv):
     refuses before any work, without a new interpreter's imports. The
     environment it sets (LOCAL_RANK) is undone: later commands get this
     process's own."""
+    from unittest import mock
     sys.path.insert(0, osp.join(REPO, 'tools'))
-    env = dict(os.environ)
     try:
-        import train
-        return train.main(list(argv))
+        with mock.patch.dict(os.environ):
+            import train
+            return train.main(list(argv))
     finally:
         sys.path.pop(0)
-        os.environ.clear()
-        os.environ.update(env)
 
 
 def python(*args, cwd=REPO, env: dict = None, timeout: int = 600):

@@ -128,7 +128,6 @@ def test_options_that_would_do_nothing_or_mismatch_are_refused(
 def test_a_refused_option_is_the_last_line_and_a_failed_exit(tmp_path):
     """The same through the command: non-zero exit, the reason on stderr's
     last line, no work dir."""
-
     from conftest import python
     proc = python(
         'tools/train.py',
