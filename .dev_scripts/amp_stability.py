@@ -15,7 +15,7 @@ trains, with:
   rule of ``tools/train.py --amp`` would pick: this run is about numerics;
 - ``--steps`` optimizer steps as 10 epochs of ``steps / 10`` batches of the
   first images, scaled by the package's one rule
-  (:func:`hpm_mm.utils.schedule.scale_recipe`: 1 epoch of warm-up, cosine to
+  (:func:`hpm_mm.engine.schedule.scale_recipe`: 1 epoch of warm-up, cosine to
   the end, the teacher's momentum over the run); the lr scaled to
   ``--batch`` by the recipe's ``auto_scale_lr`` base (1.5e-4 x batch / 256).
 
@@ -118,12 +118,12 @@ class AMPRecordHook(Hook):
 
 def run_config(config, amp, steps, batch, work_dir, options=None):
     """The config of one run (see the module's docstring)."""
+    from hpm_mm.apis.config import load_config
     from hpm_mm.engine.optimizers.autocast_optim_wrapper import \
         amp_optim_wrapper_cfg
-    from hpm_mm.utils.cli import load_config
-    from hpm_mm.utils.precision import Precision
-    from hpm_mm.utils.schedule import scale_recipe
-    cfg = load_config(config, 'amp_stability.py')
+    from hpm_mm.engine.precision import Precision
+    from hpm_mm.engine.schedule import scale_recipe
+    cfg = load_config(config)
     if options:
         cfg.merge_from_dict(options)
     if steps % EPOCHS:

@@ -12,7 +12,7 @@ paired by seed, every run's results kept as a small json (issue #28).
 A variant is a config file (``VARIANTS``: the main job's HPM config, its MAE
 twin and the ablation configs beside it); only the run's length and seed
 change. ``run`` scales the recipe to the length with the package's one rule
-(:func:`hpm_mm.utils.schedule.scale_recipe`: 5% warm-up, cosine to the end,
+(:func:`hpm_mm.engine.schedule.scale_recipe`: 5% warm-up, cosine to the end,
 the EMA teacher's lag 2.5% -> 10% of the run), dumps the run's config into
 its work dir, trains it through ``tools/train.py`` in fp32 on every machine
 (the study's runs must share one precision, and bf16 is fast only on CPUs
@@ -253,7 +253,7 @@ def pretrain(variant, seed, epochs, images, work, log, check=None):
     from mmengine.config import Config
 
     import hpm_mm  # noqa: F401
-    from hpm_mm.utils.schedule import scale_recipe, steps_per_epoch
+    from hpm_mm.engine.schedule import scale_recipe, steps_per_epoch
     cfg = Config.fromfile(osp.join(ROOT, VARIANTS[variant][0]))
     loader = cfg.train_dataloader
     loader.dataset.indices = images if images < 60000 else None
@@ -299,11 +299,12 @@ def evaluate(config, ckpt, seed):
     from mmengine.registry import init_default_scope
     from mmengine.runner import Runner
 
+    from hpm_mm.apis import load_model
+    from hpm_mm.engine.checkpoint import load_checkpoint_strict
     from hpm_mm.evaluation import extract_features, knn_classify, linear_probe
-    from hpm_mm.utils import build_model, load_checkpoint_strict
     cfg = Config.fromfile(config)
     init_default_scope('mmpretrain')
-    model = build_model(cfg)
+    model = load_model(cfg)
     load_checkpoint_strict(model, ckpt)
     base = Config.fromfile(osp.join(ROOT, VARIANTS['mae'][0]))
     knn_hook = [h for h in base.custom_hooks if h['type'] == 'KNNEvalHook'][0]
@@ -408,7 +409,7 @@ def gemm_gflops(n=2048, repeats=3):
     AVX2 cores: 155 on the machine of docs/speed.md, 71 on another)."""
     import torch
 
-    from hpm_mm.utils.precision import time_matmul
+    from hpm_mm.engine.precision import time_matmul
     seconds = time_matmul(torch.randn(n, n), torch.randn(n, n), repeats)
     return round(2 * n**3 / seconds / 1e9, 1)
 
@@ -416,7 +417,7 @@ def gemm_gflops(n=2048, repeats=3):
 def machine():
     import torch
 
-    from hpm_mm.utils.precision import cpu_class
+    from hpm_mm.engine.precision import cpu_class
     return dict(
         cpu_class=cpu_class(),
         threads=torch.get_num_threads(),

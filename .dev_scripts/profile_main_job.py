@@ -22,7 +22,7 @@ of them) and the median of the rounds kept. Printed and written:
   torch thread instead of two; regional ``torch.compile`` of every
   transformer block (its compile time too);
 - **precision**: the step under bf16 autocast, beside the rule's decision
-  (:func:`hpm_mm.utils.precision.choose_precision`) and its probe;
+  (:func:`hpm_mm.engine.precision.choose_precision`) and its probe;
 - **design options** (they change what is computed): the main job's fast
   settings (half-resolution teacher + 1-block loss predictor) and each
   alone, the 32 px inputs of the design before (8 x 8 patches of resized
@@ -126,9 +126,9 @@ def build(config,
     from mmengine.optim import build_optim_wrapper
     from mmpretrain.structures import DataSample
 
+    from hpm_mm.apis import load_model
     from hpm_mm.engine.optimizers import amp_optim_wrapper_cfg
-    from hpm_mm.utils import build_model
-    from hpm_mm.utils.precision import Precision
+    from hpm_mm.engine.precision import Precision
     cfg = Config.fromfile(config)
     if size is not None:
         resize(cfg, size)
@@ -140,7 +140,7 @@ def build(config,
     if fused:
         cfg.optim_wrapper.optimizer.fused = True
     torch.manual_seed(0)
-    model = build_model(cfg)
+    model = load_model(cfg).train()  # a training step
     if hasattr(model, 'set_progress'):
         # alpha 0.25: the teacher scores; no optimizer-step count, so the
         # teacher follows the student every step, as in training
@@ -225,7 +225,7 @@ def main(argv=None):
     from mmengine.registry import init_default_scope
 
     import hpm_mm  # noqa: F401
-    from hpm_mm.utils.precision import choose_precision, cpu_class
+    from hpm_mm.engine.precision import choose_precision, cpu_class
     init_default_scope('mmpretrain')
     MMLogger.get_instance('profile_main_job', log_level='WARNING')
     decision = choose_precision(True, 'cpu')
@@ -330,7 +330,7 @@ def main(argv=None):
         for k, v in res['workers'].items()
     }
 
-    from hpm_mm.utils import build_model
+    from hpm_mm.apis import load_model
     cfg = Config.fromfile(CONFIG)
     loader = Runner.build_dataloader(
         dict(cfg.train_dataloader, num_workers=0, persistent_workers=False),
@@ -344,7 +344,7 @@ def main(argv=None):
     for size in (28, 32):
         c = Config.fromfile(CONFIG)
         resize(c, size)
-        model = build_model(c).eval()
+        model = load_model(c).eval()
         x = torch.randn(500, 1, size, size)
         with torch.no_grad():
             model.extract_feat(x)

@@ -24,25 +24,22 @@ warnings.filterwarnings(
 # yapf: disable
 from .compat import (SUPPORTED, MissingCompiledOpsError,  # noqa: E402
                      check_versions, fix_mmcv_adjust_hue,
-                     register_config_scope, require_compiled_ops,
-                     scopeless_collate_fn, unbind_attention_qkv)
+                     register_checkpoint_safe_globals, register_config_scope,
+                     require_compiled_ops, scopeless_collate_fn)
 from .version import __version__, version_info  # noqa: E402
 
 check_versions()  # mmengine, mmcv (lite is enough), mmpretrain
 fix_mmcv_adjust_hue()  # NumPy 2 (e.g. a GPU image's): ColorJitter's hue
-unbind_attention_qkv()  # same numbers, a backward without 3 zero fills
 scopeless_collate_fn()  # package-scoped configs' collate_fn dicts build
 register_config_scope()  # hpm_mm:: config paths, editable installs too
-
-from .utils import register_checkpoint_safe_globals  # noqa: E402
-
-register_checkpoint_safe_globals()
+register_checkpoint_safe_globals()  # every checkpoint load: weights_only
 
 from . import datasets, engine, evaluation, models  # noqa: E402,F401
+from .errors import HPMError  # noqa: E402
 # yapf: enable
 # isort: on
 
 __all__ = [
     '__version__', 'version_info', 'SUPPORTED', 'check_versions',
-    'require_compiled_ops', 'MissingCompiledOpsError'
+    'require_compiled_ops', 'MissingCompiledOpsError', 'HPMError'
 ]

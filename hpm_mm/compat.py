@@ -128,45 +128,6 @@ def fix_mmcv_adjust_hue() -> None:
         module.adjust_hue = adjust_hue
 
 
-def _unbound_qkv_forward(self, x):
-    """mmpretrain 1.2.0's ``MultiheadAttention.forward`` with ``q, k, v``
-    taken by ``unbind`` instead of three indexings of the qkv tensor."""
-    B, N, _ = x.shape
-    q, k, v = self.qkv(x).reshape(B, N, 3, self.num_heads,
-                                  self.head_dims).permute(2, 0, 3, 1,
-                                                          4).unbind(0)
-    attn_drop = self.attn_drop if self.training else 0.
-    x = self.scaled_dot_product_attention(q, k, v, dropout_p=attn_drop)
-    x = x.transpose(1, 2).reshape(B, N, self.embed_dims)
-    x = self.proj(x)
-    x = self.out_drop(self.gamma1(self.proj_drop(x)))
-    if self.v_shortcut:
-        x = v.squeeze(1) + x
-    return x
-
-
-def unbind_attention_qkv() -> None:
-    """A faster backward for mmpretrain's ``MultiheadAttention`` (every ViT
-    block here: HPM's, the MAE baselines', the classifiers'), same numbers.
-
-    mmpretrain 1.2.0 takes ``q, k, v = qkv[0], qkv[1], qkv[2]``; in the
-    backward each index allocates a zero-filled gradient of the whole
-    ``(3, B, heads, N, head_dim)`` tensor and the three are summed: on the
-    main job's CPU step that was 12 fills of 8.5M values per step. ``unbind``
-    gives the same three views and a backward that stacks the three
-    gradients. Bit-identical outputs and gradients (tested); ~10% off the
-    fwd+bwd time of a 128-d decoder block on 2 AVX2 cores
-    (``profile_main_job.py`` measures it on the whole step). Can go once
-    mmpretrain's own forward unbinds (not as of 1.2.0 / onedl-mmpretrain
-    1.3.6). Idempotent.
-    """
-    from mmpretrain.models.utils import attention
-    cls = attention.MultiheadAttention
-    if cls.forward is not _unbound_qkv_forward:
-        cls._mmpretrain_forward = cls.forward
-        cls.forward = _unbound_qkv_forward
-
-
 def scopeless_collate_fn() -> None:
     """Let mmengine's ``Runner.build_dataloader`` build a ``collate_fn`` dict
     that carries ``_scope_``.
@@ -281,3 +242,38 @@ def picklable_history_buffer() -> None:
     0.10.7 / onedl-mmengine 0.10.12). Idempotent."""
     from mmengine.logging import HistoryBuffer
     HistoryBuffer.__getstate__ = _history_buffer_getstate
+
+
+def register_checkpoint_safe_globals() -> None:
+    """Every checkpoint load of mmengine (resume, ``load_from``, test,
+    ``init_cfg=dict(type='Pretrained')``; local paths, http(s) URLs and the
+    model-zoo schemes that resolve to them) through hpm_mm's one loader,
+    :func:`hpm_mm.engine.checkpoint.load_file` (``weights_only=True`` and
+    an allow-list of the types mmengine writes): mmengine 0.10.7 calls
+    ``torch.load`` without ``weights_only``. Also
+    :func:`picklable_history_buffer`, so that new checkpoints hold nothing
+    outside the allow-list. Can go when mmengine loads with
+    ``weights_only=True`` by itself (not as of 0.10.7 / onedl-mmengine
+    0.10.12). Idempotent."""
+    import torch
+    add = getattr(torch.serialization, 'add_safe_globals', None)
+    if add is None:
+        return  # load_file refuses to load, in one line
+    from mmengine.runner import checkpoint
+    from mmengine.runner.checkpoint import CheckpointLoader
+
+    from hpm_mm.engine.checkpoint import (checkpoint_safe_globals,
+                                          load_from_local, load_from_openmmlab,
+                                          load_from_url, refuse_scheme)
+    picklable_history_buffer()
+    add(checkpoint_safe_globals())
+    for prefixes, loader in (('', load_from_local), (('http://', 'https://'),
+                                                     load_from_url),
+                             (('open-mmlab://', 'openmmlab://'),
+                              load_from_openmmlab), (('pavi://', 's3://'),
+                                                     refuse_scheme)):
+        CheckpointLoader.register_scheme(
+            prefixes=prefixes, loader=loader, force=True)
+    # torchvision:// and mmcls:// resolve a name to a URL and call this
+    # function of mmengine's module directly
+    checkpoint.load_from_http = load_from_url

@@ -16,7 +16,6 @@ if os.environ.get('PYTEST_XDIST_WORKER'):
 import numpy as np
 import pytest
 import torch
-import warm_python
 from mmengine.config import Config
 
 REPO = osp.dirname(osp.dirname(osp.abspath(__file__)))
@@ -284,17 +283,92 @@ def train_main(*argv):
         sys.path.pop(0)
 
 
+#: what an in-process command may differ in from this process's environment
+#: (read at call time, not at start-up)
+CALL_TIME_ENV = {
+    'PYTHONUNBUFFERED', 'PYTEST_CURRENT_TEST', 'HPM_PRECISION', 'TORCH_HOME',
+    'TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD'
+}
+
+
+def _exit_code(exc: SystemExit, stderr) -> int:
+    """The status ``python`` exits with for ``sys.exit(exc.code)``."""
+    if exc.code is None:
+        return 0
+    if isinstance(exc.code, int):
+        return exc.code
+    print(exc.code, file=stderr)
+    return 1
+
+
+def run_script(argv, cwd=REPO, env=None) -> subprocess.CompletedProcess:
+    """``python SCRIPT args`` in this process: the script runs as
+    ``__main__`` (its ``main(argv)``) with ``sys.argv``, the working
+    directory, the script's folder first on ``sys.path`` and the
+    environment of a command, its output captured; all of them, and the
+    registry scope, are restored after it. mmengine's 'current' logger is a
+    new one writing to the captured output, as in a new process."""
+    import contextlib
+    import io
+    import runpy
+    import traceback
+    import uuid
+    from unittest import mock
+
+    from mmengine.logging import MMLogger
+    from mmengine.registry import DefaultScope
+    script = osp.join(cwd, argv[0])
+    out, err = io.StringIO(), io.StringIO()
+    saved = (sys.argv, os.getcwd(), list(sys.path), torch.get_num_threads(),
+             torch.is_grad_enabled())
+    scope = DefaultScope.get_current_instance()
+    code = 0
+    with mock.patch.dict(os.environ, env or {}), \
+            contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        MMLogger.get_instance(f'tool_{uuid.uuid4().hex}', log_level='INFO')
+        sys.argv = [script] + list(argv[1:])
+        sys.path.insert(0, osp.dirname(script))
+        os.chdir(cwd)
+        try:
+            runpy.run_path(script, run_name='__main__')
+        except SystemExit as e:
+            code = _exit_code(e, err)
+        except BaseException:  # as the interpreter would: traceback, 1
+            traceback.print_exc(file=err)
+            code = 1
+        finally:
+            sys.argv, cwd_, sys.path[:] = saved[0], saved[1], saved[2]
+            os.chdir(cwd_)
+            torch.set_num_threads(saved[3])
+            torch.set_grad_enabled(saved[4])
+            if scope is not None:
+                DefaultScope.get_instance(
+                    f'restore_{uuid.uuid4().hex}', scope_name=scope.scope_name)
+    return subprocess.CompletedProcess([sys.executable] + list(argv), code,
+                                       out.getvalue(), err.getvalue())
+
+
 def python(*args, cwd=REPO, env: dict = None, timeout: int = 600):
     """``python *args`` in ``cwd`` with ``env``: extra environment variables
-    (``subprocess.run``'s result, output captured as text). Scripts run in
-    a fork of a process that has imported torch, mmengine, mmpretrain and
-    hpm_mm (tests/warm_python.py): ~10 s less per command; a new interpreter
-    each with ``HPM_TEST_COLD=1``."""
-    return warm_python.run([str(a) for a in args],
-                           cwd=cwd,
-                           env=dict(os.environ, **(env or {})),
-                           timeout=timeout,
-                           cold=os.environ.get('HPM_TEST_COLD') == '1')
+    (``subprocess.run``'s result, output captured as text). A script of
+    ``tools/`` runs in this process (:func:`run_script`); a new
+    interpreter runs anything else (``-m``, ``-c``, other scripts) and
+    commands whose environment differs in what a start-up reads
+    (PYTHONPATH, ...)."""
+    args = [str(a) for a in args]
+    env = {k: str(v) for k, v in (env or {}).items()}
+    start_up = {k for k, v in env.items() if os.environ.get(k) != v}
+    script = osp.relpath(osp.join(cwd, args[0]), REPO) if args else ''
+    if script.startswith('tools' + os.sep) and script.endswith('.py') \
+            and not start_up - CALL_TIME_ENV:
+        return run_script(args, cwd, env)
+    return subprocess.run(
+        [sys.executable] + args,
+        cwd=cwd,
+        env=dict(os.environ, **env),
+        capture_output=True,
+        text=True,
+        timeout=timeout)
 
 
 def run_tool(*args,

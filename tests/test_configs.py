@@ -87,8 +87,8 @@ def test_ablations_differ_only_in_their_knobs():
 def test_tools_build_the_model_with_the_configs_normalisation():
     from conftest import FMNIST_CFG
 
-    from hpm_mm.utils import build_model
-    model = build_model(Config.fromfile(FMNIST_CFG))
+    from hpm_mm.apis import load_model
+    model = load_model(Config.fromfile(FMNIST_CFG))
     pre = model.data_preprocessor
     assert pre.mean.flatten().tolist() == pytest.approx([72.94])
     assert pre.std.flatten().tolist() == pytest.approx([90.02])

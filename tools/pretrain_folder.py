@@ -22,17 +22,11 @@ Output: ``WORK_DIR/hard_patches/*.png`` (the hard-patch grids),
 ``WORK_DIR/knn.json`` (labelled folders), the checkpoints and the log.
 """
 import argparse
-import os.path as osp
-import subprocess
-import sys
 
-ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
-BASE_CONFIG = osp.join(ROOT, 'configs', 'hpm',
-                       'hpm_vit-mini-p4_1xb256-coslr-10e_fmnist.py')
+from hpm_mm.apis.config import CfgOptionsAction
 
 
 def parse_args(argv=None):
-    from hpm_mm.utils.cli import CfgOptionsAction
     parser = argparse.ArgumentParser(
         description='Pretrain HPM on a folder of images')
     parser.add_argument('folder', help='folder of images (nested allowed)')
@@ -58,75 +52,35 @@ def parse_args(argv=None):
     return parser.parse_args(argv)
 
 
-def main(argv=None):
+def run(argv=None):
     args = parse_args(argv)
-    from mmengine.config import Config
-
-    from hpm_mm.utils.image_folder import (channel_stats, choose_settings,
-                                           folder_config, scan_folder)
-    folder = args.folder.rstrip('/') or '/'
-    work_dir = args.work_dir or osp.join(
-        'work_dirs', f'folder_{osp.basename(osp.abspath(folder))}')
-    scan = scan_folder(folder)
-    bad = scan['unreadable']
-    if bad:
-        listing = '; '.join(f'{p} ({why})' for p, why in bad[:3])
-        more = f' and {len(bad) - 3} more' if len(bad) > 3 else ''
-        if not args.skip_unreadable:
-            raise SystemExit(
-                f'pretrain_folder.py: {len(bad)} unreadable image file(s) in '
-                f'{folder}: {listing}{more}. Fix: remove or repair them, or '
-                'pass --skip-unreadable to leave them out.')
-    if not scan['files']:
-        raise SystemExit(f'pretrain_folder.py: no readable image in {folder}.')
-    settings = choose_settings(scan, args.img_size, args.channels,
-                               args.batch_size, args.epochs)
-    stats = channel_stats(folder, scan['files'], settings['img_size'],
-                          settings['channels'])
-    cfg = folder_config(
-        Config.fromfile(BASE_CONFIG), folder, work_dir, scan, settings, stats)
-    if bad:
-        with open(osp.join(work_dir, 'unreadable.txt'), 'w') as f:
-            f.writelines(f'{p}\t{why}\n' for p, why in bad)
-        print(f'left out {len(bad)} unreadable file(s): {listing}{more} '
-              f'(all in {osp.join(work_dir, "unreadable.txt")})')
-    labels = (f'{len(scan["classes"])} classes (kNN on a held-out fifth)'
-              if scan['classes'] else 'unlabelled (no kNN)')
-    print(f'{settings["num_images"]} images, {labels}; chosen: '
-          f'{settings["img_size"]}x{settings["img_size"]} '
-          f'{"grayscale" if settings["channels"] == 1 else "RGB"} '
-          f'(median short side {settings["median_short_side"]:g} px), '
-          f'patch {settings["patch_size"]}, batch {settings["batch_size"]}, '
-          f'{settings["epochs"]} epochs of {settings["steps_per_epoch"]} '
-          'steps; override: --img-size --channels --batch-size --epochs')
-    if args.cfg_options:
-        from hpm_mm.utils.cli import merge_cfg_options
-        merge_cfg_options(cfg, args.cfg_options)
-    cfg_path = osp.join(work_dir, 'hpm_folder.py')
-    cfg.dump(cfg_path)
-    print(f'config: {cfg_path}')
+    from hpm_mm.apis import pretrain_folder
+    result = pretrain_folder(
+        args.folder,
+        args.work_dir,
+        epochs=args.epochs,
+        img_size=args.img_size,
+        channels=args.channels,
+        batch_size=args.batch_size,
+        amp=args.amp,
+        skip_unreadable=args.skip_unreadable,
+        dry_run=args.dry_run,
+        cfg_options=args.cfg_options,
+        log=lambda line: print(line, flush=True))
     if args.dry_run:
-        return cfg_path
-    cmd = [
-        sys.executable,
-        osp.join(ROOT, 'tools', 'train.py'), cfg_path, '--work-dir', work_dir,
-        '--quiet'
-    ]
-    if args.amp:
-        cmd.append('--amp')
-    rc = subprocess.call(cmd)
-    if rc:
-        raise SystemExit(rc)
-    knn = osp.join(work_dir, 'knn.json')
-    if osp.exists(knn):
-        import json
-        r = json.load(open(knn))
+        return result['config']
+    r = result['knn']
+    if r is not None:
         print(f'kNN top-1 ({r["num_train"]} bank / {r["num_val"]} held-out '
               f'images): ' + ', '.join(f'k={k}: {v:.2f}%'
                                        for k, v in r['acc'].items()))
-    grids = osp.join(work_dir, 'hard_patches')
-    print(f'hard-patch grids: {grids}/')
-    return cfg_path
+    print(f'hard-patch grids: {result["grids"]}/')
+    return result['config']
+
+
+def main(argv=None):
+    from hpm_mm.apis import cli_main
+    return cli_main(run, 'pretrain_folder.py', argv)
 
 
 if __name__ == '__main__':

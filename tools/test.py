@@ -17,7 +17,7 @@ import os.path as osp
 
 from mmengine.runner import Runner
 
-from hpm_mm.utils.cli import CfgOptionsAction, load_config, merge_cfg_options
+from hpm_mm.apis.config import CfgOptionsAction, load_config, merge_cfg_options
 
 
 def parse_args(argv=None):
@@ -50,7 +50,7 @@ def parse_args(argv=None):
 def main(argv=None):
     args = parse_args(argv)
     import hpm_mm  # noqa: F401
-    cfg = load_config(args.config, 'test.py')
+    cfg = load_config(args.config)
     if args.cfg_options is not None:
         merge_cfg_options(cfg, args.cfg_options)
     cfg.launcher = args.launcher
@@ -62,13 +62,13 @@ def main(argv=None):
     cfg.load_from = args.checkpoint
     if args.out:
         check_out(args.out)
-    from hpm_mm.utils import setup_cpu_distributed
-    setup_cpu_distributed(cfg)  # gloo + CPU DDP when there is no GPU
+    from hpm_mm.engine.runner import setup_cpu_distributed
+    setup_cpu_distributed(cfg.launcher, cfg)  # gloo + DDP without a GPU
     runner = Runner.from_cfg(cfg)
     from mmpretrain.utils import get_ori_model
 
-    from hpm_mm.utils import (checkpoint_mismatch, checkpoint_state,
-                              nonfinite_tensors)
+    from hpm_mm.engine.checkpoint import (checkpoint_mismatch,
+                                          checkpoint_state, nonfinite_tensors)
     model = get_ori_model(runner.model)
     state = checkpoint_state(model, args.checkpoint)
     problem = nonfinite_tensors(state, args.checkpoint)
@@ -106,4 +106,5 @@ def check_out(path: str) -> None:
 
 
 if __name__ == '__main__':
-    main()
+    from hpm_mm.apis import cli_main
+    cli_main(main, 'test.py')

@@ -14,7 +14,7 @@ _base_ = [
 # initialisation after 400 steps (measured: its predicted losses were
 # anti-correlated with the true ones, Spearman -0.47). Scaled to the run:
 # 0.1 -> 0.025 (teacher lag ~10 -> 40 steps) over the whole run (it follows
-# train_cfg.max_epochs; hpm_mm.utils.schedule.scale_recipe rescales the
+# train_cfg.max_epochs; hpm_mm.engine.schedule.scale_recipe rescales the
 # values for another length).
 model = dict(
     teacher=dict(momentum=0.1, end_momentum=0.025, momentum_epochs=None))

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from mmengine.dist import collect_results, get_world_size
 from mmengine.utils import ProgressBar
 
-from hpm_mm.utils.precision import choose_precision
+from hpm_mm.engine.precision import choose_precision
 
 
 @torch.no_grad()
@@ -118,7 +118,7 @@ def extract_features(model,
             ``'cls'`` (the CLS token); see :func:`pool_features`. Several
             (``('avg', 'cls')``) come from one pass. Defaults to ``'avg'``.
         amp (bool): Mixed precision where the hardware computes it faster
-            (:func:`~hpm_mm.utils.precision.choose_precision`, as
+            (:func:`~hpm_mm.engine.precision.choose_precision`, as
             ``tools/train.py --amp``): fp16 autocast on CUDA, bf16 on a CPU
             with native bf16, fp32 elsewhere; features are returned in
             fp32. Defaults to False.
@@ -157,7 +157,7 @@ def extract_features(model,
         if bar is not None:
             bar.update(len(labels) * get_world_size())
     if bar is not None:
-        print()
+        bar.file.write('\n')
     if was_training:
         model.train()
     if get_world_size() > 1:

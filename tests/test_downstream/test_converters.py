@@ -6,7 +6,7 @@ import torch
 from conftest import ARCH, NEEDS_FULL, python
 
 import hpm_mm  # noqa: F401
-from hpm_mm.utils.convert import convert, encoder_state
+from hpm_mm.apis.convert import convert, encoder_state
 
 
 def _run(*args):

@@ -8,7 +8,7 @@ from mmpretrain.models.utils.clip_generator_helper import \
 from mmpretrain.registry import MODELS
 
 import hpm_mm  # noqa: F401
-from hpm_mm.utils.convert import convert, from_timm
+from hpm_mm.apis.convert import convert, from_timm
 
 
 def test_dino_release_round_trip(tmp_path):

@@ -46,7 +46,7 @@ def test_kill_during_a_save_keeps_the_previous_checkpoint(tmp_path):
     assert not (work / 'epoch_2.pth').exists()
     assert (work / 'epoch_2.pth.tmp').exists()  # the half-written file
     assert (work / 'last_checkpoint').read_text() == str(work / 'epoch_1.pth')
-    from hpm_mm.utils import checkpoint_problem
+    from hpm_mm.engine.checkpoint import checkpoint_problem
     assert checkpoint_problem(str(work / 'epoch_1.pth')) is None
     (tmp_path / 'kill_in_save.py').write_text('')  # no more kills
     _, out = run_train(

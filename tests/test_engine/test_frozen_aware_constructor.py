@@ -11,11 +11,11 @@ def test_frozen_aware_constructor_same_groups_one_line(capsys):
     from mmengine.logging import MMLogger
     from mmengine.optim import build_optim_wrapper
 
-    from hpm_mm.utils import build_model
+    from hpm_mm.apis import load_model
     cfg = Config.fromfile(FMNIST_CFG)
     assert cfg.optim_wrapper.constructor == \
         'FrozenAwareOptimWrapperConstructor'
-    model = build_model(cfg)
+    model = load_model(cfg)
     import uuid  # a new logger becomes mmengine's 'current' one
     logger = MMLogger.get_instance(
         f'frozen_{uuid.uuid4().hex}', log_level='INFO')

@@ -133,14 +133,14 @@ def test_knn_features_under_autocast_close_to_fp32(monkeypatch):
     features under autocast stay close to fp32's."""
     from mmengine.config import Config
 
-    from hpm_mm.utils import precision
+    from hpm_mm.engine import precision
     bf16 = precision.Precision('bf16', torch.bfloat16, 'cpu', 'AMX', 'mock')
     monkeypatch.setattr(precision, '_cpu_decision', lambda: bf16)
 
+    from hpm_mm.apis import load_model
     from hpm_mm.evaluation import extract_features
-    from hpm_mm.utils import build_model
     torch.manual_seed(0)
-    model = build_model(Config.fromfile(FMNIST_CFG))
+    model = load_model(Config.fromfile(FMNIST_CFG))
     from mmpretrain.structures import DataSample
     batch = dict(
         inputs=torch.randint(0, 255, (8, 1, 28, 28), dtype=torch.uint8),

@@ -605,7 +605,7 @@ def test_ibot_neck_matches_ibot_head():
 def test_framework_checkpoints_convert_to_a_plain_vit(cfg):
     from mmpretrain.models import VisionTransformer
 
-    from hpm_mm.utils.convert import convert, encoder_state
+    from hpm_mm.apis.convert import convert, encoder_state
     model = build(cfg())
     enc = encoder_state({'state_dict': model.state_dict()})
     assert 'mask_token' not in enc

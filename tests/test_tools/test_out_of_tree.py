@@ -96,8 +96,8 @@ def test_package_base_tests_through_test_py(outside, tmp_path):
     from mmengine.config import Config
 
     import hpm_mm  # noqa: F401
-    from hpm_mm.utils import build_model
-    model = build_model(Config.fromfile(str(folder / 'my_linear.py')))
+    from hpm_mm.apis import load_model
+    model = load_model(Config.fromfile(str(folder / 'my_linear.py')))
     ckpt = folder / 'linear.pth'
     torch.save(dict(state_dict=model.state_dict()), ckpt)
     out = folder / 'metrics.json'

@@ -100,7 +100,7 @@ def test_own_images_deep_pixels_loops_and_own_outputs(tmp_path):
     from conftest import make_image_folder
     from PIL import Image
 
-    from hpm_mm.utils.image_folder import scan_folder
+    from hpm_mm.datasets.image_folder import scan_folder
     root = tmp_path / 'imgs'
     make_image_folder(str(root), num_classes=1, per_class=4)
     os.symlink(str(root), str(root / 'class_0' / 'loop'))
@@ -126,13 +126,14 @@ def test_own_images_deep_pixels_loops_and_own_outputs(tmp_path):
 
 
 def test_own_images_clear_errors(tmp_path):
-    from hpm_mm.utils.image_folder import choose_settings, scan_folder
+    from hpm_mm.datasets.image_folder import choose_settings, scan_folder
+    from hpm_mm.errors import HPMError
     empty = tmp_path / 'empty'
     (empty / 'sub').mkdir(parents=True)
     (empty / 'notes.txt').write_text('no images here')
-    with pytest.raises(SystemExit, match='holds no image file.*Fix'):
+    with pytest.raises(HPMError, match='holds no image file.*Fix'):
         scan_folder(str(empty))
-    with pytest.raises(SystemExit, match='is not a folder'):
+    with pytest.raises(HPMError, match='is not a folder'):
         scan_folder(str(tmp_path / 'missing'))
     # the choices follow the images
     big = dict(files=['x'] * 5000, sizes=[(500, 375)] * 5000, gray=False)

@@ -152,8 +152,8 @@ def test_resumes_a_checkpoint_written_before_the_parts_split(tmp_path):
     assert 'teacher_momentum=0.1' in ckpt['meta']['cfg']  # the old layout
     cfg = tiny_config(
         tmp_path, FMNIST_CFG, TINY_HPM, num_images=8, transform=CROP_32)
-    from hpm_mm.utils import build_model
-    model = build_model(Config.fromfile(cfg))
+    from hpm_mm.apis import load_model
+    model = load_model(Config.fromfile(cfg))
     model.load_state_dict(ckpt['state_dict'], strict=True)
     work = str(tmp_path / 'work')
     proc = run_tool('tools/train.py', cfg, '--work-dir', work, '--resume',
@@ -175,10 +175,11 @@ def test_teacher_of_a_v0_checkpoint_loads_into_the_student(tmp_path):
     decoder keys (teacher.module.neck.predictor_blocks...) land in the
     student's decoder (neck.predictor.blocks...), nothing required
     missing."""
-    from hpm_mm.utils import build_model, load_checkpoint_strict
+    from hpm_mm.apis import load_model
+    from hpm_mm.engine.checkpoint import load_checkpoint_strict
     cfg = tiny_config(
         tmp_path, FMNIST_CFG, TINY_HPM, num_images=8, transform=CROP_32)
-    model = build_model(Config.fromfile(cfg))
+    model = load_model(Config.fromfile(cfg))
     result = load_checkpoint_strict(model, OLD_LAYOUT_CKPT, teacher=True)
     assert not [k for k in result['missing'] if not k.startswith('head.')]
     old = torch.load(OLD_LAYOUT_CKPT, map_location='cpu')['state_dict']

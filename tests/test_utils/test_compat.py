@@ -11,17 +11,20 @@ import hpm_mm  # noqa: F401  (applies the patches)
 
 
 def test_unbound_qkv_attention_is_bit_identical():
-    """mmpretrain's MultiheadAttention with q, k, v unbound gives exactly
-    the outputs and gradients of its own indexing forward."""
+    """hpm_mm's attention (q, k, v unbound) gives exactly the outputs and
+    gradients of mmpretrain's own indexing forward, and importing hpm_mm
+    leaves mmpretrain's class as it is: only hpm_mm's modules use it."""
     from mmpretrain.models.utils.attention import MultiheadAttention
-    assert MultiheadAttention.forward is not \
-        MultiheadAttention._mmpretrain_forward
+
+    from hpm_mm.models.utils import UnbindQKVAttention, unbind_qkv
+    assert MultiheadAttention.forward.__module__ == \
+        'mmpretrain.models.utils.attention'
+    assert UnbindQKVAttention.forward is not MultiheadAttention.forward
     torch.manual_seed(0)
     attn = MultiheadAttention(embed_dims=16, num_heads=4, v_shortcut=False)
     x = torch.randn(3, 7, 16)
     results = []
-    for forward in (MultiheadAttention._mmpretrain_forward,
-                    MultiheadAttention.forward):
+    for forward in (MultiheadAttention.forward, UnbindQKVAttention.forward):
         attn.zero_grad()
         xi = x.clone().requires_grad_()
         y = forward(attn, xi)
@@ -29,6 +32,21 @@ def test_unbound_qkv_attention_is_bit_identical():
         results.append((y.detach(), xi.grad, attn.qkv.weight.grad.clone()))
     for a, b in zip(*results):
         assert torch.equal(a, b)
+    # hpm_mm's ViT, decoder and loss predictor use it; mmpretrain's ViT not
+    from conftest import tiny_hpm
+    from mmpretrain.models import VisionTransformer
+    model = tiny_hpm()
+    kinds = {
+        type(m)
+        for m in model.modules() if isinstance(m, MultiheadAttention)
+    }
+    assert kinds == {UnbindQKVAttention}
+    vit = VisionTransformer(arch='deit-tiny', img_size=32, patch_size=16)
+    assert {
+        type(m)
+        for m in vit.modules() if isinstance(m, MultiheadAttention)
+    } == {MultiheadAttention}
+    assert unbind_qkv(vit) is vit
 
 
 DET_CFG = osp.join(REPO, 'configs', 'benchmarks', 'det',
@@ -94,8 +112,9 @@ def test_color_jitter_hue_same_under_numpy_2(backend):
 def test_det_seg_refuse_without_compiled_ops(monkeypatch, config, what):
     """mmcv importable, its ops not (mmcv-lite): hpm_mm still imports, the
     det/seg modules and configs stop in one line naming the fix."""
+    from hpm_mm.apis.config import load_config
     from hpm_mm.compat import MissingCompiledOpsError, require_compiled_ops
-    from hpm_mm.utils.cli import load_config
+    from hpm_mm.errors import HPMError
     monkeypatch.setitem(sys.modules, 'mmcv._ext', None)  # import fails
     for name in ('hpm_mm.det', 'hpm_mm.seg'):
         monkeypatch.delitem(sys.modules, name, raising=False)
@@ -104,9 +123,9 @@ def test_det_seg_refuse_without_compiled_ops(monkeypatch, config, what):
     msg = str(e.value)
     assert '\n' not in msg and 'mmcv._ext' in msg
     assert msg.endswith('Fix: bash tools/install.sh full')
-    with pytest.raises(SystemExit) as e:
-        load_config(config, 'train.py')
+    with pytest.raises(HPMError) as e:
+        load_config(config)
     msg = str(e.value)
     assert '\n' not in msg, msg
-    assert msg.startswith(f'train.py: {config}: {what}') and \
+    assert msg.startswith(f'{config}: {what}') and \
         'compiled ops' in msg and 'bash tools/install.sh full' in msg

@@ -61,13 +61,14 @@ def test_whole_load_puts_the_trained_teacher_in_place(hpm_checkpoint):
     leaves it out."""
     from mmengine.config import Config
 
-    from hpm_mm.utils import build_model, load_checkpoint_strict
+    from hpm_mm.apis import load_model
+    from hpm_mm.engine.checkpoint import load_checkpoint_strict
     saved = torch.load(hpm_checkpoint, map_location='cpu')['state_dict']
     key = next(
         k for k in saved if k.startswith('teacher.module.backbone.')
         and k.endswith('qkv.weight'))
     for whole in (False, True):
-        model = build_model(Config.fromfile(FMNIST_CFG))
+        model = load_model(Config.fromfile(FMNIST_CFG))
         load_checkpoint_strict(
             model,
             hpm_checkpoint,

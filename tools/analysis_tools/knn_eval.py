@@ -10,11 +10,7 @@ The memory bank and evaluated data come from the config's ``KNNEvalHook``
 import argparse
 import json
 
-import torch
-from mmengine.registry import init_default_scope
-from mmengine.runner import Runner
-
-from hpm_mm.utils.cli import CfgOptionsAction, load_config, merge_cfg_options
+from hpm_mm.apis.config import CfgOptionsAction
 
 
 def parse_args(argv=None):
@@ -51,78 +47,30 @@ def parse_args(argv=None):
     return parser.parse_args(argv)
 
 
-def load_model(cfg, checkpoint: str, teacher: bool = False):
-    """Build ``cfg.model`` and load ``checkpoint`` with a strict key report."""
-    from hpm_mm.utils import build_model, load_checkpoint_strict
-    model = build_model(cfg)
-    load_checkpoint_strict(model, checkpoint, teacher=teacher)
-    return model
-
-
-class PixelFeatures(torch.nn.Module):
-    """Stand-in model whose features are the normalised pixels."""
-
-    def __init__(self, data_preprocessor):
-        super().__init__()
-        self.data_preprocessor = data_preprocessor
-
-    def extract_feat(self, inputs):
-        return inputs.flatten(1)
-
-
-def main(argv=None):
+def run(argv=None):
     args = parse_args(argv)
-    import hpm_mm  # noqa: F401
-    from hpm_mm.evaluation import extract_features, knn_classify
-    cfg = load_config(args.config, 'knn_eval.py')
+    from hpm_mm.apis import knn_eval, load_config, merge_cfg_options
+    cfg = load_config(args.config)
     if args.cfg_options:
         merge_cfg_options(cfg, args.cfg_options)
-    init_default_scope(cfg.get('default_scope', 'mmpretrain'))
-    hooks = [
-        h for h in cfg.get('custom_hooks', [])
-        if h.get('type') == 'KNNEvalHook'
-    ]
-    if not hooks:
-        raise SystemExit(
-            f'{args.config} has no KNNEvalHook in custom_hooks, so it does '
-            'not say which labelled data to use. Add dict(type="KNNEvalHook", '
-            'train_dataloader=..., val_dataloader=...) to custom_hooks.')
-    hook = hooks[0]
-    ks = args.ks or hook.get('ks', (10, 20, 100, 200))
-    temperature = args.temperature or hook.get('temperature', 0.07)
-    feature = args.feature or hook.get('feature', 'avg')
-    if args.raw_pixels:
-        from hpm_mm.utils import build_model
-        model = PixelFeatures(build_model(cfg).data_preprocessor)
-    else:
-        model = load_model(cfg, args.checkpoint, args.teacher)
-    from hpm_mm.utils.precision import choose_precision
-    precision = choose_precision(
-        args.amp,
-        next(model.parameters(), torch.empty(0)).device.type)
-    print(precision.line())
-    feats = {}
-    for split in ('train', 'val'):
-        loader = Runner.build_dataloader(hook[f'{split}_dataloader'], seed=0)
-        print(f'extracting {split} features '
-              f'({len(loader.dataset)} images)')
-        feats[split] = extract_features(
-            model,
-            loader,
-            feature='avg' if args.raw_pixels else feature,
-            amp=args.amp)
-    acc = knn_classify(feats['train']['feats'], feats['train']['labels'],
-                       feats['val']['feats'], feats['val']['labels'], ks,
-                       temperature)
-    print(f'\nkNN top-1 (T={temperature}, {feature} features, '
-          f'{precision.name}), '
-          f"{len(feats['train']['labels'])} train / "
-          f"{len(feats['val']['labels'])} test images")
+    r = knn_eval(
+        cfg,
+        args.checkpoint,
+        ks=args.ks,
+        temperature=args.temperature,
+        feature=args.feature,
+        teacher=args.teacher,
+        amp=args.amp,
+        raw_pixels=args.raw_pixels,
+        log=print)
+    acc = r['acc']
+    print(f"\nkNN top-1 (T={r['temperature']}, {r['feature']} features, "
+          f"{r['precision']}), {r['num_train']} train / {r['num_val']} test "
+          'images')
     print('| k | top-1 (%) |\n|---|---|')
     for k, v in acc.items():
         print(f'| {k} | {v:.2f} |')
-    best = max(acc, key=acc.get)
-    print(f'best: k={best}, {acc[best]:.2f}%')
+    print(f"best: k={r['best_k']}, {r['best']:.2f}%")
     if args.out:
         with open(args.out, 'w') as f:
             json.dump(
@@ -131,15 +79,19 @@ def main(argv=None):
                         str(k): v
                         for k, v in acc.items()
                     },
-                    best_k=best,
-                    best=acc[best],
-                    feature=feature,
-                    precision=precision.name),
+                    best_k=r['best_k'],
+                    best=r['best'],
+                    feature=r['feature'],
+                    precision=r['precision']),
                 f,
                 indent=2)
     return acc
 
 
+def main(argv=None):
+    from hpm_mm.apis import cli_main
+    return cli_main(run, 'knn_eval.py', argv)
+
+
 if __name__ == '__main__':
-    torch.set_grad_enabled(False)
     main()

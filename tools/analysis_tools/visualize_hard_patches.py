@@ -28,7 +28,7 @@ from mmengine.dataset import Compose, default_collate
 from mmengine.registry import init_default_scope
 from mmengine.runner import Runner
 
-from hpm_mm.utils.cli import CfgOptionsAction, load_config, merge_cfg_options
+from hpm_mm.apis.config import CfgOptionsAction, load_config, merge_cfg_options
 
 
 def parse_args(argv=None):
@@ -118,14 +118,15 @@ def label_foreground(folder, names, size):
 def main(argv=None):
     args = parse_args(argv)
     import hpm_mm  # noqa: F401
-    from hpm_mm.utils import build_model, load_checkpoint_strict
+    from hpm_mm.apis import load_model
+    from hpm_mm.engine.checkpoint import load_checkpoint_strict
     from hpm_mm.visualization import (analyze_hard_patches, draw_hard_patches,
                                       foreground_iou, saliency_mask)
-    cfg = load_config(args.config, 'visualize_hard_patches.py')
+    cfg = load_config(args.config)
     if args.cfg_options:
         merge_cfg_options(cfg, args.cfg_options)
     init_default_scope(cfg.get('default_scope', 'mmpretrain'))
-    model = build_model(cfg)
+    model = load_model(cfg)
     if model.__class__.__name__ != 'HPM':
         raise SystemExit(f'{args.config} builds a {type(model).__name__}; '
                          'the heatmaps need an HPM model (loss predictor).')
@@ -193,4 +194,5 @@ def main(argv=None):
 
 
 if __name__ == '__main__':
-    main()
+    from hpm_mm.apis import cli_main
+    cli_main(main, 'visualize_hard_patches.py')

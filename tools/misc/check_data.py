@@ -14,7 +14,7 @@ import sys
 
 from mmengine.config import Config
 
-from hpm_mm.utils.cli import CfgOptionsAction, merge_cfg_options
+from hpm_mm.apis.config import CfgOptionsAction, merge_cfg_options
 
 
 def main(argv=None):
@@ -28,7 +28,7 @@ def main(argv=None):
     parser.add_argument('--cfg-options', nargs='+', action=CfgOptionsAction)
     args = parser.parse_args(argv)
     import hpm_mm  # noqa: F401
-    from hpm_mm.utils.data_check import check_data
+    from hpm_mm.datasets.data_check import check_data
     cfg = Config.fromfile(args.config)
     if args.cfg_options:
         merge_cfg_options(cfg, args.cfg_options)
@@ -42,4 +42,5 @@ def main(argv=None):
 
 
 if __name__ == '__main__':
-    sys.exit(main())
+    from hpm_mm.apis import cli_main
+    sys.exit(cli_main(main, 'check_data.py'))

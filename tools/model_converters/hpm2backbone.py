@@ -137,8 +137,8 @@ def main(argv=None):
         help='s/b/l/h, used when the checkpoint has no config')
     args = parser.parse_args(argv)
     import hpm_mm  # noqa: F401  (weights_only-safe loading of mmengine ckpts)
-    from hpm_mm.utils.checkpoint import UnsafeCheckpointError, load_file
-    from hpm_mm.utils.convert import convert, encoder_state
+    from hpm_mm.apis.convert import convert, encoder_state
+    from hpm_mm.engine.checkpoint import UnsafeCheckpointError, load_file
     try:
         ckpt = load_file(args.src)  # weights_only=True, the allow-list
     except UnsafeCheckpointError as e:

@@ -23,7 +23,7 @@ import torch
 
 def read_state(path: str) -> dict:
     """A state dict from a plain checkpoint or a TorchScript archive."""
-    from hpm_mm.utils.checkpoint import UnsafeCheckpointError, load_file
+    from hpm_mm.engine.checkpoint import UnsafeCheckpointError, load_file
     try:
         obj = load_file(path)  # weights_only=True, the allow-list
     except UnsafeCheckpointError as e:
@@ -51,7 +51,7 @@ def convert(kind: str, state: dict):
     from mmpretrain.registry import MODELS
 
     import hpm_mm  # noqa: F401
-    from hpm_mm.utils.convert import from_timm
+    from hpm_mm.apis.convert import from_timm
     if kind == 'dino':
         out = from_timm(state)
         dim = out['backbone.cls_token'].shape[-1]

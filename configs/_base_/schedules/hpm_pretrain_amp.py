@@ -44,3 +44,7 @@ param_scheduler = [
 ]
 train_cfg = dict(type='EpochBasedTrainLoop', max_epochs=max_epochs)
 auto_scale_lr = dict(base_batch_size=4096)
+
+# hpm_mm's runner: its run policy (precision, run length, one run per work
+# dir, resume checks) whoever builds it (hpm_mm.engine.runner)
+runner_type = 'HPMRunner'

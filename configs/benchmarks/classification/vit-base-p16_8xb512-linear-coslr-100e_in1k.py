@@ -43,3 +43,7 @@ auto_scale_lr = dict(base_batch_size=4096)
 
 # runtime: checkpoints written atomically (a kill never loses the last one)
 default_hooks = dict(checkpoint=dict(type='AtomicCheckpointHook'))
+
+# hpm_mm's runner: its run policy (precision, run length, one run per work
+# dir, resume checks) whoever builds it (hpm_mm.engine.runner)
+runner_type = 'HPMRunner'

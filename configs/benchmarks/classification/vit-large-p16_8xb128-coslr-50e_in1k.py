@@ -17,3 +17,7 @@ optim_wrapper = dict(
 
 # runtime: checkpoints written atomically (a kill never loses the last one)
 default_hooks = dict(checkpoint=dict(type='AtomicCheckpointHook'))
+
+# hpm_mm's runner: its run policy (precision, run length, one run per work
+# dir, resume checks) whoever builds it (hpm_mm.engine.runner)
+runner_type = 'HPMRunner'

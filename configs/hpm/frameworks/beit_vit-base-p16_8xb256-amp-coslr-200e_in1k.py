@@ -86,3 +86,7 @@ default_hooks = dict(
     checkpoint=dict(
         type='AtomicCheckpointHook', interval=10, max_keep_ckpts=3))
 resume = True
+
+# hpm_mm's runner: its run policy (precision, run length, one run per work
+# dir, resume checks) whoever builds it (hpm_mm.engine.runner)
+runner_type = 'HPMRunner'

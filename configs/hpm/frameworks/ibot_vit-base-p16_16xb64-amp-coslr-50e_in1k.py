@@ -171,3 +171,7 @@ default_hooks = dict(
     checkpoint=dict(type='AtomicCheckpointHook', interval=5, max_keep_ckpts=3))
 find_unused_parameters = False
 resume = True
+
+# hpm_mm's runner: its run policy (precision, run length, one run per work
+# dir, resume checks) whoever builds it (hpm_mm.engine.runner)
+runner_type = 'HPMRunner'

@@ -1,10 +1,10 @@
 from .atomic_checkpoint_hook import AtomicCheckpointHook
-from .console_progress_hook import ConsoleProgressHook, QuietConsoleMixin
+from .console_progress_hook import ConsoleProgressHook
 from .hard_patch_vis_hook import HardPatchVisHook
 from .hpm_schedule_hook import HPMScheduleHook
 from .knn_hook import KNNEvalHook
 
 __all__ = [
     'HPMScheduleHook', 'KNNEvalHook', 'HardPatchVisHook',
-    'AtomicCheckpointHook', 'ConsoleProgressHook', 'QuietConsoleMixin'
+    'AtomicCheckpointHook', 'ConsoleProgressHook'
 ]

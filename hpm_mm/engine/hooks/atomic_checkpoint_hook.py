@@ -6,7 +6,7 @@ from mmengine.fileio import LocalBackend
 from mmengine.hooks import CheckpointHook
 from mmengine.registry import HOOKS  # root: every scope finds it
 
-from hpm_mm.utils.log_filter import drop_log_messages
+from hpm_mm.engine.log_filter import drop_log_messages
 
 # mmengine builds a deprecated FileClient in CheckpointHook.before_train and
 # in save_checkpoint even when it does not use it ("to avoid breaking

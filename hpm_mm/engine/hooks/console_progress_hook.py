@@ -1,9 +1,6 @@
-import logging
-import sys
 import time
 from typing import Sequence
 
-from mmengine.dist import is_main_process
 from mmengine.hooks import Hook
 from mmpretrain.registry import HOOKS
 
@@ -17,7 +14,8 @@ def _duration(seconds: float) -> str:
 class ConsoleProgressHook(Hook):
     """One console line per epoch: the epoch's mean of a few logged values
     and the time left, for runs whose console is quiet
-    (``tools/train.py --quiet``; the full log stays in the work dir).
+    (``console='quiet'`` in the config, ``tools/train.py --quiet``; the
+    full log stays in the work dir).
 
     Example line::
 
@@ -59,9 +57,10 @@ class ConsoleProgressHook(Hook):
         return '  '.join(parts) + f'  |  {_duration(spent)} spent, ' \
             f'~{_duration(left)} left'
 
-    def _print(self, line: str) -> None:
-        if is_main_process():
-            print(line, flush=True)
+    def _print(self, runner, line: str) -> None:
+        # a console record: a quiet console (HPMRunner, console='quiet')
+        # shows it as the bare line; the log file keeps it too
+        runner.logger.info(line, extra=dict(console=True))
 
     def after_train_epoch(self, runner) -> None:
         if not hasattr(runner.train_loop, 'max_epochs'):
@@ -70,6 +69,7 @@ class ConsoleProgressHook(Hook):
         # mmengine has counted the epoch's iterations (runner.iter) but not
         # the epoch itself (runner.epoch) when after_train_epoch runs
         self._print(
+            runner,
             self._line(
                 runner,
                 f'epoch {runner.epoch + 1:>{width}}/{runner.max_epochs}',
@@ -86,29 +86,7 @@ class ConsoleProgressHook(Hook):
         if (runner.iter + 1) % every == 0 or runner.iter + 1 == \
                 runner.max_iters:
             self._print(
+                runner,
                 self._line(runner,
                            f'iter {runner.iter + 1}/{runner.max_iters}', every,
                            runner.iter + 1))
-
-
-class QuietConsoleMixin:
-    """Runner mixin: the console shows warnings and errors only; the log
-    file keeps everything (the environment, the config, every logged line).
-
-    Mixed into mmengine's ``Runner`` or ``FlexibleRunner`` by
-    ``tools/train.py --quiet``, which adds :class:`ConsoleProgressHook` for
-    the per-epoch lines.
-    """
-
-    def build_logger(self, *args, **kwargs):
-        logger = super().build_logger(*args, **kwargs)
-        files = []
-        for handler in logger.handlers:
-            if isinstance(handler, logging.FileHandler):
-                files.append(handler.baseFilename)
-            elif isinstance(handler, logging.StreamHandler) and \
-                    handler.stream in (sys.stdout, sys.stderr):
-                handler.setLevel(max(handler.level, logging.WARNING))
-        if is_main_process() and files:
-            print(f'full log: {files[0]}', flush=True)
-        return logger

@@ -7,8 +7,8 @@ from mmengine.runner import Runner
 from mmpretrain.registry import HOOKS
 from mmpretrain.utils import get_ori_model
 
+from hpm_mm.engine.precision import choose_precision
 from hpm_mm.evaluation import FEATURES, extract_features, knn_classify
-from hpm_mm.utils.precision import choose_precision
 from .eval_hook_base import AfterCheckpointEvalHook
 
 
@@ -38,7 +38,7 @@ class KNNEvalHook(AfterCheckpointEvalHook):
             text); ``'cls'``: the CLS token (the authors' kNN and linear
             scripts). Defaults to ``'avg'``.
         amp (bool, optional): Mixed precision where the hardware computes
-            it faster (:func:`~hpm_mm.utils.precision.choose_precision`).
+            it faster (:func:`~hpm_mm.engine.precision.choose_precision`).
             Defaults to None: as the training step, i.e. when the optimizer
             wrapper runs its forward under autocast (``tools/train.py
             --amp`` where it pays, the AMP configs).

@@ -48,7 +48,7 @@ AMP_TYPES = ('AmpOptimWrapper', 'GuardedAmpOptimWrapper')
 
 def amp_optim_wrapper_cfg(optim_wrapper: dict, precision) -> dict:
     """The ``optim_wrapper`` config of a mixed-precision run, for the
-    precision chosen by :func:`hpm_mm.utils.precision.choose_precision`.
+    precision chosen by :func:`hpm_mm.engine.precision.choose_precision`.
 
     - ``'fp16'`` (CUDA): :class:`GuardedAmpOptimWrapper` with a dynamic loss
       scale (kept as configured if it already is an AMP wrapper);

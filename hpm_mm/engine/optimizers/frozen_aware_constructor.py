@@ -4,7 +4,7 @@ from mmengine.optim import DefaultOptimWrapperConstructor, OptimWrapper
 from mmengine.registry import \
     OPTIM_WRAPPER_CONSTRUCTORS  # root: every scope finds it
 
-from hpm_mm.utils.log_filter import drop_log_messages
+from hpm_mm.engine.log_filter import drop_log_messages
 
 
 def frozen_summary(model: nn.Module) -> str:

@@ -184,4 +184,24 @@ class GuardedOptimWrapper(NonFiniteGuardMixin, OptimWrapper):
 @OPTIM_WRAPPERS.register_module()
 class GuardedAmpOptimWrapper(NonFiniteGuardMixin, AmpOptimWrapper):
     """mmengine's :class:`AmpOptimWrapper` (CUDA mixed precision with a loss
-    scaler) with the non-finite guard of :class:`NonFiniteGuardMixin`."""
+    scaler) with the non-finite guard of :class:`NonFiniteGuardMixin`.
+
+    Like mmengine's, it needs a GPU: on a CPU, hpm_mm's runner
+    (:class:`~hpm_mm.engine.HPMRunner`) replaces it by what the precision
+    rule chooses before it is built; built any other way there, it refuses
+    in one line naming that runner."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        try:
+            super().__init__(*args, **kwargs)
+        except AssertionError as e:
+            if 'only available' not in str(e):
+                raise
+            from hpm_mm.errors import HPMError
+            raise HPMError(
+                'GuardedAmpOptimWrapper computes fp16 on a GPU and this '
+                'machine has none. Fix: build the runner with mmengine\'s '
+                'RUNNERS.build(cfg) (runner_type=\'HPMRunner\', as hpm_mm\'s '
+                'configs name it) or hpm_mm.apis.train, whose precision '
+                'rule picks bf16 or fp32 here; mmengine\'s plain '
+                'Runner.from_cfg does not read runner_type.') from None

@@ -5,6 +5,8 @@ from mmpretrain.models.selfsup.mae import MAEViT
 from mmpretrain.models.utils import resize_pos_embed
 from mmpretrain.registry import MODELS
 
+from ..utils import unbind_qkv
+
 
 @MODELS.register_module()
 class HPMViT(MAEViT):
@@ -36,6 +38,10 @@ class HPMViT(MAEViT):
     #: Whether masked patches are dropped (so every image needs the same
     #: number masked) rather than kept as a mask token.
     drops_masked = True
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        unbind_qkv(self)  # hpm_mm's attention: same numbers, faster backward
 
     def forward(
         self,

@@ -77,3 +77,7 @@ default_hooks = dict(
     checkpoint=dict(type='AtomicCheckpointHook', interval=5, max_keep_ckpts=1))
 env_cfg = dict(dist_cfg=dict(backend='gloo'))
 randomness = dict(seed=0)
+
+# hpm_mm's runner: its run policy (precision, run length, one run per work
+# dir, resume checks) whoever builds it (hpm_mm.engine.runner)
+runner_type = 'HPMRunner'

@@ -1,4 +1,4 @@
-"""The precision rule (hpm_mm.utils.precision): bf16 autocast on a CPU only
+"""The precision rule (hpm_mm.engine.precision): bf16 autocast on a CPU only
 where torch reports native bf16 and a timed probe confirms it is faster;
 the CPU's capability and the probe are mocked both ways."""
 import json
@@ -7,7 +7,7 @@ import pytest
 import torch
 from conftest import run_tool, tiny_config
 
-from hpm_mm.utils import precision as P
+from hpm_mm.engine import precision as P
 
 
 @pytest.fixture

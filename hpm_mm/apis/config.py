@@ -1,9 +1,12 @@
-"""``--cfg-options`` with one clear line for a bad option, for every tool."""
+"""Configs loaded and changed with one clear line for what cannot work:
+a syntax error, a missing package, an option nothing reads."""
 import os.path as osp
 import re
 from typing import Any
 
 from mmengine.config import Config, DictAction
+
+from hpm_mm.errors import HPMError
 
 _MISSING = object()
 
@@ -51,20 +54,29 @@ def _fits(old: Any, new: Any) -> bool:
     return True
 
 
-#: The top-level config keys mmengine's runners (``Runner``,
-#: ``FlexibleRunner``) and hpm_mm's tools read. Any other top-level key is a
-#: variable of the config file, used only while the file is parsed (e.g. the
-#: schedules' ``max_epochs``), or a typo.
-RUNNER_KEYS = frozenset(
-    ('model', 'work_dir', 'train_dataloader', 'val_dataloader',
-     'test_dataloader', 'train_cfg', 'val_cfg', 'test_cfg', 'auto_scale_lr',
-     'optim_wrapper', 'param_scheduler', 'val_evaluator', 'test_evaluator',
-     'default_hooks', 'custom_hooks', 'data_preprocessor', 'load_from',
-     'resume', 'launcher', 'env_cfg', 'log_processor', 'log_level',
-     'visualizer', 'default_scope', 'randomness', 'experiment_name',
-     'model_wrapper_cfg', 'compile', 'activation_checkpointing',
-     'efficient_conv_bn_eval', 'find_unused_parameters', 'strategy',
-     'runner_type', 'custom_imports', 'precision'))
+def _runner_keys() -> frozenset:
+    """The top-level config keys mmengine's runners (``Runner``,
+    ``FlexibleRunner``: their arguments) and hpm_mm's runners and tools
+    read. Any other top-level key is a variable of the config file, used
+    only while the file is parsed (e.g. the schedules' ``max_epochs``), or a
+    typo."""
+    import inspect
+
+    from mmengine.runner import FlexibleRunner, Runner
+    keys = set()
+    for runner in (Runner, FlexibleRunner):
+        keys |= set(inspect.signature(runner.__init__).parameters)
+    # read from cfg by mmengine's Runner (wrap_model, train) and config
+    # loading; by hpm_mm's runners (console, precision)
+    keys |= {
+        'model_wrapper_cfg', 'find_unused_parameters',
+        'activation_checkpointing', 'efficient_conv_bn_eval', 'runner_type',
+        'custom_imports', 'console', 'precision'
+    }
+    return frozenset(keys - {'self', 'cfg'})
+
+
+RUNNER_KEYS = _runner_keys()
 
 
 def _check_top_level(key: str) -> None:
@@ -80,7 +92,7 @@ def _check_top_level(key: str) -> None:
         hint = f'the run reads train_cfg.{top} (and the schedulers\' ends)'
     else:
         hint = 'set a key the runner reads'
-    raise SystemExit(
+    raise HPMError(
         f'--cfg-options {key}=...: nothing reads {top!r} (a variable of the '
         'config file is used only while the file is parsed; the runner '
         f'reads {", ".join(sorted(RUNNER_KEYS - {"precision"})[:6])}, ...). '
@@ -103,7 +115,7 @@ def merge_cfg_options(cfg: Config, options: dict) -> Config:
                 int: 'a whole number',
                 float: 'a number'
             }[type(old)]
-            raise SystemExit(
+            raise HPMError(
                 f'--cfg-options {key}={value!r}: expected {kind} (the '
                 f'config has {old!r}).')
     cfg.merge_from_dict(options)
@@ -125,7 +137,7 @@ def syntax_error(path: str, error: SyntaxError) -> str:
     return f'a syntax error in {path} or a file it inherits ({error})'
 
 
-def load_config(path: str, tool: str = 'hpm_mm') -> Config:
+def load_config(path: str) -> Config:
     """``Config.fromfile(path)``, turning a det/seg config's failure on a
     pretraining-only install into one line: a ``_base_`` from a missing
     package (``mmdet::``), or a failed ``custom_imports``.
@@ -141,14 +153,14 @@ def load_config(path: str, tool: str = 'hpm_mm') -> Config:
     try:
         return Config.fromfile(path)
     except SyntaxError as e:
-        raise SystemExit(f'{tool}: {syntax_error(path, e)}. Fix: correct '
-                         'the Python syntax there.') from None
+        raise HPMError(f'{syntax_error(path, e)}. Fix: correct '
+                       'the Python syntax there.') from None
     except ImportError as e:
         # a ``_base_ = 'mmdet::...'`` whose package is missing
         missing = re.match(r'(\w+) is not installed', str(e))
         if missing:
-            raise SystemExit(
-                f'{tool}: {path}: inherits from {missing.group(1)}, which is '
+            raise HPMError(
+                f'{path}: inherits from {missing.group(1)}, which is '
                 'not installed (the pretraining profile has no mmdet, mmseg '
                 f"or mmcv's compiled ops). Fix: {FULL_INSTALL}") from None
         cause, seen = e, set()
@@ -157,6 +169,6 @@ def load_config(path: str, tool: str = 'hpm_mm') -> Config:
             if isinstance(cause, MissingCompiledOpsError) or (
                     isinstance(cause, ImportError)
                     and str(cause).startswith('hpm_mm needs')):
-                raise SystemExit(f'{tool}: {path}: {cause}') from None
+                raise HPMError(f'{path}: {cause}') from None
             cause = cause.__cause__ or cause.__context__
         raise

@@ -1,4 +1,4 @@
-"""The one checkpoint loader (hpm_mm.utils.checkpoint.load_file): every load
+"""The one checkpoint loader (hpm_mm.engine.checkpoint.load_file): every load
 passes ``weights_only=True`` itself, so a code-executing checkpoint is
 refused through every public command even with torch's default switched
 off (issue #29)."""
@@ -13,7 +13,7 @@ import torch
 from conftest import FMNIST_CFG, REPO
 
 import hpm_mm  # noqa: F401  (allow-lists the checkpoint types for torch.load)
-from hpm_mm.utils.checkpoint import UnsafeCheckpointError, load_file
+from hpm_mm.engine.checkpoint import UnsafeCheckpointError, load_file
 
 LINEAR_CFG = osp.join(REPO, 'configs', 'benchmarks', 'classification',
                       'fmnist',
@@ -109,6 +109,69 @@ def test_every_path_refuses_a_code_checkpoint(hostile, tmp_path):
         assert not marker.exists(), f'{name} ran the checkpoint\'s code'
         assert proc.returncode != 0, f'{name} exited 0:\n{out[-2000:]}'
         assert 'allow-list' in out, f'{name}:\n{out[-3000:]}'
+
+
+@pytest.fixture
+def served(tmp_path):
+    """``served(path) -> URL``: files of ``path``'s folder over http from
+    127.0.0.1 (a thread of this process), for the test's duration."""
+    import functools
+    import http.server
+    import threading
+    servers = []
+
+    def serve(path):
+        handler = functools.partial(
+            http.server.SimpleHTTPRequestHandler, directory=osp.dirname(path))
+        handler.log_message = lambda *a: None
+        server = http.server.ThreadingHTTPServer(('127.0.0.1', 0), handler)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        servers.append(server)
+        return f'http://127.0.0.1:{server.server_port}/{osp.basename(path)}'
+
+    yield serve
+    for server in servers:
+        server.shutdown()
+        server.server_close()
+
+
+def test_every_path_refuses_a_code_checkpoint_from_a_url(
+        hostile, tmp_path, served):
+    """The same commands given the checkpoint as an http URL (mmengine's
+    URL loader passes weights_only=False): the download is loaded through
+    the one loader and refused; a sound checkpoint at a URL loads; pavi://
+    and s3:// are refused in one line."""
+    from conftest import python
+    from mmengine.runner.checkpoint import CheckpointLoader
+
+    from hpm_mm.errors import HPMError
+    ckpt, marker = hostile
+    url = served(ckpt)
+    env = dict(
+        TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD='1',
+        TORCH_HOME=str(tmp_path / 'torch_home'))
+    for name, args in paths(url, tmp_path).items():
+        proc = python(*args, env=env)
+        out = proc.stdout + proc.stderr
+        assert not marker.exists(), f'{name} ran the checkpoint\'s code'
+        assert proc.returncode != 0, f'{name} exited 0:\n{out[-2000:]}'
+        assert 'allow-list' in out, f'{name}:\n{out[-3000:]}'
+    plain = tmp_path / 'served' / 'plain.pth'
+    plain.parent.mkdir()
+    torch.save(dict(state_dict={'w': torch.ones(2)}), plain)
+    os.environ['TORCH_HOME'], home = str(tmp_path /
+                                         'th'), os.environ.get('TORCH_HOME')
+    try:
+        got = CheckpointLoader.load_checkpoint(served(str(plain)))
+        assert torch.equal(got['state_dict']['w'], torch.ones(2))
+        for bad in ('pavi://x/y.pth', 's3://bucket/y.pth'):
+            with pytest.raises(HPMError, match='copy the file'):
+                CheckpointLoader.load_checkpoint(bad)
+    finally:
+        if home is None:
+            os.environ.pop('TORCH_HOME')
+        else:
+            os.environ['TORCH_HOME'] = home
 
 
 @pytest.mark.parametrize('module',

@@ -1,4 +1,4 @@
-"""One run per work dir (hpm_mm.utils.work_dir, tools/train.py): a second
+"""One run per work dir (hpm_mm.engine.work_dir, tools/train.py): a second
 run refuses in one line naming the owner; a killed run leaves nothing stuck
 (issue #29)."""
 import os
@@ -9,7 +9,7 @@ import time
 
 from conftest import REPO, python, tiny_config
 
-from hpm_mm.utils.work_dir import LOCK_NAME
+from hpm_mm.engine.work_dir import LOCK_NAME
 
 
 def start(cfg, work):

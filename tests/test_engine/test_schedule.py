@@ -5,8 +5,8 @@ import torch
 from conftest import FMNIST_CFG
 from mmengine.config import Config
 
-from hpm_mm.utils.schedule import (scale_recipe, steps_per_epoch,
-                                   teacher_momentum, warmup_epochs)
+from hpm_mm.engine.schedule import (scale_recipe, steps_per_epoch,
+                                    teacher_momentum, warmup_epochs)
 
 
 def test_the_main_jobs_recipe_is_the_rule_at_its_length():

@@ -7,6 +7,8 @@ command (``tools/pretrain_folder.py``).
 import math
 from typing import Tuple
 
+from hpm_mm.errors import HPMError
+
 #: warm-up: this fraction of the epochs, at least one (the main job's 1 of
 #: 10), chained with the cosine
 WARMUP_FRACTION = 0.05
@@ -90,7 +92,7 @@ def check_run_length(cfg) -> None:
     ramp of ``momentum_epochs=None`` follow the run and always fit.
 
     Raises:
-        SystemExit: The mismatch, and the fix.
+        HPMError: The mismatch, and the fix.
     """
     train_cfg = cfg.get('train_cfg') or {}
     by_epoch = 'max_epochs' in train_cfg
@@ -110,14 +112,14 @@ def check_run_length(cfg) -> None:
         end = s['end']
         ends.append(end)
         if end > length:
-            raise SystemExit(
+            raise HPMError(
                 f'param_scheduler.{i} ({s.get("type")}) ends at {unit} {end} '
                 f'but the run has train_cfg.{key}={length}: its decay would '
                 f'not finish. Fix: param_scheduler.{i}.end={length} (and '
                 'T_max), or leave end unset to follow the run.')
     if ends and None not in ends and max(ends) < length:
         i = ends.index(max(ends))
-        raise SystemExit(
+        raise HPMError(
             f'the last parameter scheduler (param_scheduler.{i}) ends at '
             f'{unit} {max(ends)} but the run has train_cfg.{key}={length}: '
             f'{unit}s {max(ends)}-{length} would run at its final value. '
@@ -126,7 +128,7 @@ def check_run_length(cfg) -> None:
     teacher = (cfg.get('model') or {}).get('teacher') or {}
     ramp = teacher.get('momentum_epochs')
     if by_epoch and ramp is not None and ramp > length:
-        raise SystemExit(
+        raise HPMError(
             f'model.teacher.momentum_epochs={ramp} is longer than the run '
             f'(train_cfg.max_epochs={length}): the teacher\'s momentum '
             f'would stop part-way. Fix: model.teacher.momentum_epochs='

@@ -4,7 +4,8 @@ torch >= 2.6 loads with ``weights_only=True`` by default, and mmengine 0.10.7
 calls ``torch.load`` without the argument, so resuming fails on the objects
 mmengine itself pickles into a checkpoint (``HistoryBuffer`` in the message
 hub, NumPy arrays and scalars in its buffers). Rather than switching the
-safety off for every file, this
+safety off for every file, hpm_mm (registered by
+:func:`hpm_mm.compat.register_checkpoint_safe_globals`)
 
 1. allow-lists exactly those types with
    ``torch.serialization.add_safe_globals``; anything else in a checkpoint is
@@ -25,6 +26,9 @@ import re
 from typing import List, Optional, Tuple
 
 import torch
+from mmengine.logging import print_log
+
+from hpm_mm.errors import HPMError
 
 
 def _version_tuple(version: str) -> tuple:
@@ -74,23 +78,7 @@ def checkpoint_safe_globals() -> list:
 TORCH_FLOOR = (2, 4)
 
 
-def register_checkpoint_safe_globals() -> None:
-    """Make new mmengine checkpoints load with ``weights_only=True``, and
-    make every checkpoint load of mmengine (resume, ``load_from``, test,
-    ``init_cfg=dict(type='Pretrained')``) go through :func:`load_file`."""
-    add = getattr(torch.serialization, 'add_safe_globals', None)
-    if add is None:
-        return  # load_file refuses to load, in one line
-    from mmengine.runner.checkpoint import CheckpointLoader
-
-    from hpm_mm.compat import picklable_history_buffer
-    picklable_history_buffer()
-    add(checkpoint_safe_globals())
-    CheckpointLoader.register_scheme(
-        prefixes='', loader=load_from_local, force=True)
-
-
-class UnsafeCheckpointError(RuntimeError):
+class UnsafeCheckpointError(HPMError):
     """A checkpoint that holds objects outside the allow-list."""
 
 
@@ -99,7 +87,8 @@ def load_file(path: str, map_location='cpu'):
     ``weights_only=True`` passed explicitly, whatever torch's default
     (torch < 2.6, ``TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1``): only tensors,
     containers and the types of :func:`checkpoint_safe_globals` are
-    unpickled; a file that holds anything else (code) is refused.
+    unpickled; a file that holds anything else (code) is refused. An
+    http(s) ``path`` is downloaded first (:func:`download_checkpoint`).
 
     Raises:
         UnsafeCheckpointError: The file holds other objects.
@@ -111,6 +100,8 @@ def load_file(path: str, map_location='cpu'):
             f'allow-list, which needs torch >= {TORCH_FLOOR[0]}.'
             f'{TORCH_FLOOR[1]}; this is torch {torch.__version__}. Fix: '
             'bash tools/install.sh (or HPM_TORCH="torch==2.x ...").')
+    if isinstance(path, str) and path.startswith(('http://', 'https://')):
+        path = download_checkpoint(path)
     try:
         return torch.load(path, map_location=map_location, weights_only=True)
     except Exception as e:
@@ -133,6 +124,77 @@ def load_from_local(filename: str, map_location=None):
     if not osp.isfile(filename):
         raise FileNotFoundError(f'{filename} can not be found.')
     return load_file(filename, map_location)
+
+
+def download_checkpoint(url: str, model_dir: Optional[str] = None) -> str:
+    """The local copy of the checkpoint at ``url``: downloaded once into
+    ``model_dir`` (default: torch hub's ``checkpoints/`` folder, where
+    mmengine and torch keep theirs), by local rank 0 first under
+    distributed training; nothing is unpickled here.
+
+    Raises:
+        HPMError: The download failed (one line: the URL and why).
+    """
+    from urllib.parse import urlparse
+
+    from mmengine.dist import get_dist_info
+    model_dir = model_dir or osp.join(torch.hub.get_dir(), 'checkpoints')
+    name = osp.basename(urlparse(url).path) or 'checkpoint.pth'
+    path = osp.join(model_dir, name)
+
+    def fetch():
+        if osp.isfile(path):
+            return
+        os.makedirs(model_dir, exist_ok=True)
+        try:
+            torch.hub.download_url_to_file(url, path, progress=False)
+        except Exception as e:
+            raise HPMError(
+                f'cannot download the checkpoint {url} ({type(e).__name__}: '
+                f'{e}). Fix: check the address and the network, or download '
+                'it yourself and pass its path.') from None
+
+    rank, world_size = get_dist_info()
+    if rank == 0:
+        fetch()
+    if world_size > 1:
+        torch.distributed.barrier()
+        fetch()
+    return path
+
+
+def load_from_url(filename: str, map_location=None, model_dir=None, **_):
+    """mmengine's http(s) checkpoint loader (``load_from=URL``, a backbone's
+    ``init_cfg`` Pretrained, ``torchvision://``, ``open-mmlab://``,
+    ``mmcls://``), through :func:`load_file`: mmengine's passes
+    ``weights_only=False``, which runs whatever the file holds."""
+    return load_file(download_checkpoint(filename, model_dir), map_location)
+
+
+def load_from_openmmlab(filename: str, map_location=None):
+    """mmengine's ``open-mmlab://`` / ``openmmlab://`` loader (a model-zoo
+    name: a URL, or a file under mmengine's home), through
+    :func:`load_file`."""
+    from mmengine.runner.checkpoint import (_get_mmengine_home,
+                                            get_deprecated_model_names,
+                                            get_external_models)
+    name = filename.split('://', 1)[1]
+    name = get_deprecated_model_names().get(name, name)
+    url = get_external_models()[name]
+    if url.startswith(('http://', 'https://')):
+        return load_from_url(url, map_location)
+    return load_from_local(osp.join(_get_mmengine_home(), url), map_location)
+
+
+def refuse_scheme(filename: str, map_location=None, **_):
+    """The loader of a scheme hpm_mm cannot load safely (``pavi://``,
+    ``s3://``): refused in one line instead of ``torch.load`` without
+    ``weights_only``."""
+    scheme = filename.split('://', 1)[0]
+    raise HPMError(
+        f'{filename}: hpm_mm does not load {scheme}:// checkpoints (its safe '
+        'loader reads local files and http(s) addresses). Fix: copy the file '
+        'to this machine and pass its path.')
 
 
 def student_or_teacher_state(state_dict: dict,
@@ -210,8 +272,8 @@ def load_checkpoint_strict(model: torch.nn.Module,
         state = student_or_teacher_state(state, teacher, model)
     problem = nonfinite_tensors(state, filename)
     if problem:
-        raise SystemExit(f'{problem}. Fix: evaluate an earlier checkpoint '
-                         'of the run (its training diverged).')
+        raise HPMError(f'{problem}. Fix: evaluate an earlier checkpoint '
+                       'of the run (its training diverged).')
     result = model.load_state_dict(state, strict=False)
     missing = [
         k for k in result.missing_keys if whole or not k.startswith('teacher.')
@@ -225,13 +287,13 @@ def load_checkpoint_strict(model: torch.nn.Module,
         for p in ((required_prefix,
                    ) if isinstance(required_prefix, str) else required_prefix))
     which = 'whole' if whole else 'teacher' if teacher else 'student'
-    print(f'[checkpoint] {filename} ({which}):'
-          f' {loaded} {prefixes} tensors loaded, '
-          f'{len(missing)} missing, {len(unexpected)} unexpected')
-    for k in missing[:20]:
-        print(f'  missing: {k}')
-    for k in unexpected[:20]:
-        print(f'  unexpected: {k}')
+    lines = [
+        f'[checkpoint] {filename} ({which}): {loaded} {prefixes} tensors '
+        f'loaded, {len(missing)} missing, {len(unexpected)} unexpected'
+    ]
+    lines += [f'  missing: {k}' for k in missing[:20]]
+    lines += [f'  unexpected: {k}' for k in unexpected[:20]]
+    print_log('\n'.join(lines), logger='current')
     if required:
         raise KeyError(
             f'{len(required)} {prefixes} keys of the model are not in '

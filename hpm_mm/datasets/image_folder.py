@@ -16,8 +16,10 @@ from statistics import median
 from typing import Dict, List, Optional
 
 import numpy as np
+from mmengine.logging import print_log
 
-from .schedule import scale_recipe, steps_per_epoch
+from hpm_mm.engine.schedule import scale_recipe, steps_per_epoch
+from hpm_mm.errors import HPMError
 
 IMAGE_EXTENSIONS = ('.jpg', '.jpeg', '.png', '.bmp', '.webp', '.tif', '.tiff')
 GRAY_MODES = ('1', 'L', 'LA')
@@ -69,11 +71,11 @@ def scan_folder(root: str) -> Dict:
         (sorted class names when labelled, else None).
 
     Raises:
-        SystemExit: ``root`` is not a folder or holds no image file.
+        HPMError: ``root`` is not a folder or holds no image file.
     """
     if not osp.isdir(root):
-        raise SystemExit(f'{root} is not a folder. Fix: pass the folder that '
-                         'holds your images.')
+        raise HPMError(f'{root} is not a folder. Fix: pass the folder that '
+                       'holds your images.')
     # a folder or file reached twice (a symlink loop, a second link) is
     # read once; work dirs (our own outputs) are not data
     paths, seen = [], {osp.realpath(root)}
@@ -98,7 +100,7 @@ def scan_folder(root: str) -> Dict:
                 seen.add(real)
                 paths.append(osp.relpath(full, root))
     if not paths:
-        raise SystemExit(
+        raise HPMError(
             f'{root} holds no image file ({", ".join(IMAGE_EXTENSIONS)}; '
             'nested folders searched). Fix: point at the folder that holds '
             'your images.')
@@ -143,8 +145,8 @@ def choose_settings(scan: Dict,
     size = img_size or max([s for s in SIZES if s <= short] or [SIZES[0]])
     patch = 16 if size >= 224 else size // 8
     if size % patch:
-        raise SystemExit(f'--img-size {size}: must be a multiple of '
-                         f'{patch} (patch size). Fix: use one of {SIZES}.')
+        raise HPMError(f'--img-size {size}: must be a multiple of '
+                       f'{patch} (patch size). Fix: use one of {SIZES}.')
     ch = channels or (1 if scan['gray'] else 3)
     batch = batch_size or max(8, min(256, n // 8))
     batch = min(batch, n)
@@ -276,10 +278,13 @@ def folder_config(base_cfg, root: str, work_dir: str, scan: Dict,
         if scan['classes'] else ([], [])
     if scan['classes'] and not (bank and val):
         # every class has one image: nothing to hold out, or no bank
-        print('kNN skipped: it holds out a fifth of each class and needs a '
-              'class with at least 2 images (each of the '
-              f'{len(scan["classes"])} classes has 1); training without '
-              'kNN, the hard-patch grids are still drawn.')
+        print_log(
+            'kNN skipped: it holds out a fifth of each class and needs a '
+            'class with at least 2 images (each of the '
+            f'{len(scan["classes"])} classes has 1); training without kNN, '
+            'the hard-patch grids are still drawn.',
+            logger='current',
+            level=30)
     if bank and val:
         bank_file = write('knn_bank.txt', [f'{f} {c}' for f, c in bank])
         val_file = write('knn_val.txt', [f'{f} {c}' for f, c in val])

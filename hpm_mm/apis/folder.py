@@ -1,0 +1,125 @@
+"""HPM pretraining on a folder of your own images, from Python."""
+import json
+import os
+import os.path as osp
+from typing import Callable, Optional
+
+from hpm_mm.errors import HPMError
+
+#: the main job's config: the model and recipe a folder is trained with
+MAIN_JOB_CONFIG = 'hpm/hpm_vit-mini-p4_1xb256-coslr-10e_fmnist.py'
+
+
+def config_file(name: str) -> str:
+    """The path of hpm_mm's config ``name`` (relative to ``configs/``): in
+    the source tree, else in the installed package (``hpm_mm/.mim``)."""
+    here = osp.dirname(osp.dirname(osp.abspath(__file__)))
+    for root in (osp.join(osp.dirname(here),
+                          'configs'), osp.join(here, '.mim', 'configs')):
+        if osp.isfile(osp.join(root, name)):
+            return osp.join(root, name)
+    raise HPMError(f'hpm_mm\'s config {name} is in neither the source tree '
+                   'nor the installed package. Fix: pip install -e . in the '
+                   'hpm_mm repository (bash tools/install.sh).')
+
+
+def pretrain_folder(folder: str,
+                    work_dir: Optional[str] = None,
+                    epochs: Optional[int] = None,
+                    img_size: Optional[int] = None,
+                    channels: Optional[int] = None,
+                    batch_size: Optional[int] = None,
+                    amp: bool = False,
+                    skip_unreadable: bool = False,
+                    dry_run: bool = False,
+                    cfg_options: Optional[dict] = None,
+                    log: Optional[Callable[[str], None]] = None) -> dict:
+    """Pretrain HPM (the main job's model and recipe, scaled to the folder)
+    on a folder of unlabelled images.
+
+    Every file is opened first; an unreadable one is refused with its name
+    unless ``skip_unreadable`` (then listed in ``WORK_DIR/unreadable.txt``).
+    Input size, channels, patch size, batch size and epochs are chosen from
+    the images (each argument overrides its choice). When the folder holds
+    one subfolder per class, a fifth of each class is held out and the
+    encoder is evaluated with kNN after training.
+
+    Args:
+        folder (str): The images (nested folders allowed).
+        work_dir (str, optional): Defaults to ``work_dirs/folder_<name>``.
+        epochs, img_size, channels, batch_size (int, optional): Overrides.
+        amp (bool): Mixed precision where the hardware computes it faster.
+        skip_unreadable (bool): Leave unreadable files out.
+        dry_run (bool): Write the config only.
+        cfg_options (dict, optional): ``key=value`` config overrides.
+        log (callable, optional): Called with each line worth showing.
+
+    Returns:
+        dict: ``config`` (the config written to the work dir: an ordinary
+        config for ``tools/train.py``), ``settings`` (the choices),
+        ``runner`` (None for a dry run), ``knn`` (the kNN result, or None)
+        and ``grids`` (the hard-patch pictures' folder).
+
+    Raises:
+        HPMError: No image, an unreadable one, a setting that cannot work.
+    """
+    from mmengine.config import Config
+
+    from hpm_mm.datasets.image_folder import (channel_stats, choose_settings,
+                                              folder_config, scan_folder)
+    from .config import merge_cfg_options
+    from .train import train
+    log = log or (lambda line: None)
+    folder = folder.rstrip('/') or '/'
+    work_dir = work_dir or osp.join(
+        'work_dirs', f'folder_{osp.basename(osp.abspath(folder))}')
+    scan = scan_folder(folder)
+    bad = scan['unreadable']
+    if bad:
+        listing = '; '.join(f'{p} ({why})' for p, why in bad[:3])
+        more = f' and {len(bad) - 3} more' if len(bad) > 3 else ''
+        if not skip_unreadable:
+            raise HPMError(
+                f'{len(bad)} unreadable image file(s) in {folder}: '
+                f'{listing}{more}. Fix: remove or repair them, or pass '
+                '--skip-unreadable to leave them out.')
+    if not scan['files']:
+        raise HPMError(f'no readable image in {folder}. Fix: point at the '
+                       'folder that holds your images.')
+    settings = choose_settings(scan, img_size, channels, batch_size, epochs)
+    stats = channel_stats(folder, scan['files'], settings['img_size'],
+                          settings['channels'])
+    cfg = folder_config(
+        Config.fromfile(config_file(MAIN_JOB_CONFIG)), folder, work_dir, scan,
+        settings, stats)
+    if bad:
+        with open(osp.join(work_dir, 'unreadable.txt'), 'w') as f:
+            f.writelines(f'{p}\t{why}\n' for p, why in bad)
+        log(f'left out {len(bad)} unreadable file(s): {listing}{more} '
+            f'(all in {osp.join(work_dir, "unreadable.txt")})')
+    labels = (f'{len(scan["classes"])} classes (kNN on a held-out fifth)'
+              if scan['classes'] else 'unlabelled (no kNN)')
+    log(f'{settings["num_images"]} images, {labels}; chosen: '
+        f'{settings["img_size"]}x{settings["img_size"]} '
+        f'{"grayscale" if settings["channels"] == 1 else "RGB"} '
+        f'(median short side {settings["median_short_side"]:g} px), '
+        f'patch {settings["patch_size"]}, batch {settings["batch_size"]}, '
+        f'{settings["epochs"]} epochs of {settings["steps_per_epoch"]} '
+        'steps; override: --img-size --channels --batch-size --epochs')
+    if cfg_options:
+        merge_cfg_options(cfg, cfg_options)
+    os.makedirs(work_dir, exist_ok=True)
+    cfg_path = osp.join(work_dir, 'hpm_folder.py')
+    cfg.dump(cfg_path)
+    log(f'config: {cfg_path}')
+    grids = osp.join(work_dir, 'hard_patches')
+    result = dict(
+        config=cfg_path, settings=settings, runner=None, knn=None, grids=grids)
+    if dry_run:
+        return result
+    result['runner'] = train(cfg_path, work_dir, amp=amp, quiet=True)
+    knn = osp.join(work_dir, 'knn.json')
+    if osp.exists(knn):
+        with open(knn) as f:
+            result['knn'] = json.load(f)
+    return result

@@ -1,0 +1,164 @@
+"""Training from Python: a config in, a trained runner out."""
+import os.path as osp
+from typing import Optional, Sequence, Union
+
+from mmengine.config import Config
+
+from hpm_mm.errors import HPMError
+from .config import load_config, merge_cfg_options
+
+#: optimizer wrappers that already compute mixed precision (or choose it)
+_MIXED = ('AmpOptimWrapper', 'GuardedAmpOptimWrapper')
+
+
+def train_config(config: Union[str, Config],
+                 work_dir: Optional[str] = None,
+                 resume: Union[bool, str, None] = None,
+                 amp: bool = False,
+                 quiet: bool = False,
+                 tensorboard: bool = False,
+                 validate: bool = True,
+                 auto_scale_lr: bool = False,
+                 launcher: str = 'none',
+                 cfg_options: Optional[dict] = None,
+                 **overrides) -> Config:
+    """The config of a training run, as ``tools/train.py`` makes it.
+
+    Args:
+        config (str | Config): A config file or a loaded config.
+        work_dir (str, optional): Defaults to the config's, else
+            ``work_dirs/<config name>``.
+        resume (bool | str, optional): True: the newest complete checkpoint
+            of the work dir (from scratch when there is none); a path: that
+            checkpoint.
+        amp (bool): Mixed precision where the hardware computes it faster
+            (the runner's precision rule decides; an AMP config asks by
+            itself).
+        quiet (bool): Console of one line per epoch, the precision line and
+            warnings (``console='quiet'``); the log file keeps everything.
+        tensorboard (bool): Also log to TensorBoard.
+        validate (bool): False drops the validation loop.
+        auto_scale_lr (bool): Scale the lr by the total batch.
+        launcher (str): ``'none'``, ``'pytorch'``, ``'slurm'`` or ``'mpi'``.
+        cfg_options (dict, optional): ``key.sub=value`` overrides (as
+            ``--cfg-options``), checked: a key nothing reads or a value of
+            the wrong type is refused.
+        **overrides: Top-level keys merged into the config (dicts merge key
+            by key, e.g. ``train_cfg=dict(max_epochs=2)``).
+
+    Raises:
+        HPMError: A config or option that cannot work, in one line.
+    """
+    if isinstance(config, Config):
+        cfg = Config(config.to_dict(), filename=config.filename)
+        name = config.filename or 'config'
+    else:
+        cfg, name = load_config(config), config
+    if overrides:
+        merge_cfg_options(cfg, overrides)
+    if cfg_options:
+        merge_cfg_options(cfg, cfg_options)
+    cfg.launcher = launcher
+    if work_dir is not None:
+        cfg.work_dir = work_dir
+    elif cfg.get('work_dir') is None:
+        cfg.work_dir = osp.join('./work_dirs',
+                                osp.splitext(osp.basename(name))[0])
+    if resume is True or resume == 'auto':
+        cfg.resume, cfg.load_from = True, None
+    elif resume:
+        cfg.resume, cfg.load_from = True, resume
+    if amp and cfg.optim_wrapper.get('type') not in _MIXED:
+        # as mmpretrain's --amp; the runner turns it into what the hardware
+        # computes fastest
+        for key in ('dtype', ):
+            cfg.optim_wrapper.pop(key, None)
+        cfg.optim_wrapper.type = 'GuardedAmpOptimWrapper'
+    if auto_scale_lr:
+        cfg.auto_scale_lr.enable = True
+    if not validate:
+        cfg.val_cfg = cfg.val_dataloader = cfg.val_evaluator = None
+    if tensorboard:
+        try:
+            import tensorboard  # noqa: F401
+        except ImportError:
+            raise HPMError('--tensorboard: the tensorboard package is not '
+                           'installed. Fix: pip install tensorboard') from None
+        backends = cfg.visualizer.setdefault('vis_backends', [])
+        if not any(b.get('type') == 'TensorboardVisBackend' for b in backends):
+            backends.append(dict(type='TensorboardVisBackend'))
+    if quiet:
+        cfg.console = 'quiet'
+    return cfg
+
+
+def set_loaders(cfg: Config, key: str, value) -> None:
+    """Set ``key`` of every dataloader of ``cfg`` (train, val, test)."""
+    for split in ('train', 'val', 'test'):
+        loader = cfg.get(f'{split}_dataloader')
+        if loader is not None:
+            loader[key] = value
+
+
+def build_runner(cfg: Config):
+    """The runner of ``cfg`` as mmengine builds it (``RUNNERS.build``),
+    ``runner_type`` defaulting to :class:`~hpm_mm.engine.HPMRunner` (its
+    :class:`~hpm_mm.engine.HPMFlexibleRunner` twin for a config with a
+    ``strategy``), so that every config gets hpm_mm's run policy."""
+    from mmengine.registry import RUNNERS
+
+    import hpm_mm.engine  # noqa: F401  (registers the runners)
+    if cfg.get('runner_type') in (None, 'Runner'):
+        cfg.runner_type = 'HPMRunner'
+    elif cfg.get('runner_type') == 'FlexibleRunner':
+        cfg.runner_type = 'HPMFlexibleRunner'
+    if cfg.get('strategy') is not None and \
+            cfg.runner_type == 'HPMRunner':
+        cfg.runner_type = 'HPMFlexibleRunner'
+    return RUNNERS.build(cfg)
+
+
+def train(config: Union[str, Config],
+          work_dir: Optional[str] = None,
+          *,
+          resume: Union[bool, str, None] = None,
+          amp: bool = False,
+          quiet: bool = False,
+          cfg_options: Optional[dict] = None,
+          **overrides):
+    """Train from a config file or a loaded config; return the runner
+    after training (its ``work_dir``, ``model``, ``message_hub``, the hooks'
+    results).
+
+    The arguments are :func:`train_config`'s. Example::
+
+        from hpm_mm.apis import train
+        runner = train(
+            'configs/hpm/hpm_vit-mini-p4_1xb256-coslr-10e_fmnist.py',
+            work_dir='work_dirs/try', train_cfg=dict(max_epochs=1))
+
+    Raises:
+        HPMError: A refusal of the run's policy (a busy work dir, a run
+            length the schedule does not fit, a checkpoint that does not
+            fit, ...), in one line.
+    """
+    cfg = train_config(
+        config,
+        work_dir,
+        resume=resume,
+        amp=amp,
+        quiet=quiet,
+        cfg_options=cfg_options,
+        **overrides)
+    runner = build_runner(cfg)
+    runner.train()
+    return runner
+
+
+def cli_main(main, tool: str, argv: Optional[Sequence[str]] = None):
+    """Run a tool's ``main(argv)``; an :class:`HPMError` becomes its one
+    line on stderr, prefixed with the tool's name, and exit code 1."""
+    try:
+        return main(argv)
+    except HPMError as e:
+        raise SystemExit(f'{tool}: {e}') from None

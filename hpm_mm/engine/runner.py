@@ -1,0 +1,368 @@
+"""The run's policy in the runner: what every way of starting a run gets.
+
+:class:`HPMRunner` (mmengine's :class:`~mmengine.runner.Runner`) and
+:class:`HPMFlexibleRunner` (its :class:`~mmengine.runner.FlexibleRunner`, for
+configs with a ``strategy``: FSDP, DeepSpeed) are registered in mmengine's
+``RUNNERS`` and named by ``runner_type`` in hpm_mm's configs, so
+``RUNNERS.build(cfg)`` (mmengine's builder, as mmpretrain's and mmdet's
+``tools/train.py`` call it), ``HPMRunner.from_cfg(cfg)``,
+:func:`hpm_mm.apis.train`, ``tools/train.py`` and ``mim train`` all run
+the same policy:
+
+- **precision** by the one rule (:func:`~hpm_mm.engine.precision.
+  choose_precision`): an AMP optimizer wrapper becomes what the hardware
+  computes fastest (fp16 with a loss scale on CUDA, bf16 autocast on a CPU
+  with native bf16, fp32 elsewhere), said in the log's first line and in
+  ``WORK_DIR/precision.json``;
+- **run length**: a schedule or EMA-teacher ramp that does not fit
+  ``train_cfg`` is refused (:func:`~hpm_mm.engine.schedule.
+  check_run_length`);
+- **one run per work dir** (:func:`~hpm_mm.engine.work_dir.own_work_dir`);
+- **resume**: ``resume=True`` takes the newest *complete* checkpoint of the
+  work dir, naming each file skipped, and refuses to start from scratch
+  over damaged ones; a checkpoint given to resume must be complete;
+- **fit checks**: a ``load_from`` checkpoint that fills less than half of
+  the model (another architecture) and a resumed checkpoint that does not
+  fill it (the config changed) are refused before the first step;
+- **skipped steps**: a run that skipped (non-finite) as many optimizer steps
+  as it applied fails at its end;
+- **CPU DDP**: ``launcher='pytorch'`` without a GPU joins a gloo process
+  group and wraps the model without device ids;
+- **console**: ``console='quiet'`` in the config keeps the console to the
+  precision line, one line per epoch (:class:`ConsoleProgressHook`) and
+  warnings; the log file keeps everything.
+
+Each refusal is an :class:`~hpm_mm.errors.HPMError` raised before the runner
+writes anything into the work dir (the fit checks: before the first step).
+"""
+import copy
+import inspect
+import json
+import logging
+import os
+import os.path as osp
+import sys
+from typing import List, Optional, Tuple
+
+from mmengine.config import Config
+from mmengine.dist import is_main_process
+from mmengine.registry import RUNNERS
+from mmengine.runner import FlexibleRunner, Runner
+
+from hpm_mm.errors import HPMError
+from .checkpoint import (checkpoint_mismatch, checkpoint_problem,
+                         checkpoint_state, download_checkpoint,
+                         find_resume_checkpoint, share_of_model)
+from .optimizers.autocast_optim_wrapper import AMP_TYPES, amp_optim_wrapper_cfg
+from .precision import Precision, choose_precision
+from .schedule import check_run_length
+from .work_dir import own_work_dir
+
+
+def run_precision(optim_wrapper: dict) -> Tuple[Precision, dict]:
+    """The run's precision and its ``optim_wrapper`` config.
+
+    An AMP wrapper (``AmpOptimWrapper``, ``GuardedAmpOptimWrapper``) asks
+    for mixed precision: :func:`choose_precision` decides, and the wrapper
+    becomes the one that computes it (:func:`amp_optim_wrapper_cfg`). A
+    config's own ``AutocastOptimWrapper`` is kept as its choice; any other
+    wrapper runs in fp32.
+    """
+    kind = optim_wrapper.get('type')
+    if kind == 'AutocastOptimWrapper':
+        dtype = optim_wrapper.get('dtype', 'bfloat16')
+        name = {'bfloat16': 'bf16', 'float16': 'fp16'}.get(str(dtype), dtype)
+        return Precision(name, None, 'any', '-',
+                         "the config's AutocastOptimWrapper"), optim_wrapper
+    precision = choose_precision(kind in AMP_TYPES)
+    if kind in AMP_TYPES:
+        optim_wrapper = amp_optim_wrapper_cfg(optim_wrapper, precision)
+    return precision, optim_wrapper
+
+
+def setup_cpu_distributed(launcher: str, cfg: Config) -> None:
+    """Make ``launcher='pytorch'`` work on machines without a GPU.
+
+    mmengine's ``init_dist`` calls ``torch.cuda.set_device`` and its DDP
+    wrapper passes ``device_ids=[LOCAL_RANK]``; both fail on a CPU. Without
+    CUDA this joins the process group with gloo first (mmengine then skips
+    its own ``init_dist``) and sets ``cfg.model_wrapper_cfg`` to wrap the
+    model with ``device_ids=None``. Nothing changes where CUDA is available.
+    """
+    import torch
+    import torch.distributed as dist
+    if (launcher or 'none') == 'none' or torch.cuda.is_available():
+        return
+    if not dist.is_initialized():
+        dist.init_process_group(backend='gloo')
+    wrapper = cfg.get('model_wrapper_cfg') or dict(
+        type='MMDistributedDataParallel',
+        broadcast_buffers=False,
+        find_unused_parameters=cfg.get('find_unused_parameters', False))
+    wrapper.setdefault('device_ids', None)
+    cfg.model_wrapper_cfg = wrapper
+
+
+def resolve_resume(work_dir: str, load_from: Optional[str],
+                   notes: List[Tuple[int, str]]) -> Optional[str]:
+    """The checkpoint a resumed run starts from, checked.
+
+    Without ``load_from``: the newest complete checkpoint of ``work_dir``
+    (``last_checkpoint`` when it names a complete file, else the newest
+    complete ``epoch_N/iter_N.pth``), each file skipped noted; None (train
+    from scratch, noted) when there is none. With ``load_from``: that file,
+    which must be a complete checkpoint (an http(s) URL: its download).
+
+    Raises:
+        HPMError: The file given is incomplete, or the work dir holds only
+            incomplete checkpoints.
+    """
+    if load_from:
+        if load_from.startswith(('http://', 'https://')):
+            # checked like a path: the download is what is resumed
+            url, load_from = load_from, download_checkpoint(load_from)
+            notes.append((logging.INFO, f'resume: {url} is {load_from}'))
+        problem = checkpoint_problem(load_from)
+        if problem:
+            newest, _ = find_resume_checkpoint(osp.dirname(load_from) or '.')
+            hint = (f' The newest complete one there: --resume {newest}'
+                    if newest else '')
+            raise HPMError(f'cannot resume from {load_from}: {problem}.{hint}')
+        return load_from
+    path, skipped = find_resume_checkpoint(work_dir)
+    notes += [(logging.WARNING, f'resume: skipped {line}') for line in skipped]
+    if path:
+        notes.append((logging.INFO, f'resume: from {path}'))
+    elif skipped:
+        raise HPMError(
+            f'--resume found no complete checkpoint in {work_dir} '
+            f'({"; ".join(skipped)}) and will not train from scratch over '
+            'them. Fix: move them away, or pass --resume PATH.')
+    else:
+        notes.append((logging.WARNING, f'resume: no checkpoint in {work_dir} '
+                      'yet: training from scratch'))
+    return path
+
+
+class _QuietConsole(logging.Filter):
+    """The console of a quiet run: warnings, errors and the records logged
+    with ``extra=dict(console=True)`` (the precision line, the per-epoch
+    lines)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.levelno >= logging.WARNING or getattr(
+            record, 'console', False)
+
+
+class _BareConsoleFormatter(logging.Formatter):
+    """The console's format, except for the records logged with
+    ``extra=dict(console=True)``: their bare message, as a tool's own
+    line."""
+
+    def __init__(self, base: logging.Formatter) -> None:
+        super().__init__()
+        self.base = base
+
+    def format(self, record: logging.LogRecord) -> str:
+        if getattr(record, 'console', False) and \
+                record.levelno < logging.WARNING:
+            return record.getMessage()
+        return self.base.format(record)
+
+
+class RunPolicyMixin:
+    """The policy of :mod:`hpm_mm.engine.runner`, mixed into mmengine's
+    ``Runner`` or ``FlexibleRunner`` (which take the same keyword
+    arguments; ``cfg`` carries the config keys they do not take:
+    ``console``, ``model_wrapper_cfg``)."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        bound = inspect.signature(super().__init__).bind(*args, **kwargs)
+        kw = dict(bound.arguments)
+        cfg = kw.get('cfg')
+        cfg = copy.deepcopy(cfg) if isinstance(cfg, Config) else Config(
+            dict(cfg or {}))
+        kw['cfg'] = cfg
+        self._hpm_notes: List[Tuple[int, str]] = []
+        self._hpm_quiet = cfg.get('console', 'full') == 'quiet'
+        self._hpm_precision = None
+        self._hpm_lock = None
+        self._hpm_training = False
+        if self._hpm_quiet:  # one console line per epoch
+            hooks = list(kw.get('custom_hooks') or [])
+            if not any(
+                    isinstance(h, dict)
+                    and h.get('type') == 'ConsoleProgressHook' for h in hooks):
+                hooks.append(dict(type='ConsoleProgressHook'))
+            kw['custom_hooks'] = hooks
+        training = kw.get('train_cfg') is not None
+        if training:
+            self._check_before_work(kw, cfg)
+        super().__init__(**kw)
+        if self._hpm_precision is not None and is_main_process():
+            with open(osp.join(self.work_dir, 'precision.json'), 'w') as f:
+                json.dump(self._hpm_precision.to_dict(), f, indent=2)
+
+    # ------------------------------------------------------------ the start
+    def _check_before_work(self, kw: dict, cfg: Config) -> None:
+        """Everything that can be judged from the config, before the
+        runner writes into the work dir."""
+        optim_wrapper = kw.get('optim_wrapper')
+        if isinstance(optim_wrapper, dict):
+            precision, optim_wrapper = run_precision(dict(optim_wrapper))
+            kw['optim_wrapper'] = cfg.optim_wrapper = optim_wrapper
+            cfg.precision = precision.to_dict()
+            self._hpm_precision = precision
+        model = kw.get('model')
+        check_run_length(
+            dict(
+                train_cfg=kw.get('train_cfg'),
+                param_scheduler=kw.get('param_scheduler'),
+                model=model if isinstance(model, dict) else {}))
+        setup_cpu_distributed(kw.get('launcher'), cfg)
+        work_dir = kw.get('work_dir') or 'work_dirs'
+        if os.environ.get('RANK', '0') == '0':  # one run per work dir
+            self._hpm_lock = own_work_dir(work_dir)
+        resume = kw.get('resume')
+        if isinstance(resume, str):  # FlexibleRunner: resume=PATH
+            kw['load_from'], kw['resume'] = resume, True
+        if kw.get('resume'):
+            kw['load_from'] = resolve_resume(work_dir, kw.get('load_from'),
+                                             self._hpm_notes)
+            cfg.load_from = kw['load_from']
+
+    def build_logger(self, *args, **kwargs):
+        """mmengine's logger; the precision decision is its first record,
+        then the resume notes, each a bare line on the console. A quiet
+        console shows warnings and these console records only."""
+        logger = super().build_logger(*args, **kwargs)
+        for handler in logger.handlers:
+            if type(handler) is logging.StreamHandler and \
+                    handler.stream in (sys.stdout, sys.stderr):
+                handler.setFormatter(_BareConsoleFormatter(handler.formatter))
+                if self._hpm_quiet:
+                    handler.addFilter(_QuietConsole())
+        console = dict(console=True)
+        if self._hpm_precision is not None:
+            logger.info(self._hpm_precision.line(), extra=console)
+        files = [
+            h.baseFilename for h in logger.handlers
+            if isinstance(h, logging.FileHandler)
+        ]
+        if self._hpm_quiet and files:
+            logger.info(f'full log: {files[0]}', extra=console)
+        for level, message in self._hpm_notes:
+            logger.log(level, message, extra=console)
+        return logger
+
+    def build_visualizer(self, visualizer=None):
+        """mmengine's visualizer, a new one for each runner: a config that
+        names it (mmdet's and mmseg's ``name='visualizer'``) would otherwise
+        get the instance of an earlier runner of the process (a notebook's
+        second run, a test's) and write into that run's folder."""
+        if isinstance(visualizer, dict) and visualizer.get('name'):
+            from mmengine.registry import VISUALIZERS
+            cls = VISUALIZERS.get(visualizer.get('type', 'Visualizer'))
+            if cls is None or cls.check_instance_created(visualizer['name']):
+                visualizer = dict(
+                    visualizer,
+                    name=f"{visualizer['name']}_{self._experiment_name}")
+        return super().build_visualizer(visualizer)
+
+    # ------------------------------------------------------------- the run
+    def train(self):
+        """mmengine's ``train``, then the skipped-step check; the work dir
+        is released when it ends, however it ends."""
+        self._hpm_training = True
+        try:
+            model = super().train()
+        finally:
+            self.release_work_dir()
+        self._check_skipped_steps()
+        return model
+
+    def release_work_dir(self) -> None:
+        """Let the next run have the work dir (done when ``train`` ends)."""
+        if self._hpm_lock is not None:
+            self._hpm_lock.close()
+            self._hpm_lock = None
+
+    def load_or_resume(self) -> None:
+        """Refuse a checkpoint that does not fit the model, then load or
+        resume it as mmengine does."""
+        if self._hpm_training and not self._has_loaded and self._load_from:
+            if self._resume:
+                self._check_resume_fits(self._load_from)
+            else:
+                self._check_load_from(self._load_from)
+        super().load_or_resume()
+
+    def _original_model(self):
+        from mmpretrain.utils import get_ori_model
+        return get_ori_model(self.model)
+
+    def _check_load_from(self, path: str) -> None:
+        """Refuse a ``load_from`` checkpoint that fills less than half of
+        the model's weights (by name and shape): a checkpoint of another
+        architecture, which mmengine would load with a warning and then
+        train from scratch. (A pretraining checkpoint fine-tuned through
+        load_from fills the whole encoder; only a small head stays new.)"""
+        model = self._original_model()
+        share = share_of_model(model, checkpoint_state(model, path))
+        if share < 0.5:
+            raise HPMError(
+                f'load_from={path} fills {100 * share:.1f}% of this model\'s '
+                'weights (by name and shape): it is a checkpoint of another '
+                'architecture, and training would start almost from '
+                'scratch. Fix: a checkpoint of this architecture, or '
+                'convert it (tools/model_converters/hpm2backbone.py) and '
+                'load it through the backbone\'s init_cfg.')
+
+    def _check_resume_fits(self, path: str) -> None:
+        """Refuse to resume a checkpoint that does not fill this config's
+        model (the architecture changed since it was written), in one
+        line, before mmengine fails on unrelated tensor errors."""
+        model = self._original_model()
+        problem = checkpoint_mismatch(model, checkpoint_state(model, path),
+                                      f'--resume {path}')
+        if problem:
+            raise HPMError(
+                f'{problem}: the config changed since the checkpoint was '
+                'written. Fix: resume with the config it was trained with '
+                '(its copy is in the work dir), or start a new work dir, '
+                'with --cfg-options load_from=CKPT to start from its '
+                'weights.')
+
+    def _check_skipped_steps(self) -> None:
+        """A run that ends having skipped more optimizer steps (non-finite
+        loss or gradients) than it applied trained on almost nothing: fail
+        it in one line instead of returning normally (runs shorter than
+        the guard's limit of consecutive skips would otherwise pass)."""
+        wrapper = self.optim_wrapper
+        wrappers = wrapper.values() if hasattr(wrapper,
+                                               'values') else [wrapper]
+        for w in wrappers:
+            skipped = getattr(w, 'skipped_steps', 0)
+            applied = getattr(w, 'applied_steps', 0)
+            if skipped and skipped >= applied:
+                raise HPMError(
+                    f'{skipped} of {skipped + applied} optimizer steps were '
+                    'skipped (non-finite loss or gradients): the checkpoints '
+                    'hold a model that barely trained. Fix: lower '
+                    'optimizer.lr or set clip_grad, check the data, and '
+                    'train again.')
+
+
+@RUNNERS.register_module()
+class HPMRunner(RunPolicyMixin, Runner):
+    """mmengine's :class:`~mmengine.runner.Runner` with hpm_mm's run policy
+    (:mod:`hpm_mm.engine.runner`). Named by ``runner_type='HPMRunner'`` in
+    hpm_mm's configs; build it with ``RUNNERS.build(cfg)`` or
+    ``HPMRunner.from_cfg(cfg)``."""
+
+
+@RUNNERS.register_module()
+class HPMFlexibleRunner(RunPolicyMixin, FlexibleRunner):
+    """mmengine's :class:`~mmengine.runner.FlexibleRunner` (``strategy``:
+    FSDP, DeepSpeed, ...) with hpm_mm's run policy. Named by
+    ``runner_type='HPMFlexibleRunner'`` in the FSDP config."""

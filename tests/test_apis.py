@@ -1,0 +1,51 @@
+"""hpm_mm.apis: the notebook example of docs/api.md runs as written, in a
+plain Python script; the functions refuse with HPMError, never exit."""
+import os.path as osp
+import re
+import subprocess
+import sys
+
+import pytest
+from conftest import FMNIST_CFG, REPO
+
+from hpm_mm.errors import HPMError
+
+
+def test_the_notebook_example_runs_as_written(tmp_path):
+    with open(osp.join(REPO, 'docs', 'api.md')) as f:
+        blocks = re.findall(r'```python\n(.*?)```', f.read(), re.S)
+    assert blocks, 'docs/api.md has no python block'
+    script = tmp_path / 'example.py'
+    script.write_text(blocks[0])
+    proc = subprocess.run([sys.executable, str(script)],
+                          cwd=REPO,
+                          capture_output=True,
+                          text=True,
+                          timeout=600)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-4000:]
+    lines = proc.stdout.splitlines()
+    assert lines[0].startswith('precision: fp32'), out[:1000]
+    assert re.search(r'^epoch 1/1 .*loss_rec', proc.stdout, re.M), out[-2000:]
+    assert re.search(
+        r'^kNN top-1 at k=3: \d+\.\d% \(24 bank / 8 held-out images\)$',
+        proc.stdout, re.M), out[-2000:]
+
+
+def test_refusals_are_hpm_errors(tmp_path):
+    from hpm_mm.apis import knn_eval, pretrain_folder, train
+    with pytest.raises(HPMError, match='is not a folder'):
+        pretrain_folder(str(tmp_path / 'missing'))
+    cfg = tmp_path / 'broken.py'
+    cfg.write_text('model = dict(\n')
+    with pytest.raises(HPMError, match='broken.py, line 1'):
+        train(str(cfg))
+    with pytest.raises(HPMError, match='nothing reads'):
+        train(
+            FMNIST_CFG,
+            str(tmp_path / 'w'),
+            cfg_options={'trian_cfg.max_epochs': 1})
+    plain = tmp_path / 'plain.py'
+    plain.write_text(f'_base_ = [{FMNIST_CFG!r}]\ncustom_hooks = []\n')
+    with pytest.raises(HPMError, match='no KNNEvalHook'):
+        knn_eval(str(plain), 'x.pth')

@@ -1,0 +1,115 @@
+"""hpm_mm's runner owns the run's policy: built by mmengine's own builder
+(``RUNNERS.build``), in this process, it does what tools/train.py does."""
+import json
+
+import pytest
+from conftest import TINY_RUN, tiny_config
+from mmengine.config import Config
+from mmengine.registry import RUNNERS
+
+from hpm_mm.engine import precision as P
+from hpm_mm.engine.runner import HPMRunner
+from hpm_mm.engine.work_dir import WorkDirBusy, own_work_dir
+from hpm_mm.errors import HPMError
+
+
+def _cfg(tmp_path, body='', epochs=1, work='work'):
+    path = tiny_config(
+        tmp_path,
+        body=TINY_RUN.format(keep=1, epochs=epochs) + body,
+        num_images=8)
+    cfg = Config.fromfile(path)
+    cfg.work_dir = str(tmp_path / work)
+    return cfg
+
+
+@pytest.fixture
+def avx2(monkeypatch):
+    """A CPU without native bf16, whatever this machine is."""
+    P._cpu_decision.cache_clear()
+    monkeypatch.setattr(P, 'cpu_class', lambda: 'AVX2')
+    yield
+    P._cpu_decision.cache_clear()
+
+
+def test_the_configs_name_the_runner(tmp_path):
+    cfg = _cfg(tmp_path)
+    assert cfg.runner_type == 'HPMRunner'
+    assert RUNNERS.get('HPMRunner') is HPMRunner
+
+
+def test_amp_config_on_a_cpu_without_bf16_trains_in_fp32(
+        tmp_path, avx2, capsys):
+    """mmengine's builder on an AMP config: the precision rule turns the
+    wrapper mmengine cannot build without a GPU into fp32, says so first
+    and in precision.json, and the run trains."""
+    cfg = _cfg(
+        tmp_path,
+        "optim_wrapper = dict(type='AmpOptimWrapper', loss_scale='dynamic')")
+    runner = RUNNERS.build(cfg)
+    assert type(runner) is HPMRunner
+    out = capsys.readouterr().out
+    first = out.splitlines()[0]
+    assert first.startswith('precision: fp32') and 'AVX2' in first, out[:500]
+    runner.train()
+    assert type(runner.optim_wrapper).__name__ == 'GuardedOptimWrapper'
+    assert runner.iter == 2
+    with open(tmp_path / 'work' / 'precision.json') as f:
+        assert json.load(f)['precision'] == 'fp32'
+    assert runner.cfg.precision['precision'] == 'fp32'
+
+
+def test_run_length_the_schedule_does_not_fit_is_refused(tmp_path):
+    """A cosine that ends at epoch 10 of a 2-epoch run, or a teacher ramp
+    longer than the run: one HPMError, nothing written to the work dir."""
+    for body in ('param_scheduler = [dict(type="CosineAnnealingLR", '
+                 'by_epoch=True, begin=0, end=10, T_max=10)]',
+                 'model = dict(teacher=dict(momentum_epochs=5))'):
+        cfg = _cfg(tmp_path, body, epochs=2)
+        with pytest.raises(HPMError) as e:
+            RUNNERS.build(cfg)
+        assert '\n' not in str(e.value) and 'Fix:' in str(e.value)
+    assert not (tmp_path / 'work').exists()
+
+
+def test_second_run_in_a_busy_work_dir_is_refused(tmp_path):
+    cfg = _cfg(tmp_path)
+    lock = own_work_dir(cfg.work_dir, 'another run')
+    try:
+        with pytest.raises(WorkDirBusy, match='in use by a running job'):
+            HPMRunner.from_cfg(cfg)
+    finally:
+        lock.close()
+    runner = HPMRunner.from_cfg(cfg)  # free again: it trains
+    runner.train()
+    # the run released the work dir when it ended
+    own_work_dir(cfg.work_dir).close()
+
+
+def test_resume_and_load_from_checks(tmp_path):
+    """resume=True takes the newest complete checkpoint and refuses to
+    start from scratch over damaged ones; load_from a checkpoint of another
+    architecture is refused before the first step."""
+    cfg = _cfg(tmp_path)
+    RUNNERS.build(cfg).train()
+    ckpt = tmp_path / 'work' / 'epoch_1.pth'
+    again = _cfg(tmp_path, epochs=2)
+    again.resume = True
+    runner = RUNNERS.build(again)
+    assert runner._load_from == str(ckpt)
+    runner.train()
+    assert runner.epoch == 2
+    ckpt = tmp_path / 'work' / 'epoch_2.pth'
+    damaged = _cfg(tmp_path, work='damaged')
+    (tmp_path / 'damaged').mkdir()
+    (tmp_path / 'damaged' / 'epoch_3.pth').write_bytes(b'cut short')
+    damaged.resume = True
+    with pytest.raises(HPMError, match='no complete checkpoint'):
+        RUNNERS.build(damaged)
+    other = _cfg(
+        tmp_path, 'model = dict(backbone=dict(arch=dict(embed_dims=24, '
+        'feedforward_channels=48)), neck=dict(embed_dim=24))',
+        work='other')
+    other.load_from = str(ckpt)
+    with pytest.raises(HPMError, match='another architecture'):
+        RUNNERS.build(other).train()
