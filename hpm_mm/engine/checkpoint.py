@@ -395,8 +395,11 @@ def _checkpoint_step(name: str) -> Optional[int]:
 def find_resume_checkpoint(work_dir: str) -> Tuple[Optional[str], List[str]]:
     """The newest complete checkpoint of ``work_dir`` to resume from.
 
-    ``last_checkpoint`` first when it names a complete file, else the
-    complete ``epoch_N.pth`` / ``iter_N.pth`` with the largest N.
+    ``last_checkpoint`` first when it names a complete file of this work
+    dir, else the complete ``epoch_N.pth`` / ``iter_N.pth`` with the
+    largest N. mmengine writes an absolute path into ``last_checkpoint``: in
+    a copied or moved work dir it names the original folder's file, so a
+    path outside ``work_dir`` is read as the file of that name here.
 
     Returns:
         tuple: (path or None, ['<path>: <why skipped>', ...]).
@@ -405,7 +408,11 @@ def find_resume_checkpoint(work_dir: str) -> Tuple[Optional[str], List[str]]:
     pointer = osp.join(work_dir, 'last_checkpoint')
     if osp.isfile(pointer):
         with open(pointer) as f:
-            candidates.append(f.read().strip())
+            named = osp.join(work_dir, f.read().strip())  # relative: here
+        here = osp.realpath(work_dir)
+        if osp.dirname(osp.realpath(named)) != here:
+            named = osp.join(work_dir, osp.basename(named))
+        candidates.append(named)
     if osp.isdir(work_dir):
         found = [(s, n) for n in os.listdir(work_dir)
                  if (s := _checkpoint_step(n)) is not None]

@@ -144,6 +144,109 @@ def resolve_resume(work_dir: str, load_from: Optional[str],
     return path
 
 
+def run_signature(kw: dict) -> dict:
+    """What defines a run's iteration schedule, from the runner's
+    arguments: its length, the batch per process, the number of processes,
+    the base lr and the parameter schedulers. Saved in every checkpoint's
+    meta (``hpm_run``) and compared when it is resumed."""
+    train_cfg = kw.get('train_cfg') or {}
+    loader = kw.get('train_dataloader')
+    optim = kw.get('optim_wrapper')
+    optimizer = optim.get('optimizer', {}) if isinstance(optim, dict) else {}
+    schedulers = kw.get('param_scheduler') or []
+    if isinstance(schedulers, dict):
+        schedulers = [schedulers]
+    return dict(
+        max_epochs=train_cfg.get('max_epochs'),
+        max_iters=train_cfg.get('max_iters'),
+        batch_size=loader.get('batch_size')
+        if isinstance(loader, dict) else None,
+        world_size=int(os.environ.get('WORLD_SIZE', '1')),
+        lr=optimizer.get('lr') if isinstance(optimizer, dict) else None,
+        param_scheduler=[{
+            k: v
+            for k, v in dict(s).items() if k != '_scope_'
+        } for s in schedulers if isinstance(s, dict)])
+
+
+#: how each part of the signature reads in a refusal
+_SIGNATURE_NAMES = dict(
+    max_epochs='train_cfg.max_epochs',
+    max_iters='train_cfg.max_iters',
+    batch_size='train_dataloader.batch_size',
+    world_size='processes (WORLD_SIZE)',
+    lr='optim_wrapper.optimizer.lr',
+    param_scheduler='param_scheduler')
+
+
+def check_same_run(path: str, signature: dict, allowed: bool,
+                   notes: List[Tuple[int, str]]) -> None:
+    """Refuse to resume ``path`` when the run it was written by differs
+    from this one in what defines the iteration schedule (mmengine would
+    continue the old schedule: a cosine left at its minimum or cut
+    half-way, while alpha and the teacher's ramp follow the new length).
+
+    Args:
+        allowed (bool): ``resume_changed_run=True`` in the config: continue
+            anyway, with the differences noted.
+
+    Raises:
+        HPMError: The differences, and the fix.
+    """
+    from mmengine.runner.checkpoint import _load_checkpoint
+    meta = (_load_checkpoint(path, map_location='cpu').get('meta') or {})
+    then = meta.get('hpm_run')
+    if then is None:
+        notes.append((logging.WARNING,
+                      f'resume: {path} records no run signature (written '
+                      'before hpm_mm 1.1 or by another runner): not checked '
+                      'against this run'))
+        return
+    changed = [
+        f'{_SIGNATURE_NAMES[k]} {then.get(k)!r} -> {v!r}'
+        for k, v in signature.items()
+        if k in then and then.get(k) != v and k != 'param_scheduler'
+    ]
+    if then.get('param_scheduler') != signature['param_scheduler']:
+        changed.append('param_scheduler (its types, ends or values)')
+    if not changed:
+        return
+    what = '; '.join(changed)
+    if allowed:
+        notes.append((logging.WARNING,
+                      f'resume: the run changed since {path} ({what}); '
+                      'continuing as resume_changed_run=True asks'))
+        return
+    raise HPMError(
+        f'--resume {path}: the run changed since it was written ({what}); '
+        'resuming keeps the iteration schedule of the checkpoint, so the '
+        'learning rate would not follow the new run. Fix: resume with the '
+        'config and number of processes it was trained with (its config '
+        'copy is in the work dir), or start a new work dir with '
+        '--cfg-options load_from=CKPT, or pass --cfg-options '
+        'resume_changed_run=True to continue anyway.')
+
+
+def refuse_earlier_run(work_dir: str) -> None:
+    """Refuse a new run in a work dir that holds another run's checkpoints:
+    they would mix, and a later ``--resume`` would continue whichever is
+    newest."""
+    import re
+    if not osp.isdir(work_dir):
+        return
+    found = sorted(
+        n for n in os.listdir(work_dir)
+        if re.fullmatch(r'(epoch|iter)_\d+\.pth', n))
+    if not found:
+        return
+    raise HPMError(
+        f'{work_dir} holds the checkpoints of an earlier run '
+        f'({", ".join(found[:3])}{", ..." if len(found) > 3 else ""}); a new '
+        'run there would mix its checkpoints with them, and a later --resume '
+        'would continue whichever is newest. Fix: --resume to continue that '
+        'run, or give this run its own --work-dir.')
+
+
 class _QuietConsole(logging.Filter):
     """The console of a quiet run: warnings, errors and the records logged
     with ``extra=dict(console=True)`` (the precision line, the per-epoch
@@ -187,7 +290,7 @@ class RunPolicyMixin:
         self._hpm_quiet = cfg.get('console', 'full') == 'quiet'
         self._hpm_precision = None
         self._hpm_lock = None
-        self._hpm_training = False
+        self._hpm_signature = None
         if self._hpm_quiet:  # one console line per epoch
             hooks = list(kw.get('custom_hooks') or [])
             if not any(
@@ -195,10 +298,13 @@ class RunPolicyMixin:
                     and h.get('type') == 'ConsoleProgressHook' for h in hooks):
                 hooks.append(dict(type='ConsoleProgressHook'))
             kw['custom_hooks'] = hooks
-        training = kw.get('train_cfg') is not None
-        if training:
-            self._check_before_work(kw, cfg)
-        super().__init__(**kw)
+        try:
+            if kw.get('train_cfg') is not None:
+                self._check_before_work(kw, cfg)
+            super().__init__(**kw)
+        except BaseException:
+            self.release_work_dir()  # a refused start frees the work dir
+            raise
         if self._hpm_precision is not None and is_main_process():
             with open(osp.join(self.work_dir, 'precision.json'), 'w') as f:
                 json.dump(self._hpm_precision.to_dict(), f, indent=2)
@@ -226,10 +332,17 @@ class RunPolicyMixin:
         resume = kw.get('resume')
         if isinstance(resume, str):  # FlexibleRunner: resume=PATH
             kw['load_from'], kw['resume'] = resume, True
+        self._hpm_signature = run_signature(kw)
         if kw.get('resume'):
             kw['load_from'] = resolve_resume(work_dir, kw.get('load_from'),
                                              self._hpm_notes)
             cfg.load_from = kw['load_from']
+            if kw['load_from']:
+                check_same_run(kw['load_from'], self._hpm_signature,
+                               cfg.get('resume_changed_run', False),
+                               self._hpm_notes)
+        else:
+            refuse_earlier_run(work_dir)
 
     def build_logger(self, *args, **kwargs):
         """mmengine's logger; the precision decision is its first record,
@@ -273,7 +386,6 @@ class RunPolicyMixin:
     def train(self):
         """mmengine's ``train``, then the skipped-step check; the work dir
         is released when it ends, however it ends."""
-        self._hpm_training = True
         try:
             model = super().train()
         finally:
@@ -287,15 +399,47 @@ class RunPolicyMixin:
             self._hpm_lock.close()
             self._hpm_lock = None
 
+    def dump_config(self) -> None:
+        """mmengine's config copy in the work dir, written once the
+        checkpoint to start from is known to fit the model (a refused start
+        leaves the earlier copy as it was)."""
+        self._check_checkpoint_fits()
+        super().dump_config()
+
     def load_or_resume(self) -> None:
         """Refuse a checkpoint that does not fit the model, then load or
         resume it as mmengine does."""
-        if self._hpm_training and not self._has_loaded and self._load_from:
-            if self._resume:
-                self._check_resume_fits(self._load_from)
-            else:
-                self._check_load_from(self._load_from)
+        self._check_checkpoint_fits()
         super().load_or_resume()
+
+    def save_checkpoint(self, *args, **kwargs):
+        """mmengine's checkpoint, its meta holding this run's signature
+        (:func:`run_signature`), which a resume compares."""
+        signature = getattr(self, '_hpm_signature', None)
+        if signature is not None:
+            meta = dict(kwargs.get('meta') or {})
+            meta['hpm_run'] = signature
+            kwargs['meta'] = meta
+        return super().save_checkpoint(*args, **kwargs)
+
+    def _check_checkpoint_fits(self) -> None:
+        """The fit checks of a training run's checkpoint, once, as soon as
+        the model is built (``Runner``: at construction; ``FlexibleRunner``
+        builds it in ``train``)."""
+        import torch.nn as nn
+        if getattr(self, '_hpm_fit_checked', False) or \
+                not self._hpm_signature_given() or not self._load_from or \
+                not isinstance(self.model, nn.Module):
+            return
+        self._hpm_fit_checked = True
+        if self._resume:
+            self._check_resume_fits(self._load_from)
+        else:
+            self._check_load_from(self._load_from)
+
+    def _hpm_signature_given(self) -> bool:
+        """Whether this runner was built for training (its checks ran)."""
+        return getattr(self, '_hpm_signature', None) is not None
 
     def _original_model(self):
         from mmpretrain.utils import get_ori_model

@@ -7,14 +7,16 @@ import socket
 import sys
 from typing import IO
 
+from hpm_mm.errors import HPMError
+
 LOCK_NAME = '.run.lock'
 
 
-class WorkDirBusy(RuntimeError):
+class WorkDirBusy(HPMError):
     """Another live run owns the work dir."""
 
 
-def own_work_dir(work_dir: str, tool: str = 'train.py') -> IO:
+def own_work_dir(work_dir: str) -> IO:
     """Take the work dir for this process, or refuse in one line.
 
     An advisory ``flock`` on ``work_dir/.run.lock``: the operating system
@@ -35,7 +37,7 @@ def own_work_dir(work_dir: str, tool: str = 'train.py') -> IO:
         owner = handle.read().strip() or 'another process'
         handle.close()
         raise WorkDirBusy(
-            f'{tool}: {work_dir} is in use by a running job ({owner}); two '
+            f'{work_dir} is in use by a running job ({owner}); two '
             'runs in one work dir would overwrite each other\'s checkpoints '
             'and interleave their logs. Fix: wait for it to finish, or give '
             'this run its own --work-dir.') from None

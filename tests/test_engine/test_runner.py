@@ -74,7 +74,7 @@ def test_run_length_the_schedule_does_not_fit_is_refused(tmp_path):
 
 def test_second_run_in_a_busy_work_dir_is_refused(tmp_path):
     cfg = _cfg(tmp_path)
-    lock = own_work_dir(cfg.work_dir, 'another run')
+    lock = own_work_dir(cfg.work_dir)
     try:
         with pytest.raises(WorkDirBusy, match='in use by a running job'):
             HPMRunner.from_cfg(cfg)
@@ -95,6 +95,9 @@ def test_resume_and_load_from_checks(tmp_path):
     ckpt = tmp_path / 'work' / 'epoch_1.pth'
     again = _cfg(tmp_path, epochs=2)
     again.resume = True
+    with pytest.raises(HPMError, match=r'max_epochs 1 -> 2'):
+        RUNNERS.build(again)  # the schedule of the 1-epoch run would stay
+    again.resume_changed_run = True
     runner = RUNNERS.build(again)
     assert runner._load_from == str(ckpt)
     runner.train()
@@ -113,3 +116,66 @@ def test_resume_and_load_from_checks(tmp_path):
     other.load_from = str(ckpt)
     with pytest.raises(HPMError, match='another architecture'):
         RUNNERS.build(other).train()
+
+
+def test_a_run_knows_what_it_continues(tmp_path):
+    """A new run in a work dir holding another run's checkpoints is
+    refused; --resume of a run whose length, batch, lr or process count
+    changed is refused naming what changed; a copied work dir resumes from
+    its own files (last_checkpoint names the original's); a refused start
+    leaves the work dir's config copy as it was."""
+    import shutil
+    cfg = _cfg(tmp_path)
+    RUNNERS.build(cfg).train()
+    with pytest.raises(HPMError, match='checkpoints of an earlier run'):
+        RUNNERS.build(_cfg(tmp_path))
+    for body, what in (
+        ('train_dataloader = dict(batch_size=2)', 'batch_size 4 -> 2'),
+        ('optim_wrapper = dict(optimizer=dict(lr=1e-4))',
+         'optimizer.lr 0.0015 -> 0.0001'),
+    ):
+        changed = _cfg(tmp_path, body)
+        changed.resume = True
+        with pytest.raises(HPMError, match=what) as e:
+            RUNNERS.build(changed)
+        assert '\n' not in str(e.value) and 'resume_changed_run' in str(
+            e.value)
+    os_environ = __import__('os').environ
+    os_environ['WORLD_SIZE'] = '2'
+    try:
+        same = _cfg(tmp_path)
+        same.resume = True
+        with pytest.raises(HPMError, match=r'WORLD_SIZE\) 1 -> 2'):
+            RUNNERS.build(same)
+    finally:
+        del os_environ['WORLD_SIZE']
+    # a copy of the work dir resumes from the copy's files
+    shutil.copytree(tmp_path / 'work', tmp_path / 'copy')
+    copy = _cfg(tmp_path, work='copy')
+    copy.resume = True
+    runner = RUNNERS.build(copy)
+    assert runner._load_from == str(tmp_path / 'copy' / 'epoch_1.pth')
+    runner.release_work_dir()
+    # a resume refused for a changed architecture keeps the config copy
+    dumped = tmp_path / 'work' / 'tiny_cfg.py'
+    before = dumped.read_text()
+    other = _cfg(
+        tmp_path,
+        'model = dict(neck=dict(decoder_embed_dim=16, decoder_num_heads=2))')
+    other.resume = True
+    with pytest.raises(HPMError, match='the config changed'):
+        RUNNERS.build(other)
+    assert dumped.read_text() == before
+
+
+def test_each_runner_gets_its_own_visualizer(tmp_path):
+    """A config naming its visualizer (mmdet's, mmseg's name='visualizer')
+    gets a new one per runner: a second run of the process writes its
+    scalars into its own folder, not the first run's."""
+    import glob
+    for work in ('a', 'b'):
+        cfg = _cfg(tmp_path, work=work)
+        cfg.visualizer.name = 'visualizer'
+        RUNNERS.build(cfg).train()
+        assert glob.glob(
+            str(tmp_path / work / '*' / 'vis_data' / 'scalars.json')), work
