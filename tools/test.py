@@ -15,8 +15,6 @@ import argparse
 import os
 import os.path as osp
 
-from mmengine.runner import Runner
-
 from hpm_mm.apis.config import CfgOptionsAction, load_config, merge_cfg_options
 
 
@@ -64,7 +62,12 @@ def main(argv=None):
         check_out(args.out)
     from hpm_mm.engine.runner import setup_cpu_distributed
     setup_cpu_distributed(cfg.launcher, cfg)  # gloo + DDP without a GPU
-    runner = Runner.from_cfg(cfg)
+    # an evaluation: no training parts, so hpm_mm's runner takes no work-dir
+    # lock and checks no training run (its checkpoint is checked below)
+    cfg.train_dataloader = cfg.train_cfg = cfg.optim_wrapper = None
+    cfg.param_scheduler, cfg.resume = None, False
+    from hpm_mm.apis import build_runner
+    runner = build_runner(cfg)
     from mmpretrain.utils import get_ori_model
 
     from hpm_mm.engine.checkpoint import (checkpoint_mismatch,

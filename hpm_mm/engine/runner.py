@@ -37,6 +37,7 @@ writes anything into the work dir (the fit checks: before the first step).
 """
 import copy
 import inspect
+import itertools
 import json
 import logging
 import os
@@ -273,6 +274,10 @@ class _BareConsoleFormatter(logging.Formatter):
         return self.base.format(record)
 
 
+#: runners built in this process (:class:`RunPolicyMixin` names each)
+_RUNNERS_BUILT = itertools.count(1)
+
+
 class RunPolicyMixin:
     """The policy of :mod:`hpm_mm.engine.runner`, mixed into mmengine's
     ``Runner`` or ``FlexibleRunner`` (which take the same keyword
@@ -298,6 +303,15 @@ class RunPolicyMixin:
                     and h.get('type') == 'ConsoleProgressHook' for h in hooks):
                 hooks.append(dict(type='ConsoleProgressHook'))
             kw['custom_hooks'] = hooks
+        if kw.get('experiment_name') is None:
+            # mmengine names the run's logger, message hub, visualizer and
+            # registry scope '<config>_<second>': a second runner of the
+            # process in the same second (a notebook, a test) would get the
+            # first one's instances. The first keeps mmengine's name.
+            n = next(_RUNNERS_BUILT)
+            if n > 1:
+                stem = osp.splitext(osp.basename(cfg.filename or 'run'))[0]
+                kw['experiment_name'] = f'{stem}_{n}'
         try:
             if kw.get('train_cfg') is not None:
                 self._check_before_work(kw, cfg)

@@ -109,16 +109,22 @@ def test_what_cannot_be_judged_is_refused_before_work(tmp_path,
     runs = [
         (['tools/train.py', str(broken)], 'broken.py, line 2'),
         (typo, "did you mean 'max_keep_ckpts'"),
-        ([
-            'tools/train.py',
-            tiny_config(
-                other_dir,
-                FMNIST_CFG,
-                num_images=8,
-                body='model = dict(neck=dict(decoder_embed_dim=64))'),
-            '--work-dir',
-            str(tmp_path / 'w'), '--resume', hpm_checkpoint
-        ], 'the config changed since the checkpoint was written'),
+        (
+            [
+                'tools/train.py',
+                tiny_config(
+                    other_dir,
+                    FMNIST_CFG,
+                    num_images=8,
+                    # the checkpoint's run (1 epoch), another decoder
+                    body='model = dict(neck=dict(decoder_embed_dim=64))\n'
+                    'train_cfg = dict(max_epochs=1)'),
+                '--work-dir',
+                str(tmp_path / 'w'),
+                '--resume',
+                hpm_checkpoint
+            ],
+            'the config changed since the checkpoint was written'),
         ([
             'tools/analysis_tools/visualize_hard_patches.py', FMNIST_CFG,
             str(no_predictor), '--out-dir',

@@ -56,9 +56,11 @@ def _train_then_resume(tmp_path, base, body, hooks):
              'train_cfg.max_epochs=1')
     first = osp.join(work, 'epoch_1.pth')
     assert osp.exists(first)
+    # extends the 1-epoch run to 2: a change of the run, asked for
     proc = run_tool('tools/train.py', cfg, '--work-dir', work, '--resume',
-                    first)
+                    first, '--cfg-options', 'resume_changed_run=True')
     assert 'resumed epoch: 1, iter: 2' in proc.stdout + proc.stderr
+    assert 'the run changed since' in proc.stdout + proc.stderr
     return cfg, work, first, osp.join(work, 'epoch_2.pth')
 
 
@@ -237,9 +239,11 @@ def test_new_targets_and_frameworks_train_and_resume(tmp_path, name, body,
     run_tool('tools/train.py', cfg, '--work-dir', work, '--cfg-options',
              'train_cfg.max_epochs=1')
     first = osp.join(work, 'epoch_1.pth')
+    # extends the 1-epoch run to 2: a change of the run, asked for
     proc = run_tool('tools/train.py', cfg, '--work-dir', work, '--resume',
-                    first)
+                    first, '--cfg-options', 'resume_changed_run=True')
     assert 'resumed epoch: 1, iter: 2' in proc.stdout + proc.stderr
+    assert 'the run changed since' in proc.stdout + proc.stderr
     ckpt = _check_resumed_state(cfg, work, first)
     assert int(ckpt['state_dict']['teacher.steps']) == 2
     rows = [r for r in _scalars(work) if 'loss_rec' in r]
@@ -407,9 +411,9 @@ def test_resume_finds_the_newest_complete_checkpoint(tmp_path):
     newest complete one and names what it skipped (before: 'Auto resumed
     from the latest checkpoint None', training from scratch over them)."""
     cfg = tiny_config(
-        tmp_path, FMNIST_CFG, TINY_RUN.format(keep=3, epochs=3), num_images=8)
+        tmp_path, FMNIST_CFG, TINY_RUN.format(keep=3, epochs=2), num_images=8)
     work = tmp_path / 'work'
-    run_train(cfg, work, '--cfg-options', 'train_cfg.max_epochs=2')
+    run_train(cfg, work)
     (work / 'last_checkpoint').unlink()
     data = (work / 'epoch_2.pth').read_bytes()
     (work / 'epoch_2.pth').write_bytes(data[:len(data) // 3])

@@ -18,17 +18,8 @@ annotations) or, without one, the non-background pixels (raw value >
 ``--fg-threshold``, right for Fashion-MNIST).
 """
 import argparse
-import json
-import os
-import os.path as osp
 
-import numpy as np
-import torch
-from mmengine.dataset import Compose, default_collate
-from mmengine.registry import init_default_scope
-from mmengine.runner import Runner
-
-from hpm_mm.apis.config import CfgOptionsAction, load_config, merge_cfg_options
+from hpm_mm.apis.config import CfgOptionsAction
 
 
 def parse_args(argv=None):
@@ -63,136 +54,39 @@ def parse_args(argv=None):
     return parser.parse_args(argv)
 
 
-def folder_batch(folder, model_cfg):
-    """Load, resize and pack every image of ``folder``."""
-    size = model_cfg.backbone.get('img_size', 224)
-    in_ch = model_cfg.backbone.get('patch_cfg', {}).get('in_channels', 3)
-    pipeline = Compose([
-        dict(
-            type='LoadImageFromFile',
-            color_type='grayscale' if in_ch == 1 else 'color'),
-        dict(
-            type='Resize',
-            scale=(size, size),
-            backend='pillow',
-            interpolation='bicubic'),
-        dict(type='PackInputs')
-    ])
-    files = sorted(
-        osp.join(folder, f) for f in os.listdir(folder)
-        if f.lower().endswith(('.png', '.jpg', '.jpeg', '.bmp')))
-    if not files:
-        raise SystemExit(f'no .png/.jpg images in {folder}')
-    return [pipeline(dict(img_path=f)) for f in files], files
-
-
-def dataset_batch(cfg, num):
-    hooks = [
-        h for h in cfg.get('custom_hooks', [])
-        if h.get('type') == 'KNNEvalHook'
-    ]
-    loader_cfg = hooks[0]['val_dataloader'] if hooks else \
-        cfg.train_dataloader
-    dataset = Runner.build_dataloader(
-        dict(
-            loader_cfg, batch_size=1, num_workers=0, persistent_workers=False),
-        seed=0).dataset
-    idx = np.linspace(0, len(dataset) - 1, num).astype(int)
-    return [dataset[i] for i in idx], [f'sample_{i}' for i in idx]
-
-
-def label_foreground(folder, names, size):
-    """(B, H, W) foreground (label > 0) of ``folder/<stem>.png``, resized
-    (nearest) to the model input size."""
-    from PIL import Image
-    masks = []
-    for name in names:
-        path = osp.join(folder, osp.splitext(osp.basename(name))[0] + '.png')
-        if not osp.exists(path):
-            raise SystemExit(f'--masks: no label map {path} for {name}')
-        label = Image.open(path).resize((size[1], size[0]), Image.NEAREST)
-        masks.append(np.asarray(label) > 0)
-    return np.stack(masks)
-
-
-def main(argv=None):
+def run(argv=None):
     args = parse_args(argv)
-    import hpm_mm  # noqa: F401
-    from hpm_mm.apis import load_model
-    from hpm_mm.engine.checkpoint import load_checkpoint_strict
-    from hpm_mm.visualization import (analyze_hard_patches, draw_hard_patches,
-                                      foreground_iou, saliency_mask)
+    from hpm_mm.apis import hard_patches, load_config, merge_cfg_options
     cfg = load_config(args.config)
     if args.cfg_options:
         merge_cfg_options(cfg, args.cfg_options)
-    init_default_scope(cfg.get('default_scope', 'mmpretrain'))
-    model = load_model(cfg)
-    if model.__class__.__name__ != 'HPM':
-        raise SystemExit(f'{args.config} builds a {type(model).__name__}; '
-                         'the heatmaps need an HPM model (loss predictor).')
-    # the pictures draw the loss predictor's scores: a checkpoint without
-    # it (plain MAE, another model) would draw a random predictor's; the
-    # teacher's scores need the trained teacher, loaded in its place
-    required = ('backbone.', 'neck.')
-    if getattr(model, 'teacher', None) is not None and not args.student:
-        required += ('teacher.', )
-    try:
-        load_checkpoint_strict(
-            model, args.checkpoint, required_prefix=required, whole=True)
-    except KeyError as e:
-        raise SystemExit(f'visualize_hard_patches.py: {e.args[0]} The '
-                         'pictures need its trained loss predictor.')
-    model.eval()
-
-    samples, names = (
-        folder_batch(args.images, cfg.model) if args.images else dataset_batch(
-            cfg, args.num_samples))
-    batch = model.data_preprocessor(default_collate(samples), False)
-    inputs = batch['inputs']
-    result = analyze_hard_patches(
-        model,
-        inputs,
-        args.progress,
-        args.num_masks,
-        use_teacher=not args.student)
-    os.makedirs(args.out_dir, exist_ok=True)
-    pre = model.data_preprocessor
-    mean = pre.mean.view(-1).tolist()
-    std = pre.std.view(-1).tolist()
-    for i, name in enumerate(names):
-        stem = osp.splitext(osp.basename(name))[0]
-        draw_hard_patches(result, inputs, i, mean, std,
-                          osp.join(args.out_dir, f'{stem}.png'))
-    rho = result['spearman']
-    summary = dict(
-        spearman_mean=float(rho.mean()),
-        spearman_per_image=[float(r) for r in rho])
-    print(f'wrote {len(names)} grids to {args.out_dir}')
-    print(f"Spearman({result['shown_name']}, true per-patch loss): mean "
-          f'{rho.mean():.3f} over {len(names)} images')
+    summary = hard_patches(
+        cfg,
+        args.checkpoint,
+        args.out_dir,
+        images=args.images,
+        num_samples=args.num_samples,
+        progress=args.progress,
+        num_masks=args.num_masks,
+        student=args.student,
+        saliency=args.saliency,
+        fg_threshold=args.fg_threshold,
+        masks=args.masks)
+    n = summary['num_images']
+    print(f'wrote {n} grids to {args.out_dir}')
+    print(f"Spearman({summary['shown']}, true per-patch loss): mean "
+          f"{summary['spearman_mean']:.3f} over {n} images")
     if args.saliency:
-        if args.masks:
-            fg = label_foreground(args.masks, names, inputs.shape[-2:])
-        else:
-            raw = torch.stack([s['inputs'] for s in samples]).float()
-            fg = (raw.mean(1) > args.fg_threshold).numpy()
-        sal = saliency_mask(result['shown'], inputs.shape[-2:])
-        iou = foreground_iou(sal, fg)
-        # reference: a mask of the same size placed at random
-        rng = np.random.default_rng(0)
-        rand = np.stack(
-            [rng.permutation(s.ravel()).reshape(s.shape) for s in sal])
-        summary.update(
-            saliency_iou=float(iou.mean()),
-            random_iou=float(foreground_iou(rand, fg).mean()))
-        print(f"saliency IoU (pred. loss > median vs foreground): "
+        print('saliency IoU (pred. loss > median vs foreground): '
               f"{summary['saliency_iou']:.3f} (random mask of the same size:"
               f" {summary['random_iou']:.3f})")
-    with open(osp.join(args.out_dir, 'summary.json'), 'w') as f:
-        json.dump(summary, f, indent=2)
     return summary
 
 
-if __name__ == '__main__':
+def main(argv=None):
     from hpm_mm.apis import cli_main
-    cli_main(main, 'visualize_hard_patches.py')
+    return cli_main(run, 'visualize_hard_patches.py', argv)
+
+
+if __name__ == '__main__':
+    main()

@@ -1,0 +1,176 @@
+"""The hard-patch pictures of a checkpoint (paper Fig. 2/S1/S2), from
+Python: per image, the input, the true per-patch loss (averaged over random
+masks), the teacher's (or student's) predicted loss, the mask the model's
+mask generator draws at training progress ``progress`` and the
+reconstruction."""
+import json
+import os
+import os.path as osp
+from typing import Optional, Union
+
+import numpy as np
+import torch
+from mmengine.config import Config
+from mmengine.dataset import Compose, default_collate
+from mmengine.runner import Runner
+
+from hpm_mm.errors import HPMError
+from .config import load_config
+
+
+def folder_batch(folder, model_cfg):
+    """Load, resize and pack every image of ``folder``."""
+    size = model_cfg.backbone.get('img_size', 224)
+    in_ch = model_cfg.backbone.get('patch_cfg', {}).get('in_channels', 3)
+    pipeline = Compose([
+        dict(
+            type='LoadImageFromFile',
+            color_type='grayscale' if in_ch == 1 else 'color'),
+        dict(
+            type='Resize',
+            scale=(size, size),
+            backend='pillow',
+            interpolation='bicubic'),
+        dict(type='PackInputs')
+    ])
+    files = sorted(
+        osp.join(folder, f) for f in os.listdir(folder)
+        if f.lower().endswith(('.png', '.jpg', '.jpeg', '.bmp')))
+    if not files:
+        raise HPMError(f'no .png/.jpg images in {folder}. Fix: point --images '
+                       'at a folder of PNG or JPEG images.')
+    return [pipeline(dict(img_path=f)) for f in files], files
+
+
+def dataset_batch(cfg, num):
+    hooks = [
+        h for h in cfg.get('custom_hooks', [])
+        if h.get('type') == 'KNNEvalHook'
+    ]
+    loader_cfg = hooks[0]['val_dataloader'] if hooks else \
+        cfg.train_dataloader
+    dataset = Runner.build_dataloader(
+        dict(
+            loader_cfg, batch_size=1, num_workers=0, persistent_workers=False),
+        seed=0).dataset
+    idx = np.linspace(0, len(dataset) - 1, num).astype(int)
+    return [dataset[i] for i in idx], [f'sample_{i}' for i in idx]
+
+
+def label_foreground(folder, names, size):
+    """(B, H, W) foreground (label > 0) of ``folder/<stem>.png``, resized
+    (nearest) to the model input size."""
+    from PIL import Image
+    masks = []
+    for name in names:
+        path = osp.join(folder, osp.splitext(osp.basename(name))[0] + '.png')
+        if not osp.exists(path):
+            raise HPMError(
+                f'--masks: no label map {path} for {name}. Fix: one '
+                '<image stem>.png per image.')
+        label = Image.open(path).resize((size[1], size[0]), Image.NEAREST)
+        masks.append(np.asarray(label) > 0)
+    return np.stack(masks)
+
+
+@torch.no_grad()
+def hard_patches(config: Union[str, Config],
+                 checkpoint: str,
+                 out_dir: str,
+                 images: Optional[str] = None,
+                 num_samples: int = 8,
+                 progress: float = 1.0,
+                 num_masks: int = 8,
+                 student: bool = False,
+                 saliency: bool = False,
+                 fg_threshold: float = 10.,
+                 masks: Optional[str] = None) -> dict:
+    """Draw the hard-patch grid of each image into ``out_dir`` (one PNG per
+    image, and ``summary.json``).
+
+    Args:
+        config (str | Config): The pretraining config.
+        checkpoint (str): Its checkpoint, with the trained loss predictor
+            (and teacher, unless ``student``).
+        out_dir (str): Where the pictures go.
+        images (str, optional): A folder of images; default: the evaluated
+            split of the config's ``KNNEvalHook`` (else its train data).
+        num_samples (int): Images drawn from the config's data.
+        progress (float): Training progress t/T of the drawn mask.
+        num_masks (int): Random masks the true per-patch loss averages.
+        student (bool): The student's loss predictor, not the teacher's.
+        saliency (bool): Also the IoU of the predicted-loss map (above the
+            median) against the foreground: label maps ``masks/<stem>.png``
+            (label > 0), or raw pixel values above ``fg_threshold``.
+
+    Returns:
+        dict: ``spearman_mean``, ``spearman_per_image``, ``shown`` (which
+        scores the grids show), ``num_images``, and with ``saliency``
+        ``saliency_iou`` and ``random_iou`` (a mask of the same size at
+        random).
+    """
+    from mmengine.registry import init_default_scope
+
+    from hpm_mm.engine.checkpoint import load_checkpoint_strict
+    from hpm_mm.visualization import (analyze_hard_patches, draw_hard_patches,
+                                      foreground_iou, saliency_mask)
+    from .model import load_model
+    cfg = load_config(config) if isinstance(config, str) else config
+    init_default_scope(cfg.get('default_scope', 'mmpretrain'))
+    model = load_model(cfg)
+    if model.__class__.__name__ != 'HPM':
+        raise HPMError(f'{cfg.filename or "the config"} builds a '
+                       f'{type(model).__name__}; the pictures need an HPM '
+                       'model (loss predictor). Fix: an HPM config.')
+    # the pictures draw the loss predictor's scores: a checkpoint without
+    # it (plain MAE, another model) would draw a random predictor's; the
+    # teacher's scores need the trained teacher, loaded in its place
+    required = ('backbone.', 'neck.')
+    if getattr(model, 'teacher', None) is not None and not student:
+        required += ('teacher.', )
+    try:
+        load_checkpoint_strict(
+            model, checkpoint, required_prefix=required, whole=True)
+    except KeyError as e:
+        raise HPMError(f'{e.args[0]} The pictures need its trained loss '
+                       'predictor.') from None
+    model.eval()
+    samples, names = (
+        folder_batch(images, cfg.model) if images else dataset_batch(
+            cfg, num_samples))
+    batch = model.data_preprocessor(default_collate(samples), False)
+    inputs = batch['inputs']
+    result = analyze_hard_patches(
+        model, inputs, progress, num_masks, use_teacher=not student)
+    os.makedirs(out_dir, exist_ok=True)
+    pre = model.data_preprocessor
+    mean = pre.mean.view(-1).tolist()
+    std = pre.std.view(-1).tolist()
+    for i, name in enumerate(names):
+        stem = osp.splitext(osp.basename(name))[0]
+        draw_hard_patches(result, inputs, i, mean, std,
+                          osp.join(out_dir, f'{stem}.png'))
+    rho = result['spearman']
+    summary = dict(
+        spearman_mean=float(rho.mean()),
+        spearman_per_image=[float(r) for r in rho],
+        shown=result['shown_name'],
+        num_images=len(names))
+    if saliency:
+        if masks:
+            fg = label_foreground(masks, names, inputs.shape[-2:])
+        else:
+            raw = torch.stack([s['inputs'] for s in samples]).float()
+            fg = (raw.mean(1) > fg_threshold).numpy()
+        sal = saliency_mask(result['shown'], inputs.shape[-2:])
+        iou = foreground_iou(sal, fg)
+        # reference: a mask of the same size placed at random
+        rng = np.random.default_rng(0)
+        rand = np.stack(
+            [rng.permutation(s.ravel()).reshape(s.shape) for s in sal])
+        summary.update(
+            saliency_iou=float(iou.mean()),
+            random_iou=float(foreground_iou(rand, fg).mean()))
+    with open(osp.join(out_dir, 'summary.json'), 'w') as f:
+        json.dump(summary, f, indent=2)
+    return summary
