@@ -10,7 +10,9 @@
 #   bash tools/main_job.sh [extra tools/train.py args, e.g. --cfg-options ...]
 # Env: CONFIG (default: HPM with the fast settings, half-resolution teacher
 #      and 1-block loss predictor; faithful HPM is
-#      configs/hpm/hpm_vit-mini-p4_1xb256-coslr-10e_fmnist.py), WORK_DIR,
+#      configs/hpm/hpm_vit-mini-p4_1xb256-coslr-10e_fmnist.py), WORK_DIR
+#      (default: work_dirs/<config name>, or _2, _3, ... when it holds an
+#      earlier run),
 #      HPM_PRECISION=fp32 (fp32 whatever the hardware).
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -18,7 +20,14 @@ bash "$ROOT/tools/install.sh" pretrain
 if [[ ${HPM_USE_CURRENT_ENV:-0} == 1 ]]; then PY=python; else PY=${HPM_VENV:-$ROOT/.venv}/bin/python; fi
 CONFIG=${CONFIG:-configs/hpm/fast/hpm-fast_vit-mini-p4_1xb256-coslr-10e_fmnist.py}
 NAME=$(basename "$CONFIG" .py)
-WORK_DIR=${WORK_DIR:-work_dirs/$NAME}
+if [[ -z ${WORK_DIR:-} ]]; then
+  # a run of its own: a work dir that holds an earlier run's checkpoints
+  # is refused by the runner, so a second main job takes work_dirs/NAME_2, ...
+  WORK_DIR=work_dirs/$NAME n=1
+  while compgen -G "$ROOT/$WORK_DIR/epoch_*.pth" > /dev/null; do
+    n=$((n + 1)); WORK_DIR=work_dirs/${NAME}_$n
+  done
+fi
 AMP=(--amp)
 [[ ${HPM_PRECISION:-amp} == fp32 ]] && AMP=()
 cd "$ROOT"

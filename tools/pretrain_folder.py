@@ -1,7 +1,7 @@
 """Pretrain HPM on a folder of your own images, in one command.
 
     python tools/pretrain_folder.py FOLDER [--work-dir DIR] [--epochs N]
-        [--img-size S] [--channels 1|3] [--batch-size B] [--amp]
+        [--img-size S] [--channels 1|3] [--batch-size B] [--amp] [--resume]
         [--skip-unreadable] [--dry-run] [--cfg-options k=v ...]
 
 FOLDER: any images (JPEG, PNG, BMP, WebP, TIFF; any size; grayscale or
@@ -40,6 +40,11 @@ def parse_args(argv=None):
         action='store_true',
         help='bf16 autocast on a CPU, fp16 on CUDA')
     parser.add_argument(
+        '--resume',
+        action='store_true',
+        help='continue the run of the work dir from its newest complete '
+        'checkpoint')
+    parser.add_argument(
         '--skip-unreadable',
         action='store_true',
         help='leave unreadable files out (listed in '
@@ -63,6 +68,7 @@ def run(argv=None):
         channels=args.channels,
         batch_size=args.batch_size,
         amp=args.amp,
+        resume=args.resume,
         skip_unreadable=args.skip_unreadable,
         dry_run=args.dry_run,
         cfg_options=args.cfg_options,

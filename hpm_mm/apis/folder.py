@@ -30,6 +30,7 @@ def pretrain_folder(folder: str,
                     channels: Optional[int] = None,
                     batch_size: Optional[int] = None,
                     amp: bool = False,
+                    resume: bool = False,
                     skip_unreadable: bool = False,
                     dry_run: bool = False,
                     cfg_options: Optional[dict] = None,
@@ -49,6 +50,9 @@ def pretrain_folder(folder: str,
         work_dir (str, optional): Defaults to ``work_dirs/folder_<name>``.
         epochs, img_size, channels, batch_size (int, optional): Overrides.
         amp (bool): Mixed precision where the hardware computes it faster.
+        resume (bool): Continue the run of ``work_dir`` from its newest
+            complete checkpoint (a work dir that holds another run's
+            checkpoints is otherwise refused).
         skip_unreadable (bool): Leave unreadable files out.
         dry_run (bool): Write the config only.
         cfg_options (dict, optional): ``key=value`` config overrides.
@@ -73,6 +77,9 @@ def pretrain_folder(folder: str,
     folder = folder.rstrip('/') or '/'
     work_dir = work_dir or osp.join(
         'work_dirs', f'folder_{osp.basename(osp.abspath(folder))}')
+    if not resume:  # before anything is written into the work dir
+        from hpm_mm.engine.runner import refuse_earlier_run
+        refuse_earlier_run(work_dir)
     scan = scan_folder(folder)
     bad = scan['unreadable']
     if bad:
@@ -117,7 +124,8 @@ def pretrain_folder(folder: str,
         config=cfg_path, settings=settings, runner=None, knn=None, grids=grids)
     if dry_run:
         return result
-    result['runner'] = train(cfg_path, work_dir, amp=amp, quiet=True)
+    result['runner'] = train(
+        cfg_path, work_dir, amp=amp, quiet=True, resume=resume or None)
     knn = osp.join(work_dir, 'knn.json')
     if osp.exists(knn):
         with open(knn) as f:

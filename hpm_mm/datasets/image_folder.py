@@ -32,15 +32,33 @@ TARGET_STEPS = 400  # the main job's schedule length
 DEEP_MODES = ('I', 'I;16', 'I;16B', 'I;16L', 'I;16N', 'F', 'RGB;16', 'RGBA;16')
 
 
-def read_image(path: str):
-    """Open and decode ``path`` the way every data check does: (size,
-    mode), or ``ValueError`` with the reason for a file the training
-    pipeline cannot use (undecodable, empty, or more than 8 bits per
-    channel)."""
+def load_image(path: str,
+               color_type: str = 'color',
+               backend_args: Optional[dict] = None):
+    """Read and decode ``path``: hpm_mm's one image reader, used by the
+    training pipeline (:class:`LoadImageFromFileChecked`), the data checks
+    (``tools/misc/check_data.py``, ``--check-data``) and the own-folder
+    scan and statistics, so what is checked is what is trained.
+
+    mmcv's ``imfrombytes`` with its pillow backend decodes (``color_type``:
+    ``'color'`` (BGR, as mmcv's loaders), ``'grayscale'``, ``'unchanged'``);
+    the file's header is read first for what the pipeline cannot use.
+
+    Returns:
+        tuple: (the image as an array, the file's PIL mode).
+
+    Raises:
+        ValueError: The reason the file cannot be trained on: undecodable,
+            empty, or more than 8 bits per channel.
+    """
+    import io
+
+    import mmcv
+    from mmengine import fileio
     from PIL import Image
     try:
-        with Image.open(path) as img:
-            img.load()  # decode: a truncated file fails here
+        content = fileio.get(path, backend_args=backend_args)
+        with Image.open(io.BytesIO(content)) as img:
             size, mode = img.size, img.mode
     except Exception as e:  # PIL raises many types for bad files
         raise ValueError(f'{type(e).__name__}: {e}') from None
@@ -51,7 +69,20 @@ def read_image(path: str):
             f'{mode} pixels (16-bit or float): the pipeline trains on 8-bit '
             'images. Fix: convert it to 8 bits (e.g. PIL: '
             'img.point(lambda v: v / 256).convert("L")) or leave it out')
-    return size, mode
+    try:  # the full decode: a truncated file fails here
+        array = mmcv.imfrombytes(content, flag=color_type, backend='pillow')
+    except Exception as e:
+        raise ValueError(f'{type(e).__name__}: {e}') from None
+    if array is None:
+        raise ValueError('not decodable')
+    return array, mode
+
+
+def read_image(path: str):
+    """``(size, mode)`` of ``path``, decoded by :func:`load_image`, or
+    ``ValueError`` with the reason the training pipeline cannot use it."""
+    array, mode = load_image(path, 'unchanged')
+    return (array.shape[1], array.shape[0]), mode
 
 
 def is_work_dir(path: str) -> bool:
@@ -176,10 +207,13 @@ def channel_stats(root: str,
     pick = files if len(files) <= max_images else rng.sample(files, max_images)
     values = []
     for rel in pick:
-        with Image.open(osp.join(root, rel)) as img:
-            img = img.convert('L' if channels == 1 else 'RGB')
-            img = img.resize((size, size), Image.BICUBIC)
-            values.append(np.asarray(img, np.float64).reshape(-1, channels))
+        array, _ = load_image(
+            osp.join(root, rel), 'grayscale' if channels == 1 else 'color')
+        if channels == 3:
+            array = array[..., ::-1]  # the preprocessor's RGB (to_rgb)
+        img = Image.fromarray(np.ascontiguousarray(array)).resize(
+            (size, size), Image.BICUBIC)
+        values.append(np.asarray(img, np.float64).reshape(-1, channels))
     values = np.concatenate(values)
     std = np.maximum(values.std(0), 1.0)  # a constant folder: no blow-up
     return dict(

@@ -1,13 +1,19 @@
 from typing import Optional
 
+import numpy as np
 from mmcv.transforms import LoadImageFromFile
 from mmengine.logging import print_log
 from mmpretrain.registry import TRANSFORMS
 
+from .image_folder import load_image
+
 
 @TRANSFORMS.register_module()
 class LoadImageFromFileChecked(LoadImageFromFile):
-    """mmcv's :class:`LoadImageFromFile`, with an unreadable image named.
+    """mmcv's :class:`LoadImageFromFile`, reading through hpm_mm's one image
+    reader (:func:`~hpm_mm.datasets.image_folder.load_image`: mmcv's pillow
+    decoder, whatever ``imdecode_backend`` says), so that the data checks
+    open each file as training does; an unreadable image is named.
 
     mmcv raises the decoder's own error for an empty or corrupt file (for a
     0-byte PNG, an OpenCV assertion that names no file). Here the error names
@@ -30,7 +36,7 @@ class LoadImageFromFileChecked(LoadImageFromFile):
     def transform(self, results: dict) -> Optional[dict]:
         filename = results['img_path']
         try:
-            return super().transform(results)
+            img, _ = load_image(filename, self.color_type, self.backend_args)
         except Exception as e:
             why = f'{type(e).__name__}: {str(e).strip().splitlines()[-1]}' \
                 if str(e).strip() else type(e).__name__
@@ -48,3 +54,9 @@ class LoadImageFromFileChecked(LoadImageFromFile):
                 'every unreadable file), or skip such files with '
                 "dict(type='LoadImageFromFileChecked', "
                 'skip_unreadable=True).') from e
+        if self.to_float32:
+            img = img.astype(np.float32)
+        results['img'] = img
+        results['img_shape'] = img.shape[:2]
+        results['ori_shape'] = img.shape[:2]
+        return results

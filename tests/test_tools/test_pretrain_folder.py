@@ -88,6 +88,16 @@ def test_own_images_one_per_class_trains_without_knn(tmp_path):
     assert 'kNN skipped' in proc.stdout, proc.stdout[-2000:]
     assert not (work / 'knn.json').exists()
     assert list((work / 'hard_patches').glob('*.png'))
+    # the same command again: refused before it writes anything (the
+    # earlier run's config and checkpoints stay); --resume continues it
+    written = (work / 'hpm_folder.py').read_text()
+    (root / 'cat' / 'c.png').write_bytes((root / 'cat' / 'a.png').read_bytes())
+    proc = python('tools/pretrain_folder.py', str(root), '--work-dir',
+                  str(work), '--epochs', '1')
+    assert proc.returncode != 0
+    last = proc.stderr.strip().splitlines()[-1]
+    assert 'checkpoints of an earlier run' in last and '--resume' in last
+    assert (work / 'hpm_folder.py').read_text() == written
 
 
 def test_own_images_deep_pixels_loops_and_own_outputs(tmp_path):
