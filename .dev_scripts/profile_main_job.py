@@ -18,7 +18,7 @@ of them) and the median of the rounds kept. Printed and written:
 - **levers** that keep the arithmetic (fp32), each against that step:
   attention by mmpretrain's matmul fallback instead of fused SDPA; q/k/v
   by indexing (mmpretrain's own forward) instead of ``unbind``
-  (:func:`hpm_mm.compat.unbind_attention_qkv`); AdamW ``fused=True``; one
+  (:class:`hpm_mm.models.utils.UnbindQKVAttention`); AdamW ``fused=True``; one
   torch thread instead of two; regional ``torch.compile`` of every
   transformer block (its compile time too);
 - **precision**: the step under bf16 autocast, beside the rule's decision
@@ -100,9 +100,11 @@ def lever(name, model):
                 undo.append((m, m.scaled_dot_product_attention))
                 m.scaled_dot_product_attention = \
                     attention.scaled_dot_product_attention_pyimpl
-    elif name == 'qkv_indexed':
-        fast = mha.forward
-        mha.forward = mha._mmpretrain_forward
+    elif name == 'qkv_indexed':  # hpm_mm's attention back to mmpretrain's
+        from hpm_mm.models.utils import UnbindQKVAttention
+        swapped = [m for m in model.modules() if type(m) is UnbindQKVAttention]
+        for m in swapped:
+            m.__class__ = mha
     elif name == 'threads_1':
         torch.set_num_threads(1)
     try:
@@ -111,7 +113,8 @@ def lever(name, model):
         for m, fn in undo:
             m.scaled_dot_product_attention = fn
         if name == 'qkv_indexed':
-            mha.forward = fast
+            for m in swapped:
+                m.__class__ = UnbindQKVAttention
         torch.set_num_threads(saved_threads)
 
 

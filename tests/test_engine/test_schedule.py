@@ -121,7 +121,7 @@ def test_options_that_would_do_nothing_or_mismatch_are_refused(
         message
     assert not (tmp_path / 'w').exists()  # refused before the work dir
     # nothing left in this process's environment (train.py sets LOCAL_RANK):
-    # the later commands of this worker run in the warm server
+    # the later commands of this worker run in this process too
     assert dict(os.environ) == env
 
 
