@@ -85,8 +85,11 @@ def run(argv=None):
 
 
 def main(argv=None):
-    from hpm_mm.apis import cli_main
-    return cli_main(run, 'pretrain_folder.py', argv)
+    from hpm_mm.errors import HPMError
+    try:
+        return run(argv)
+    except HPMError as e:  # the library's one-line refusal: exit 1
+        raise SystemExit(f'pretrain_folder.py: {e}') from None
 
 
 if __name__ == '__main__':

@@ -109,5 +109,8 @@ def check_out(path: str) -> None:
 
 
 if __name__ == '__main__':
-    from hpm_mm.apis import cli_main
-    cli_main(main, 'test.py')
+    from hpm_mm.errors import HPMError
+    try:
+        main()
+    except HPMError as e:  # the library's one-line refusal: exit 1
+        raise SystemExit(f'test.py: {e}') from None

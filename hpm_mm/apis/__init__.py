@@ -9,10 +9,10 @@ from .folder import pretrain_folder
 from .knn import knn_eval
 from .model import load_model
 from .pictures import hard_patches
-from .train import build_runner, cli_main, train, train_config
+from .train import build_runner, train, train_config
 
 __all__ = [
     'HPMError', 'train', 'train_config', 'build_runner', 'pretrain_folder',
     'knn_eval', 'hard_patches', 'load_model', 'load_config',
-    'merge_cfg_options', 'CfgOptionsAction', 'cli_main'
+    'merge_cfg_options', 'CfgOptionsAction'
 ]

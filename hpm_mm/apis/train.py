@@ -1,14 +1,12 @@
 """Training from Python: a config in, a trained runner out."""
 import os.path as osp
-from typing import Optional, Sequence, Union
+from typing import Optional, Union
 
 from mmengine.config import Config
 
+from hpm_mm.engine.optimizers.autocast_optim_wrapper import AMP_TYPES
 from hpm_mm.errors import HPMError
 from .config import load_config, merge_cfg_options
-
-#: optimizer wrappers that already compute mixed precision (or choose it)
-_MIXED = ('AmpOptimWrapper', 'GuardedAmpOptimWrapper')
 
 
 def train_config(config: Union[str, Config],
@@ -68,7 +66,7 @@ def train_config(config: Union[str, Config],
         cfg.resume, cfg.load_from = True, None
     elif resume:
         cfg.resume, cfg.load_from = True, resume
-    if amp and cfg.optim_wrapper.get('type') not in _MIXED:
+    if amp and cfg.optim_wrapper.get('type') not in AMP_TYPES:
         # as mmpretrain's --amp; the runner turns it into what the hardware
         # computes fastest
         for key in ('dtype', ):
@@ -153,12 +151,3 @@ def train(config: Union[str, Config],
     runner = build_runner(cfg)
     runner.train()
     return runner
-
-
-def cli_main(main, tool: str, argv: Optional[Sequence[str]] = None):
-    """Run a tool's ``main(argv)``; an :class:`HPMError` becomes its one
-    line on stderr, prefixed with the tool's name, and exit code 1."""
-    try:
-        return main(argv)
-    except HPMError as e:
-        raise SystemExit(f'{tool}: {e}') from None

@@ -89,8 +89,11 @@ def run(argv=None):
 
 
 def main(argv=None):
-    from hpm_mm.apis import cli_main
-    return cli_main(run, 'knn_eval.py', argv)
+    from hpm_mm.errors import HPMError
+    try:
+        return run(argv)
+    except HPMError as e:  # the library's one-line refusal: exit 1
+        raise SystemExit(f'knn_eval.py: {e}') from None
 
 
 if __name__ == '__main__':

@@ -42,5 +42,8 @@ def main(argv=None):
 
 
 if __name__ == '__main__':
-    from hpm_mm.apis import cli_main
-    sys.exit(cli_main(main, 'check_data.py'))
+    from hpm_mm.errors import HPMError
+    try:
+        sys.exit(main())
+    except HPMError as e:  # the library's one-line refusal: exit 1
+        sys.exit(f'check_data.py: {e}')
