@@ -234,13 +234,14 @@ def student_or_teacher_state(state_dict: dict,
     return out
 
 
-def checkpoint_state(model: torch.nn.Module, filename: str) -> dict:
-    """The state dict of ``filename`` (through :func:`load_file`) in
-    ``model``'s keys: its ``state_dict`` entry, keys of earlier hpm_mm
-    versions mapped by the model's ``upgrade_state_dict`` when it has
-    one."""
+def checkpoint_state(model: torch.nn.Module, filename) -> dict:
+    """The state dict of ``filename`` (through :func:`load_file`; or of a
+    checkpoint already loaded, a dict) in ``model``'s keys: its
+    ``state_dict`` entry, keys of earlier hpm_mm versions mapped by the
+    model's ``upgrade_state_dict`` when it has one."""
     from mmengine.runner.checkpoint import _load_checkpoint  # load_file
-    ckpt = _load_checkpoint(filename, map_location='cpu')
+    ckpt = filename if isinstance(filename, dict) else _load_checkpoint(
+        filename, map_location='cpu')
     state = ckpt.get('state_dict', ckpt)
     upgrade = getattr(model, 'upgrade_state_dict', None)
     return upgrade(state) if upgrade is not None else state

@@ -180,7 +180,7 @@ _SIGNATURE_NAMES = dict(
     param_scheduler='param_scheduler')
 
 
-def check_same_run(path: str, signature: dict, allowed: bool,
+def check_same_run(path: str, ckpt: dict, signature: dict, allowed: bool,
                    notes: List[Tuple[int, str]]) -> None:
     """Refuse to resume ``path`` when the run it was written by differs
     from this one in what defines the iteration schedule (mmengine would
@@ -188,14 +188,15 @@ def check_same_run(path: str, signature: dict, allowed: bool,
     half-way, while alpha and the teacher's ramp follow the new length).
 
     Args:
+        path (str): The checkpoint (named in the messages).
+        ckpt (dict): It, loaded.
         allowed (bool): ``resume_changed_run=True`` in the config: continue
             anyway, with the differences noted.
 
     Raises:
         HPMError: The differences, and the fix.
     """
-    from mmengine.runner.checkpoint import _load_checkpoint
-    meta = (_load_checkpoint(path, map_location='cpu').get('meta') or {})
+    meta = ckpt.get('meta') or {}
     then = meta.get('hpm_run')
     if then is None:
         notes.append((logging.WARNING,
@@ -296,6 +297,8 @@ class RunPolicyMixin:
         self._hpm_precision = None
         self._hpm_lock = None
         self._hpm_signature = None
+        self._hpm_resume_ckpt = None  # loaded by the run check, reused once
+        self._hpm_fit_checked = False
         if self._hpm_quiet:  # one console line per epoch
             hooks = list(kw.get('custom_hooks') or [])
             if not any(
@@ -352,9 +355,15 @@ class RunPolicyMixin:
                                              self._hpm_notes)
             cfg.load_from = kw['load_from']
             if kw['load_from']:
-                check_same_run(kw['load_from'], self._hpm_signature,
-                               cfg.get('resume_changed_run', False),
-                               self._hpm_notes)
+                from mmengine.runner.checkpoint import _load_checkpoint
+
+                # loaded once for both checks (the fit check needs the model)
+                self._hpm_resume_ckpt = _load_checkpoint(
+                    kw['load_from'], map_location='cpu')
+                check_same_run(kw['load_from'], self._hpm_resume_ckpt,
+                               self._hpm_signature,
+                               cfg.get('resume_changed_run',
+                                       False), self._hpm_notes)
         else:
             refuse_earlier_run(work_dir)
 
@@ -441,19 +450,15 @@ class RunPolicyMixin:
         the model is built (``Runner``: at construction; ``FlexibleRunner``
         builds it in ``train``)."""
         import torch.nn as nn
-        if getattr(self, '_hpm_fit_checked', False) or \
-                not self._hpm_signature_given() or not self._load_from or \
-                not isinstance(self.model, nn.Module):
-            return
+        if self._hpm_fit_checked or self._hpm_signature is None or \
+                not self._load_from or not isinstance(self.model, nn.Module):
+            return  # checked, not a training run, nothing to load, no model
         self._hpm_fit_checked = True
         if self._resume:
-            self._check_resume_fits(self._load_from)
+            ckpt, self._hpm_resume_ckpt = self._hpm_resume_ckpt, None
+            self._check_resume_fits(self._load_from, ckpt)
         else:
             self._check_load_from(self._load_from)
-
-    def _hpm_signature_given(self) -> bool:
-        """Whether this runner was built for training (its checks ran)."""
-        return getattr(self, '_hpm_signature', None) is not None
 
     def _original_model(self):
         from mmpretrain.utils import get_ori_model
@@ -476,12 +481,13 @@ class RunPolicyMixin:
                 'convert it (tools/model_converters/hpm2backbone.py) and '
                 'load it through the backbone\'s init_cfg.')
 
-    def _check_resume_fits(self, path: str) -> None:
+    def _check_resume_fits(self, path: str, ckpt: dict = None) -> None:
         """Refuse to resume a checkpoint that does not fill this config's
         model (the architecture changed since it was written), in one
         line, before mmengine fails on unrelated tensor errors."""
         model = self._original_model()
-        problem = checkpoint_mismatch(model, checkpoint_state(model, path),
+        problem = checkpoint_mismatch(model,
+                                      checkpoint_state(model, ckpt or path),
                                       f'--resume {path}')
         if problem:
             raise HPMError(
