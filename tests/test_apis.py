@@ -49,3 +49,29 @@ def test_refusals_are_hpm_errors(tmp_path):
     plain.write_text(f'_base_ = [{FMNIST_CFG!r}]\ncustom_hooks = []\n')
     with pytest.raises(HPMError, match='no KNNEvalHook'):
         knn_eval(str(plain), 'x.pth')
+
+
+def test_cfg_options_name_a_list_element_by_its_type():
+    """``custom_hooks.KNNEvalHook.ks`` means the kNN hook wherever it sits
+    in the list (an index breaks when a user adds a hook); a type the list
+    lacks, or holds twice, is one line."""
+    import pytest
+    from conftest import FMNIST_CFG
+    from mmengine.config import Config
+
+    from hpm_mm.apis import HPMError, merge_cfg_options
+    cfg = Config.fromfile(FMNIST_CFG)
+    cfg.custom_hooks.insert(0, dict(type='EmptyCacheHook'))
+    merge_cfg_options(
+        cfg, {
+            'custom_hooks.KNNEvalHook.ks': [7],
+            'custom_hooks.HPMScheduleHook.by_epoch': False
+        })
+    hooks = {h['type']: h for h in cfg.custom_hooks}
+    assert hooks['KNNEvalHook']['ks'] == [7]
+    assert hooks['HPMScheduleHook']['by_epoch'] is False
+    with pytest.raises(HPMError, match="no element.* of type 'KNNHook'"):
+        merge_cfg_options(cfg, {'custom_hooks.KNNHook.ks': [1]})
+    cfg.custom_hooks.append(dict(type='EmptyCacheHook'))
+    with pytest.raises(HPMError, match="2 element.* of type 'EmptyCacheHook'"):
+        merge_cfg_options(cfg, {'custom_hooks.EmptyCacheHook.x': 1})

@@ -13,9 +13,8 @@ initialisation). A checkpoint holding NaN/inf is refused either way, and
 """
 import argparse
 import os
-import os.path as osp
 
-from hpm_mm.apis.config import CfgOptionsAction, load_config, merge_cfg_options
+from hpm_mm.apis.config import CfgOptionsAction
 
 
 def parse_args(argv=None):
@@ -45,72 +44,26 @@ def parse_args(argv=None):
     return args
 
 
-def main(argv=None):
+def run(argv=None):
     args = parse_args(argv)
-    import hpm_mm  # noqa: F401
-    cfg = load_config(args.config)
-    if args.cfg_options is not None:
-        merge_cfg_options(cfg, args.cfg_options)
-    cfg.launcher = args.launcher
-    if args.work_dir is not None:
-        cfg.work_dir = args.work_dir
-    elif cfg.get('work_dir') is None:
-        cfg.work_dir = osp.join('./work_dirs',
-                                osp.splitext(osp.basename(args.config))[0])
-    cfg.load_from = args.checkpoint
-    if args.out:
-        check_out(args.out)
-    from hpm_mm.engine.runner import setup_cpu_distributed
-    setup_cpu_distributed(cfg.launcher, cfg)  # gloo + DDP without a GPU
-    # an evaluation: no training parts, so hpm_mm's runner takes no work-dir
-    # lock and checks no training run (its checkpoint is checked below)
-    cfg.train_dataloader = cfg.train_cfg = cfg.optim_wrapper = None
-    cfg.param_scheduler, cfg.resume = None, False
-    from hpm_mm.apis import build_runner
-    runner = build_runner(cfg)
-    from mmpretrain.utils import get_ori_model
-
-    from hpm_mm.engine.checkpoint import (checkpoint_mismatch,
-                                          checkpoint_state, nonfinite_tensors)
-    model = get_ori_model(runner.model)
-    state = checkpoint_state(model, args.checkpoint)
-    problem = nonfinite_tensors(state, args.checkpoint)
-    if problem:
-        raise SystemExit(f'tools/test.py: {problem}. Fix: test an earlier '
-                         'checkpoint of the run (its training diverged).')
-    problem = None if args.partial_load else checkpoint_mismatch(
-        model, state, args.checkpoint)
-    if problem:
-        raise SystemExit(
-            f'tools/test.py: {problem}. Fix: test it with the config it '
-            'was trained with (a pretraining checkpoint needs a linear '
-            'probe or fine-tune first), or pass --partial-load.')
-    metrics = runner.test()
-    if args.out:
-        from mmengine.fileio import dump
-        dump(metrics, args.out)
-    return metrics
+    from hpm_mm.apis import test
+    return test(
+        args.config,
+        args.checkpoint,
+        args.work_dir,
+        out=args.out,
+        partial_load=args.partial_load,
+        launcher=args.launcher,
+        cfg_options=args.cfg_options)
 
 
-def check_out(path: str) -> None:
-    """Refuse an ``--out`` that could not be written, before the evaluation
-    (mmengine's dump fails only after it): a format dump does not know, or
-    a folder that does not exist."""
-    ext = osp.splitext(path)[1].lower()
-    if ext not in ('.json', '.yaml', '.yml', '.pkl', '.pickle'):
-        raise SystemExit(
-            f'tools/test.py: --out {path}: unknown format {ext or "(none)"}. '
-            'Fix: end it in .json, .yaml or .pkl.')
-    folder = osp.dirname(osp.abspath(path))
-    if not osp.isdir(folder):
-        raise SystemExit(
-            f'tools/test.py: --out {path}: the folder {folder} does not '
-            'exist. Fix: create it, or write elsewhere.')
+def main(argv=None):
+    from hpm_mm.errors import HPMError
+    try:
+        return run(argv)
+    except HPMError as e:  # the library's one-line refusal: exit 1
+        raise SystemExit(f'tools/test.py: {e}') from None
 
 
 if __name__ == '__main__':
-    from hpm_mm.errors import HPMError
-    try:
-        main()
-    except HPMError as e:  # the library's one-line refusal: exit 1
-        raise SystemExit(f'test.py: {e}') from None
+    main()

@@ -99,12 +99,48 @@ def _check_top_level(key: str) -> None:
         f'Fix: {hint}')
 
 
+def _by_type(cfg: dict, key: str) -> str:
+    """``key`` with each list element named by its ``type`` replaced by its
+    index: ``custom_hooks.KNNEvalHook.ks`` -> ``custom_hooks.1.ks``, so
+    that an option still means the same hook when the list changes."""
+    node, parts = cfg, key.split('.')
+    for i, part in enumerate(parts):
+        if isinstance(node, (list, tuple)) and not part.isdigit():
+            hits = [
+                j for j, item in enumerate(node)
+                if isinstance(item, dict) and item.get('type') == part
+            ]
+            where = '.'.join(parts[:i])
+            if len(hits) != 1:
+                types = [
+                    item.get('type') for item in node
+                    if isinstance(item, dict)
+                ]
+                raise HPMError(
+                    f'--cfg-options {key}: {where} has '
+                    f'{"no" if not hits else len(hits)} element(s) of type '
+                    f'{part!r} (its types: {types}). Fix: name one of '
+                    f'those types, or the element\'s index ({where}.0, ...).')
+            parts[i] = str(hits[0])
+            part = parts[i]
+        if isinstance(node, (list, tuple)) and part.isdigit() and \
+                int(part) < len(node):
+            node = node[int(part)]
+        elif isinstance(node, dict) and part in node:
+            node = node[part]
+        else:
+            break
+    return '.'.join(parts)
+
+
 def merge_cfg_options(cfg: Config, options: dict) -> Config:
     """``cfg.merge_from_dict(options)``, refusing in one line a key nothing
     reads (a config-file variable such as ``max_epochs``, a typo such as
     ``trian_cfg``) or a value whose type does not fit the config's
-    (``max_epochs=abc``, ``lr=fast``)."""
+    (``max_epochs=abc``, ``lr=fast``). A list element may be named by its
+    ``type`` instead of its index (``custom_hooks.KNNEvalHook.ks=[10]``)."""
     current = cfg.to_dict()
+    options = {_by_type(current, k): v for k, v in options.items()}
     for key in options:
         _check_top_level(key)
     for key, value in options.items():

@@ -1,4 +1,5 @@
-"""kNN evaluation of a checkpoint (DINO protocol) from Python."""
+"""Frozen-encoder evaluation of a checkpoint from Python: kNN (DINO
+protocol) and linear probes on cached features."""
 from typing import Optional, Sequence, Union
 
 import torch
@@ -20,49 +21,7 @@ class PixelFeatures(torch.nn.Module):
         return inputs.flatten(1)
 
 
-@torch.no_grad()
-def knn_eval(config: Union[str, Config],
-             checkpoint: Optional[str] = None,
-             ks: Optional[Sequence[int]] = None,
-             temperature: Optional[float] = None,
-             feature: Optional[str] = None,
-             teacher: bool = False,
-             amp: bool = False,
-             raw_pixels: bool = False,
-             log=None) -> dict:
-    """kNN top-1 accuracy of ``checkpoint``'s encoder.
-
-    The memory bank and the evaluated images come from the config's
-    ``KNNEvalHook`` (in ``custom_hooks``), so this and the evaluation during
-    training agree; ``ks``, ``temperature`` and ``feature`` default to the
-    hook's.
-
-    Args:
-        config (str | Config): The pretraining config.
-        checkpoint (str, optional): Its checkpoint (not needed with
-            ``raw_pixels``).
-        ks (Sequence[int], optional): Neighbour counts.
-        temperature (float, optional): The vote's temperature.
-        feature (str, optional): ``'avg'`` (patch tokens averaged) or
-            ``'cls'``.
-        teacher (bool): Evaluate the EMA teacher's encoder.
-        amp (bool): Mixed precision where the hardware computes it faster.
-        raw_pixels (bool): The baseline of the normalised pixels.
-        log (callable, optional): Called with each progress line.
-
-    Returns:
-        dict: ``acc`` ({k: top-1 %}), ``best_k``, ``best``, ``feature``,
-        ``temperature``, ``precision``, ``num_train``, ``num_val``.
-    """
-    from mmengine.registry import init_default_scope
-    from mmengine.runner import Runner
-
-    from hpm_mm.engine.precision import choose_precision
-    from hpm_mm.evaluation import extract_features, knn_classify
-    from .model import load_model
-    log = log or (lambda line: None)
-    cfg = load_config(config) if isinstance(config, str) else config
-    init_default_scope(cfg.get('default_scope', 'mmpretrain'))
+def _knn_hook(cfg: Config) -> dict:
     hooks = [
         h for h in cfg.get('custom_hooks', [])
         if h.get('type') == 'KNNEvalHook'
@@ -73,13 +32,73 @@ def knn_eval(config: Union[str, Config],
             'custom_hooks, so it does not say which labelled data to use. '
             'Fix: add dict(type="KNNEvalHook", train_dataloader=..., '
             'val_dataloader=...) to custom_hooks.')
-    hook = hooks[0]
-    ks = ks or hook.get('ks', (10, 20, 100, 200))
-    temperature = temperature or hook.get('temperature', 0.07)
-    feature = feature or hook.get('feature', 'avg')
+    return hooks[0]
+
+
+def frozen_eval(config: Union[str, Config],
+                checkpoint: Optional[str] = None,
+                features: Sequence[str] = ('avg', ),
+                ks: Optional[Sequence[int]] = None,
+                temperature: Optional[float] = None,
+                linear: bool = False,
+                seed: int = 0,
+                teacher: bool = False,
+                amp: bool = False,
+                raw_pixels: bool = False,
+                log=None) -> dict:
+    """kNN (DINO protocol) and, with ``linear``, linear-probe top-1 of
+    ``checkpoint``'s frozen encoder, for each of ``features``, from one
+    feature pass over the labelled data of the config's ``KNNEvalHook``
+    (memory bank / probe training set and evaluated set), so this and the
+    evaluation during training agree.
+
+    Args:
+        config (str | Config): The pretraining config.
+        checkpoint (str, optional): Its checkpoint (not needed with
+            ``raw_pixels``).
+        features (Sequence[str]): ``'avg'`` (patch tokens averaged) and/or
+            ``'cls'`` (the CLS token).
+        ks (Sequence[int], optional): Neighbour counts (positive); default:
+            the hook's.
+        temperature (float, optional): The vote's temperature (positive);
+            default: the hook's.
+        linear (bool): Also train the linear probe of the linear-probe
+            configs on the cached features
+            (:func:`~hpm_mm.evaluation.linear_probe`).
+        seed (int): The linear probe's seed.
+        teacher (bool): Evaluate the EMA teacher's encoder.
+        amp (bool): Mixed precision where the hardware computes it faster.
+        raw_pixels (bool): The baseline of the normalised pixels.
+        log (callable, optional): Called with each progress line.
+
+    Returns:
+        dict: ``knn`` ({feature: {k: top-1 %}}), ``linear`` ({feature:
+        top-1 %}, with ``linear``), ``temperature``, ``precision``,
+        ``num_train``, ``num_val``.
+    """
+    from mmengine.registry import init_default_scope
+    from mmengine.runner import Runner
+
+    from hpm_mm.engine.precision import choose_precision
+    from hpm_mm.evaluation import extract_features, knn_classify, linear_probe
+    from .model import load_model
+    log = log or (lambda line: None)
+    cfg = load_config(config) if isinstance(config, str) else config
+    init_default_scope(cfg.get('default_scope', 'mmpretrain'))
+    hook = _knn_hook(cfg)
+    ks = list(ks or hook.get('ks', (10, 20, 100, 200)))
+    if any(not isinstance(k, int) or k < 1 for k in ks):
+        raise HPMError(f'ks {ks}: each k is a count of neighbours. Fix: give '
+                       'positive integers, e.g. 10 20 100 200.')
+    if temperature is None:
+        temperature = hook.get('temperature', 0.07)
+    if not temperature > 0:
+        raise HPMError(f'temperature {temperature}: the vote weighs each '
+                       'neighbour by exp(similarity / temperature). Fix: '
+                       'give a positive temperature (DINO: 0.07).')
     if raw_pixels:
         model = PixelFeatures(load_model(cfg).data_preprocessor)
-        feature = 'avg'
+        features = ('avg', )
     elif checkpoint is None:
         raise HPMError('knn_eval needs a checkpoint (or raw_pixels=True).')
     else:
@@ -92,17 +111,81 @@ def knn_eval(config: Union[str, Config],
         loader = Runner.build_dataloader(hook[f'{split}_dataloader'], seed=0)
         log(f'extracting {split} features ({len(loader.dataset)} images)')
         feats[split] = extract_features(
-            model, loader, feature=feature, amp=amp)
-    acc = knn_classify(feats['train']['feats'], feats['train']['labels'],
-                       feats['val']['feats'], feats['val']['labels'], ks,
-                       temperature)
-    best = max(acc, key=acc.get)
-    return dict(
-        acc=acc,
-        best_k=best,
-        best=acc[best],
-        feature=feature,
+            model, loader, feature=tuple(features), amp=amp)
+    train, val = feats['train'], feats['val']
+    if train['labels'].numel() == val['labels'].numel() and torch.equal(
+            train['labels'], val['labels']) and all(
+                torch.equal(train['feats'][f], val['feats'][f])
+                for f in features):
+        log('warning: the memory bank is the evaluated set (the same images '
+            'in both loaders): every image finds itself, so kNN measures '
+            'nothing. Fix: evaluate on held-out images (val_dataloader).')
+    out = dict(
+        knn={},
         temperature=temperature,
         precision=precision.name,
-        num_train=len(feats['train']['labels']),
-        num_val=len(feats['val']['labels']))
+        num_train=len(train['labels']),
+        num_val=len(val['labels']))
+    for f in features:
+        out['knn'][f] = knn_classify(train['feats'][f], train['labels'],
+                                     val['feats'][f], val['labels'], ks,
+                                     temperature)
+    if linear:
+        out['linear'] = {
+            f:
+            linear_probe(
+                train['feats'][f],
+                train['labels'],
+                val['feats'][f],
+                val['labels'],
+                seed=seed)['top1']
+            for f in features
+        }
+    return out
+
+
+def knn_eval(config: Union[str, Config],
+             checkpoint: Optional[str] = None,
+             ks: Optional[Sequence[int]] = None,
+             temperature: Optional[float] = None,
+             feature: Optional[str] = None,
+             teacher: bool = False,
+             amp: bool = False,
+             raw_pixels: bool = False,
+             log=None) -> dict:
+    """kNN top-1 accuracy of ``checkpoint``'s encoder on one feature
+    (:func:`frozen_eval`'s kNN part).
+
+    Args:
+        config (str | Config): The pretraining config.
+        checkpoint (str, optional): Its checkpoint (not needed with
+            ``raw_pixels``).
+        ks (Sequence[int], optional): Neighbour counts.
+        temperature (float, optional): The vote's temperature.
+        feature (str, optional): ``'avg'`` (patch tokens averaged) or
+            ``'cls'``; default: the hook's.
+        teacher (bool): Evaluate the EMA teacher's encoder.
+        amp (bool): Mixed precision where the hardware computes it faster.
+        raw_pixels (bool): The baseline of the normalised pixels.
+        log (callable, optional): Called with each progress line.
+
+    Returns:
+        dict: ``acc`` ({k: top-1 %}), ``best_k``, ``best``, ``feature``,
+        ``temperature``, ``precision``, ``num_train``, ``num_val``.
+    """
+    cfg = load_config(config) if isinstance(config, str) else config
+    feature = 'avg' if raw_pixels else (
+        feature or _knn_hook(cfg).get('feature', 'avg'))
+    result = frozen_eval(
+        cfg,
+        checkpoint, (feature, ),
+        ks,
+        temperature,
+        teacher=teacher,
+        amp=amp,
+        raw_pixels=raw_pixels,
+        log=log)
+    acc = result.pop('knn')[feature]
+    best = max(acc, key=acc.get)
+    return dict(
+        acc=acc, best_k=best, best=acc[best], feature=feature, **result)

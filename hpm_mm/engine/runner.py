@@ -57,7 +57,7 @@ from .checkpoint import (checkpoint_mismatch, checkpoint_problem,
 from .optimizers.autocast_optim_wrapper import AMP_TYPES, amp_optim_wrapper_cfg
 from .precision import Precision, choose_precision
 from .schedule import check_run_length
-from .work_dir import own_work_dir
+from .work_dir import own_work_dir, release_work_dir
 
 
 def run_precision(optim_wrapper: dict) -> Tuple[Precision, dict]:
@@ -419,7 +419,7 @@ class RunPolicyMixin:
     def release_work_dir(self) -> None:
         """Let the next run have the work dir (done when ``train`` ends)."""
         if self._hpm_lock is not None:
-            self._hpm_lock.close()
+            release_work_dir(self._hpm_lock)
             self._hpm_lock = None
 
     def dump_config(self) -> None:

@@ -48,3 +48,14 @@ def own_work_dir(work_dir: str) -> IO:
                  f'{started}: {" ".join(sys.argv)}\n')
     handle.flush()
     return handle
+
+
+def release_work_dir(handle: IO) -> None:
+    """Give the work dir back. The lock is dropped explicitly before the
+    file is closed: dataloader workers forked during the run share its
+    open file, and would otherwise hold the lock for as long as they live
+    (persistent workers outlive ``train()``)."""
+    try:
+        fcntl.flock(handle, fcntl.LOCK_UN)
+    finally:
+        handle.close()

@@ -9,7 +9,7 @@ from mmengine.registry import RUNNERS
 
 from hpm_mm.engine import precision as P
 from hpm_mm.engine.runner import HPMRunner
-from hpm_mm.engine.work_dir import WorkDirBusy, own_work_dir
+from hpm_mm.engine.work_dir import WorkDirBusy, own_work_dir, release_work_dir
 from hpm_mm.errors import HPMError
 
 
@@ -84,6 +84,24 @@ def test_second_run_in_a_busy_work_dir_is_refused(tmp_path):
     runner.train()
     # the run released the work dir when it ended
     own_work_dir(cfg.work_dir).close()
+
+
+def test_a_finished_run_frees_its_work_dir_while_its_workers_live(tmp_path):
+    """Dataloader workers forked during a run share the lock's open file;
+    persistent ones outlive train(). The run's end frees the work dir all
+    the same (a notebook's or a driver's next run in the same dir)."""
+    import multiprocessing
+    import time
+    lock = own_work_dir(str(tmp_path))
+    ctx = multiprocessing.get_context('fork')
+    worker = ctx.Process(target=time.sleep, args=(30, ))
+    worker.start()  # holds a copy of the lock's file descriptor
+    try:
+        release_work_dir(lock)
+        release_work_dir(own_work_dir(str(tmp_path)))
+    finally:
+        worker.kill()
+        worker.join()
 
 
 def test_resume_and_load_from_checks(tmp_path):

@@ -4,7 +4,7 @@ import os.path as osp
 
 import pytest
 import torch
-from conftest import FMNIST_CFG, REPO, make_image_folder, run_tool
+from conftest import FMNIST_CFG, REPO, make_image_folder, python, run_tool
 from mmengine.config import Config
 from mmengine.runner import Runner
 
@@ -59,6 +59,29 @@ custom_hooks = [dict(type='KNNEvalHook', ks=(1, 3, 200),
     res = json.loads(out.read_text())
     assert set(res['acc']) == {'1', '3'} and all(0 <= v <= 100
                                                  for v in res['acc'].values())
+    # what is not a kNN: one line each, nothing evaluated
+    for args, words in ((['--temperature', '0'], 'temperature 0.0'),
+                        (['--temperature', '-1'], 'temperature -1.0'),
+                        (['--ks', '0'], 'ks [0]'), (['--ks',
+                                                     '-5'], 'ks [-5]')):
+        proc = python('tools/analysis_tools/knn_eval.py', str(cfg),
+                      hpm_checkpoint, *args)
+        assert proc.returncode == 1, proc.stderr[-2000:]
+        assert proc.stderr.strip().splitlines() == [
+            proc.stderr.strip().splitlines()[-1]
+        ] and f'knn_eval.py: {words}' in proc.stderr and 'Fix:' in \
+            proc.stderr
+    # a memory bank that is the evaluated set is said to measure nothing
+    same = tmp_path / 'same.py'
+    same.write_text(f'''
+_base_ = [{FMNIST_CFG!r}]
+custom_hooks = [dict(type='KNNEvalHook', ks=(1, ),
+                     train_dataloader={_folder_loader(val)!r},
+                     val_dataloader={_folder_loader(val)!r})]
+''')
+    proc = run_tool('tools/analysis_tools/knn_eval.py', str(same),
+                    hpm_checkpoint)
+    assert 'the memory bank is the evaluated set' in proc.stdout
 
 
 @pytest.mark.parametrize('config,frozen', [(LINEAR, True), (FINETUNE, False)])
@@ -121,3 +144,27 @@ def test_fmnist_probe_sees_the_images_as_they_are(config, augmented):
         assert train == ['RandomCrop', 'RandomFlip', 'PackInputs']
     else:
         assert train == test == ['PackInputs']
+
+
+def test_frozen_eval_gives_knn_and_linear_on_both_features_in_one_pass(
+        tmp_path, hpm_checkpoint):
+    """hpm_mm.apis.frozen_eval (the study's evaluation): kNN as knn_eval
+    gives it, and the cached linear probe, for the patch average and the
+    CLS token."""
+    from hpm_mm.apis import frozen_eval, knn_eval, load_config
+    train = make_image_folder(str(tmp_path / 'train'), 2, 6, seed=1)
+    val = make_image_folder(str(tmp_path / 'val'), 2, 3, seed=2)
+    path = tmp_path / 'knn_cfg.py'
+    path.write_text(f'''
+_base_ = [{FMNIST_CFG!r}]
+custom_hooks = [dict(type='KNNEvalHook', ks=(1, 3),
+                     train_dataloader={_folder_loader(train)!r},
+                     val_dataloader={_folder_loader(val)!r})]
+''')
+    cfg = load_config(str(path))
+    r = frozen_eval(cfg, hpm_checkpoint, ('avg', 'cls'), linear=True)
+    assert set(r['knn']) == set(r['linear']) == {'avg', 'cls'}
+    assert r['num_train'] == 12 and r['num_val'] == 6
+    for f in ('avg', 'cls'):
+        assert r['knn'][f] == knn_eval(cfg, hpm_checkpoint, feature=f)['acc']
+        assert 0 <= r['linear'][f] <= 100

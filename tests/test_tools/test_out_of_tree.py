@@ -17,8 +17,8 @@ LINEAR_BASE = ('hpm_mm::benchmarks/classification/fmnist/'
                'vit-mini-p4_1xb256-linear-coslr-10e_fmnist.py')
 # kNN and the pictures on a few images (the configs' hooks read all 70k)
 SMALL_EVAL = [
-    'custom_hooks.1.train_dataloader.dataset.indices=64',
-    'custom_hooks.1.val_dataloader.dataset.indices=32',
+    'custom_hooks.KNNEvalHook.train_dataloader.dataset.indices=64',
+    'custom_hooks.KNNEvalHook.val_dataloader.dataset.indices=32',
 ]
 
 

@@ -48,6 +48,7 @@ def test_own_images_labelled_rgb_with_a_corrupt_file(tmp_path):
     assert '20 images, 2 classes' in out and '32x32 RGB' in out, out
     knn = json.load(open(work / 'knn.json'))
     assert knn['num_train'] == 16 and knn['num_val'] == 4
+    assert knn['epoch'] == 2  # the epochs trained when it ran
     assert 'kNN top-1' in out
     pngs = os.listdir(work / 'hard_patches')
     assert sum(p.endswith('.png') for p in pngs) == 4, pngs

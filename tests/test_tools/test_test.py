@@ -38,3 +38,24 @@ test_dataloader = {dict(_delete_=True, **_folder_loader(data))!r}
                   str(tmp_path / 'work'), '--partial-load')
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert 'accuracy/top1' in proc.stdout + proc.stderr
+
+
+def test_out_that_cannot_be_written_is_refused_before_the_evaluation(
+        tmp_path, monkeypatch):
+    """--out in another format, a missing folder or one this user cannot
+    write: refused before the evaluation (mmengine's dump fails after it,
+    losing the result). Root writes anywhere, so the permission is faked."""
+    import os
+
+    import pytest
+
+    from hpm_mm.apis.test import check_out
+    from hpm_mm.errors import HPMError
+    check_out(str(tmp_path / 'm.json'))
+    for path, words in ((tmp_path / 'm.txt', 'unknown format .txt'),
+                        (tmp_path / 'no' / 'm.json', 'does not exist')):
+        with pytest.raises(HPMError, match=words):
+            check_out(str(path))
+    monkeypatch.setattr(os, 'access', lambda path, mode: False)
+    with pytest.raises(HPMError, match='cannot be written. Fix: write'):
+        check_out(str(tmp_path / 'm.json'))

@@ -3,8 +3,9 @@ from .console_progress_hook import ConsoleProgressHook
 from .hard_patch_vis_hook import HardPatchVisHook
 from .hpm_schedule_hook import HPMScheduleHook
 from .knn_hook import KNNEvalHook
+from .time_limit_hook import TimeLimitHook
 
 __all__ = [
     'HPMScheduleHook', 'KNNEvalHook', 'HardPatchVisHook',
-    'AtomicCheckpointHook', 'ConsoleProgressHook'
+    'AtomicCheckpointHook', 'ConsoleProgressHook', 'TimeLimitHook'
 ]

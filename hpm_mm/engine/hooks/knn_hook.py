@@ -114,8 +114,10 @@ class KNNEvalHook(AfterCheckpointEvalHook):
                     best=acc[best],
                     feature=self.feature,
                     precision=precision,
-                    epoch=runner.epoch,
-                    iter=runner.iter,
+                    # the epochs / iterations trained when it ran (the
+                    # loop counts the current one only after its hooks)
+                    epoch=runner.epoch + (1 if self.by_epoch else 0),
+                    iter=runner.iter + (0 if self.by_epoch else 1),
                     num_train=len(train['labels']),
                     num_val=len(val['labels'])),
                 osp.join(runner.work_dir, 'knn.json'),
