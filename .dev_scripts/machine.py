@@ -1,0 +1,21 @@
+"""This machine, as every timing in docs/speed.md names it.
+
+    python .dev_scripts/machine.py
+
+CPU class (AVX2 / AVX512-BF16 / AMX / CUDA), torch threads and the fp32
+GFLOP/s of a 2048-square matmul (best of 3 after a warm-up): machines of
+one CPU class differ ~2x, so a timing is comparable only beside this.
+"""
+import torch
+
+from hpm_mm.engine.precision import cpu_class, time_matmul
+
+
+def gemm_gflops(n: int = 2048, repeats: int = 3) -> float:
+    seconds = time_matmul(torch.randn(n, n), torch.randn(n, n), repeats)
+    return round(2 * n**3 / seconds / 1e9, 1)
+
+
+if __name__ == '__main__':
+    print(f'cpu_class {cpu_class()}, threads {torch.get_num_threads()}, '
+          f'fp32_gemm_gflops {gemm_gflops()}, torch {torch.__version__}')
