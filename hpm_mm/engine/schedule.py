@@ -1,7 +1,7 @@
 """One rule that scales a pretraining recipe to the length of a run.
 
 Used wherever a run of another length than its config's is made: the
-small-scale study (``.dev_scripts/fmnist_study.py``) and the own-images
+small-scale study (``.dev_scripts/fmnist_study/``) and the own-images
 command (``tools/pretrain_folder.py``).
 """
 import math

@@ -24,11 +24,13 @@ class HPMBase(BaseSelfSupervisor):
     (:attr:`score_module`: a framework's :class:`HPMLossPredictor`, HPM's
     decoder, which holds its predictor over the shared embedding).
 
-    **The scores** the mask generator reads come from one place,
-    :meth:`mask_scores`: the teacher's pass (``score_source``
-    ``'predicted_loss'`` or ``'cls_attention'``), or the generator's own
+    **The scores** the mask generator reads come from the generator's
+    ``score_source``: the teacher's pass (``'predicted_loss'`` or
+    ``'cls_attention'``; :meth:`teach` asks the teacher once for the scores
+    and, when they are a target, its features), or the generator's own
     :meth:`~BaseMaskGenerator.image_scores` (``score_source='image'``: no
-    teacher is built for them).
+    teacher is built for them). :meth:`mask_scores` gives the same scores
+    outside training (the hard-patch pictures).
 
     **The teacher** is built when the mask reads teacher scores at some
     progress or its features are a target (:attr:`teacher_features`).

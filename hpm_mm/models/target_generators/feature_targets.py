@@ -131,7 +131,7 @@ class ViTFeatureTarget(FrozenFeatureTarget):
     Args:
         checkpoint (str, optional): mmpretrain-format weights (``backbone.``
             keys or bare ones; DINO's release is converted by
-            ``tools/model_converters/timm_vit2mmpretrain.py``).
+            ``tools/model_converters/target_weights.py dino``).
         arch (str | dict): Defaults to ``'b'``.
         img_size (int): Defaults to 224.
         patch_size (int): Defaults to 16.
