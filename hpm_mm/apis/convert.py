@@ -63,6 +63,11 @@ def encoder_state(checkpoint: dict, teacher: bool = False) -> dict:
         if k.startswith(prefix) and k != prefix + 'mask_token'
     }
     missing = [k for k in REQUIRED if k not in enc]
+    if missing and teacher and all('backbone.' + k in state for k in REQUIRED):
+        raise ValueError(
+            'this run has no EMA teacher (teacher.module.backbone.*): its '
+            'masks never read teacher scores (MAE, or alpha 0 -> 0), so none '
+            'was built. Fix: drop --teacher (the student is the encoder).')
     if missing:
         what = 'EMA teacher encoder (teacher.module.backbone.*)' if teacher \
             else 'ViT encoder under backbone.*'
@@ -152,3 +157,58 @@ def from_timm(state: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
         'backbone.' + _rename(k, to_timm=False): v
         for k, v in state.items() if not k.startswith('head.')
     }
+
+
+#: what a timm model folder needs beside timm (requirements/optional.txt)
+TIMM_FOLDER_PACKAGES = ('timm', 'safetensors')
+
+
+def timm_folder(state: Dict[str, torch.Tensor], out_dir: str, model_args: dict,
+                pretrained_cfg: dict) -> Dict[str, str]:
+    """Write ``state`` (timm keys, from ``convert(..., 'timm')``) as a timm
+    model folder that ``timm.create_model('local-dir:OUT_DIR',
+    pretrained=True)`` loads: ``model.safetensors``, ``config.json``
+    (``architecture``, ``model_args``, ``pretrained_cfg`` with mean / std /
+    input size / channels), ``pytorch_model.pth`` (the state dict alone, for
+    ``torch.load(weights_only=True)``) and ``SHA256SUMS`` of the three.
+
+    Args:
+        state (dict): The encoder's tensors in timm's names.
+        out_dir (str): The folder (created; its files are replaced).
+        model_args (dict): ``timm.models.VisionTransformer`` arguments.
+        pretrained_cfg (dict): timm's pretrained config (``mean``,
+            ``std``, ``input_size``, ...).
+
+    Returns:
+        dict: file name -> SHA-256.
+    """
+    import hashlib
+    import json
+    import os
+
+    from safetensors.torch import save_file
+    os.makedirs(out_dir, exist_ok=True)
+    tensors = {k: v.detach().contiguous().cpu() for k, v in state.items()}
+    save_file(
+        tensors,
+        os.path.join(out_dir, 'model.safetensors'),
+        metadata=dict(format='pt'))
+    torch.save(tensors, os.path.join(out_dir, 'pytorch_model.pth'))
+    config = dict(
+        architecture='vit_base_patch16_224',  # its builder, our model_args
+        num_classes=0,
+        num_features=model_args['embed_dim'],
+        model_args=model_args,
+        pretrained_cfg=pretrained_cfg)
+    with open(os.path.join(out_dir, 'config.json'), 'w') as f:
+        json.dump(config, f, indent=2)
+    sums = {}
+    for name in ('model.safetensors', 'pytorch_model.pth', 'config.json'):
+        digest = hashlib.sha256()
+        with open(os.path.join(out_dir, name), 'rb') as f:
+            for block in iter(lambda: f.read(1 << 20), b''):
+                digest.update(block)
+        sums[name] = digest.hexdigest()
+    with open(os.path.join(out_dir, 'SHA256SUMS'), 'w') as f:
+        f.writelines(f'{h}  {n}\n' for n, h in sums.items())
+    return sums

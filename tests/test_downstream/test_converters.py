@@ -17,8 +17,7 @@ def _run(*args):
                          [('mmpretrain', 64, False),
                           pytest.param('mmdet', 128, False, marks=NEEDS_FULL),
                           pytest.param('mmdet', 128, True, marks=NEEDS_FULL),
-                          pytest.param('mmseg', 96, False, marks=NEEDS_FULL),
-                          ('timm', 64, False)])
+                          pytest.param('mmseg', 96, False, marks=NEEDS_FULL)])
 def test_round_trip_is_strict(tmp_path, rgb_hpm_checkpoint, target, img,
                               teacher):
     out = tmp_path / 'out.pth'
@@ -112,3 +111,83 @@ def test_refuses_non_hpm_checkpoints(tmp_path):
     assert proc.returncode != 0
     assert 'not an HPM/MAE pretraining checkpoint' in proc.stderr
     assert not (tmp_path / 'o.pth').exists()
+
+
+@pytest.mark.parametrize('teacher', [False, True])
+def test_timm_folder_loads_in_timm_with_the_encoders_features(
+        tmp_path, rgb_hpm_checkpoint, teacher):
+    """--target timm writes a timm model folder: timm.create_model(
+    'local-dir:...', pretrained=True) loads it strictly and computes the
+    pretrained encoder's features; the files match SHA256SUMS, the .pth is
+    a plain state dict."""
+    import hashlib
+    import json
+
+    import timm
+    out = tmp_path / 'timm_vit'
+    proc = _run(rgb_hpm_checkpoint, str(out), '--target', 'timm',
+                *(['--teacher'] if teacher else []))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "timm.create_model('local-dir:" in proc.stdout
+    files = {p.name for p in out.iterdir()}
+    assert files == {
+        'model.safetensors', 'config.json', 'pytorch_model.pth', 'SHA256SUMS'
+    }
+    for line in (out / 'SHA256SUMS').read_text().splitlines():
+        digest, name = line.split('  ')
+        assert hashlib.sha256((out / name).read_bytes()).hexdigest() == digest
+    config = json.loads((out / 'config.json').read_text())
+    pre = config['pretrained_cfg']
+    assert pre['input_size'] == [3, 64, 64]
+    # the pretraining's normalisation (the tiny HPM's: mean 0, std 1 in
+    # 0-255 units), in timm's 0-1 units
+    assert pre['mean'] == [0.] * 3 and pre['std'] == [1 / 255] * 3
+    assert config['model_args']['embed_dim'] == 64
+    model = timm.create_model(f'local-dir:{out}', pretrained=True).eval()
+    assert list(model.pretrained_cfg['mean']) == pre['mean']
+    ckpt = torch.load(rgb_hpm_checkpoint, map_location='cpu')
+    ref = _vit(64)
+    ref.load_state_dict(encoder_state(ckpt, teacher))
+    ref.eval()
+    x = torch.randn(2, 3, 64, 64)
+    with torch.no_grad():
+        assert torch.allclose(model.forward_features(x), ref(x)[0], atol=1e-5)
+    state = torch.load(out / 'pytorch_model.pth', weights_only=True)
+    assert set(state) == set(model.state_dict())
+
+
+def test_converter_refusals_are_one_line(tmp_path, rgb_hpm_checkpoint,
+                                         monkeypatch):
+    """A diverged checkpoint, --teacher on a run without one, and --target
+    timm without its packages: one line each, nothing written."""
+    ckpt = torch.load(rgb_hpm_checkpoint, map_location='cpu')
+    state = ckpt['state_dict']
+    nan = dict(
+        ckpt,
+        state_dict={
+            k: v.float() * float('nan') if v.is_floating_point() else v
+            for k, v in state.items()
+        })
+    student_only = dict(
+        ckpt,
+        state_dict={
+            k: v
+            for k, v in state.items() if not k.startswith('teacher.')
+        })
+    cases = [(nan, [], 'non-finite values (NaN/inf)'),
+             (student_only, ['--teacher'], 'this run has no EMA teacher')]
+    for i, (data, extra, words) in enumerate(cases):
+        path = tmp_path / f'c{i}.pth'
+        torch.save(data, path)
+        proc = _run(
+            str(path), str(tmp_path / f'o{i}.pth'), '--target', 'mmpretrain',
+            *extra)
+        assert proc.returncode == 1 and words in proc.stderr, proc.stderr
+        assert 'Fix:' in proc.stderr and not (tmp_path / f'o{i}.pth').exists()
+    import hpm_mm.apis.convert as conv
+    monkeypatch.setattr(conv, 'TIMM_FOLDER_PACKAGES', ('timm', 'no_such_pkg'))
+    proc = _run(rgb_hpm_checkpoint, str(tmp_path / 'tf'), '--target', 'timm')
+    assert proc.returncode == 1
+    assert 'needs no_such_pkg' in proc.stderr and \
+        'pip install -r requirements/optional.txt' in proc.stderr
+    assert not (tmp_path / 'tf').exists()

@@ -2,13 +2,17 @@
 
     python tools/model_converters/hpm2backbone.py CKPT OUT \
         --target {mmpretrain,mmdet,mmseg,timm} [--teacher] \
-        [--img-size 1024] [--patch-size 16] [--arch b]
+        [--img-size 1024] [--arch b]
 
 Builds the target backbone (from the checkpoint's own config when it has
 one, else ``--arch``), loads the converted weights into it and prints a
 strict report: every tensor must load; the only keys the target may add are
 the ones it initialises by design (relative-position tables). Writes
-``{'state_dict': ..., 'meta': {...}}``.
+``{'state_dict': ..., 'meta': {...}}`` to OUT; with ``--target timm`` OUT is
+a timm model folder (``model.safetensors``, ``config.json`` with the
+model's arguments and its mean / std / input size, ``pytorch_model.pth``,
+``SHA256SUMS``) that ``timm.create_model('local-dir:OUT', pretrained=True)``
+loads. A checkpoint holding NaN/inf is refused.
 """
 import argparse
 import os.path as osp
@@ -102,6 +106,12 @@ def build_target(target, dim, depth, heads, ffn, img_size, patch_size,
             init_values=1.0)
     import timm
     return timm.models.vision_transformer.VisionTransformer(
+        **timm_args(dim, depth, heads, ffn, img_size, patch_size, in_channels))
+
+
+def timm_args(dim, depth, heads, ffn, img_size, patch_size, in_channels):
+    """timm ``VisionTransformer`` arguments of the encoder (no head)."""
+    return dict(
         img_size=img_size,
         patch_size=patch_size,
         in_chans=in_channels,
@@ -110,6 +120,34 @@ def build_target(target, dim, depth, heads, ffn, img_size, patch_size,
         num_heads=heads,
         mlp_ratio=ffn / dim,
         num_classes=0)
+
+
+def timm_pretrained_cfg(ckpt, in_channels, img_size, src, teacher):
+    """timm's pretrained config: the pretraining's normalisation (the
+    config's data_preprocessor mean / std, in 0-1 units), input size."""
+    mean, std = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
+    cfg_text = ckpt.get('meta', {}).get('cfg')
+    if cfg_text:
+        from mmengine.config import Config
+        cfg = Config.fromstring(cfg_text, '.py')
+        pre = cfg.get('data_preprocessor') or cfg.get(
+            'model', {}).get('data_preprocessor') or {}
+        if pre.get('mean') is not None and pre.get('std') is not None:
+            mean = [m / 255 for m in pre['mean']]
+            std = [s / 255 for s in pre['std']]
+    if len(mean) != in_channels:
+        mean, std = [sum(mean) / len(mean)] * in_channels, \
+            [sum(std) / len(std)] * in_channels
+    return dict(
+        input_size=(in_channels, img_size, img_size),
+        fixed_input_size=True,
+        mean=tuple(mean),
+        std=tuple(std),
+        interpolation='bicubic',
+        crop_pct=1.0,
+        num_classes=0,
+        tag=f"hpm_mm {'teacher' if teacher else 'student'} of "
+        f'{osp.basename(src)}')
 
 
 def main(argv=None):
@@ -147,6 +185,26 @@ def main(argv=None):
         enc = encoder_state(ckpt, args.teacher)
     except ValueError as e:
         raise SystemExit(f'{args.src}: {e}')
+    from hpm_mm.engine.checkpoint import nonfinite_tensors
+    problem = nonfinite_tensors(enc, args.src)
+    if problem:
+        raise SystemExit(f'hpm2backbone.py: {problem}: its training '
+                         'diverged. Fix: convert an earlier checkpoint of '
+                         'the run.')
+    if args.target == 'timm':
+        import importlib.util
+
+        from hpm_mm.apis.convert import TIMM_FOLDER_PACKAGES
+        lacking = [
+            m for m in TIMM_FOLDER_PACKAGES
+            if importlib.util.find_spec(m) is None
+        ]
+        if lacking:
+            raise SystemExit(
+                f'hpm2backbone.py: --target timm writes a timm model folder '
+                f'and needs {", ".join(lacking)}, which this environment '
+                'lacks. Fix: pip install -r requirements/optional.txt '
+                '(the pinned timm, safetensors, huggingface_hub)')
     proj = enc['patch_embed.projection.weight']
     patch, in_ch = proj.shape[-1], proj.shape[1]
     n = enc['pos_embed'].shape[1] - 1
@@ -181,6 +239,16 @@ def main(argv=None):
     if missing or unexpected or shape_errors:
         raise SystemExit('conversion is not exact; nothing written')
     model.load_state_dict(to_load, strict=False)
+    if args.target == 'timm':
+        from hpm_mm.apis.convert import timm_folder
+        sums = timm_folder(
+            state, args.dst,
+            timm_args(dim, depth, heads, ffn, img_size, patch, in_ch),
+            timm_pretrained_cfg(ckpt, in_ch, img_size, args.src, args.teacher))
+        print(f'wrote the timm model folder {args.dst}: ' + ', '.join(sums) +
+              ", SHA256SUMS; load it with "
+              f"timm.create_model('local-dir:{args.dst}', pretrained=True)")
+        return
     torch.save(
         dict(
             state_dict=state,
