@@ -67,7 +67,7 @@ if __name__ == '__main__':
         if osp.exists(osp.join(HERE, 'README.md')) else '',
         long_description_content_type='text/markdown',
         license='Apache License 2.0',
-        python_requires='>=3.8',
+        python_requires='>=3.10, <3.13',
         packages=find_packages(exclude=('configs', 'tools', 'tests')),
         include_package_data=True,
         package_data={'hpm_mm': ['.mim/**/*']},

@@ -14,13 +14,13 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 VENV_PY=${HPM_VENV:-$ROOT/.venv}/bin/python
 [[ -x $VENV_PY ]] || VENV_PY=python
 
-PYTHONPATH="$ROOT":$PYTHONPATH \
-exec ${PYTHON:-$VENV_PY} -m torch.distributed.run \
-    --nnodes=$NNODES \
-    --node_rank=$NODE_RANK \
-    --master_addr=$MASTER_ADDR \
-    --nproc_per_node=$GPUS \
-    --master_port=$PORT \
+PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" \
+exec "${PYTHON:-$VENV_PY}" -m torch.distributed.run \
+    --nnodes="$NNODES" \
+    --node_rank="$NODE_RANK" \
+    --master_addr="$MASTER_ADDR" \
+    --nproc_per_node="$GPUS" \
+    --master_port="$PORT" \
     "$ROOT/tools/train.py" \
-    $CONFIG \
-    --launcher pytorch ${@:3}
+    "$CONFIG" \
+    --launcher pytorch "${@:3}"

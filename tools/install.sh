@@ -42,7 +42,16 @@ MMCV_VERSION=2.1.0
 REQ=$ROOT/requirements
 
 log() { printf '[install] %s\n' "$*"; }
-die() { printf '[install] ERROR: %s\n' "$*" >&2; exit 1; }
+die() {  # the failed step's status: a killed pip is not a bad package
+  local rc=$?
+  if (( rc > 128 )); then
+    printf '[install] ERROR: the step was killed (signal %s, %s), not refused (it was: %s). Fix: rerun bash tools/install.sh %s\n' \
+      "$((rc - 128))" "$(kill -l $((rc - 128)) 2>/dev/null || echo '?')" "$*" "$PROFILE" >&2
+  else
+    printf '[install] ERROR: %s\n' "$*" >&2
+  fi
+  exit 1
+}
 start=$(date +%s)
 case $PROFILE in
   pretrain|full|overlay) ;;
@@ -50,21 +59,40 @@ case $PROFILE in
 esac
 
 # ---------------------------------------------------------------- python / venv
+# Supported: Python 3.10-3.12 (the suite runs on 3.11; setup.py and README
+# agree). 3.10 is the floor of torch 2.14 and of hpm_mm's own imports;
+# mmcv 2.1 / mmdet 3.3 stop at 3.12.
+supported() {
+  "$1" -c 'import sys; sys.exit(0 if (3, 10) <= sys.version_info[:2] <= (3, 12) else 1)' 2>/dev/null \
+    || die "$1 is $("$1" -V 2>&1); hpm_mm supports Python 3.10-3.12 (tested on 3.11). Fix: point HPM_PYTHON (or python3) at a Python 3.10-3.12."
+}
 if [[ ${HPM_USE_CURRENT_ENV:-0} == 1 || $PROFILE == overlay ]]; then
   PY=${HPM_PYTHON:-$(command -v python || command -v python3)} || die "no python on PATH"
+  LOCK=$ROOT/.install.lock
 else
-  BASE_PY=$(command -v python3 || true)
-  [[ -n $BASE_PY ]] || die "python3 not found. Install Python 3.8-3.12 (apt-get install -y python3 python3-venv)."
+  BASE_PY=${HPM_PYTHON:-$(command -v python3 || true)}
+  [[ -n $BASE_PY ]] || die "python3 not found. Install Python 3.10-3.12 (apt-get install -y python3 python3-venv)."
+  supported "$BASE_PY"
+  PY=$VENV/bin/python
+  LOCK=${VENV%/}.install.lock
+fi
+# One install at a time per environment: a second one waits for the first
+# (and then finds its work done) instead of creating or filling it beside it.
+exec 9>>"$LOCK"
+if ! flock -n 9; then
+  log "another install.sh is setting up ${BASE_PY:+$VENV}${BASE_PY:-$PY}; waiting for it to finish"
+  flock 9
+fi
+if [[ -n ${BASE_PY:-} ]]; then
   if [[ ! -x $VENV/bin/python ]]; then
     log "creating virtual environment $VENV"
     "$BASE_PY" -m venv "$VENV" || die "could not create $VENV. Fix: apt-get install -y python3-venv (or set HPM_USE_CURRENT_ENV=1)."
   fi
-  PY=$VENV/bin/python
+  # pip runs in this venv only, never in the interpreter it was made from
+  [[ $("$PY" -c 'import os, sys; print(os.path.realpath(sys.prefix))' 2>/dev/null) == "$(cd "$VENV" && pwd -P)" ]] \
+    || die "$PY is not a working virtual environment in $VENV (half made?). Fix: rm -rf $VENV and rerun."
 fi
-"$PY" - <<'EOF' || die "Python 3.8-3.12 is required by mmcv 2.1/mmdet 3.3; found $("$PY" -V 2>&1). Point python3 at a supported version."
-import sys
-sys.exit(0 if (3, 8) <= sys.version_info[:2] <= (3, 12) else 1)
-EOF
+supported "$PY"
 PIP=("$PY" -m pip --disable-pip-version-check)
 SOURCE=()  # where `pip install` looks: the index, or only the wheelhouse
 if [[ -n $WHEELHOUSE ]]; then
@@ -87,22 +115,23 @@ EOF
 }
 # (pretraining needs no compiled ops: a full install serves it without the
 # ops check)
-if [[ -f $(stamp full) ]] && "$PY" -c "import hpm_mm" 2>/dev/null && { [[ $PROFILE == pretrain ]] || mmcv_ops_ok; }; then
-  log "already installed (full profile: $(stamp full)); $(( $(date +%s) - start )) s"
-  exit 0
-fi
-if [[ $PROFILE != full && -f $(stamp "$PROFILE") ]] && "$PY" -c "import hpm_mm" 2>/dev/null; then
-  log "already installed ($PROFILE profile: $(stamp "$PROFILE")); $(( $(date +%s) - start )) s"
-  exit 0
-fi
-log "profile: $PROFILE"
-
-prepare_data() {
+prepare_data() {  # every run, the fast path too: sizes and SHA-256 checked
   if [[ ${HPM_SKIP_DATA:-0} != 1 ]]; then
     "$PY" "$ROOT/tools/dataset_converters/prepare_fashion_mnist.py" --out "$ROOT/data/fashion_mnist" \
       || log "WARNING: Fashion-MNIST not prepared (see above); the main job needs it, the tests do not."
   fi
 }
+if [[ -f $(stamp full) ]] && "$PY" -c "import hpm_mm" 2>/dev/null && { [[ $PROFILE == pretrain ]] || mmcv_ops_ok; }; then
+  prepare_data
+  log "already installed (full profile: $(stamp full)); $(( $(date +%s) - start )) s"
+  exit 0
+fi
+if [[ $PROFILE != full && -f $(stamp "$PROFILE") ]] && "$PY" -c "import hpm_mm" 2>/dev/null; then
+  prepare_data
+  log "already installed ($PROFILE profile: $(stamp "$PROFILE")); $(( $(date +%s) - start )) s"
+  exit 0
+fi
+log "profile: $PROFILE"
 
 # ---------------------------------------------------------------- overlay
 if [[ $PROFILE == overlay ]]; then

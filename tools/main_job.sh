@@ -28,8 +28,11 @@ if [[ -z ${WORK_DIR:-} ]]; then
     n=$((n + 1)); WORK_DIR=work_dirs/${NAME}_$n
   done
 fi
-AMP=(--amp)
-[[ ${HPM_PRECISION:-amp} == fp32 ]] && AMP=()
+case ${HPM_PRECISION:-amp} in
+  amp) AMP=(--amp) ;;
+  fp32) AMP=() ;;
+  *) echo "main_job.sh: HPM_PRECISION=$HPM_PRECISION is not a precision it knows. Fix: HPM_PRECISION=amp (mixed precision where the hardware computes it faster, the default) or HPM_PRECISION=fp32." >&2; exit 2 ;;
+esac
 cd "$ROOT"
 [[ -f data/fashion_mnist/train-images-idx3-ubyte ]] || "$PY" tools/dataset_converters/prepare_fashion_mnist.py
 
@@ -38,17 +41,21 @@ start=$(date +%s)
 "$PY" tools/train.py "$CONFIG" --work-dir "$WORK_DIR" --quiet "${AMP[@]}" "$@"
 echo "== pretraining and evaluation took $(( $(date +%s) - start )) s"
 
-"$PY" - "$WORK_DIR/knn.json" "$WORK_DIR/precision.json" <<'PYEOF'
+"$PY" - "$WORK_DIR/knn.json" "$WORK_DIR/precision.json" "$NAME" <<'PYEOF'
 import json, sys
 r = json.load(open(sys.argv[1]))
 p = json.load(open(sys.argv[2]))
-print(f"\n== kNN top-1 of the HPM encoder (T=0.07; {r['num_train']} train / "
-      f"{r['num_val']} test images of Fashion-MNIST; trained in "
+fmnist = sys.argv[3].endswith('_fmnist')  # the embedded data's configs
+print(f"\n== kNN top-1 of the encoder (T={r.get('temperature', 0.07)}; "
+      f"{r['num_train']} train / {r['num_val']} test images"
+      f"{' of Fashion-MNIST' if fmnist else ''}; trained in "
       f"{p['precision']} on a {p['cpu_class']} {p['device'].upper()})")
 print('| k | top-1 (%) |\n|---|---|')
 for k, v in r['acc'].items():
     print(f'| {k} | {v:.2f} |')
-print(f"best: k={r['best_k']}: {r['best']:.2f}%  (kNN on raw pixels, same protocol: 86.47% at k=5, 86.26% at k=10)")
+print(f"best: k={r['best_k']}: {r['best']:.2f}%" + (
+    '  (kNN on raw pixels, same protocol: 86.47% at k=5, 86.26% at k=10)'
+    if fmnist else ''))
 PYEOF
 echo "hard-patch grids:"
 ls "$WORK_DIR"/hard_patches/epoch_*_img*.png | sed 's/^/  /'

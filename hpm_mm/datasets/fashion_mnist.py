@@ -1,9 +1,12 @@
 import os
 import os.path as osp
+import struct
 import warnings
 
 from mmpretrain.datasets import FashionMNIST
 from mmpretrain.registry import DATASETS
+
+from hpm_mm.errors import HPMError
 
 #: The checkout hpm_mm runs from (an editable install, as tools/install.sh
 #: makes), where tools/install.sh prepares ``data/fashion_mnist``.
@@ -21,6 +24,31 @@ def resolve_data_root(data_root: str) -> str:
         return data_root
     in_repo = osp.join(REPO, data_root)
     return in_repo if osp.exists(in_repo) else data_root
+
+
+def idx_problem(path: str):
+    """What makes ``path`` no idx file (None: its magic number, dimensions
+    and size agree): a truncated or altered download would otherwise fail
+    deep in a reshape, naming no file."""
+    size = osp.getsize(path)
+    with open(path, 'rb') as f:
+        head = f.read(16)
+    if len(head) < 8 or head[:2] != b'\0\0' or head[2] != 8 or \
+            head[3] not in (1, 3):
+        return 'not an idx file of bytes (bad magic number)'
+    ndim = head[3]
+    if len(head) < 4 + 4 * ndim:
+        return f'{size} bytes: shorter than its header'
+    dims = struct.unpack(f'>{ndim}I', head[4:4 + 4 * ndim])
+    want = 4 + 4 * ndim
+    count = 1
+    for d in dims:
+        count *= d
+    want += count
+    if size != want:
+        return (f'{size} bytes where its header ({" x ".join(map(str, dims))})'
+                f' says {want}: truncated or altered')
+    return None
 
 
 @DATASETS.register_module()
@@ -66,6 +94,18 @@ class FashionMNISTSplit(FashionMNIST):
                 f'{osp.join(REPO, "data", "fashion_mnist")} (offline, from '
                 "Debian's dataset-fashion-mnist), or set data_root to the "
                 'folder with the idx files.')
+        if '://' not in root:
+            files = self.test_list if self.split == 'test' else \
+                self.train_list
+            for name, _ in files:
+                path = osp.join(root, name.replace('.gz', ''))
+                problem = idx_problem(path) if osp.exists(path) else None
+                if problem:
+                    raise HPMError(
+                        f'{path}: {problem}. Fix: python {REPO}/tools/'
+                        'dataset_converters/prepare_fashion_mnist.py --out '
+                        f'{root} (it checks every file and prepares the bad '
+                        'ones again).')
         test_mode = self.test_mode
         self.test_mode = self.split == 'test'
         try:

@@ -36,3 +36,66 @@ def test_configs_find_the_embedded_data_from_any_folder(tmp_path, monkeypatch):
     ds = FashionMNISTSplit(data_root='data/fashion_mnist/', split='test')
     assert len(ds) == 10000
     assert ds.data_prefix['root'] == osp.join(REPO, 'data', 'fashion_mnist/')
+
+
+def test_a_truncated_or_foreign_file_is_named_with_its_fix(tmp_path):
+    """A truncated idx file, or one with a bad magic number, is refused in
+    one line naming the file (not a reshape traceback deep in mmpretrain)."""
+    import struct
+
+    import pytest
+
+    from hpm_mm.datasets import FashionMNISTSplit
+    from hpm_mm.errors import HPMError
+    root = tmp_path / 'fm'
+    root.mkdir()
+    images = struct.pack('>4I', 2051, 3, 28, 28) + bytes(3 * 28 * 28)
+    labels = struct.pack('>2I', 2049, 3) + bytes(3)
+    for split in ('train', 't10k'):
+        (root / f'{split}-images-idx3-ubyte').write_bytes(images)
+        (root / f'{split}-labels-idx1-ubyte').write_bytes(labels)
+    assert len(FashionMNISTSplit(data_root=str(root), split='test')) == 3
+    for name, data, words in (
+        ('t10k-images-idx3-ubyte', images[:1000], 'truncated or altered'),
+        ('t10k-images-idx3-ubyte', b'\x89PNG' + images[4:], 'bad magic'),
+    ):
+        (root / name).write_bytes(data)
+        with pytest.raises(HPMError) as e:
+            FashionMNISTSplit(data_root=str(root), split='test')
+        msg = str(e.value)
+        assert '\n' not in msg and msg.startswith(str(root / name))
+        assert words in msg and 'prepare_fashion_mnist.py --out' in msg
+
+
+def test_prepare_checks_every_file_and_prepares_a_bad_one_again(tmp_path):
+    """Sizes and SHA-256 on every run: a truncated file is prepared again
+    from the Debian package's files (where this machine has them)."""
+    import hashlib
+    import shutil
+
+    import pytest
+
+    from hpm_mm.datasets.fashion_mnist import REPO
+    spec = __import__('importlib.util').util.spec_from_file_location(
+        'prep',
+        osp.join(REPO, 'tools', 'dataset_converters',
+                 'prepare_fashion_mnist.py'))
+    prep = __import__('importlib.util').util.module_from_spec(spec)
+    spec.loader.exec_module(prep)
+    if not osp.isdir(prep.DEBIAN_DIR):
+        pytest.skip("Debian's dataset-fashion-mnist is not installed here")
+    out = tmp_path / 'fm'
+    prep.prepare(prep.DEBIAN_DIR, str(out))
+    labels = out / 't10k-labels-idx1-ubyte'
+    assert hashlib.sha256(labels.read_bytes()).hexdigest() == \
+        prep.SHA256[labels.name]
+    labels.write_bytes(labels.read_bytes()[:100])
+    assert 'truncated' in prep.problem(str(labels), labels.name)
+    prep.prepare(prep.DEBIAN_DIR, str(out))
+    assert prep.problem(str(labels), labels.name) is None
+    # an altered byte, same size: the SHA-256 finds it
+    data = bytearray(labels.read_bytes())
+    data[50] ^= 1
+    labels.write_bytes(bytes(data))
+    assert 'SHA-256' in prep.problem(str(labels), labels.name)
+    shutil.rmtree(out)

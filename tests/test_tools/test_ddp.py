@@ -222,3 +222,32 @@ def test_dist_launchers_use_the_project_environment(tmp_path):
                              text=True)
         assert out.returncode == 0, out.stdout + out.stderr
         assert out.stdout.startswith('venv python: -m torch.distributed.run')
+
+
+def test_dist_launchers_pass_paths_with_spaces_as_one_argument(tmp_path):
+    """A config, checkpoint or option with spaces reaches train.py / test.py
+    whole (the launchers quote every expansion)."""
+    import os
+    import stat
+    venv = tmp_path / 'my venv'
+    (venv / 'bin').mkdir(parents=True)
+    fake = venv / 'bin' / 'python'
+    fake.write_text('#!/bin/sh\nfor a in "$@"; do echo "[$a]"; done\n')
+    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
+    env = dict(os.environ, HPM_VENV=str(venv))
+    env.pop('PYTHON', None)
+    for script, args in (('dist_train.sh', [
+            'my cfg.py', '2', '--work-dir', 'my work'
+    ]), ('dist_test.sh',
+         ['my cfg.py', 'my ckpt.pth', '2', '--out', 'a b.json'])):
+        out = subprocess.run(['bash', f'tools/{script}', *args],
+                             cwd=REPO,
+                             env=env,
+                             capture_output=True,
+                             text=True)
+        assert out.returncode == 0, out.stdout + out.stderr
+        argv = [ln[1:-1] for ln in out.stdout.splitlines()]
+        tail = [a for a in args if a != '2']
+        assert argv[-len(tail) -
+                    2:] == [*tail[:-2], '--launcher', 'pytorch',
+                            *tail[-2:]], argv

@@ -3,13 +3,15 @@
 Debian's ``dataset-fashion-mnist`` package ships the 70k real images as gzipped
 idx files under ``/usr/share/datasets/fashion-mnist``; mmpretrain reads the
 gunzipped files from ``data_root``. This script gunzips them into ``--out``
-(default ``data/fashion_mnist``), checks their sizes, and installs the Debian
-package first when it is missing and apt can be used.
+(default ``data/fashion_mnist``), checks their sizes and SHA-256 sums (every
+run: a truncated or altered file is prepared again), and installs the
+Debian package first when it is missing and apt can be used.
 
     python tools/dataset_converters/prepare_fashion_mnist.py
 """
 import argparse
 import gzip
+import hashlib
 import os
 import os.path as osp
 import shutil
@@ -23,6 +25,18 @@ FILES = {
     'train-labels-idx1-ubyte': 8 + 60000,
     't10k-images-idx3-ubyte': 16 + 10000 * 28 * 28,
     't10k-labels-idx1-ubyte': 8 + 10000,
+}
+# file name -> SHA-256 of the gunzipped idx file (Debian's
+# dataset-fashion-mnist, the Zalando release)
+SHA256 = {
+    'train-images-idx3-ubyte':
+    'c59f468a2f672dc815687fe0f83887768d799fd8a3f3276145d20f83aa44d888',
+    'train-labels-idx1-ubyte':
+    'bad3541b69d912435c50bb6ba87bec294ff4f6a2e1246121d8633921760443d9',
+    't10k-images-idx3-ubyte':
+    '5b4141f0afbad91edebe8549f8fcffe087ea10ca49f1dbef5c9a5cd8815ce37b',
+    't10k-labels-idx1-ubyte':
+    '0402a96d92fd2663957122ceb108a494c5af83dab82d92729df917d7dec38c34',
 }
 APT_HINT = ('Fashion-MNIST is missing. Run (as root): '
             'apt-get update && apt-get install -y dataset-fashion-mnist, '
@@ -46,30 +60,55 @@ def _install_debian_package() -> bool:
     return ok
 
 
+def problem(path: str, name: str):
+    """What is wrong with ``path`` as the idx file ``name`` (None: it is
+    the release's file, by size and SHA-256)."""
+    if not osp.exists(path):
+        return 'missing'
+    size = osp.getsize(path)
+    if size != FILES[name]:
+        return f'{size} bytes instead of {FILES[name]} (truncated or altered)'
+    digest = hashlib.sha256()
+    with open(path, 'rb') as f:
+        for block in iter(lambda: f.read(1 << 20), b''):
+            digest.update(block)
+    if digest.hexdigest() != SHA256[name]:
+        return 'its SHA-256 is not the release\'s (altered)'
+    return None
+
+
 def prepare(src: str, out: str) -> str:
-    """Gunzip the idx files from ``src`` into ``out``; return ``out``."""
-    if all(
-            osp.exists(osp.join(out, f)) and osp.getsize(osp.join(out, f)) == n
-            for f, n in FILES.items()):
-        print(f'[data] Fashion-MNIST ready in {out}')
+    """Gunzip the idx files from ``src`` into ``out`` where they are not
+    the release's files; return ``out``."""
+    wrong = {f: problem(osp.join(out, f), f) for f in FILES}
+    wrong = {f: p for f, p in wrong.items() if p}
+    if not wrong:
+        print(f'[data] Fashion-MNIST ready in {out} (sizes and SHA-256 '
+              'checked)')
         return out
-    if not all(osp.exists(osp.join(src, f + '.gz')) for f in FILES):
+    for f, p in wrong.items():
+        if p != 'missing':
+            print(f'[data] {osp.join(out, f)}: {p}; preparing it again')
+    if not all(osp.exists(osp.join(src, f + '.gz')) for f in wrong):
         if src != DEBIAN_DIR or not _install_debian_package():
             raise SystemExit(APT_HINT)
     os.makedirs(out, exist_ok=True)
-    for name, size in FILES.items():
+    for name in wrong:
         dst = osp.join(out, name)
         tmp = dst + '.part'
         with gzip.open(osp.join(src, name + '.gz'), 'rb') as fin, \
                 open(tmp, 'wb') as fout:
             shutil.copyfileobj(fin, fout)
-        if osp.getsize(tmp) != size:
+        bad = problem(tmp, name)
+        if bad:
             os.remove(tmp)
-            raise SystemExit(f'{name}: expected {size} bytes after gunzip, '
-                             f'got {osp.getsize(tmp)}; the source is '
-                             'corrupt. Reinstall dataset-fashion-mnist.')
+            raise SystemExit(f'{osp.join(src, name)}.gz gunzips to a file of '
+                             f'{bad}: the source is corrupt. Fix: reinstall '
+                             'dataset-fashion-mnist (apt-get install '
+                             '--reinstall -y dataset-fashion-mnist).')
         os.replace(tmp, dst)
-    print(f'[data] Fashion-MNIST (70000 images) written to {out}')
+    print(f'[data] Fashion-MNIST written to {out} ({len(wrong)} of '
+          f'{len(FILES)} files; sizes and SHA-256 checked)')
     return out
 
 
