@@ -2,16 +2,20 @@
 generator registered in mmpretrain's MODELS, then each generator's own
 rule."""
 import inspect
+import os.path as osp
 
 import pytest
 import torch
-from conftest import DEVICES
+from conftest import DEVICES, REPO
 from mmpretrain.registry import MODELS
 
 import hpm_mm  # noqa: F401
 from hpm_mm.models import (BaseMaskGenerator, BlockwiseMaskGenerator,
                            HPMMaskGenerator, RandomMaskGenerator)
 from hpm_mm.models.mask_generators import IMAGE_SCORES
+from hpm_mm.testing.check_mask_generator import (check_image_scores,
+                                                 check_invariants,
+                                                 check_no_host_sync)
 
 
 @MODELS.register_module(force=True)
@@ -63,26 +67,13 @@ def _draw(gen, scores, progress, N, B, device):
 @pytest.mark.parametrize('N', [16, 64, 196])
 def test_contract_invariants(cls, kwargs, N, device):
     """Exact count per row, 0/1 float, on the input's device, seed-
-    deterministic, and top-K inclusion for score-ranked generators."""
+    deterministic, and top-K inclusion for score-ranked generators (the
+    library's check, hpm_mm.testing.check_mask_generator, which users run
+    on theirs)."""
     gen = cls(mask_ratio=0.6, **kwargs)
-    B = 32
-    scores = torch.randn(B, N, device=device)
-    for progress in (0., 0.5, 1.):
-        torch.manual_seed(0)
-        mask = _draw(gen, scores, progress, N, B, device)
-        assert mask.shape == (B, N) and mask.dtype == torch.float32
-        assert mask.device.type == torch.device(device).type
-        assert set(mask.unique().tolist()) <= {0., 1.}
-        assert torch.all(mask.sum(1) == gen.num_masked(N))
-        torch.manual_seed(0)
-        assert torch.equal(mask, _draw(gen, scores, progress, N, B, device))
-        assert all(
-            isinstance(v, float) for v in gen.log_vars(N, progress).values())
-        if isinstance(gen, HPMMaskGenerator):
-            k = gen.num_hard(N, progress)
-            assert k > 0 and gen.needs_scores(N, progress)
-            top = scores.topk(k, dim=1).indices
-            assert torch.all(mask.gather(1, top) == 1)
+    assert check_invariants(gen, N, device) == []
+    if isinstance(gen, HPMMaskGenerator):
+        assert gen.num_hard(N, 0.) > 0 and gen.needs_scores(N, 0.)
 
 
 IMAGE_GENERATORS = [
@@ -92,21 +83,11 @@ IMAGE_GENERATORS = [
 
 @pytest.mark.parametrize('device', DEVICES)
 @pytest.mark.parametrize('cls,kwargs', IMAGE_GENERATORS)
-@pytest.mark.parametrize('side', [4, 8])
-def test_image_scores_contract(cls, kwargs, side, device):
+def test_image_scores_contract(cls, kwargs, device):
     """A generator that scores the images itself (score_source='image'):
     (B, N) finite scores in raster order on the images' device, for one or
     three channels, with no read back to the host (meta device)."""
-    gen = cls(mask_ratio=0.6, **kwargs)
-    for channels in (1, 3):
-        x = torch.randn(5, channels, 4 * side, 4 * side, device=device)
-        scores = gen.image_scores(x, (side, side))
-        assert scores.shape == (5, side * side)
-        assert scores.device.type == torch.device(device).type
-        assert torch.isfinite(scores).all()
-    meta = gen.image_scores(
-        torch.randn(2, 1, 4 * side, 4 * side, device='meta'), (side, side))
-    assert meta.shape == (2, side * side)
+    assert check_image_scores(cls(mask_ratio=0.6, **kwargs), device) == []
 
 
 @pytest.mark.parametrize(
@@ -118,8 +99,7 @@ def test_no_host_synchronisation(cls, kwargs, ratio):
     there never synchronises. On CUDA, the sync debug mode checks the same
     on the real device."""
     gen = cls(mask_ratio=ratio, **kwargs)
-    mask = _draw(gen, torch.randn(4, 64, device='meta'), 1., 64, 4, 'meta')
-    assert mask.shape == (4, 64) and mask.device.type == 'meta'
+    assert check_no_host_sync(gen) == []
     if torch.cuda.is_available():
         scores = torch.randn(4, 64, device='cuda')
         torch.cuda.set_sync_debug_mode('error')
@@ -127,6 +107,44 @@ def test_no_host_synchronisation(cls, kwargs, ratio):
             _draw(gen, scores, 1., 64, 4, 'cuda')
         finally:
             torch.cuda.set_sync_debug_mode('default')
+
+
+def test_the_check_command_needs_no_pytest_and_finds_violations(
+        tmp_path, monkeypatch, capsys):
+    """python -m hpm_mm.testing.check_mask_generator MODULE:CLASS: every
+    property on one line each, exit 0 on projects/contrast_mask; exit 1
+    and the violated property for a generator that masks one patch too
+    many."""
+    import subprocess
+    import sys
+
+    from hpm_mm.testing import check_mask_generator as C
+    monkeypatch.chdir(osp.join(REPO, 'projects', 'contrast_mask'))
+    assert C.main(['contrast_mask:ContrastMaskGenerator']) == 0
+    out = capsys.readouterr().out
+    assert 'ok   image scores' in out and 'every property holds' in out
+    (tmp_path / 'bad_mask.py').write_text(
+        'from hpm_mm.models import RandomMaskGenerator\n\n\n'
+        'class OneTooMany(RandomMaskGenerator):\n'
+        '    def forward(self, scores, progress, N, B, device):\n'
+        '        mask = super().forward(scores, progress, N, B, device)\n'
+        '        mask[:, 0] = 1\n'
+        '        return mask\n')
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delitem(sys.modules, 'bad_mask', raising=False)
+    assert C.main(['bad_mask:OneTooMany']) == 1
+    out = capsys.readouterr().out
+    assert 'FAIL invariants, 16 patches' in out and 'not num_masked=' in out
+    assert 'OneTooMany: 3 properties violated' in out
+    # a command of its own, in a new interpreter
+    proc = subprocess.run([
+        sys.executable, '-m', 'hpm_mm.testing.check_mask_generator',
+        'contrast_mask:ContrastMaskGenerator'
+    ],
+                          cwd=osp.join(REPO, 'projects', 'contrast_mask'),
+                          capture_output=True,
+                          text=True)
+    assert proc.returncode == 0 and 'every property holds' in proc.stdout
 
 
 @pytest.mark.parametrize('gamma,N,want', [(0.5, 196, 98), (0.75, 196, 147),

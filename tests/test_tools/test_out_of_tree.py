@@ -81,9 +81,14 @@ def test_package_base_evaluates_through_the_tools(outside):
                 str(out), '--cfg-options', *SMALL_EVAL)
     assert json.loads(out.read_text())['best'] >= 0
     run_outside(folder, tool('analysis_tools/visualize_hard_patches.py'), cfg,
-                ckpt, '--num-samples', '2', '--num-masks', '2', '--out-dir',
-                'pictures')
-    assert list((folder / 'pictures').glob('*.png'))
+                ckpt, '--num-samples', '2', '--num-masks', '2')
+    # by default beside the checkpoint, in a folder of its own (it wrote to
+    # work_dirs/hard_patches of the working directory, shared by all)
+    beside = osp.join(osp.dirname(ckpt), 'hard_patches', 'epoch_1')
+    files = sorted(os.listdir(beside))  # two samples spread over the set
+    assert len(files) == 3 and files[-1] == 'summary.json' and all(
+        f.startswith('sample_') and f.endswith('.png') for f in files[:2])
+    assert not (folder / 'work_dirs' / 'hard_patches').exists()
 
 
 def test_package_base_tests_through_test_py(outside, tmp_path):
@@ -158,7 +163,7 @@ def test_the_extending_example_runs_as_written(tmp_path):
                           timeout=900,
                           env=dict(os.environ, HPM=REPO, PYTHONUNBUFFERED='1'))
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
-    assert re.search(r'\d+ passed', proc.stdout)  # the property test ran
+    assert 'ContrastMaskGenerator: every property holds' in proc.stdout
     work = folder / 'work_dirs' / 'smoke'
     rows = [
         json.loads(line) for path in work.glob('*/vis_data/scalars.json')
@@ -171,3 +176,56 @@ def test_the_extending_example_runs_as_written(tmp_path):
         weights_only=False)['state_dict']
     assert not any(k.startswith('teacher.') for k in state)  # no teacher
     assert (work / 'knn.json').exists()
+
+
+def test_an_outside_teacher_score_source_trains_as_written(tmp_path):
+    """docs/extending.md's teacher score source (projects/token_norm/),
+    registered from a folder outside the repository with no library edit:
+    the smoke run builds a teacher and masks by the source's scores."""
+    folder = tmp_path / 'my_scores'
+    folder.mkdir()
+    files = {}
+    for block in docs_blocks('python'):
+        first, _, body = block.partition('\n')
+        if first.startswith('# my_scores/'):
+            files[first[len('# my_scores/'):]] = body
+    assert set(files) == {'token_norm.py', 'hpm-token-norm_fmnist.py'}
+    for name, body in files.items():
+        assert body == open(osp.join(REPO, 'projects', 'token_norm',
+                                     name)).read(), name
+        (folder / name).write_text(body)
+    commands = [b for b in docs_blocks('bash') if b.startswith('cd my_scores')]
+    assert len(commands) == 1
+    script = commands[0].replace('$HPM/.venv/bin/python', sys.executable)
+    proc = subprocess.run(['bash', '-euo', 'pipefail', '-c', script],
+                          cwd=tmp_path,
+                          capture_output=True,
+                          text=True,
+                          timeout=900,
+                          env=dict(os.environ, HPM=REPO, PYTHONUNBUFFERED='1'))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    work = folder / 'work_dirs' / 'smoke'
+    rows = [
+        json.loads(line) for path in work.glob('*/vis_data/scalars.json')
+        for line in open(path)
+    ]
+    hard = [r['num_hard'] for r in rows if 'num_hard' in r]
+    assert hard and hard[-1] > 0  # masked by the token norms
+    state = torch.load(
+        work / 'epoch_1.pth', map_location='cpu',
+        weights_only=False)['state_dict']
+    assert any(k.startswith('teacher.module.backbone.') for k in state)
+
+
+def test_an_unknown_score_source_lists_the_registered_ones():
+    from conftest import tiny_hpm
+
+    from hpm_mm.models.teachers import TEACHER_SCORES
+    model = tiny_hpm()
+    with pytest.raises(ValueError) as e:
+        model.teacher(torch.zeros(1, 3, 32, 32), 'no_such_source')
+    msg = str(e.value)
+    assert "'no_such_source' is not a registered teacher score source" in msg
+    for name in ('predicted_loss', 'cls_attention'):
+        assert name in msg and TEACHER_SCORES.get(name) is not None
+    assert 'TEACHER_SCORES.register_module' in msg

@@ -5,8 +5,8 @@ import torch
 import torch.nn as nn
 from mmpretrain.registry import MODELS
 
-#: The per-patch scores the EMA teacher's pass computes
-#: (:meth:`hpm_mm.models.EMATeacher.forward`).
+#: The teacher score sources hpm_mm registers
+#: (:data:`hpm_mm.models.teachers.TEACHER_SCORES` holds them and yours).
 SCORE_SOURCES = ('predicted_loss', 'cls_attention')
 #: The score source of a generator that computes its scores from the images
 #: itself (:meth:`BaseMaskGenerator.image_scores`); no teacher is built for
@@ -28,9 +28,11 @@ class BaseMaskGenerator(nn.Module):
     **What it needs.** :attr:`score_source` names the per-patch scores it
     reads (``None``: none; ``'predicted_loss'``: the EMA teacher's loss
     predictor on the full image, HPM; ``'cls_attention'``: the teacher's
-    last-block CLS attention over the patches; ``'image'``: its own
-    :meth:`image_scores` of the images, e.g. their contrast or a frozen
-    network's saliency, with no teacher). :attr:`uses_scores` says whether
+    last-block CLS attention over the patches; any other name registered
+    in :data:`~hpm_mm.models.teachers.TEACHER_SCORES`: that function of the
+    teacher's pass; ``'image'``: its own :meth:`image_scores` of the
+    images, e.g. their contrast or a frozen network's saliency, with no
+    teacher). :attr:`uses_scores` says whether
     it ever reads them (the algorithm builds a teacher only for the
     teacher's sources) and :meth:`needs_scores` whether it reads them at a
     given progress (the scoring is skipped when not).
@@ -61,7 +63,7 @@ class BaseMaskGenerator(nn.Module):
             others 10-50%). Defaults to 0.75.
     """
 
-    #: None, one of :data:`SCORE_SOURCES` (the teacher's), or
+    #: None, a teacher score source (registered in ``TEACHER_SCORES``), or
     #: :data:`IMAGE_SCORES` (:meth:`image_scores`).
     score_source: Optional[str] = None
 

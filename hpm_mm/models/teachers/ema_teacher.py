@@ -8,7 +8,7 @@ import torch.nn.functional as F
 from mmengine.model import ExponentialMovingAverage
 from mmpretrain.registry import MODELS
 
-from ..mask_generators import SCORE_SOURCES
+from .score_sources import TEACHER_SCORES, check_source
 
 
 class TeacherOutput(NamedTuple):
@@ -76,7 +76,9 @@ class EMATeacher(ExponentialMovingAverage):
             bilinearly to the full grid. 0.5 costs ~1/4 of the pass.
             Defaults to 1.0 (the full image, as in the paper).
         score_source (str, optional): The scores :meth:`forward` gives by
-            default, one of ``'predicted_loss'``, ``'cls_attention'``, or
+            default: a source registered in
+            :data:`~hpm_mm.models.teachers.TEACHER_SCORES`
+            (``'predicted_loss'``, ``'cls_attention'``, or your own), or
             None for a teacher that only gives targets (score-free masks);
             given by the algorithm from its mask generator. Defaults to
             ``'predicted_loss'``.
@@ -104,9 +106,8 @@ class EMATeacher(ExponentialMovingAverage):
         if momentum_schedule not in ('linear', 'cosine'):
             raise ValueError("momentum_schedule must be 'linear' or "
                              f"'cosine', got {momentum_schedule!r}.")
-        if score_source is not None and score_source not in SCORE_SOURCES:
-            raise ValueError(f'score_source must be one of {SCORE_SOURCES}, '
-                             f'got {score_source!r}.')
+        if score_source is not None:
+            check_source(score_source)
         self.start_momentum = momentum
         self.end_momentum = end_momentum
         self.momentum_epochs = momentum_epochs
@@ -213,8 +214,9 @@ class EMATeacher(ExponentialMovingAverage):
             inputs (torch.Tensor): Normalised images (B, C, H, W) at the
                 student's size.
             scores (bool | str): The per-patch scores to compute: True for
-                :attr:`score_source`, a source's name
-                (``'predicted_loss'``, ``'cls_attention'``) for another one
+                :attr:`score_source`, a registered source's name
+                (``'predicted_loss'``, ``'cls_attention'``, or one of
+                :data:`~hpm_mm.models.teachers.TEACHER_SCORES`) for another
                 (the pictures show the predicted loss whatever the mask
                 reads), False for none. Defaults to True.
             features (bool | str): Also return the encoder's tokens (after
@@ -230,9 +232,8 @@ class EMATeacher(ExponentialMovingAverage):
             named part's output), or None.
         """
         source = self.score_source if scores is True else (scores or None)
-        if source is not None and source not in SCORE_SOURCES:
-            raise ValueError(f'scores must be one of {SCORE_SOURCES} (or '
-                             f'True / False), got {scores!r}.')
+        if source is not None:
+            check_source(source)
         if features:
             self.check_full_image()
         backbone = self.module['backbone']
@@ -251,15 +252,12 @@ class EMATeacher(ExponentialMovingAverage):
             torch.autocast(inputs.device.type, dtype=self.dtype)
         out = None
         with precision:
-            if source == 'cls_attention':
-                out, latent = self._cls_attention(backbone, inputs, visible)
-            else:
-                latent, ids_restore = backbone(inputs, visible, num_patches)
-                if source is not None:
-                    out = self.module['predictor'].predict_scores(
-                        latent,
-                        ids_restore,
-                        patch_resolution=None if grid == full else grid)
+            if source is None:
+                latent = backbone(inputs, visible, num_patches)[0]
+            else:  # a registered source (score_sources.py)
+                out, latent = TEACHER_SCORES.get(source)(
+                    self.module, inputs, visible,
+                    None if grid == full else grid)
         if out is not None:
             out = out.float()
             if grid != full:
@@ -273,30 +271,6 @@ class EMATeacher(ExponentialMovingAverage):
                 latent = self.module[features](latent)
         # features in the pass's precision; the heads cast what they read
         return TeacherOutput(out, latent if features else None)
-
-    @staticmethod
-    def _cls_attention(
-            backbone: nn.Module, inputs: torch.Tensor,
-            visible: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
-        """Last block's CLS-to-patch attention, mean over heads, (B, N), and
-        the encoder output.
-
-        Read off the q/k projections of the encoder pass (a forward hook on
-        the last block's ``qkv``), so no extra pass runs.
-        """
-        attn = backbone.layers[-1].attn
-        seen = []
-        handle = attn.qkv.register_forward_hook(
-            lambda m, i, out: seen.append(out))
-        try:
-            latent = backbone(inputs, visible, visible.shape[1])[0]
-        finally:
-            handle.remove()
-        B, L, _ = seen[0].shape
-        qkv = seen[0].float().view(B, L, 3, attn.num_heads, attn.head_dims)
-        q_cls, k = qkv[:, 0, 0], qkv[:, :, 1]  # (B, H, D), (B, L, H, D)
-        logits = torch.einsum('bhd,blhd->bhl', q_cls, k) * attn.head_dims**-.5
-        return logits.softmax(-1)[:, :, 1:].mean(1), latent
 
     def extra_repr(self) -> str:
         return (f'momentum={self.start_momentum} -> {self.end_momentum} over '

@@ -1,0 +1,73 @@
+"""The teacher's score sources: what a mask generator's ``score_source``
+names, one registered function each (``TEACHER_SCORES``).
+
+A source runs the teacher's one encoder pass over the full image and reads
+its per-patch scores off it::
+
+    @TEACHER_SCORES.register_module(name='my_source')
+    def my_source(module, inputs, visible, patch_resolution):
+        latent, ids_restore = module['backbone'](inputs, visible,
+                                                 visible.shape[1])
+        scores = ...                      # (B, N) for the teacher's grid
+        return scores, latent
+
+``module`` is the teacher's ``ModuleDict`` (``backbone``, and
+``predictor`` where the student has a loss predictor), ``inputs`` the
+images at the teacher's scale, ``visible`` the all-visible (B, N) mask,
+``patch_resolution`` the teacher's grid when it differs from the
+student's (else None). It runs under ``no_grad`` and the teacher's
+precision; the teacher casts the scores to fp32 and resizes them to the
+student's grid. A mask generator whose ``score_source`` names a source
+registered from outside the repository trains with no library edit
+(docs/extending.md).
+"""
+from typing import Optional, Tuple
+
+import torch
+import torch.nn as nn
+from mmengine.registry import Registry
+
+TEACHER_SCORES = Registry('teacher score source', scope='hpm_mm')
+
+
+def check_source(name: str) -> None:
+    """Refuse a source nothing registered, naming the registered ones."""
+    if TEACHER_SCORES.get(name) is None:
+        raise ValueError(
+            f'score_source {name!r} is not a registered teacher score '
+            f'source (registered: {sorted(TEACHER_SCORES.module_dict)}). '
+            'Fix: name one of those, or register yours with '
+            '@hpm_mm.models.teachers.TEACHER_SCORES.register_module('
+            "name='...') in a module your config imports (custom_imports).")
+
+
+@TEACHER_SCORES.register_module(name='predicted_loss')
+def predicted_loss(module: nn.ModuleDict, inputs: torch.Tensor,
+                   visible: torch.Tensor,
+                   patch_resolution: Optional[Tuple[int, int]]):
+    """HPM's: the teacher's loss predictor on the full image."""
+    latent, ids_restore = module['backbone'](inputs, visible, visible.shape[1])
+    return module['predictor'].predict_scores(
+        latent, ids_restore, patch_resolution=patch_resolution), latent
+
+
+@TEACHER_SCORES.register_module(name='cls_attention')
+def cls_attention(module: nn.ModuleDict, inputs: torch.Tensor,
+                  visible: torch.Tensor,
+                  patch_resolution: Optional[Tuple[int, int]]):
+    """The last block's CLS-to-patch attention, mean over heads (AttMask's
+    score), read off the q/k projections of the same pass (a forward hook
+    on the last block's ``qkv``): no extra pass runs."""
+    backbone = module['backbone']
+    attn = backbone.layers[-1].attn
+    seen = []
+    handle = attn.qkv.register_forward_hook(lambda m, i, out: seen.append(out))
+    try:
+        latent = backbone(inputs, visible, visible.shape[1])[0]
+    finally:
+        handle.remove()
+    B, L, _ = seen[0].shape
+    qkv = seen[0].float().view(B, L, 3, attn.num_heads, attn.head_dims)
+    q_cls, k = qkv[:, 0, 0], qkv[:, :, 1]  # (B, H, D), (B, L, H, D)
+    logits = torch.einsum('bhd,blhd->bhl', q_cls, k) * attn.head_dims**-.5
+    return logits.softmax(-1)[:, :, 1:].mean(1), latent

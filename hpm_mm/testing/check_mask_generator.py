@@ -1,0 +1,152 @@
+"""The mask-generator contract, checked on any generator class.
+
+    python -m hpm_mm.testing.check_mask_generator MODULE:CLASS \
+        [--kwargs '{"alpha_0": 0.25}'] [--device cpu]
+
+The properties of :class:`~hpm_mm.models.BaseMaskGenerator` (docs/
+extending.md), the same the test suite checks on every registered
+generator: each reported on one line, exit code 1 on a violation. Runs on
+the pretraining install (no pytest). MODULE is imported from the working
+directory (as ``custom_imports`` would), which registers the class.
+"""
+import argparse
+import importlib
+import json
+import sys
+from typing import Callable, Dict, List
+
+import torch
+
+from hpm_mm.models.mask_generators import (IMAGE_SCORES, BaseMaskGenerator,
+                                           HPMMaskGenerator)
+
+
+def _draw(gen, scores, progress, N, B, device):
+    return gen(
+        scores if gen.needs_scores(N, progress) else None, progress, N, B,
+        device)
+
+
+def check_invariants(gen: BaseMaskGenerator,
+                     N: int,
+                     device: str = 'cpu') -> List[str]:
+    """Exact count per row, 0/1 float, on the asked device, seed-
+    deterministic, float log values; top-K inclusion for HPM's rule."""
+    problems, B = [], 32
+    scores = torch.randn(B, N, device=device)
+    for progress in (0., 0.5, 1.):
+        at = f'N={N}, progress={progress}'
+        torch.manual_seed(0)
+        mask = _draw(gen, scores, progress, N, B, device)
+        if mask.shape != (B, N) or mask.dtype != torch.float32:
+            return [
+                f'{at}: mask of shape {tuple(mask.shape)} and dtype '
+                f'{mask.dtype}, not ({B}, {N}) float32'
+            ]
+        if mask.device.type != torch.device(device).type:
+            problems.append(f'{at}: mask on {mask.device}, asked {device}')
+        if not set(mask.unique().tolist()) <= {0., 1.}:
+            problems.append(f'{at}: values other than 0 and 1')
+        if not torch.all(mask.sum(1) == gen.num_masked(N)):
+            problems.append(f'{at}: rows mask {mask.sum(1).unique().tolist()}'
+                            f' patches, not num_masked={gen.num_masked(N)}')
+        torch.manual_seed(0)
+        if not torch.equal(mask, _draw(gen, scores, progress, N, B, device)):
+            problems.append(f'{at}: not deterministic under a seed')
+        if not all(
+                isinstance(v, float)
+                for v in gen.log_vars(N, progress).values()):
+            problems.append(f'{at}: log_vars values are not floats')
+        if isinstance(gen, HPMMaskGenerator):
+            k = gen.num_hard(N, progress)
+            if k > 0 and not torch.all(
+                    mask.gather(1,
+                                scores.topk(k, dim=1).indices) == 1):
+                problems.append(f'{at}: the {k} top-scored patches are '
+                                'not all masked')
+    return problems
+
+
+def check_image_scores(gen: BaseMaskGenerator,
+                       device: str = 'cpu') -> List[str]:
+    """``score_source='image'``: (B, N) finite scores on the images'
+    device, for 1 and 3 channels, with no read back to the host."""
+    problems = []
+    for side in (4, 8):
+        for channels in (1, 3):
+            x = torch.randn(5, channels, 4 * side, 4 * side, device=device)
+            scores = gen.image_scores(x, (side, side))
+            at = f'{channels} channel(s), {side}x{side} patches'
+            if tuple(scores.shape) != (5, side * side):
+                problems.append(f'{at}: scores of shape '
+                                f'{tuple(scores.shape)}, not (5, {side**2})')
+            elif not torch.isfinite(scores).all():
+                problems.append(f'{at}: non-finite scores')
+        try:
+            gen.image_scores(
+                torch.randn(2, 1, 4 * side, 4 * side, device='meta'),
+                (side, side))
+        except Exception as e:  # a read back to the host
+            problems.append(f'image_scores reads tensors back to the host '
+                            f'({type(e).__name__}: {e})')
+    return problems
+
+
+def check_no_host_sync(gen: BaseMaskGenerator) -> List[str]:
+    """No read back to the host (on the meta device any would raise)."""
+    try:
+        mask = _draw(gen, torch.randn(4, 64, device='meta'), 1., 64, 4, 'meta')
+    except Exception as e:
+        return [f'reads tensors back to the host ({type(e).__name__}: {e})']
+    return [] if mask.device.type == 'meta' else ['mask left the device']
+
+
+def check(cls, kwargs=None, device: str = 'cpu') -> Dict[str, List[str]]:
+    """Every property of the contract on ``cls(mask_ratio=0.6,
+    **kwargs)``, ratio fixed and per image: {property: violations}."""
+    kwargs = dict(kwargs or {})
+    if issubclass(cls, HPMMaskGenerator):
+        kwargs = dict(dict(alpha_0=0.25, alpha_T=0.75), **kwargs)
+    gen = cls(mask_ratio=0.6, **kwargs)
+    out: Dict[str, List[str]] = {}
+    for N in (16, 64, 196):
+        out[f'invariants, {N} patches'] = check_invariants(gen, N, device)
+    if gen.score_source == IMAGE_SCORES:
+        out['image scores'] = check_image_scores(gen, device)
+    for ratio in (0.75, [(0., 0.), (0.1, 0.5)]):
+        out[f'no host synchronisation (mask_ratio={ratio})'] = \
+            check_no_host_sync(cls(mask_ratio=ratio, **kwargs))
+    return out
+
+
+def main(argv=None, print_: Callable = print) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument('target', help='MODULE:CLASS')
+    parser.add_argument('--kwargs', default='{}', help='a json dict')
+    parser.add_argument('--device', default='cpu')
+    args = parser.parse_args(argv)
+    module, _, name = args.target.partition(':')
+    sys.path.insert(0, '')
+    try:
+        cls = getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError) as e:
+        raise SystemExit(f'check_mask_generator: cannot load {args.target} '
+                         f'({e}). Fix: run it from the folder that holds '
+                         'MODULE.py, as MODULE:CLASS.') from None
+    if not (isinstance(cls, type) and issubclass(cls, BaseMaskGenerator)):
+        raise SystemExit(f'check_mask_generator: {args.target} is not a '
+                         'BaseMaskGenerator subclass.')
+    bad = 0
+    for prop, problems in check(cls, json.loads(args.kwargs),
+                                args.device).items():
+        print_(f"{'ok  ' if not problems else 'FAIL'} {prop}" +
+               ''.join(f'\n     {p}' for p in problems))
+        bad += bool(problems)
+    print_(f'{name}: ' + ('every property holds' if not bad else
+                          f'{bad} propert{"y" if bad == 1 else "ies"} '
+                          'violated'))
+    return 1 if bad else 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())
