@@ -17,8 +17,7 @@ DOC = osp.join(ROOT, 'docs', 'study.md')
 FIGURE = osp.join(ROOT, 'docs', 'images', 'fmnist_study.png')
 MARKS = ('<!-- study report: begin -->', '<!-- study report: end -->')
 PROTOCOLS = list(PLAN['protocols'].items())
-PAIR_KEYS = ('rank_acc', 'spearman')
-TIME_KEYS = ('train_seconds', 'eval_seconds', 'finetune_seconds')
+TIMES = ('train_seconds', 'eval_seconds', 'finetune_seconds')
 
 
 def ci(values):
@@ -109,13 +108,12 @@ def reading(contrast, data):
         for k, v in where.items()) + '.' if any(where.values()) else None
 
 
-def order(r):
-    return r['variant'] == 'scratch', r.get('epochs',
-                                            0), r['variant'], r['seed']
-
-
 def tables(records):
-    runs, data = sorted(records.values(), key=order), figure_data(records)
+    runs = sorted(
+        records.values(),
+        key=lambda r:
+        (r['variant'] == 'scratch', r.get('epochs', 0), r['name']))
+    data = figure_data(records)
     head = '| {} | ' + ' | '.join(t for _, t in PROTOCOLS) + ' |'
     rule = '|' + '---|' * (len(PROTOCOLS) + 1)
     cpus = ', '.join(sorted({r['machine']['cpu_class'] for r in runs}))
@@ -129,9 +127,11 @@ def tables(records):
     for r in runs:
         m, p = r['metrics'], r.get('pretrain_end', {})
         cells = [f'{m[k]:.2f}' if k in m else '-' for k, _ in PROTOCOLS]
-        cells += [f'{p[k]:.3f}' if k in p else '-' for k in PAIR_KEYS]
+        cells += [
+            f'{p[k]:.3f}' if k in p else '-' for k in ('rank_acc', 'spearman')
+        ]
         cells.append(' / '.join('-' if r.get(k) is None else f'{r[k] / 60:.0f}'
-                                for k in TIME_KEYS))
+                                for k in TIMES))
         lines.append(f"| {r['name']} | " + ' | '.join(cells) + ' |')
     lines += [
         '', f"At {PLAN['length']['epochs']} epochs: mean ± 95% t "
@@ -162,16 +162,13 @@ def tables(records):
 
 
 def todo(records):
-    """The plan's runs without a json, in the order to run them."""
-    names = [
-        run_name(v, s) for s in PLAN['seeds'] for v in [
-            *(v for v, spec in PLAN['variants'].items()
-              if 'optional_seeds' not in spec), 'scratch'
-        ]
-    ]
+    """The plan's runs without a json, in the order to run them: seed by
+    seed (the variants, then scratch), then the optional ones."""
+    v = PLAN['variants']
+    each = [n for n in v if 'optional_seeds' not in v[n]] + ['scratch']
+    names = [run_name(n, s) for s in PLAN['seeds'] for n in each]
     names += [
-        run_name(v, s) for v, spec in PLAN['variants'].items()
-        for s in spec.get('optional_seeds', ())
+        run_name(n, s) for n in v for s in v[n].get('optional_seeds', ())
     ]
     return [n for n in names if n not in records]
 

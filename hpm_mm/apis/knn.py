@@ -45,6 +45,7 @@ def frozen_eval(config: Union[str, Config],
                 teacher: bool = False,
                 amp: bool = False,
                 raw_pixels: bool = False,
+                layer: Optional[int] = None,
                 log=None) -> dict:
     """kNN (DINO protocol) and, with ``linear``, linear-probe top-1 of
     ``checkpoint``'s frozen encoder, for each of ``features``, from one
@@ -69,6 +70,9 @@ def frozen_eval(config: Union[str, Config],
         teacher (bool): Evaluate the EMA teacher's encoder.
         amp (bool): Mixed precision where the hardware computes it faster.
         raw_pixels (bool): The baseline of the normalised pixels.
+        layer (int, optional): Read the tokens out of this encoder block
+            (0-based, negative from the end); default: the hook's, else the
+            encoder's output after its final norm.
         log (callable, optional): Called with each progress line.
 
     Returns:
@@ -90,6 +94,8 @@ def frozen_eval(config: Union[str, Config],
     if any(not isinstance(k, int) or k < 1 for k in ks):
         raise HPMError(f'ks {ks}: each k is a count of neighbours. Fix: give '
                        'positive integers, e.g. 10 20 100 200.')
+    if layer is None:
+        layer = hook.get('layer')
     if temperature is None:
         temperature = hook.get('temperature', 0.07)
     if not temperature > 0:
@@ -110,8 +116,15 @@ def frozen_eval(config: Union[str, Config],
     for split in ('train', 'val'):
         loader = Runner.build_dataloader(hook[f'{split}_dataloader'], seed=0)
         log(f'extracting {split} features ({len(loader.dataset)} images)')
-        feats[split] = extract_features(
-            model, loader, feature=tuple(features), amp=amp)
+        try:
+            feats[split] = extract_features(
+                model,
+                loader,
+                feature=tuple(features),
+                amp=amp,
+                layer=None if raw_pixels else layer)
+        except ValueError as e:  # a layer the encoder does not have
+            raise HPMError(str(e)) from None
     train, val = feats['train'], feats['val']
     if train['labels'].numel() == val['labels'].numel() and torch.equal(
             train['labels'], val['labels']) and all(
@@ -122,6 +135,7 @@ def frozen_eval(config: Union[str, Config],
             'nothing. Fix: evaluate on held-out images (val_dataloader).')
     out = dict(
         knn={},
+        layer=None if raw_pixels else layer,
         temperature=temperature,
         precision=precision.name,
         num_train=len(train['labels']),
@@ -152,6 +166,7 @@ def knn_eval(config: Union[str, Config],
              teacher: bool = False,
              amp: bool = False,
              raw_pixels: bool = False,
+             layer: Optional[int] = None,
              log=None) -> dict:
     """kNN top-1 accuracy of ``checkpoint``'s encoder on one feature
     (:func:`frozen_eval`'s kNN part).
@@ -167,6 +182,7 @@ def knn_eval(config: Union[str, Config],
         teacher (bool): Evaluate the EMA teacher's encoder.
         amp (bool): Mixed precision where the hardware computes it faster.
         raw_pixels (bool): The baseline of the normalised pixels.
+        layer (int, optional): Read this encoder block's tokens.
         log (callable, optional): Called with each progress line.
 
     Returns:
@@ -184,6 +200,7 @@ def knn_eval(config: Union[str, Config],
         teacher=teacher,
         amp=amp,
         raw_pixels=raw_pixels,
+        layer=layer,
         log=log)
     acc = result.pop('knn')[feature]
     best = max(acc, key=acc.get)

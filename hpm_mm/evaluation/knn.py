@@ -101,12 +101,43 @@ def pool_features(feats,
     return feats
 
 
+def block_output(model, layer: Optional[int]):
+    """A context that captures the tokens out of encoder block ``layer``
+    (0-based, negative from the end) during ``model.extract_feat``, into
+    the list it yields; None: nothing (the encoder's output after its final
+    norm is read, the default)."""
+    from contextlib import contextmanager
+
+    @contextmanager
+    def capture():
+        if layer is None:
+            yield None
+            return
+        layers = getattr(getattr(model, 'backbone', None), 'layers', None)
+        if layers is None or not -len(layers) <= layer < len(layers):
+            n = len(layers) if layers is not None else 0
+            raise ValueError(
+                f'layer {layer}: the encoder has {n} blocks (0..{n - 1}, or '
+                f'-{n}..-1 from the end). Fix: a block index in that range, '
+                'or no layer for the encoder\'s output.')
+        seen = []
+        handle = layers[layer].register_forward_hook(
+            lambda m, i, out: seen.append(out))
+        try:
+            yield seen
+        finally:
+            handle.remove()
+
+    return capture()
+
+
 @torch.no_grad()
 def extract_features(model,
                      dataloader,
                      progress: bool = True,
                      feature: Union[str, Sequence[str]] = 'avg',
-                     amp: bool = False) -> Dict[str, torch.Tensor]:
+                     amp: bool = False,
+                     layer: Optional[int] = None) -> Dict[str, torch.Tensor]:
     """Pooled features and labels of a whole dataloader (all ranks).
 
     Args:
@@ -122,6 +153,10 @@ def extract_features(model,
             ``tools/train.py --amp``): fp16 autocast on CUDA, bf16 on a CPU
             with native bf16, fp32 elsewhere; features are returned in
             fp32. Defaults to False.
+        layer (int, optional): Read the tokens out of this encoder block
+            (0-based; negative from the end) instead of the encoder's output
+            after its final norm: MIM features are often better in an
+            intermediate block. Defaults to None (the output).
 
     Returns:
         dict: ``feats`` (N, D) float32 on CPU (for several features, a dict
@@ -147,8 +182,10 @@ def extract_features(model,
         data = model.data_preprocessor(batch, False)
         with torch.autocast(
                 device, enabled=dtype is not None, dtype=dtype
-                or torch.bfloat16):
+                or torch.bfloat16), block_output(model, layer) as seen:
             out = model.extract_feat(data['inputs'])
+            if seen:
+                out = seen[-1]
             feats = torch.stack([pool_features(out, extra, f) for f in names],
                                 1)  # (B, F, D)
         labels = [s.gt_label for s in data['data_samples']]

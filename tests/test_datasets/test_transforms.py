@@ -44,3 +44,17 @@ def test_unreadable_image_named_or_skipped_and_checked_before(tmp_path):
         check=False)
     assert proc.returncode != 0 and f'unreadable image {cut}' in out
     assert not (tmp_path / 'w3' / 'epoch_1.pth').exists()
+
+
+def test_check_data_reads_every_hooks_loader():
+    """check_data.py covers the held-out images of both evaluation hooks,
+    the pictures' too (HardPatchVisHook's ``dataloader``)."""
+    from conftest import FMNIST_CFG
+
+    from hpm_mm.apis import load_config
+    from hpm_mm.datasets.data_check import _loaders
+    names = [n for n, _ in _loaders(load_config(FMNIST_CFG))]
+    assert names == [
+        'train_dataloader', 'KNNEvalHook.train_dataloader',
+        'KNNEvalHook.val_dataloader', 'HardPatchVisHook.dataloader'
+    ]

@@ -150,3 +150,44 @@ def test_knn_features_under_autocast_close_to_fp32(monkeypatch):
     assert bf16['feats'].dtype == torch.float32
     cos = torch.nn.functional.cosine_similarity(fp32['feats'], bf16['feats'])
     assert cos.min() > 0.99 and not torch.equal(fp32['feats'], bf16['feats'])
+
+
+def test_a_blocks_tokens_are_read_at_any_layer(tmp_path):
+    """extract_features(layer=i) reads encoder block i's tokens: the last
+    block's through the encoder's final norm are the default features; an
+    earlier block's differ; a block the encoder lacks is one line."""
+    from conftest import make_image_folder, tiny_hpm
+    from mmengine.runner import Runner
+
+    from hpm_mm.evaluation import extract_features
+    root = make_image_folder(str(tmp_path / 'imgs'), 2, 4)
+    loader = Runner.build_dataloader(
+        dict(
+            batch_size=4,
+            num_workers=0,
+            sampler=dict(type='DefaultSampler', shuffle=False),
+            collate_fn=dict(type='default_collate'),
+            dataset=dict(
+                type='CustomDataset',
+                data_root=root,
+                pipeline=[
+                    dict(type='LoadImageFromFile', color_type='grayscale'),
+                    dict(type='PackInputs')
+                ])),
+        seed=0)
+    model = tiny_hpm(
+        seed=0,
+        img_size=32,
+        patch_size=8,
+        embed_dims=16,
+        num_layers=3,
+        data_preprocessor=dict(mean=[50.], std=[60.]))
+    run = dict(progress=False, feature='cls')
+    default = extract_features(model, loader, **run)['feats']
+    last = extract_features(model, loader, layer=-1, **run)['feats']
+    with torch.no_grad():
+        assert torch.allclose(model.backbone.ln1(last), default, atol=1e-5)
+    first = extract_features(model, loader, layer=0, **run)['feats']
+    assert not torch.allclose(first, last)
+    with pytest.raises(ValueError, match='layer 3: the encoder has 3 blocks'):
+        extract_features(model, loader, layer=3, **run)

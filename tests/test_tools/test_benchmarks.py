@@ -59,6 +59,14 @@ custom_hooks = [dict(type='KNNEvalHook', ks=(1, 3, 200),
     res = json.loads(out.read_text())
     assert set(res['acc']) == {'1', '3'} and all(0 <= v <= 100
                                                  for v in res['acc'].values())
+    # any encoder block, recorded; one the encoder lacks is one line
+    run_tool('tools/analysis_tools/knn_eval.py', str(cfg), hpm_checkpoint,
+             '--layer', '0', '--ks', '1', '--out', str(out))
+    assert json.loads(out.read_text())['layer'] == 0
+    proc = python('tools/analysis_tools/knn_eval.py', str(cfg), hpm_checkpoint,
+                  '--layer', '99')
+    assert proc.returncode == 1 and 'layer 99: the encoder has' in \
+        proc.stderr.strip().splitlines()[-1]
     # what is not a kNN: one line each, nothing evaluated
     for args, words in ((['--temperature', '0'], 'temperature 0.0'),
                         (['--temperature', '-1'], 'temperature -1.0'),

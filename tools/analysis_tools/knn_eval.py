@@ -2,7 +2,7 @@
 
     python tools/analysis_tools/knn_eval.py CONFIG CHECKPOINT \
         [--ks 10 20 100 200] [--temperature 0.07] [--teacher] [--amp]
-        [--out res.json]
+        [--layer -2] [--out res.json]
 
 The memory bank and evaluated data come from the config's ``KNNEvalHook``
 (in ``custom_hooks``), so this tool and the periodic evaluation agree.
@@ -42,6 +42,11 @@ def parse_args(argv=None):
         action='store_true',
         help='baseline: kNN on the normalised pixels (the '
         'checkpoint argument is ignored)')
+    parser.add_argument(
+        '--layer',
+        type=int,
+        help='read the tokens out of this encoder block (0-based, negative '
+        "from the end); default: the hook's layer, else the encoder's output")
     parser.add_argument('--out', help='write the accuracies to this json')
     parser.add_argument('--cfg-options', nargs='+', action=CfgOptionsAction)
     return parser.parse_args(argv)
@@ -62,9 +67,12 @@ def run(argv=None):
         teacher=args.teacher,
         amp=args.amp,
         raw_pixels=args.raw_pixels,
+        layer=args.layer,
         log=print)
     acc = r['acc']
-    print(f"\nkNN top-1 (T={r['temperature']}, {r['feature']} features, "
+    where = '' if r['layer'] is None else f", block {r['layer']}"
+    print(f"\nkNN top-1 (T={r['temperature']}, {r['feature']} features"
+          f"{where}, "
           f"{r['precision']}), {r['num_train']} train / {r['num_val']} test "
           'images')
     print('| k | top-1 (%) |\n|---|---|')
@@ -82,6 +90,7 @@ def run(argv=None):
                     best_k=r['best_k'],
                     best=r['best'],
                     feature=r['feature'],
+                    layer=r['layer'],
                     precision=r['precision']),
                 f,
                 indent=2)

@@ -39,7 +39,10 @@ def parse_args(argv=None):
         '--student',
         action='store_true',
         help="use the student's loss predictor")
-    parser.add_argument('--out-dir', default='work_dirs/hard_patches')
+    parser.add_argument(
+        '--out-dir',
+        help='default: hard_patches/<checkpoint name>[_student]/ beside the '
+        'checkpoint (each checkpoint its own folder)')
     parser.add_argument('--saliency', action='store_true')
     parser.add_argument(
         '--fg-threshold',
@@ -60,6 +63,12 @@ def run(argv=None):
     cfg = load_config(args.config)
     if args.cfg_options:
         merge_cfg_options(cfg, args.cfg_options)
+    if args.out_dir is None:
+        import os.path as osp
+        stem = osp.splitext(osp.basename(args.checkpoint))[0]
+        args.out_dir = osp.join(
+            osp.dirname(osp.abspath(args.checkpoint)), 'hard_patches',
+            stem + ('_student' if args.student else ''))
     summary = hard_patches(
         cfg,
         args.checkpoint,

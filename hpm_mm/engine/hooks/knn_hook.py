@@ -42,6 +42,9 @@ class KNNEvalHook(AfterCheckpointEvalHook):
             Defaults to None: as the training step, i.e. when the optimizer
             wrapper runs its forward under autocast (``tools/train.py
             --amp`` where it pays, the AMP configs).
+        layer (int, optional): Read the tokens out of this encoder block
+            (0-based, negative from the end) instead of the encoder's output
+            (recorded in knn.json). Defaults to None (the output).
     """
 
     rerun_tool = 'tools/analysis_tools/knn_eval.py'
@@ -54,7 +57,8 @@ class KNNEvalHook(AfterCheckpointEvalHook):
                  ks: Sequence[int] = (10, 20, 100, 200),
                  temperature: float = 0.07,
                  feature: str = 'avg',
-                 amp: Optional[bool] = None) -> None:
+                 amp: Optional[bool] = None,
+                 layer: Optional[int] = None) -> None:
         self.loader_cfgs = dict(train=train_dataloader, val=val_dataloader)
         self.loaders = None
         self.interval = interval
@@ -66,6 +70,7 @@ class KNNEvalHook(AfterCheckpointEvalHook):
                              f'{feature!r}.')
         self.feature = feature
         self.amp = amp
+        self.layer = layer
         self.last_result: Optional[dict] = None
 
     def evaluate(self, runner) -> dict:
@@ -84,9 +89,9 @@ class KNNEvalHook(AfterCheckpointEvalHook):
             amp = isinstance(runner.optim_wrapper,
                              (AmpOptimWrapper, AutocastOptimWrapper))
         train = extract_features(model, self.loaders['train'], False,
-                                 self.feature, amp)
+                                 self.feature, amp, self.layer)
         val = extract_features(model, self.loaders['val'], False, self.feature,
-                               amp)
+                               amp, self.layer)
         acc = knn_classify(train['feats'], train['labels'], val['feats'],
                            val['labels'], self.ks, self.temperature)
         scalars = {f'knn/top1_k{k}': v for k, v in acc.items()}
@@ -113,6 +118,7 @@ class KNNEvalHook(AfterCheckpointEvalHook):
                     best_k=best,
                     best=acc[best],
                     feature=self.feature,
+                    layer=self.layer,
                     precision=precision,
                     # the epochs / iterations trained when it ran (the
                     # loop counts the current one only after its hooks)
