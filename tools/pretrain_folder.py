@@ -1,7 +1,8 @@
 """Pretrain HPM on a folder of your own images, in one command.
 
     python tools/pretrain_folder.py FOLDER [--work-dir DIR] [--epochs N]
-        [--img-size S] [--channels 1|3] [--batch-size B] [--amp] [--resume]
+        [--img-size S] [--channels 1|3] [--batch-size B] [--amp]
+        [--resume | --new-run]
         [--skip-unreadable] [--dry-run] [--cfg-options k=v ...]
 
 FOLDER: any images (JPEG, PNG, BMP, WebP, TIFF; any size; grayscale or
@@ -17,6 +18,11 @@ easy-to-hard schedule); input size, channels, patch size, batch size and
 epochs are chosen from the images and printed in one line (each has an
 option to override it). The config written to the work dir is an ordinary
 config: rerun or edit it with tools/train.py.
+
+The same command after a stop continues the run (it says so): a work dir
+that holds an earlier run on the same images is resumed from its newest
+complete checkpoint; one on other images (files added or removed) is
+refused in one line. The work dir is locked before anything is written.
 
 Output: ``WORK_DIR/hard_patches/*.png`` (the hard-patch grids),
 ``WORK_DIR/knn.json`` (labelled folders), the checkpoints and the log.
@@ -39,11 +45,18 @@ def parse_args(argv=None):
         '--amp',
         action='store_true',
         help='bf16 autocast on a CPU, fp16 on CUDA')
-    parser.add_argument(
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument(
         '--resume',
         action='store_true',
-        help='continue the run of the work dir from its newest complete '
-        'checkpoint')
+        default=None,
+        help='continue the run of the work dir (the default when it ran on '
+        'the same images)')
+    group.add_argument(
+        '--new-run',
+        dest='resume',
+        action='store_false',
+        help='refuse a work dir that holds an earlier run')
     parser.add_argument(
         '--skip-unreadable',
         action='store_true',

@@ -30,7 +30,7 @@ def pretrain_folder(folder: str,
                     channels: Optional[int] = None,
                     batch_size: Optional[int] = None,
                     amp: bool = False,
-                    resume: bool = False,
+                    resume: Optional[bool] = None,
                     skip_unreadable: bool = False,
                     dry_run: bool = False,
                     cfg_options: Optional[dict] = None,
@@ -50,9 +50,11 @@ def pretrain_folder(folder: str,
         work_dir (str, optional): Defaults to ``work_dirs/folder_<name>``.
         epochs, img_size, channels, batch_size (int, optional): Overrides.
         amp (bool): Mixed precision where the hardware computes it faster.
-        resume (bool): Continue the run of ``work_dir`` from its newest
-            complete checkpoint (a work dir that holds another run's
-            checkpoints is otherwise refused).
+        resume (bool, optional): None (the default): a work dir that holds
+            an earlier run on the same images is continued from its newest
+            complete checkpoint, and one on other images refused; True:
+            continue it; False: refuse a work dir with an earlier run. The
+            work dir is locked before anything is written into it.
         skip_unreadable (bool): Leave unreadable files out.
         dry_run (bool): Write the config only.
         cfg_options (dict, optional): ``key=value`` config overrides.
@@ -77,57 +79,92 @@ def pretrain_folder(folder: str,
     folder = folder.rstrip('/') or '/'
     work_dir = work_dir or osp.join(
         'work_dirs', f'folder_{osp.basename(osp.abspath(folder))}')
-    if not resume:  # before anything is written into the work dir
-        from hpm_mm.engine.runner import refuse_earlier_run
-        refuse_earlier_run(work_dir)
-    scan = scan_folder(folder)
-    bad = scan['unreadable']
-    if bad:
-        listing = '; '.join(f'{p} ({why})' for p, why in bad[:3])
-        more = f' and {len(bad) - 3} more' if len(bad) > 3 else ''
-        if not skip_unreadable:
-            raise HPMError(
-                f'{len(bad)} unreadable image file(s) in {folder}: '
-                f'{listing}{more}. Fix: remove or repair them, or pass '
-                '--skip-unreadable to leave them out.')
-    if not scan['files']:
-        raise HPMError(f'no readable image in {folder}. Fix: point at the '
-                       'folder that holds your images.')
-    settings = choose_settings(scan, img_size, channels, batch_size, epochs)
-    stats = channel_stats(folder, scan['files'], settings['img_size'],
-                          settings['channels'])
-    cfg = folder_config(
-        Config.fromfile(config_file(MAIN_JOB_CONFIG)), folder, work_dir, scan,
-        settings, stats)
-    if bad:
-        with open(osp.join(work_dir, 'unreadable.txt'), 'w') as f:
-            f.writelines(f'{p}\t{why}\n' for p, why in bad)
-        log(f'left out {len(bad)} unreadable file(s): {listing}{more} '
-            f'(all in {osp.join(work_dir, "unreadable.txt")})')
-    labels = (f'{len(scan["classes"])} classes (kNN on a held-out fifth)'
-              if scan['classes'] else 'unlabelled (no kNN)')
-    log(f'{settings["num_images"]} images, {labels}; chosen: '
-        f'{settings["img_size"]}x{settings["img_size"]} '
-        f'{"grayscale" if settings["channels"] == 1 else "RGB"} '
-        f'(median short side {settings["median_short_side"]:g} px), '
-        f'patch {settings["patch_size"]}, batch {settings["batch_size"]}, '
-        f'{settings["epochs"]} epochs of {settings["steps_per_epoch"]} '
-        'steps; override: --img-size --channels --batch-size --epochs')
-    if cfg_options:
-        merge_cfg_options(cfg, cfg_options)
-    os.makedirs(work_dir, exist_ok=True)
-    cfg_path = osp.join(work_dir, 'hpm_folder.py')
-    cfg.dump(cfg_path)
-    log(f'config: {cfg_path}')
-    grids = osp.join(work_dir, 'hard_patches')
-    result = dict(
-        config=cfg_path, settings=settings, runner=None, knn=None, grids=grids)
-    if dry_run:
-        return result
-    result['runner'] = train(
-        cfg_path, work_dir, amp=amp, quiet=True, resume=resume or None)
+    from hpm_mm.engine.work_dir import hand_over, own_work_dir
+    lock = own_work_dir(work_dir)  # before anything is written into it
+    with hand_over(lock, work_dir):  # the runner takes it over
+        scan = scan_folder(folder)
+        bad = scan['unreadable']
+        if bad:
+            listing = '; '.join(f'{p} ({why})' for p, why in bad[:3])
+            more = f' and {len(bad) - 3} more' if len(bad) > 3 else ''
+            if not skip_unreadable:
+                raise HPMError(
+                    f'{len(bad)} unreadable image file(s) in {folder}: '
+                    f'{listing}{more}. Fix: remove or repair them, or pass '
+                    '--skip-unreadable to leave them out.')
+        if not scan['files']:
+            raise HPMError(f'no readable image in {folder}. Fix: point at the '
+                           'folder that holds your images.')
+        resume = _resume_or_refuse(work_dir, scan['files'], resume, log)
+        settings = choose_settings(scan, img_size, channels, batch_size,
+                                   epochs)
+        stats = channel_stats(folder, scan['files'], settings['img_size'],
+                              settings['channels'])
+        cfg = folder_config(
+            Config.fromfile(config_file(MAIN_JOB_CONFIG)), folder, work_dir,
+            scan, settings, stats)
+        if bad:
+            with open(osp.join(work_dir, 'unreadable.txt'), 'w') as f:
+                f.writelines(f'{p}\t{why}\n' for p, why in bad)
+            log(f'left out {len(bad)} unreadable file(s): {listing}{more} '
+                f'(all in {osp.join(work_dir, "unreadable.txt")})')
+        labels = (f'{len(scan["classes"])} classes (kNN on a held-out fifth)'
+                  if scan['classes'] else 'unlabelled (no kNN)')
+        log(f'{settings["num_images"]} images, {labels}; chosen: '
+            f'{settings["img_size"]}x{settings["img_size"]} '
+            f'{"grayscale" if settings["channels"] == 1 else "RGB"} '
+            f'(median short side {settings["median_short_side"]:g} px), '
+            f'patch {settings["patch_size"]}, batch {settings["batch_size"]}, '
+            f'{settings["epochs"]} epochs of {settings["steps_per_epoch"]} '
+            'steps; override: --img-size --channels --batch-size --epochs')
+        if cfg_options:
+            merge_cfg_options(cfg, cfg_options)
+        os.makedirs(work_dir, exist_ok=True)
+        cfg_path = osp.join(work_dir, 'hpm_folder.py')
+        cfg.dump(cfg_path)
+        log(f'config: {cfg_path}')
+        grids = osp.join(work_dir, 'hard_patches')
+        result = dict(
+            config=cfg_path,
+            settings=settings,
+            runner=None,
+            knn=None,
+            grids=grids)
+        if dry_run:
+            return result
+        result['runner'] = train(
+            cfg_path, work_dir, amp=amp, quiet=True, resume=resume or None)
     knn = osp.join(work_dir, 'knn.json')
     if osp.exists(knn):
         with open(knn) as f:
             result['knn'] = json.load(f)
     return result
+
+
+def _resume_or_refuse(work_dir: str, files: list, resume: Optional[bool],
+                      log) -> bool:
+    """Whether to continue the work dir's earlier run: by default, yes when
+    it trained on these same images (said in a line), refused when on
+    others; ``resume=False`` refuses any earlier run."""
+    import glob
+
+    from hpm_mm.engine.runner import refuse_earlier_run
+    if not glob.glob(osp.join(work_dir, '*_*.pth')):
+        return bool(resume)
+    if resume is False:
+        refuse_earlier_run(work_dir)
+    listed = osp.join(work_dir, 'images.txt')
+    before = open(listed).read().split('\n')[:-1] if osp.exists(listed) \
+        else None
+    if before != files:
+        added = len(set(files) - set(before or []))
+        removed = len(set(before or []) - set(files))
+        raise HPMError(
+            f'{work_dir} holds a run on other images ({len(before or [])} '
+            f'then, {len(files)} now: {added} added, {removed} removed); '
+            'continuing it would mix the two. Fix: --work-dir NEW for a new '
+            'run on the folder as it is now.')
+    if resume is None:
+        log(f'{work_dir} holds an interrupted run on these same images: '
+            'continuing it (--work-dir NEW starts a new one)')
+    return True

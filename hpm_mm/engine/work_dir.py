@@ -5,6 +5,8 @@ import os
 import os.path as osp
 import socket
 import sys
+import threading
+from contextlib import contextmanager
 from typing import IO
 
 from hpm_mm.errors import HPMError
@@ -14,6 +16,25 @@ LOCK_NAME = '.run.lock'
 
 class WorkDirBusy(HPMError):
     """Another live run owns the work dir."""
+
+
+_HANDOVER = threading.local()
+
+
+@contextmanager
+def hand_over(handle: IO, work_dir: str):
+    """Within the block, the next :func:`own_work_dir` of ``work_dir`` in
+    this thread (the runner's) takes ``handle`` over instead of locking
+    again, so that a command that writes into the work dir before it
+    builds the runner (``pretrain_folder``) holds the lock throughout. A
+    handle nothing took over is released when the block ends."""
+    _HANDOVER.item = (osp.realpath(work_dir), handle)
+    try:
+        yield
+    finally:
+        item, _HANDOVER.item = getattr(_HANDOVER, 'item', None), None
+        if item is not None:
+            release_work_dir(item[1])
 
 
 def own_work_dir(work_dir: str) -> IO:
@@ -28,6 +49,10 @@ def own_work_dir(work_dir: str) -> IO:
     Raises:
         WorkDirBusy: A live run holds the lock.
     """
+    item = getattr(_HANDOVER, 'item', None)
+    if item is not None and item[0] == osp.realpath(work_dir):
+        _HANDOVER.item = None  # taken over (hand_over)
+        return item[1]
     os.makedirs(work_dir, exist_ok=True)
     handle = open(osp.join(work_dir, LOCK_NAME), 'a+')
     try:

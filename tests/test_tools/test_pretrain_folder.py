@@ -89,16 +89,52 @@ def test_own_images_one_per_class_trains_without_knn(tmp_path):
     assert 'kNN skipped' in proc.stdout, proc.stdout[-2000:]
     assert not (work / 'knn.json').exists()
     assert list((work / 'hard_patches').glob('*.png'))
-    # the same command again: refused before it writes anything (the
-    # earlier run's config and checkpoints stay); --resume continues it
+    # the same command again on the same images: the finished run is
+    # continued (nothing left to train), and it says so
+    proc = run_tool('tools/pretrain_folder.py', str(root), '--work-dir',
+                    str(work), '--epochs', '1')
+    assert 'holds an interrupted run on these same images: continuing' in \
+        proc.stdout
     written = (work / 'hpm_folder.py').read_text()
+    # on other images (one added): refused in one line before it writes
+    # anything (the earlier run's config, lists and checkpoints stay)
     (root / 'cat' / 'c.png').write_bytes((root / 'cat' / 'a.png').read_bytes())
+    images = (work / 'images.txt').read_text()
+    for extra in ([], ['--resume']):
+        proc = python('tools/pretrain_folder.py', str(root), '--work-dir',
+                      str(work), '--epochs', '1', *extra)
+        assert proc.returncode != 0
+        last = proc.stderr.strip().splitlines()[-1]
+        assert 'holds a run on other images (2 then, 3 now: 1 added, 0 ' \
+            'removed)' in last and '--work-dir NEW' in last, proc.stderr
+        assert (work / 'hpm_folder.py').read_text() == written
+        assert (work / 'images.txt').read_text() == images
+    # --new-run refuses any earlier run
     proc = python('tools/pretrain_folder.py', str(root), '--work-dir',
-                  str(work), '--epochs', '1')
+                  str(work), '--new-run')
+    assert proc.returncode != 0 and 'checkpoints of an earlier run' in \
+        proc.stderr.strip().splitlines()[-1]
+
+
+def test_a_second_own_images_run_on_a_busy_work_dir_writes_nothing(tmp_path):
+    """While a run holds the work dir, a second pretrain_folder on it is
+    refused before it writes its image lists or config (it rewrote the
+    running one's)."""
+    from hpm_mm.engine.work_dir import own_work_dir, release_work_dir
+    root = tmp_path / 'imgs'
+    _write_images(
+        str(root), [('a.png', (40, 40), 'L'), ('b.png', (40, 40), 'L')],
+        seed=3)
+    work = tmp_path / 'work'
+    lock = own_work_dir(str(work))  # the running one
+    try:
+        proc = python('tools/pretrain_folder.py', str(root), '--work-dir',
+                      str(work), '--epochs', '1')
+    finally:
+        release_work_dir(lock)
     assert proc.returncode != 0
-    last = proc.stderr.strip().splitlines()[-1]
-    assert 'checkpoints of an earlier run' in last and '--resume' in last
-    assert (work / 'hpm_folder.py').read_text() == written
+    assert 'is in use by a running job' in proc.stderr.strip().splitlines()[-1]
+    assert sorted(p.name for p in work.iterdir()) == ['.run.lock']
 
 
 def test_own_images_deep_pixels_loops_and_own_outputs(tmp_path):

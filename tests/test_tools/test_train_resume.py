@@ -463,3 +463,40 @@ def test_kill_9_during_training_then_resume(tmp_path):
     assert 'resumed epoch: ' in out
     ckpt = torch.load(work / 'epoch_3.pth', map_location='cpu')
     assert ckpt['meta']['epoch'] == 3 and ckpt['meta']['iter'] == 48
+
+
+def test_a_finished_run_resumed_completes_its_missing_final_evaluation(
+        tmp_path):
+    """A run stopped during its end-of-training kNN and pictures (after its
+    last checkpoint) and resumed trains nothing more; it runs those
+    evaluations where their results are missing, and says so (it exited 0
+    with no knn.json and no grids)."""
+    import os
+    import shutil
+
+    from conftest import make_image_folder
+    from test_benchmarks import _folder_loader
+    data = make_image_folder(str(tmp_path / 'held_out'), 2, 3)
+    hooks = f'''custom_hooks = [
+    dict(type='HPMScheduleHook'),
+    dict(type='KNNEvalHook', ks=(1, ),
+         train_dataloader={_folder_loader(data)!r},
+         val_dataloader={_folder_loader(data)!r}),
+    dict(type='HardPatchVisHook', num_images=2, num_masks=1,
+         dataloader={_folder_loader(data)!r})]'''
+    cfg = tiny_config(
+        tmp_path, body=TINY_RUN.format(keep=1, epochs=1), hooks=hooks)
+    work = tmp_path / 'work'
+    run_train(cfg, work)
+    assert json.loads((work / 'knn.json').read_text())['epoch'] == 1
+    # as a SIGTERM during the final evaluation leaves it
+    os.remove(work / 'knn.json')
+    shutil.rmtree(work / 'hard_patches')
+    _, out = run_train(cfg, work, '--resume')
+    assert 'resumed after its last epoch without its final evaluation' in out
+    knn = json.loads((work / 'knn.json').read_text())
+    assert knn['epoch'] == 1 and knn['iter'] == 4
+    assert (work / 'hard_patches' / 'epoch_1_img0.png').exists()
+    # a finished run with its results: nothing runs again
+    _, out = run_train(cfg, work, '--resume')
+    assert 'without its final evaluation' not in out

@@ -11,11 +11,45 @@ class AfterCheckpointEvalHook(Hook):
     minutes-long evaluation starts: an error or a Ctrl-C in the evaluation
     loses no training. A failure is re-raised after one line that names the
     checkpoint and the command that reruns only this evaluation.
+
+    A run stopped during its final evaluation (after its last checkpoint)
+    and resumed trains nothing more; the hook then runs that evaluation at
+    the end of ``train`` where its result is missing
+    (:meth:`final_done` / :meth:`run_final`), and says so.
     """
 
     priority = 'LOWEST'
     #: the tool that reruns this evaluation from a config and a checkpoint
     rerun_tool = ''
+    #: count ``interval`` in epochs (set by the subclasses)
+    by_epoch = True
+
+    @staticmethod
+    def at_end(runner) -> bool:
+        """Whether the run has nothing left to train."""
+        loop = runner.train_loop
+        if hasattr(loop, 'max_epochs'):
+            return runner.epoch >= loop.max_epochs
+        return runner.iter >= loop.max_iters
+
+    def before_train(self, runner) -> None:
+        self._resumed_at_end = self.at_end(runner)
+
+    def after_train(self, runner) -> None:
+        if getattr(self, '_resumed_at_end', False) and \
+                not self.final_done(runner):
+            runner.logger.warning(
+                f'{type(self).__name__}: this run was resumed after its last '
+                'epoch without its final evaluation (stopped during it); '
+                'running it now.')
+            self.run_final(runner)
+
+    def final_done(self, runner) -> bool:
+        """Whether the final evaluation's result is on disk."""
+        return True
+
+    def run_final(self, runner) -> None:
+        """Run the final evaluation of a finished run."""
 
     def run_evaluation(self, runner, fn, *args):
         try:

@@ -91,6 +91,19 @@ class HardPatchVisHook(AfterCheckpointEvalHook):
                            f'{rho:.3f}; grids in {out_dir}')
         return rho
 
+    def _final_tag(self, runner) -> str:
+        return f'epoch_{runner.epoch}' if self.by_epoch else \
+            f'iter_{runner.iter}'
+
+    def final_done(self, runner) -> bool:
+        return osp.exists(
+            osp.join(runner.work_dir, 'hard_patches',
+                     f'{self._final_tag(runner)}_img0.png'))
+
+    def run_final(self, runner) -> None:
+        self.run_evaluation(runner, self.visualize, runner,
+                            self._final_tag(runner))
+
     def after_train_epoch(self, runner) -> None:
         done = runner.epoch + 1
         if self.by_epoch and (done >= runner.max_epochs or

@@ -71,6 +71,7 @@ class KNNEvalHook(AfterCheckpointEvalHook):
         self.feature = feature
         self.amp = amp
         self.layer = layer
+        self._final = False  # a finished run's evaluation (run_final)
         self.last_result: Optional[dict] = None
 
     def evaluate(self, runner) -> dict:
@@ -122,13 +123,31 @@ class KNNEvalHook(AfterCheckpointEvalHook):
                     precision=precision,
                     # the epochs / iterations trained when it ran (the
                     # loop counts the current one only after its hooks)
-                    epoch=runner.epoch + (1 if self.by_epoch else 0),
-                    iter=runner.iter + (0 if self.by_epoch else 1),
+                    epoch=runner.epoch + (0 if self._final or not
+                                          self.by_epoch else 1),
+                    iter=runner.iter + (0 if self._final or self.by_epoch
+                                        else 1),
                     num_train=len(train['labels']),
                     num_val=len(val['labels'])),
                 osp.join(runner.work_dir, 'knn.json'),
                 indent=2)
         return acc
+
+    def final_done(self, runner) -> bool:
+        path = osp.join(runner.work_dir, 'knn.json')
+        if not osp.exists(path):
+            return False
+        import json
+        done = json.load(open(path))
+        return done.get('epoch') == runner.epoch if self.by_epoch else \
+            done.get('iter') == runner.iter
+
+    def run_final(self, runner) -> None:
+        self._final = True
+        try:
+            self.run_evaluation(runner, self.evaluate, runner)
+        finally:
+            self._final = False
 
     def _due(self, runner, count: int, last: bool) -> bool:
         return last or (self.interval > 0 and count % self.interval == 0)
