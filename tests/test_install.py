@@ -54,3 +54,21 @@ def test_package_scope_config_inheritance():
         "_base_ = 'hpm_mm::hpm/hpm_vit-mini-p4_1xb256-coslr-10e_fmnist.py'\n",
         '.py')
     assert cfg.model.type == 'HPM'
+
+
+def test_the_hpm_mm_scope_keeps_its_modules_from_being_replaced():
+    """A module registered into the hpm_mm scope under a name mmpretrain's
+    (or mmengine's) registry already holds would be built by every
+    hpm_mm:: config instead: refused in one line, unless force=True."""
+    import pytest
+
+    from hpm_mm.registry import MODELS, OPTIM_WRAPPERS
+
+    class HPMMaskGenerator:  # an out-of-tree impostor
+        pass
+
+    with pytest.raises(KeyError, match='would replace it in every hpm_mm::'):
+        MODELS.register_module(module=HPMMaskGenerator)
+    with pytest.raises(KeyError, match='OptimWrapper is registered'):
+        OPTIM_WRAPPERS.register_module(name='OptimWrapper', module=object)
+    assert MODELS.get('HPMMaskGenerator') is not HPMMaskGenerator

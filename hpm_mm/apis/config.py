@@ -158,18 +158,57 @@ def merge_cfg_options(cfg: Config, options: dict) -> Config:
     return cfg
 
 
-def syntax_error(path: str, error: SyntaxError) -> str:
-    """Where a config's syntax error is: the file and line (mmengine names
-    a temporary copy of the file, or only the file)."""
+def _bases(path: str, tree) -> list:
+    """The files a config's literal ``_base_`` names (relative ones resolved
+    from its folder; ``pkg::`` ones in that package's config folder)."""
     import ast
-    if osp.isfile(path):
+    names = []
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(
+                isinstance(t, ast.Name) and t.id == '_base_'
+                for t in node.targets):
+            try:
+                value = ast.literal_eval(node.value)
+            except ValueError:
+                continue
+            names += [value] if isinstance(value, str) else list(value)
+    out = []
+    for name in names:
+        if '::' in name:
+            from mmengine.config.utils import _get_package_and_cfg_path
+            from mmengine.utils import get_installed_path
+            try:
+                package, rel = _get_package_and_cfg_path(name)
+                out.append(
+                    osp.join(
+                        get_installed_path(package), '.mim', 'configs', rel))
+            except Exception:  # a package not installed: not the syntax
+                continue
+        else:
+            out.append(osp.join(osp.dirname(path), name))
+    return out
+
+
+def syntax_error(path: str, error: SyntaxError, _seen=None) -> str:
+    """Where a config's syntax error is: the file (``path`` or the
+    ``_base_`` it inherits that holds it) and line (mmengine names a
+    temporary copy of the file, or none)."""
+    import ast
+    seen = _seen if _seen is not None else set()
+    if osp.isfile(path) and osp.realpath(path) not in seen:
+        seen.add(osp.realpath(path))
         try:
             with open(path, encoding='utf-8') as f:
-                ast.parse(f.read(), filename=path)
+                tree = ast.parse(f.read(), filename=path)
         except SyntaxError as e:
             text = (e.text or '').strip()
             return (f'{path}, line {e.lineno}: {e.msg}' +
                     (f': {text}' if text else ''))
+        for base in _bases(path, tree):
+            found = syntax_error(base, error, seen)
+            if not found.startswith('a syntax error in'):
+                return found + f' (inherited by {path})' \
+                    if _seen is None else found
     return f'a syntax error in {path} or a file it inherits ({error})'
 
 

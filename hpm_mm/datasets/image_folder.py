@@ -65,10 +65,16 @@ def load_image(path: str,
     if min(size) < 1:
         raise ValueError(f'empty image {size}')
     if mode in DEEP_MODES:
+        # the fix by range: 16-bit integers span 0..65535, float images
+        # often 0..1 (dividing those by 256 would make them black)
+        fix = ('scale 0..65535 to 0..255: PIL '
+               "img.point(lambda v: v / 256).convert('L')"
+               if mode.startswith('I') else
+               'scale its range to 0..255 first (0..1 floats: numpy '
+               "(np.asarray(img) * 255).clip(0, 255).astype('uint8'))")
         raise ValueError(
             f'{mode} pixels (16-bit or float): the pipeline trains on 8-bit '
-            'images. Fix: convert it to 8 bits (e.g. PIL: '
-            'img.point(lambda v: v / 256).convert("L")) or leave it out')
+            f'images. Fix: convert it to 8 bits ({fix}) or leave it out')
     try:  # the full decode: a truncated file fails here
         array = mmcv.imfrombytes(content, flag=color_type, backend='pillow')
     except Exception as e:
@@ -137,6 +143,13 @@ def scan_folder(root: str) -> Dict:
             'your images.')
     files, sizes, unreadable, gray = [], [], [], True
     for rel in paths:
+        if '\n' in rel or '\r' in rel:
+            # the image lists hold one name per line: training would skip
+            unreadable.append(
+                (rel.replace('\n', '\\n').replace('\r', '\\r'),
+                 'its name holds a line break, which the image lists '
+                 'cannot hold; rename it'))
+            continue
         try:
             size, mode = read_image(osp.join(root, rel))
         except ValueError as e:
@@ -215,7 +228,13 @@ def channel_stats(root: str,
             (size, size), Image.BICUBIC)
         values.append(np.asarray(img, np.float64).reshape(-1, channels))
     values = np.concatenate(values)
-    std = np.maximum(values.std(0), 1.0)  # a constant folder: no blow-up
+    if float(values.std(0).max()) < 1.0:
+        raise HPMError(
+            f'the images of {root} are one constant value (pixel std '
+            f'{float(values.std(0).max()):.2f} of 255 over {len(pick)} '
+            'images): there is nothing to reconstruct or rank. Fix: point at '
+            'the folder of your real images.')
+    std = np.maximum(values.std(0), 1.0)  # a near-constant channel
     return dict(
         mean=[round(float(v), 2) for v in values.mean(0)],
         std=[round(float(v), 2) for v in std])

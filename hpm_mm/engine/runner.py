@@ -275,6 +275,21 @@ class _BareConsoleFormatter(logging.Formatter):
         return self.base.format(record)
 
 
+def _check_channels(kw: dict) -> None:
+    """mmpretrain's ``SelfSupDataPreprocessor`` becomes its subclass
+    :class:`~hpm_mm.models.ChannelCheckedDataPreprocessor` (identical
+    otherwise), so that images of another channel count than the model's
+    (grayscale into an RGB model) are refused at the first batch in one line
+    instead of an IndexError in the channel swap."""
+    for holder, key in ((kw, 'data_preprocessor'),
+                        (kw.get('model') if isinstance(kw.get('model'), dict)
+                         else {}, 'data_preprocessor')):
+        pre = holder.get(key)
+        if isinstance(pre, dict) and pre.get('type', '').split('.')[-1] \
+                == 'SelfSupDataPreprocessor':
+            holder[key] = dict(pre, type='ChannelCheckedDataPreprocessor')
+
+
 #: runners built in this process (:class:`RunPolicyMixin` names each)
 _RUNNERS_BUILT = itertools.count(1)
 
@@ -306,6 +321,7 @@ class RunPolicyMixin:
                     and h.get('type') == 'ConsoleProgressHook' for h in hooks):
                 hooks.append(dict(type='ConsoleProgressHook'))
             kw['custom_hooks'] = hooks
+        _check_channels(kw)
         if kw.get('experiment_name') is None:
             # mmengine names the run's logger, message hub, visualizer and
             # registry scope '<config>_<second>': a second runner of the

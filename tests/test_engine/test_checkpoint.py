@@ -109,6 +109,9 @@ def test_every_path_refuses_a_code_checkpoint(hostile, tmp_path):
         assert not marker.exists(), f'{name} ran the checkpoint\'s code'
         assert proc.returncode != 0, f'{name} exited 0:\n{out[-2000:]}'
         assert 'allow-list' in out, f'{name}:\n{out[-3000:]}'
+        # the refusal reaches the user as its one line, not a traceback
+        assert 'Traceback' not in proc.stderr, f'{name}:\n{proc.stderr}'
+        assert 'allow-list' in proc.stderr.strip().splitlines()[-1]
 
 
 @pytest.fixture

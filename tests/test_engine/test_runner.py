@@ -197,3 +197,28 @@ def test_each_runner_gets_its_own_visualizer(tmp_path):
         RUNNERS.build(cfg).train()
         assert glob.glob(
             str(tmp_path / work / '*' / 'vis_data' / 'scalars.json')), work
+
+
+def test_a_selfsup_preprocessor_checks_the_images_channels(tmp_path):
+    """The runner swaps mmpretrain's SelfSupDataPreprocessor (what the
+    ImageNet configs inherit) for its channel-checking subclass: grayscale
+    images into an RGB model are one line at the first batch (an IndexError
+    in the channel swap before)."""
+    import torch
+
+    from hpm_mm.models import ChannelCheckedDataPreprocessor
+    cfg = _cfg(
+        tmp_path,
+        body="data_preprocessor = dict(_delete_=True, "
+        "type='SelfSupDataPreprocessor', mean=[1., 2., 3.], "
+        "std=[1., 1., 1.], to_rgb=True)\n"
+        "model = dict(backbone=dict(patch_cfg=dict(in_channels=3)))")
+    runner = RUNNERS.build(cfg)
+    pre = runner.model.data_preprocessor
+    assert type(pre) is ChannelCheckedDataPreprocessor
+    with pytest.raises(
+            ValueError,
+            match=r'the images have 1 channel\(s\) '
+            'but the model takes 3'):
+        pre(dict(inputs=[torch.zeros(1, 28, 28, dtype=torch.uint8)]))
+    runner.release_work_dir()

@@ -191,3 +191,44 @@ def test_own_images_clear_errors(tmp_path):
     tiny = dict(files=['x'] * 10, sizes=[(20, 20)] * 10, gray=True)
     s = choose_settings(tiny)
     assert (s['img_size'], s['channels'], s['batch_size']) == (32, 1, 8)
+
+
+def test_own_images_that_cannot_train_are_one_line(tmp_path):
+    """A folder of one constant value trains nothing (it trained with std 1
+    and no word); a file whose name holds a line break cannot be listed
+    (the scan counted it, training skipped it): one line each, before
+    anything is written."""
+    from PIL import Image
+    flat = tmp_path / 'flat'
+    flat.mkdir()
+    for i in range(3):
+        Image.new('L', (32, 32), 7).save(flat / f'{i}.png')
+    proc = python('tools/pretrain_folder.py', str(flat), '--work-dir',
+                  str(tmp_path / 'w1'))
+    assert proc.returncode == 1
+    last = proc.stderr.strip().splitlines()[-1]
+    assert 'are one constant value' in last and 'Fix:' in last
+    odd = tmp_path / 'odd'
+    _write_images(
+        str(odd), [('a.png', (40, 40), 'L'), ('b\nc.png', (40, 40), 'L')])
+    proc = python('tools/pretrain_folder.py', str(odd), '--work-dir',
+                  str(tmp_path / 'w2'))
+    assert proc.returncode == 1
+    last = proc.stderr.strip().splitlines()[-1]
+    assert 'b\\nc.png (its name holds a line break' in last and \
+        'rename it' in last
+
+
+def test_deep_pixel_fix_follows_the_files_range(tmp_path):
+    """The 16-bit refusal's fix divides by 256; a float image's does not
+    (0..1 floats divided by 256 would train black)."""
+    from PIL import Image
+
+    from hpm_mm.datasets.image_folder import load_image
+    Image.fromarray(np.full((8, 8), 40000, np.uint16)).save(tmp_path / 'a.png')
+    Image.fromarray(np.full((8, 8), 0.5, np.float32)).save(tmp_path / 'b.tif')
+    with pytest.raises(ValueError, match='v / 256'):
+        load_image(str(tmp_path / 'a.png'))
+    with pytest.raises(ValueError) as e:
+        load_image(str(tmp_path / 'b.tif'))
+    assert 'v / 256' not in str(e.value) and '* 255' in str(e.value)

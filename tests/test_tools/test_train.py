@@ -106,8 +106,14 @@ def test_what_cannot_be_judged_is_refused_before_work(tmp_path,
     broken = tmp_path / 'broken.py'
     broken.write_text(f"_base_ = [{FMNIST_CFG!r}]\nmodel = dict(\n"
                       "    neck=dict(embed_dim=16)\n")
+    child = tmp_path / 'child.py'  # the error in the base it inherits
+    child.write_text("_base_ = ['broken.py']\n")
     runs = [
         (['tools/train.py', str(broken)], 'broken.py, line 2'),
+        (['tools/misc/check_data.py', str(broken)], 'broken.py, line 2'),
+        (['tools/train.py', str(child)],
+         f'broken.py, line 2: \'(\' was never closed: model = dict( '
+         f'(inherited by {child})'),
         (typo, "did you mean 'max_keep_ckpts'"),
         (
             [

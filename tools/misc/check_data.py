@@ -12,8 +12,6 @@ summary per dataset; exits 1 when anything is wrong. ``tools/train.py
 import argparse
 import sys
 
-from mmengine.config import Config
-
 from hpm_mm.apis.config import CfgOptionsAction, merge_cfg_options
 
 
@@ -28,8 +26,9 @@ def main(argv=None):
     parser.add_argument('--cfg-options', nargs='+', action=CfgOptionsAction)
     args = parser.parse_args(argv)
     import hpm_mm  # noqa: F401
+    from hpm_mm.apis import load_config
     from hpm_mm.datasets.data_check import check_data
-    cfg = Config.fromfile(args.config)
+    cfg = load_config(args.config)
     if args.cfg_options:
         merge_cfg_options(cfg, args.cfg_options)
     result = check_data(cfg, args.max_images)

@@ -123,10 +123,10 @@ class KNNEvalHook(AfterCheckpointEvalHook):
                     precision=precision,
                     # the epochs / iterations trained when it ran (the
                     # loop counts the current one only after its hooks)
-                    epoch=runner.epoch + (0 if self._final or not
-                                          self.by_epoch else 1),
-                    iter=runner.iter + (0 if self._final or self.by_epoch
-                                        else 1),
+                    epoch=runner.epoch +
+                    (0 if self._final or not self.by_epoch else 1),
+                    iter=runner.iter +
+                    (0 if self._final or self.by_epoch else 1),
                     num_train=len(train['labels']),
                     num_val=len(val['labels'])),
                 osp.join(runner.work_dir, 'knn.json'),
