@@ -52,15 +52,8 @@ def frozen(work, ckpt, seed):
     """kNN and cached linear probes on both features (the run's config
     keeps its KNNEvalHook's data; pretrain.py trains without the hook)."""
     from hpm_mm.apis import frozen_eval
-    ev = PLAN['evaluation']
-    r = frozen_eval(
-        osp.join(work, 'config.py'),
-        ckpt,
-        ev['features'],
-        ev['knn_ks'],
-        linear=True,
-        seed=seed)
-    out = {}
+    config = osp.join(work, 'config.py')
+    r, out = frozen_eval(config, ckpt, seed=seed, **PLAN['evaluation']), {}
     for f, acc in r['knn'].items():
         out[f'knn_{f}'] = max(acc.values())
         out[f'knn_{f}_by_k'] = {str(k): v for k, v in acc.items()}
@@ -96,13 +89,11 @@ def evaluate(name, percents=PERCENTS):
         variant, seed = record['variant'], record['seed']
         ckpt = osp.join(work, f"epoch_{record['epochs']}.pth")
         record.update(
-            what=PLAN['variants'][variant]['what'],
-            config=PLAN['variants'][variant]['config'],
+            PLAN['variants'][variant],
             train_seconds=sum(a['seconds'] for a in record['attempts']),
             commands=[
-                f'{cmd}pretrain.py {variant} --seed {seed} --epochs '
-                f"{record['epochs']} --images "
-                f"{record['images_per_epoch']}"
+                f"{cmd}pretrain.py {variant} --seed {seed} --epochs "
+                f"{record['epochs']} --images {record['images_per_epoch']}"
             ])
         start = time.time()
         record['metrics'] = frozen(work, ckpt, seed)

@@ -57,13 +57,8 @@ def pretrain(variant, seed, epochs, images, minutes=None):
     # (its data) but does not run
     hooks = [h for h in cfg.custom_hooks if h['type'] != 'KNNEvalHook'] + (
         [dict(type='TimeLimitHook', minutes=minutes)] if minutes else [])
-    start = time.time()
-    runner = train(
-        path,
-        work,
-        resume=bool(glob.glob(osp.join(work, 'epoch_*.pth'))),
-        quiet=True,
-        custom_hooks=hooks)
+    start, resume = time.time(), bool(glob.glob(osp.join(work, '*.pth')))
+    runner = train(path, work, resume=resume, quiet=True, custom_hooks=hooks)
     done = runner.train_loop.epoch
     record['attempts'].append(
         dict(until_epoch=done, seconds=time.time() - start, **machine()))
@@ -80,9 +75,7 @@ def main(argv=None):
     parser.add_argument('--epochs', type=int, default=PLAN['length']['epochs'])
     parser.add_argument('--images', type=int, default=PLAN['length']['images'])
     parser.add_argument('--minutes', type=float)
-    args = parser.parse_args(argv)
-    r = pretrain(args.variant, args.seed, args.epochs, args.images,
-                 args.minutes)
+    r = pretrain(**vars(parser.parse_args(argv)))
     if r['precision'] != 'fp32':
         raise SystemExit(f"{r['name']} trained in {r['precision']}: the "
                          'study compares fp32 runs. Fix: remove its work dir '

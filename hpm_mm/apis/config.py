@@ -2,7 +2,7 @@
 a syntax error, a missing package, an option nothing reads."""
 import os.path as osp
 import re
-from typing import Any
+from typing import Any, Optional
 
 from mmengine.config import Config, DictAction
 
@@ -247,3 +247,26 @@ def load_config(path: str) -> Config:
                 raise HPMError(f'{path}: {cause}') from None
             cause = cause.__cause__ or cause.__context__
         raise
+
+
+def run_config(config, work_dir: Optional[str], launcher: str, *options:
+               Optional[dict]) -> Config:
+    """A run's config as every tool makes it: a copy of ``config`` (a file
+    or a loaded config) with each of ``options`` merged (checked), the
+    launcher, and the work dir (given, the config's, else
+    ``work_dirs/<config name>``)."""
+    if isinstance(config, Config):
+        cfg = Config(config.to_dict(), filename=config.filename)
+        name = config.filename or 'config'
+    else:
+        cfg, name = load_config(config), config
+    for option in options:
+        if option:
+            merge_cfg_options(cfg, option)
+    cfg.launcher = launcher
+    if work_dir is not None:
+        cfg.work_dir = work_dir
+    elif cfg.get('work_dir') is None:
+        cfg.work_dir = osp.join('./work_dirs',
+                                osp.splitext(osp.basename(name))[0])
+    return cfg

@@ -6,7 +6,7 @@ from typing import Optional, Union
 from mmengine.config import Config
 
 from hpm_mm.errors import HPMError
-from .config import load_config, merge_cfg_options
+from .config import run_config
 
 
 def check_out(path: str) -> None:
@@ -63,19 +63,7 @@ def test(config: Union[str, Config],
     Raises:
         HPMError: A checkpoint or ``out`` that cannot work, in one line.
     """
-    if isinstance(config, Config):
-        cfg = Config(config.to_dict(), filename=config.filename)
-        name = config.filename or 'config'
-    else:
-        cfg, name = load_config(config), config
-    if cfg_options:
-        merge_cfg_options(cfg, cfg_options)
-    cfg.launcher = launcher
-    if work_dir is not None:
-        cfg.work_dir = work_dir
-    elif cfg.get('work_dir') is None:
-        cfg.work_dir = osp.join('./work_dirs',
-                                osp.splitext(osp.basename(name))[0])
+    cfg = run_config(config, work_dir, launcher, cfg_options)
     cfg.load_from = checkpoint
     if out:
         check_out(out)

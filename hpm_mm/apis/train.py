@@ -1,12 +1,11 @@
 """Training from Python: a config in, a trained runner out."""
-import os.path as osp
 from typing import Optional, Union
 
 from mmengine.config import Config
 
 from hpm_mm.engine.optimizers.autocast_optim_wrapper import AMP_TYPES
 from hpm_mm.errors import HPMError
-from .config import load_config, merge_cfg_options
+from .config import run_config
 
 
 def train_config(config: Union[str, Config],
@@ -47,21 +46,7 @@ def train_config(config: Union[str, Config],
     Raises:
         HPMError: A config or option that cannot work, in one line.
     """
-    if isinstance(config, Config):
-        cfg = Config(config.to_dict(), filename=config.filename)
-        name = config.filename or 'config'
-    else:
-        cfg, name = load_config(config), config
-    if overrides:
-        merge_cfg_options(cfg, overrides)
-    if cfg_options:
-        merge_cfg_options(cfg, cfg_options)
-    cfg.launcher = launcher
-    if work_dir is not None:
-        cfg.work_dir = work_dir
-    elif cfg.get('work_dir') is None:
-        cfg.work_dir = osp.join('./work_dirs',
-                                osp.splitext(osp.basename(name))[0])
+    cfg = run_config(config, work_dir, launcher, overrides, cfg_options)
     if resume is True or resume == 'auto':
         cfg.resume, cfg.load_from = True, None
     elif resume:

@@ -74,19 +74,14 @@ def test_pool_features_cls_token():
         pool_features(tokens, feature='max')
 
 
-@pytest.mark.parametrize('feature', ['cls', 'avg'])
-def test_knn_on_model_features_matches_brute_force(tmp_path, feature, device):
-    """extract_features on a real (tiny) HPM through a dataloader, then kNN,
-    against features taken by hand from the encoder's tokens and the
-    one-sample-at-a-time brute force."""
-    from conftest import make_image_folder, tiny_hpm
+def _gray_folder_loader(tmp_path, classes, per_class, batch_size):
+    """A dataloader over a generated folder of grayscale images."""
+    from conftest import make_image_folder
     from mmengine.runner import Runner
-
-    from hpm_mm.evaluation import extract_features
-    root = make_image_folder(str(tmp_path / 'imgs'), 3, 6)
-    loader = Runner.build_dataloader(
+    root = make_image_folder(str(tmp_path / 'imgs'), classes, per_class)
+    return Runner.build_dataloader(
         dict(
-            batch_size=5,
+            batch_size=batch_size,
             num_workers=0,
             sampler=dict(type='DefaultSampler', shuffle=False),
             collate_fn=dict(type='default_collate'),
@@ -98,6 +93,17 @@ def test_knn_on_model_features_matches_brute_force(tmp_path, feature, device):
                     dict(type='PackInputs')
                 ])),
         seed=0)
+
+
+@pytest.mark.parametrize('feature', ['cls', 'avg'])
+def test_knn_on_model_features_matches_brute_force(tmp_path, feature, device):
+    """extract_features on a real (tiny) HPM through a dataloader, then kNN,
+    against features taken by hand from the encoder's tokens and the
+    one-sample-at-a-time brute force."""
+    from conftest import tiny_hpm
+
+    from hpm_mm.evaluation import extract_features
+    loader = _gray_folder_loader(tmp_path, 3, 6, 5)
     model = tiny_hpm(
         device=device,
         seed=0,
@@ -156,25 +162,10 @@ def test_a_blocks_tokens_are_read_at_any_layer(tmp_path):
     """extract_features(layer=i) reads encoder block i's tokens: the last
     block's through the encoder's final norm are the default features; an
     earlier block's differ; a block the encoder lacks is one line."""
-    from conftest import make_image_folder, tiny_hpm
-    from mmengine.runner import Runner
+    from conftest import tiny_hpm
 
     from hpm_mm.evaluation import extract_features
-    root = make_image_folder(str(tmp_path / 'imgs'), 2, 4)
-    loader = Runner.build_dataloader(
-        dict(
-            batch_size=4,
-            num_workers=0,
-            sampler=dict(type='DefaultSampler', shuffle=False),
-            collate_fn=dict(type='default_collate'),
-            dataset=dict(
-                type='CustomDataset',
-                data_root=root,
-                pipeline=[
-                    dict(type='LoadImageFromFile', color_type='grayscale'),
-                    dict(type='PackInputs')
-                ])),
-        seed=0)
+    loader = _gray_folder_loader(tmp_path, 2, 4, 4)
     model = tiny_hpm(
         seed=0,
         img_size=32,

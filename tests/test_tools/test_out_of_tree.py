@@ -134,26 +134,25 @@ def docs_blocks(lang):
     return re.findall(rf'```{lang}\n(.*?)```', text, flags=re.S)
 
 
-def test_the_extending_example_runs_as_written(tmp_path):
-    """docs/extending.md's out-of-tree example: its two files (the same as
-    projects/contrast_mask/) in a folder outside the repository, then its
-    commands as written -- the contract's property test on the new
-    generator and the iteration-scheduled smoke test, which reads the image
-    scores and builds no teacher."""
-    folder = tmp_path / 'my_hpm'
-    folder.mkdir()
+def run_docs_example(tmp_path, folder, project, names):
+    """The ``# FOLDER/NAME`` python blocks of docs/extending.md (checked
+    equal to projects/PROJECT/NAME) written into tmp_path/FOLDER, then its
+    ``cd FOLDER`` bash block run as written; (the process, the smoke run's
+    logged scalars, its checkpoint's state dict)."""
     files = {}
     for block in docs_blocks('python'):
         first, _, body = block.partition('\n')
-        if first.startswith('# my_hpm/'):
-            files[first[len('# my_hpm/'):]] = body
-    assert set(files) == {'contrast_mask.py', 'hpm-contrast_fmnist.py'}
+        if first.startswith(f'# {folder}/'):
+            files[first[len(f'# {folder}/'):]] = body
+    assert set(files) == set(names)
+    (tmp_path / folder).mkdir()
     for name, body in files.items():
-        shipped = open(osp.join(REPO, 'projects', 'contrast_mask',
-                                name)).read()
-        assert body == shipped, f'docs and projects/contrast_mask/{name}'
-        (folder / name).write_text(body)
-    commands = [b for b in docs_blocks('bash') if b.startswith('cd my_hpm')]
+        shipped = open(osp.join(REPO, 'projects', project, name)).read()
+        assert body == shipped, f'docs and projects/{project}/{name}'
+        (tmp_path / folder / name).write_text(body)
+    commands = [
+        b for b in docs_blocks('bash') if b.startswith(f'cd {folder}\n')
+    ]
     assert len(commands) == 1
     script = commands[0].replace('$HPM/.venv/bin/python', sys.executable)
     proc = subprocess.run(['bash', '-euo', 'pipefail', '-c', script],
@@ -163,57 +162,42 @@ def test_the_extending_example_runs_as_written(tmp_path):
                           timeout=900,
                           env=dict(os.environ, HPM=REPO, PYTHONUNBUFFERED='1'))
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
-    assert 'ContrastMaskGenerator: every property holds' in proc.stdout
-    work = folder / 'work_dirs' / 'smoke'
+    work = tmp_path / folder / 'work_dirs' / 'smoke'
     rows = [
         json.loads(line) for path in work.glob('*/vis_data/scalars.json')
         for line in open(path)
     ]
-    hard = [r['num_hard'] for r in rows if 'num_hard' in r]
-    assert hard and hard[-1] > 0  # the last iteration masked by score
     state = torch.load(
         work / 'epoch_1.pth', map_location='cpu',
         weights_only=False)['state_dict']
+    return proc, rows, state
+
+
+def test_the_extending_example_runs_as_written(tmp_path):
+    """docs/extending.md's out-of-tree example: its two files (the same as
+    projects/contrast_mask/) in a folder outside the repository, then its
+    commands as written -- the contract's property check on the new
+    generator and the iteration-scheduled smoke test, which reads the image
+    scores and builds no teacher."""
+    proc, rows, state = run_docs_example(
+        tmp_path, 'my_hpm', 'contrast_mask',
+        ['contrast_mask.py', 'hpm-contrast_fmnist.py'])
+    assert 'ContrastMaskGenerator: every property holds' in proc.stdout
+    hard = [r['num_hard'] for r in rows if 'num_hard' in r]
+    assert hard and hard[-1] > 0  # the last iteration masked by score
     assert not any(k.startswith('teacher.') for k in state)  # no teacher
-    assert (work / 'knn.json').exists()
+    assert (tmp_path / 'my_hpm' / 'work_dirs' / 'smoke' / 'knn.json').exists()
 
 
 def test_an_outside_teacher_score_source_trains_as_written(tmp_path):
     """docs/extending.md's teacher score source (projects/token_norm/),
     registered from a folder outside the repository with no library edit:
     the smoke run builds a teacher and masks by the source's scores."""
-    folder = tmp_path / 'my_scores'
-    folder.mkdir()
-    files = {}
-    for block in docs_blocks('python'):
-        first, _, body = block.partition('\n')
-        if first.startswith('# my_scores/'):
-            files[first[len('# my_scores/'):]] = body
-    assert set(files) == {'token_norm.py', 'hpm-token-norm_fmnist.py'}
-    for name, body in files.items():
-        assert body == open(osp.join(REPO, 'projects', 'token_norm',
-                                     name)).read(), name
-        (folder / name).write_text(body)
-    commands = [b for b in docs_blocks('bash') if b.startswith('cd my_scores')]
-    assert len(commands) == 1
-    script = commands[0].replace('$HPM/.venv/bin/python', sys.executable)
-    proc = subprocess.run(['bash', '-euo', 'pipefail', '-c', script],
-                          cwd=tmp_path,
-                          capture_output=True,
-                          text=True,
-                          timeout=900,
-                          env=dict(os.environ, HPM=REPO, PYTHONUNBUFFERED='1'))
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
-    work = folder / 'work_dirs' / 'smoke'
-    rows = [
-        json.loads(line) for path in work.glob('*/vis_data/scalars.json')
-        for line in open(path)
-    ]
+    _, rows, state = run_docs_example(
+        tmp_path, 'my_scores', 'token_norm',
+        ['token_norm.py', 'hpm-token-norm_fmnist.py'])
     hard = [r['num_hard'] for r in rows if 'num_hard' in r]
     assert hard and hard[-1] > 0  # masked by the token norms
-    state = torch.load(
-        work / 'epoch_1.pth', map_location='cpu',
-        weights_only=False)['state_dict']
     assert any(k.startswith('teacher.module.backbone.') for k in state)
 
 
