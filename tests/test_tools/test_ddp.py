@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 import torch
-from conftest import FMNIST_CFG, REPO, run_tool, tiny_config
+from conftest import FMNIST_CFG, HPM_HOOKS, REPO, run_tool, tiny_config
 
 import hpm_mm  # noqa: F401
 
@@ -235,3 +235,54 @@ def test_dist_launchers_use_the_project_environment(tmp_path):
         assert argv[-len(tail) -
                     2:] == [*tail[:-2], '--launcher', 'pytorch',
                             *tail[-2:]], argv
+
+
+def test_killing_the_launcher_ends_its_workers(tmp_path):
+    """kill -9 of tools/dist_train.sh (torchrun) mid-training: its two
+    workers end within seconds instead of training on as orphans."""
+    import signal
+    import time
+    cfg = tiny_config(
+        tmp_path,
+        FMNIST_CFG,
+        'train_cfg = dict(_delete_=True, by_epoch=False, max_iters=100000)\n'
+        'param_scheduler = []\n',
+        num_images=12,
+        transform=RESIZE,
+        batch_size=2,
+        hooks=HPM_HOOKS)
+    env = dict(
+        os.environ, PYTHON=sys.executable, PORT='29531', OMP_NUM_THREADS='1')
+    proc = subprocess.Popen([
+        'bash', 'tools/dist_train.sh', cfg, '2', '--work-dir',
+        str(tmp_path / 'work')
+    ],
+                            cwd=REPO,
+                            env=env,
+                            stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    workers = []
+    try:
+        deadline = time.time() + 300
+        while time.time() < deadline and len(workers) < 2:
+            time.sleep(2)
+            out = subprocess.run(['pgrep', '-P', str(proc.pid)],
+                                 capture_output=True,
+                                 text=True).stdout.split()
+            workers = [int(p) for p in out]
+        assert len(workers) == 2, 'the workers did not start'
+        time.sleep(15)  # training
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+        time.sleep(10)
+        alive = [
+            p for p in workers if os.path.exists(f'/proc/{p}')
+            and 'Z' not in open(f'/proc/{p}/stat').read().split()[2]
+        ]
+        assert not alive, f'workers {alive} outlived their launcher'
+    finally:
+        for p in workers:
+            try:
+                os.kill(p, signal.SIGKILL)
+            except OSError:
+                pass
