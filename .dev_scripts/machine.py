@@ -17,5 +17,7 @@ def gemm_gflops(n: int = 2048, repeats: int = 3) -> float:
 
 
 if __name__ == '__main__':
+    import argparse
+    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
     print(f'cpu_class {cpu_class()}, threads {torch.get_num_threads()}, '
           f'fp32_gemm_gflops {gemm_gflops()}, torch {torch.__version__}')

@@ -186,4 +186,6 @@ def main(results=RESULTS, doc=DOC, figure=FIGURE):
 
 
 if __name__ == '__main__':
+    import argparse
+    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
     main()

@@ -1,0 +1,66 @@
+"""Every script the README and docs name exists and answers --help on this
+install (a stale name, like a driver that moved, fails here), and every
+shell script they name parses."""
+import glob
+import os.path as osp
+import re
+import subprocess
+
+import pytest
+from conftest import REPO, python
+
+PAGES = ['README.md', 'configs/hpm/README.md'] + sorted(
+    osp.relpath(p, REPO) for p in glob.glob(osp.join(REPO, 'docs', '*.md')))
+# (not a path after ``git show REV:``: an earlier commit's file)
+SCRIPT = re.compile(r'(?<![\w/.:])((?:tools|\.dev_scripts|projects)/'
+                    r'[\w./-]+\.(?:py|sh))')
+
+
+def named_scripts():
+    found = {}
+    for page in PAGES:
+        for path in SCRIPT.findall(open(osp.join(REPO, page)).read()):
+            found.setdefault(path, page)
+    return sorted(found.items())
+
+
+def test_the_pages_name_scripts():
+    names = dict(named_scripts())
+    assert 'tools/train.py' in names and 'tools/install.sh' in names
+    assert '.dev_scripts/fmnist_study/report.py' in names
+
+
+@pytest.mark.parametrize('path,page', named_scripts())
+def test_each_named_script_exists_and_answers_help(path, page):
+    full = osp.join(REPO, path)
+    assert osp.isfile(full), f'{page} names {path}, which does not exist'
+    if path.endswith('.sh'):
+        proc = subprocess.run(['bash', '-n', full],
+                              capture_output=True,
+                              text=True)
+        assert proc.returncode == 0, proc.stderr
+        return
+    if path.startswith('projects/') or 'configs/' in path:
+        return  # modules and configs, not commands
+    proc = python(path, '--help', timeout=300)
+    assert proc.returncode == 0, f'{page}: {path} --help:\n' + \
+        (proc.stdout + proc.stderr)[-2000:]
+    assert 'usage:' in proc.stdout
+
+
+def test_each_named_module_command_answers_help():
+    """``python -m hpm_mm...`` commands of the pages (the contract check)."""
+    import sys
+    modules = set()
+    for page in PAGES:
+        modules |= set(
+            re.findall(r'python -m (hpm_mm[\w.]+)',
+                       open(osp.join(REPO, page)).read()))
+    assert 'hpm_mm.testing.check_mask_generator' in modules
+    for module in sorted(modules):
+        proc = subprocess.run([sys.executable, '-m', module, '--help'],
+                              capture_output=True,
+                              text=True,
+                              cwd=REPO)
+        assert proc.returncode == 0 and 'usage:' in proc.stdout, \
+            (module, proc.stderr[-2000:])
