@@ -213,3 +213,30 @@ def test_an_unknown_score_source_lists_the_registered_ones():
     for name in ('predicted_loss', 'cls_attention'):
         assert name in msg and TEACHER_SCORES.get(name) is not None
     assert 'TEACHER_SCORES.register_module' in msg
+
+
+def test_an_outside_loss_and_hook_train_as_written(tmp_path):
+    """docs/extending.md's L_pred loss and hook (projects/margin_rank/),
+    from a folder outside the repository: the run trains L_pred with the
+    margin loss (checked against a brute force) and the hook writes the
+    epoch's ranking accuracy."""
+    _, rows, state = run_docs_example(
+        tmp_path, 'my_loss', 'margin_rank',
+        ['margin_rank.py', 'hpm-margin-rank_fmnist.py'])
+    assert any('loss_pred' in r for r in rows)
+    work = tmp_path / 'my_loss' / 'work_dirs' / 'smoke'
+    logged = [json.loads(ln) for ln in open(work / 'rank_acc.jsonl')]
+    assert [r['epoch'] for r in logged] == [1]
+    assert 0 <= logged[0]['rank_acc'] <= 1
+    assert 'MarginRankLoss' in open(
+        next(work.glob('hpm-margin-rank_fmnist.py'))).read()
+    # the loss is what its docstring says, pair by pair
+    sys.path.insert(0, str(tmp_path / 'my_loss'))
+    try:
+        from margin_rank import MarginRankLoss
+    finally:
+        sys.path.pop(0)
+    s, t = torch.tensor([[0.3, 0.1, 0.5]]), torch.tensor([[1., 2., 3.]])
+    mask = torch.tensor([[1., 1., 0.]])
+    # one pair counts: (i=0, j=1), l_1 > l_0: max(0, 0.1 - (0.1 - 0.3))
+    assert MarginRankLoss(0.1)(s, t, mask).item() == pytest.approx(0.3)
