@@ -71,7 +71,7 @@ def _runner_keys() -> frozenset:
     keys |= {
         'model_wrapper_cfg', 'find_unused_parameters',
         'activation_checkpointing', 'efficient_conv_bn_eval', 'runner_type',
-        'custom_imports', 'console', 'precision', 'resume_changed_run'
+        'custom_imports', 'console', 'precision', 'resume_changed_run', 'image'
     }
     return frozenset(keys - {'self', 'cfg'})
 
@@ -225,8 +225,9 @@ def load_config(path: str) -> Config:
     import re
 
     from hpm_mm.compat import FULL_INSTALL, MissingCompiledOpsError
+    from hpm_mm.datasets.image_spec import apply_image_spec
     try:
-        return Config.fromfile(path)
+        return apply_image_spec(Config.fromfile(path))
     except SyntaxError as e:
         raise HPMError(f'{syntax_error(path, e)}. Fix: correct '
                        'the Python syntax there.') from None

@@ -7,7 +7,8 @@ from typing import Callable, Optional
 from hpm_mm.errors import HPMError
 
 #: the main job's config: the model and recipe a folder is trained with
-MAIN_JOB_CONFIG = 'hpm/hpm_vit-mini-p4_1xb256-coslr-10e_fmnist.py'
+#: the image-folder base: the main job's model and recipe (docs/own_data.md)
+FOLDER_CONFIG = 'hpm/hpm-fast_vit-mini-p4_1xb256-coslr-10e_image-folder.py'
 
 
 def config_file(name: str) -> str:
@@ -69,11 +70,9 @@ def pretrain_folder(folder: str,
     Raises:
         HPMError: No image, an unreadable one, a setting that cannot work.
     """
-    from mmengine.config import Config
-
     from hpm_mm.datasets.image_folder import (channel_stats, choose_settings,
                                               folder_config, scan_folder)
-    from .config import merge_cfg_options
+    from .config import load_config, merge_cfg_options
     from .train import train
     log = log or (lambda line: None)
     folder = folder.rstrip('/') or '/'
@@ -100,9 +99,9 @@ def pretrain_folder(folder: str,
                                    epochs)
         stats = channel_stats(folder, scan['files'], settings['img_size'],
                               settings['channels'])
-        cfg = folder_config(
-            Config.fromfile(config_file(MAIN_JOB_CONFIG)), folder, work_dir,
-            scan, settings, stats)
+        text = folder_config(
+            config_file(FOLDER_CONFIG), folder, work_dir, scan, settings,
+            stats)
         if bad:
             with open(osp.join(work_dir, 'unreadable.txt'), 'w') as f:
                 f.writelines(f'{p}\t{why}\n' for p, why in bad)
@@ -117,11 +116,12 @@ def pretrain_folder(folder: str,
             f'patch {settings["patch_size"]}, batch {settings["batch_size"]}, '
             f'{settings["epochs"]} epochs of {settings["steps_per_epoch"]} '
             'steps; override: --img-size --channels --batch-size --epochs')
-        if cfg_options:
-            merge_cfg_options(cfg, cfg_options)
         os.makedirs(work_dir, exist_ok=True)
         cfg_path = osp.join(work_dir, 'hpm_folder.py')
-        cfg.dump(cfg_path)
+        with open(cfg_path, 'w') as f:
+            f.write(text)
+        if cfg_options:  # checked on the config as it will run
+            merge_cfg_options(load_config(cfg_path), cfg_options)
         log(f'config: {cfg_path}')
         grids = osp.join(work_dir, 'hard_patches')
         result = dict(
@@ -133,7 +133,12 @@ def pretrain_folder(folder: str,
         if dry_run:
             return result
         result['runner'] = train(
-            cfg_path, work_dir, amp=amp, quiet=True, resume=resume or None)
+            cfg_path,
+            work_dir,
+            amp=amp,
+            quiet=True,
+            resume=resume or None,
+            cfg_options=cfg_options)
     knn = osp.join(work_dir, 'knn.json')
     if osp.exists(knn):
         with open(knn) as f:

@@ -264,16 +264,18 @@ def split_labelled(files: List[str],
     return bank, val
 
 
-def folder_config(base_cfg, root: str, work_dir: str, scan: Dict,
-                  settings: Dict, stats: Dict):
-    """The main job's config (``base_cfg``, an mmengine Config) retargeted
-    at ``root``: writes the file lists into ``work_dir`` and returns the new
-    config."""
+def folder_config(base_path: str, root: str, work_dir: str, scan: Dict,
+                  settings: Dict, stats: Dict) -> str:
+    """The config of a run on the folder ``root``: it inherits
+    ``base_path`` (the image-folder base) and holds only the folder's
+    values (its ``image`` spec, file lists, batch size, the recipe scaled to
+    the run, the hooks' held-out lists). Writes the file lists into
+    ``work_dir``; returns the config's text."""
+    import pprint
+
     from mmengine.config import Config
     root, work_dir = osp.abspath(root), osp.abspath(work_dir)
     os.makedirs(work_dir, exist_ok=True)
-    size, patch, ch = (settings['img_size'], settings['patch_size'],
-                       settings['channels'])
 
     def write(name, rows):
         path = osp.join(work_dir, name)
@@ -281,40 +283,14 @@ def folder_config(base_cfg, root: str, work_dir: str, scan: Dict,
             f.writelines(f'{row}\n' for row in rows)
         return path
 
-    load = dict(
-        type='LoadImageFromFileChecked',
-        color_type='grayscale' if ch == 1 else 'color')
-    train_pipeline = [
-        load,
-        dict(
-            type='RandomResizedCrop',
-            scale=size,
-            crop_ratio_range=(0.2, 1.0),
-            backend='pillow',
-            interpolation='bicubic'),
-        dict(type='RandomFlip', prob=0.5),
-        dict(type='PackInputs')
-    ]
-    eval_pipeline = [
-        load,
-        dict(
-            type='ResizeEdge',
-            scale=size,
-            edge='short',
-            backend='pillow',
-            interpolation='bicubic'),
-        dict(type='CenterCrop', crop_size=size),
-        dict(type='PackInputs')
-    ]
-
-    def dataset(ann_file, with_label, pipeline):
+    def dataset(ann_file, with_label):
         ds = dict(
             type='CustomDataset',
             data_root=root,
             data_prefix='',
             ann_file=ann_file,
             with_label=with_label,
-            pipeline=pipeline)
+            pipeline='{{_base_.eval_pipeline}}')
         if with_label:
             ds['metainfo'] = dict(classes=tuple(scan['classes']))
         return ds
@@ -343,18 +319,16 @@ def folder_config(base_cfg, root: str, work_dir: str, scan: Dict,
         val_file = write('knn_val.txt', [f'{f} {c}' for f, c in val])
         with open(osp.join(work_dir, 'classes.txt'), 'w') as f:
             f.writelines(f'{c}\n' for c in scan['classes'])
-        vis_loader = dict(
-            loader, dataset=dataset(val_file, True, eval_pipeline))
+        vis_loader = dict(loader, dataset=dataset(val_file, True))
         hooks.append(
             dict(
                 type='KNNEvalHook',
                 interval=0,
                 train_dataloader=dict(
-                    loader, dataset=dataset(bank_file, True, eval_pipeline)),
+                    loader, dataset=dataset(bank_file, True)),
                 val_dataloader=vis_loader))
     else:
-        vis_loader = dict(
-            loader, dataset=dataset(all_files, False, eval_pipeline))
+        vis_loader = dict(loader, dataset=dataset(all_files, False))
     hooks.append(
         dict(
             type='HardPatchVisHook',
@@ -362,26 +336,41 @@ def folder_config(base_cfg, root: str, work_dir: str, scan: Dict,
             num_images=min(4, settings['num_images']),
             num_masks=8,
             dataloader=vis_loader))
-
-    cfg = Config(base_cfg.to_dict())
-    model = cfg.model
-    model.backbone.update(
-        img_size=size, patch_size=patch, patch_cfg=dict(in_channels=ch))
-    model.neck.update(
-        num_patches=(size // patch)**2, patch_size=patch, in_chans=ch)
-    model.head.update(patch_size=patch, in_channels=ch)
-    cfg.data_preprocessor.update(
-        mean=stats['mean'], std=stats['std'], to_rgb=ch == 3)
-    train_pipeline[0] = dict(load, skip_unreadable=True)
-    cfg.train_dataloader.update(
-        batch_size=settings['batch_size'],
-        num_workers=2,
-        persistent_workers=True)
-    # replaced, not merged (ConfigDict.update would keep Fashion-MNIST's keys)
-    cfg.train_dataloader['dataset'] = dataset(all_files, False, train_pipeline)
     # the recipe (warm-up, cosine, the teacher's lag) scaled to the run
-    scale_recipe(cfg, settings['epochs'], settings['steps_per_epoch'])
-    cfg.auto_scale_lr = dict(base_batch_size=256, enable=False)
-    cfg.custom_hooks = hooks
-    cfg.work_dir = work_dir
-    return cfg
+    recipe = scale_recipe(
+        Config.fromfile(base_path), settings['epochs'],
+        settings['steps_per_epoch'])
+    teacher = recipe.model.get('teacher') or {}
+    values = dict(
+        image=dict(
+            root=root,
+            size=settings['img_size'],
+            channels=settings['channels'],
+            patch_size=settings['patch_size'],
+            mean=stats['mean'],
+            std=stats['std']),
+        train_dataloader=dict(
+            batch_size=settings['batch_size'],
+            num_workers=2,
+            persistent_workers=True,
+            dataset=dict(ann_file=all_files, data_prefix='')),
+        train_cfg=dict(max_epochs=settings['epochs']),
+        param_scheduler=[dict(s) for s in recipe.param_scheduler],
+        model=dict(
+            teacher={
+                k: teacher[k]
+                for k in ('momentum', 'end_momentum', 'momentum_epochs')
+                if k in teacher
+            }),
+        auto_scale_lr=dict(base_batch_size=256, enable=False),
+        custom_hooks=hooks,
+        work_dir=work_dir)
+    text = ('# Written by tools/pretrain_folder.py: the folder\'s values over '
+            'the image-folder\n# base (docs/own_data.md); rerun or edit it '
+            'with tools/train.py.\n'
+            f'_base_ = {base_path!r}\n')
+    for key, value in values.items():
+        text += f'{key} = {pprint.pformat(value, sort_dicts=False)}\n'
+    # the base's eval pipeline, by reference (the image spec sizes it)
+    return text.replace("'{{_base_.eval_pipeline}}'",
+                        '{{_base_.eval_pipeline}}')

@@ -325,6 +325,13 @@ class RunPolicyMixin:
     arguments; ``cfg`` carries the config keys they do not take:
     ``console``, ``model_wrapper_cfg``)."""
 
+    @classmethod
+    def from_cfg(cls, cfg):
+        """mmengine's ``from_cfg`` after the config's ``image`` spec is
+        applied to every part it sets (:mod:`hpm_mm.datasets.image_spec`)."""
+        from hpm_mm.datasets.image_spec import apply_image_spec
+        return super().from_cfg(apply_image_spec(copy.deepcopy(cfg)))
+
     def __init__(self, *args, **kwargs) -> None:
         bound = inspect.signature(super().__init__).bind(*args, **kwargs)
         kw = dict(bound.arguments)
@@ -466,8 +473,17 @@ class RunPolicyMixin:
     def dump_config(self) -> None:
         """mmengine's config copy in the work dir, written once the
         checkpoint to start from is known to fit the model (a refused start
-        leaves the earlier copy as it was)."""
+        leaves the earlier copy as it was). A config that lies in the work
+        dir itself (``pretrain_folder``'s) is kept as written; the resolved
+        copy goes beside it as ``<name>_resolved.py``."""
         self._check_checkpoint_fits()
+        name = self.cfg.filename
+        if name and is_main_process() and osp.realpath(
+                osp.join(self.work_dir, osp.basename(name))) == \
+                osp.realpath(name):
+            stem, ext = osp.splitext(osp.basename(name))
+            self.cfg.dump(osp.join(self.work_dir, f'{stem}_resolved{ext}'))
+            return
         super().dump_config()
 
     def load_or_resume(self) -> None:

@@ -128,9 +128,9 @@ def test_package_base_trains_with_mmengines_runner(outside):
     assert (folder / 'runner_work' / 'epoch_1.pth').exists()
 
 
-def docs_blocks(lang):
-    """The ```lang code blocks of docs/extending.md, in order."""
-    text = open(osp.join(REPO, 'docs', 'extending.md')).read()
+def docs_blocks(lang, page='extending.md'):
+    """The ```lang code blocks of docs/PAGE, in order."""
+    text = open(osp.join(REPO, 'docs', page)).read()
     return re.findall(rf'```{lang}\n(.*?)```', text, flags=re.S)
 
 
@@ -240,3 +240,66 @@ def test_an_outside_loss_and_hook_train_as_written(tmp_path):
     mask = torch.tensor([[1., 1., 0.]])
     # one pair counts: (i=0, j=1), l_1 > l_0: max(0, 0.1 - (0.1 - 0.3))
     assert MarginRankLoss(0.1)(s, t, mask).item() == pytest.approx(0.3)
+
+
+def test_own_data_config_runs_as_written_and_the_image_spec_flows(tmp_path):
+    """docs/own_data.md: a config that sets `image` once over the image-
+    folder base, run as written on an RGB folder: every part takes the
+    size, channels and patch size; a grayscale 48-px spec flows the same
+    way; a bad spec is one line."""
+    import numpy as np
+    from mmengine.config import Config
+    from PIL import Image
+    folder = tmp_path / 'my_data'
+    rng = np.random.default_rng(0)
+    (folder / 'images' / 'sub').mkdir(parents=True)
+    for i in range(12):
+        a = rng.integers(0, 200, (40 + i, 48, 3), dtype=np.uint8)
+        a[10:25, 10:30] = 240
+        Image.fromarray(a).save(folder / 'images' / ('sub' if i % 2 else '.') /
+                                f'{i}.jpg')
+    blocks = [b for b in docs_blocks('python', 'own_data.md')]
+    first, _, body = blocks[0].partition('\n')
+    assert first == '# my_data/my_images.py'
+    (folder / 'my_images.py').write_text(body)
+    script = [
+        b for b in docs_blocks('bash', 'own_data.md')
+        if b.startswith('cd my_data\n')
+    ][0]
+    proc = subprocess.run([
+        'bash', '-euo', 'pipefail', '-c',
+        script.replace('$HPM/.venv/bin/python', sys.executable)
+    ],
+                          cwd=tmp_path,
+                          capture_output=True,
+                          text=True,
+                          timeout=900,
+                          env=dict(os.environ, HPM=REPO, PYTHONUNBUFFERED='1'))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    work = folder / 'work_dirs' / 'mine'
+    assert len(list((work / 'hard_patches').glob('*.png'))) == 4
+    cfg = Config.fromfile(str(work / 'my_images.py'))
+    m = cfg.model
+    assert (m.backbone.img_size, m.backbone.patch_cfg.in_channels,
+            m.neck.num_patches, m.head.in_channels) == (32, 3, 64, 3)
+    assert cfg.data_preprocessor.to_rgb is True
+    from hpm_mm.apis import HPMError, load_config
+    gray = tmp_path / 'gray.py'
+    gray.write_text(f'_base_ = [{str(folder / "my_images.py")!r}]\n'
+                    "image = dict(size=48, channels=1, patch_size=8, "
+                    "mean=[100.], std=[50.])\n")
+    cfg = load_config(str(gray))
+    m = cfg.model
+    assert (m.backbone.img_size, m.backbone.patch_size,
+            m.backbone.patch_cfg.in_channels, m.neck.num_patches,
+            m.neck.in_chans, m.head.patch_size) == (48, 8, 1, 36, 1, 8)
+    for loader in (cfg.train_dataloader, cfg.custom_hooks[1]['dataloader']):
+        pipe = {t['type']: t for t in loader['dataset']['pipeline']}
+        assert pipe['LoadImageFromFileChecked']['color_type'] == 'grayscale'
+        assert 48 in (pipe.get('RandomResizedCrop',
+                               {}).get('scale'), pipe.get('CenterCrop',
+                                                          {}).get('crop_size'))
+        assert loader['dataset']['data_root'] == 'images/'
+    gray.write_text(gray.read_text().replace('size=48', 'size=50'))
+    with pytest.raises(HPMError, match='not a multiple of image.patch_size'):
+        load_config(str(gray))

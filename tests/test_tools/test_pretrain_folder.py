@@ -68,10 +68,19 @@ def test_own_images_unlabelled_grayscale_odd_sizes(tmp_path):
         out and 'patch 8' in out, out
     assert not (work / 'knn.json').exists()
     assert len(list((work / 'hard_patches').glob('*.png'))) == 4
-    from mmengine.config import Config
-    cfg = Config.fromfile(str(work / 'hpm_folder.py'))
+    # the written config holds the folder's values over the image-folder
+    # base; hpm_mm's loader applies its image spec to every part
+    from hpm_mm.apis import load_config
+    written = (work / 'hpm_folder.py').read_text()
+    assert "_base_ = '" in written and 'image-folder.py' in written
+    assert "'size': 64" in written and "'channels': 1" in written
+    assert 'backbone' not in written and 'num_patches' not in written
+    cfg = load_config(str(work / 'hpm_folder.py'))
     assert cfg.model.backbone.patch_cfg.in_channels == 1
     assert cfg.model.neck.num_patches == 64
+    # the runner keeps it as written; its resolved copy is beside it
+    assert (work / 'hpm_folder.py').read_text() == written
+    assert 'num_patches=64' in (work / 'hpm_folder_resolved.py').read_text()
 
 
 def test_own_images_one_per_class_trains_without_knn(tmp_path):

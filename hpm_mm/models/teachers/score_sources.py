@@ -27,7 +27,10 @@ import torch
 import torch.nn as nn
 from mmengine.registry import Registry
 
-TEACHER_SCORES = Registry('teacher score source', scope='hpm_mm')
+TEACHER_SCORES = Registry(
+    'teacher score source',
+    scope='hpm_mm',
+    locations=['hpm_mm.models.teachers.score_sources'])
 
 
 def check_source(name: str) -> None:

@@ -1,0 +1,105 @@
+"""An image folder's few numbers, set once in a config and applied to every
+part that depends on them.
+
+A config's top-level ``image`` key::
+
+    image = dict(root='path/to/images', size=32, channels=3, patch_size=4,
+                 mean=[123.7, 116.3, 103.5], std=[58.4, 57.1, 57.4])
+
+sets the encoder's input size, channels and patch size, the decoder's and
+head's patch grid and channels, the data preprocessor's mean / std (0..255)
+and colour order, and in every dataloader of the config (training, and the
+kNN and picture hooks') the images' root, their loading (grayscale or
+colour) and the sizes of the resizing and cropping transforms. Without it
+nothing changes. hpm_mm applies it where configs are loaded
+(:func:`hpm_mm.apis.load_config`) and built (``HPMRunner.from_cfg``);
+``configs/hpm/hpm-fast_vit-mini-p4_1xb256-coslr-10e_image-folder.py`` is
+the base for a folder of your own images (docs/own_data.md).
+"""
+from typing import Iterator
+
+from hpm_mm.errors import HPMError
+
+#: transform -> the key that takes the image size
+SIZE_KEYS = dict(
+    RandomResizedCrop='scale',
+    ResizeEdge='scale',
+    Resize='scale',
+    CenterCrop='crop_size',
+    RandomCrop='crop_size')
+
+
+def _loaders(cfg) -> Iterator[dict]:
+    for key in ('train_dataloader', 'val_dataloader', 'test_dataloader'):
+        if isinstance(cfg.get(key), dict):
+            yield cfg[key]
+    for hook in cfg.get('custom_hooks') or []:
+        for key, value in hook.items():
+            if key.endswith('dataloader') and isinstance(value, dict):
+                yield value
+
+
+def _check(spec: dict) -> None:
+    need = ('size', 'channels', 'patch_size', 'mean', 'std')
+    missing = [k for k in need if spec.get(k) is None]
+    if missing:
+        raise HPMError(f'image: {missing} not set. Fix: image = dict('
+                       'size=..., channels=1 or 3, patch_size=..., mean=[...],'
+                       ' std=[...]) (0..255 units; root= optional).')
+    size, ch, patch = spec['size'], spec['channels'], spec['patch_size']
+    if ch not in (1, 3):
+        raise HPMError(f'image.channels={ch}: 1 (grayscale) or 3 (RGB).')
+    if size % patch:
+        raise HPMError(f'image.size={size} is not a multiple of '
+                       f'image.patch_size={patch}. Fix: a size that is, e.g. '
+                       f'{size - size % patch or patch}.')
+    if len(spec['mean']) != ch or len(spec['std']) != ch:
+        raise HPMError(f'image.mean / image.std need {ch} value(s) (one per '
+                       f"channel), got {list(spec['mean'])} / "
+                       f"{list(spec['std'])}.")
+
+
+def apply_image_spec(cfg):
+    """Apply ``cfg.image`` (see the module) to ``cfg`` in place; return it.
+
+    Raises:
+        HPMError: A spec that cannot work (a size that is not a multiple
+            of the patch size, mean / std of another length than the
+            channels), in one line.
+    """
+    spec = cfg.get('image')
+    if not spec:
+        return cfg
+    _check(spec)
+    size, ch, patch = spec['size'], spec['channels'], spec['patch_size']
+    model = cfg.get('model') or {}
+    backbone = model.get('backbone')
+    if isinstance(backbone, dict):
+        backbone.update(img_size=size, patch_size=patch)
+        backbone.setdefault('patch_cfg', {})['in_channels'] = ch
+    for part, keys in (('neck',
+                        dict(
+                            num_patches=(size // patch)**2,
+                            patch_size=patch,
+                            in_chans=ch)),
+                       ('head', dict(patch_size=patch, in_channels=ch))):
+        module = model.get(part)
+        if isinstance(module, dict):
+            module.update({k: v for k, v in keys.items() if k in module})
+    for holder in (cfg, model):
+        pre = holder.get('data_preprocessor')
+        if isinstance(pre, dict):
+            pre.update(
+                mean=list(spec['mean']), std=list(spec['std']), to_rgb=ch == 3)
+    color = 'grayscale' if ch == 1 else 'color'
+    for loader in _loaders(cfg):
+        dataset = loader.get('dataset') or {}
+        if spec.get('root') is not None and 'data_root' in dataset:
+            dataset['data_root'] = spec['root']
+        for t in dataset.get('pipeline') or []:
+            kind = str(t.get('type', '')).split('.')[-1]
+            if kind.startswith('LoadImageFromFile'):
+                t['color_type'] = color
+            elif kind in SIZE_KEYS:
+                t[SIZE_KEYS[kind]] = size
+    return cfg
