@@ -1,6 +1,7 @@
-"""An L_pred loss and a hook from outside the repository (docs/extending.md):
-a pairwise margin ranking loss in place of the relative BCE, and a hook that
-writes each epoch's ranking accuracy to the work dir."""
+"""An L_pred loss, a loss predictor and a hook from outside the repository
+(docs/extending.md): a pairwise margin ranking loss in place of the relative
+BCE, a linear loss predictor, and a hook that writes each epoch's ranking
+accuracy to the work dir."""
 import json
 import os.path as osp
 
@@ -43,3 +44,20 @@ class RankAccLog(Hook):
                         dict(
                             epoch=runner.epoch +
                             1, rank_acc=float(buf.mean()))) + '\n')
+
+
+@MODELS.register_module()
+class LinearLossPredictor(torch.nn.Module):
+    """A loss predictor as small as it gets: LayerNorm + Linear on each
+    patch token of the encoder output (B, 1 + N, C) -> (B, N) scores."""
+
+    def __init__(self, embed_dim: int):
+        super().__init__()
+        self.norm = torch.nn.LayerNorm(embed_dim)
+        self.fc = torch.nn.Linear(embed_dim, 1)
+
+    def forward(self, x):
+        return self.fc(self.norm(x[:, 1:])).squeeze(-1)
+
+    def predict_scores(self, x, ids_restore=None, patch_resolution=None):
+        return self(x)

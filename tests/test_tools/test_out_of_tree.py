@@ -216,13 +216,15 @@ def test_an_unknown_score_source_lists_the_registered_ones():
 
 
 def test_an_outside_loss_and_hook_train_as_written(tmp_path):
-    """docs/extending.md's L_pred loss and hook (projects/margin_rank/),
-    from a folder outside the repository: the run trains L_pred with the
-    margin loss (checked against a brute force) and the hook writes the
-    epoch's ranking accuracy."""
-    _, rows, state = run_docs_example(
-        tmp_path, 'my_loss', 'margin_rank',
-        ['margin_rank.py', 'hpm-margin-rank_fmnist.py'])
+    """docs/extending.md's L_pred loss, loss predictor and hook
+    (projects/margin_rank/), from a folder outside the repository: the run
+    trains L_pred with the margin loss (checked pair by pair) and the hook
+    writes the epoch's ranking accuracy; a framework run trains and scores
+    with the outside predictor."""
+    _, rows, state = run_docs_example(tmp_path, 'my_loss', 'margin_rank', [
+        'margin_rank.py', 'hpm-margin-rank_fmnist.py',
+        'hpm-simmim-linear-predictor_fmnist.py'
+    ])
     assert any('loss_pred' in r for r in rows)
     work = tmp_path / 'my_loss' / 'work_dirs' / 'smoke'
     logged = [json.loads(ln) for ln in open(work / 'rank_acc.jsonl')]
@@ -230,6 +232,20 @@ def test_an_outside_loss_and_hook_train_as_written(tmp_path):
     assert 0 <= logged[0]['rank_acc'] <= 1
     assert 'MarginRankLoss' in open(
         next(work.glob('hpm-margin-rank_fmnist.py'))).read()
+    # the framework run with the outside loss predictor: the student's and
+    # the teacher's predictor are it, and the mask read its scores
+    work = tmp_path / 'my_loss' / 'work_dirs' / 'smoke_predictor'
+    ckpt = torch.load(
+        work / 'epoch_1.pth', map_location='cpu',
+        weights_only=False)['state_dict']
+    assert 'predictor.fc.weight' in ckpt
+    assert 'teacher.module.predictor.fc.weight' in ckpt
+    rows = [
+        json.loads(ln) for path in work.glob('*/vis_data/scalars.json')
+        for ln in open(path)
+    ]
+    hard = [r['num_hard'] for r in rows if 'num_hard' in r]
+    assert hard and hard[-1] > 0
     # the loss is what its docstring says, pair by pair
     sys.path.insert(0, str(tmp_path / 'my_loss'))
     try:
