@@ -29,16 +29,23 @@ class CfgOptionsAction(DictAction):
         super().__call__(parser, namespace, values, option_string)
 
 
+def _step(node: Any, part: str) -> Any:
+    """One level down a config: a list's element by index, a dict's
+    value by key; ``_MISSING`` where there is none."""
+    if isinstance(node, (list, tuple)) and part.isdigit() and \
+            int(part) < len(node):
+        return node[int(part)]
+    if isinstance(node, dict) and part in node:
+        return node[part]
+    return _MISSING
+
+
 def _lookup(cfg: Any, key: str) -> Any:
     node = cfg
     for part in key.split('.'):
-        if isinstance(node, (list, tuple)) and part.isdigit() and \
-                int(part) < len(node):
-            node = node[int(part)]
-        elif isinstance(node, dict) and part in node:
-            node = node[part]
-        else:
-            return _MISSING
+        node = _step(node, part)
+        if node is _MISSING:
+            break
     return node
 
 
@@ -121,14 +128,9 @@ def _by_type(cfg: dict, key: str) -> str:
                     f'{"no" if not hits else len(hits)} element(s) of type '
                     f'{part!r} (its types: {types}). Fix: name one of '
                     f'those types, or the element\'s index ({where}.0, ...).')
-            parts[i] = str(hits[0])
-            part = parts[i]
-        if isinstance(node, (list, tuple)) and part.isdigit() and \
-                int(part) < len(node):
-            node = node[int(part)]
-        elif isinstance(node, dict) and part in node:
-            node = node[part]
-        else:
+            parts[i] = part = str(hits[0])
+        node = _step(node, part)
+        if node is _MISSING:
             break
     return '.'.join(parts)
 

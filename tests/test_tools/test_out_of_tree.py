@@ -134,6 +134,14 @@ def docs_blocks(lang, page='extending.md'):
     return re.findall(rf'```{lang}\n(.*?)```', text, flags=re.S)
 
 
+def scalar_rows(work):
+    """The logged scalars of the runs in ``work``, a dict per line."""
+    return [
+        json.loads(line) for path in work.glob('*/vis_data/scalars.json')
+        for line in open(path)
+    ]
+
+
 def run_docs_example(tmp_path, folder, project, names):
     """The ``# FOLDER/NAME`` python blocks of docs/extending.md (checked
     equal to projects/PROJECT/NAME) written into tmp_path/FOLDER, then its
@@ -163,10 +171,7 @@ def run_docs_example(tmp_path, folder, project, names):
                           env=dict(os.environ, HPM=REPO, PYTHONUNBUFFERED='1'))
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
     work = tmp_path / folder / 'work_dirs' / 'smoke'
-    rows = [
-        json.loads(line) for path in work.glob('*/vis_data/scalars.json')
-        for line in open(path)
-    ]
+    rows = scalar_rows(work)
     state = torch.load(
         work / 'epoch_1.pth', map_location='cpu',
         weights_only=False)['state_dict']
@@ -240,11 +245,7 @@ def test_an_outside_loss_and_hook_train_as_written(tmp_path):
         weights_only=False)['state_dict']
     assert 'predictor.fc.weight' in ckpt
     assert 'teacher.module.predictor.fc.weight' in ckpt
-    rows = [
-        json.loads(ln) for path in work.glob('*/vis_data/scalars.json')
-        for ln in open(path)
-    ]
-    hard = [r['num_hard'] for r in rows if 'num_hard' in r]
+    hard = [r['num_hard'] for r in scalar_rows(work) if 'num_hard' in r]
     assert hard and hard[-1] > 0
     # the loss is what its docstring says, pair by pair
     sys.path.insert(0, str(tmp_path / 'my_loss'))
