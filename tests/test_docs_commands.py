@@ -46,21 +46,3 @@ def test_each_named_script_exists_and_answers_help(path, page):
     assert proc.returncode == 0, f'{page}: {path} --help:\n' + \
         (proc.stdout + proc.stderr)[-2000:]
     assert 'usage:' in proc.stdout
-
-
-def test_each_named_module_command_answers_help():
-    """``python -m hpm_mm...`` commands of the pages (the contract check)."""
-    import sys
-    modules = set()
-    for page in PAGES:
-        modules |= set(
-            re.findall(r'python -m (hpm_mm[\w.]+)',
-                       open(osp.join(REPO, page)).read()))
-    assert 'hpm_mm.testing.check_mask_generator' in modules
-    for module in sorted(modules):
-        proc = subprocess.run([sys.executable, '-m', module, '--help'],
-                              capture_output=True,
-                              text=True,
-                              cwd=REPO)
-        assert proc.returncode == 0 and 'usage:' in proc.stdout, \
-            (module, proc.stderr[-2000:])

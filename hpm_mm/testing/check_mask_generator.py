@@ -1,22 +1,16 @@
-"""The mask-generator contract, checked on any generator class.
-
-    python -m hpm_mm.testing.check_mask_generator MODULE:CLASS \
-        [--kwargs '{"alpha_0": 0.25}'] [--device cpu]
-
-The properties of :class:`~hpm_mm.models.BaseMaskGenerator` (docs/
-extending.md), the same the test suite checks on every registered
-generator: each reported on one line, exit code 1 on a violation. Runs on
-the pretraining install (no pytest). MODULE is imported from the working
-directory (as ``custom_imports`` would), which registers the class.
+"""The mask-generator contract, checked on any generator class: the
+properties of :class:`~hpm_mm.models.BaseMaskGenerator` (docs/extending.md)
+the test suite checks on every registered generator. No pytest needed (the
+pretraining install); the command is
+``python tools/misc/check_mask_generator.py MODULE:CLASS``.
 """
-import argparse
 import importlib
-import json
 import sys
-from typing import Callable, Dict, List
+from typing import Dict, List, Tuple
 
 import torch
 
+from hpm_mm.errors import HPMError
 from hpm_mm.models.mask_generators import (IMAGE_SCORES, BaseMaskGenerator,
                                            HPMMaskGenerator)
 
@@ -119,34 +113,36 @@ def check(cls, kwargs=None, device: str = 'cpu') -> Dict[str, List[str]]:
     return out
 
 
-def main(argv=None, print_: Callable = print) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument('target', help='MODULE:CLASS')
-    parser.add_argument('--kwargs', default='{}', help='a json dict')
-    parser.add_argument('--device', default='cpu')
-    args = parser.parse_args(argv)
-    module, _, name = args.target.partition(':')
-    sys.path.insert(0, '')
+def load_generator(target: str) -> type:
+    """The class ``MODULE:CLASS``, MODULE imported from the working
+    directory (as ``custom_imports`` would), which registers it.
+
+    Raises:
+        HPMError: It cannot be loaded, or is no mask generator.
+    """
+    module, _, name = target.partition(':')
+    if '' not in sys.path:
+        sys.path.insert(0, '')
     try:
         cls = getattr(importlib.import_module(module), name)
     except (ImportError, AttributeError) as e:
-        raise SystemExit(f'check_mask_generator: cannot load {args.target} '
-                         f'({e}). Fix: run it from the folder that holds '
-                         'MODULE.py, as MODULE:CLASS.') from None
+        raise HPMError(
+            f'cannot load {target} ({e}). Fix: run it from the '
+            'folder that holds MODULE.py, as MODULE:CLASS.') from None
     if not (isinstance(cls, type) and issubclass(cls, BaseMaskGenerator)):
-        raise SystemExit(f'check_mask_generator: {args.target} is not a '
-                         'BaseMaskGenerator subclass.')
-    bad = 0
-    for prop, problems in check(cls, json.loads(args.kwargs),
-                                args.device).items():
-        print_(f"{'ok  ' if not problems else 'FAIL'} {prop}" +
-               ''.join(f'\n     {p}' for p in problems))
+        raise HPMError(f'{target} is not a BaseMaskGenerator subclass.')
+    return cls
+
+
+def report(cls, kwargs=None, device: str = 'cpu') -> Tuple[List[str], int]:
+    """:func:`check` as lines, a property each (its violations indented)
+    and a last one that sums up; and the number of violated properties."""
+    lines, bad = [], 0
+    for prop, problems in check(cls, kwargs, device).items():
+        lines.append(f"{'ok  ' if not problems else 'FAIL'} {prop}" +
+                     ''.join(f'\n     {p}' for p in problems))
         bad += bool(problems)
-    print_(f'{name}: ' + ('every property holds' if not bad else
-                          f'{bad} propert{"y" if bad == 1 else "ies"} '
-                          'violated'))
-    return 1 if bad else 0
-
-
-if __name__ == '__main__':
-    sys.exit(main())
+    lines.append(f'{cls.__name__}: ' +
+                 ('every property holds' if not bad else
+                  f'{bad} propert{"y" if bad == 1 else "ies"} violated'))
+    return lines, bad

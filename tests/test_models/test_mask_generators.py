@@ -69,7 +69,7 @@ def test_contract_invariants(cls, kwargs, N, device):
     """Exact count per row, 0/1 float, on the input's device, seed-
     deterministic, and top-K inclusion for score-ranked generators (the
     library's check, hpm_mm.testing.check_mask_generator, which users run
-    on theirs)."""
+    on theirs through tools/misc/check_mask_generator.py)."""
     gen = cls(mask_ratio=0.6, **kwargs)
     assert check_invariants(gen, N, device) == []
     if isinstance(gen, HPMMaskGenerator):
@@ -110,19 +110,21 @@ def test_no_host_synchronisation(cls, kwargs, ratio):
 
 
 def test_the_check_command_needs_no_pytest_and_finds_violations(
-        tmp_path, monkeypatch, capsys):
-    """python -m hpm_mm.testing.check_mask_generator MODULE:CLASS: every
+        tmp_path, monkeypatch):
+    """python tools/misc/check_mask_generator.py MODULE:CLASS: every
     property on one line each, exit 0 on projects/contrast_mask; exit 1
     and the violated property for a generator that masks one patch too
-    many."""
+    many; a target that is no generator is one line."""
     import subprocess
     import sys
 
-    from hpm_mm.testing import check_mask_generator as C
-    monkeypatch.chdir(osp.join(REPO, 'projects', 'contrast_mask'))
-    assert C.main(['contrast_mask:ContrastMaskGenerator']) == 0
-    out = capsys.readouterr().out
-    assert 'ok   image scores' in out and 'every property holds' in out
+    from conftest import python
+    tool = osp.join(REPO, 'tools', 'misc', 'check_mask_generator.py')
+    project = osp.join(REPO, 'projects', 'contrast_mask')
+    proc = python(tool, 'contrast_mask:ContrastMaskGenerator', cwd=project)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert 'ok   image scores' in proc.stdout and \
+        'every property holds' in proc.stdout
     (tmp_path / 'bad_mask.py').write_text(
         'from hpm_mm.models import RandomMaskGenerator\n\n\n'
         'class OneTooMany(RandomMaskGenerator):\n'
@@ -130,20 +132,21 @@ def test_the_check_command_needs_no_pytest_and_finds_violations(
         '        mask = super().forward(scores, progress, N, B, device)\n'
         '        mask[:, 0] = 1\n'
         '        return mask\n')
-    monkeypatch.chdir(tmp_path)
     monkeypatch.delitem(sys.modules, 'bad_mask', raising=False)
-    assert C.main(['bad_mask:OneTooMany']) == 1
-    out = capsys.readouterr().out
-    assert 'FAIL invariants, 16 patches' in out and 'not num_masked=' in out
-    assert 'OneTooMany: 3 properties violated' in out
+    proc = python(tool, 'bad_mask:OneTooMany', cwd=str(tmp_path))
+    assert proc.returncode == 1
+    assert 'FAIL invariants, 16 patches' in proc.stdout and \
+        'not num_masked=' in proc.stdout
+    assert 'OneTooMany: 3 properties violated' in proc.stdout
+    proc = python(tool, 'bad_mask:torch', cwd=str(tmp_path))
+    assert proc.returncode == 1 and proc.stderr.strip().splitlines()[-1] \
+        .startswith('check_mask_generator.py: cannot load bad_mask:torch')
     # a command of its own, in a new interpreter
-    proc = subprocess.run([
-        sys.executable, '-m', 'hpm_mm.testing.check_mask_generator',
-        'contrast_mask:ContrastMaskGenerator'
-    ],
-                          cwd=osp.join(REPO, 'projects', 'contrast_mask'),
-                          capture_output=True,
-                          text=True)
+    proc = subprocess.run(
+        [sys.executable, tool, 'contrast_mask:ContrastMaskGenerator'],
+        cwd=project,
+        capture_output=True,
+        text=True)
     assert proc.returncode == 0 and 'every property holds' in proc.stdout
 
 
