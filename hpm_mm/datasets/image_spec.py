@@ -16,9 +16,8 @@ nothing changes. hpm_mm applies it where configs are loaded
 ``configs/hpm/hpm-fast_vit-mini-p4_1xb256-coslr-10e_image-folder.py`` is
 the base for a folder of your own images (docs/own_data.md).
 """
-from typing import Iterator
-
 from hpm_mm.errors import HPMError
+from .data_check import _loaders
 
 #: transform -> the key that takes the image size
 SIZE_KEYS = dict(
@@ -27,16 +26,6 @@ SIZE_KEYS = dict(
     Resize='scale',
     CenterCrop='crop_size',
     RandomCrop='crop_size')
-
-
-def _loaders(cfg) -> Iterator[dict]:
-    for key in ('train_dataloader', 'val_dataloader', 'test_dataloader'):
-        if isinstance(cfg.get(key), dict):
-            yield cfg[key]
-    for hook in cfg.get('custom_hooks') or []:
-        for key, value in hook.items():
-            if key.endswith('dataloader') and isinstance(value, dict):
-                yield value
 
 
 def _check(spec: dict) -> None:
@@ -92,7 +81,7 @@ def apply_image_spec(cfg):
             pre.update(
                 mean=list(spec['mean']), std=list(spec['std']), to_rgb=ch == 3)
     color = 'grayscale' if ch == 1 else 'color'
-    for loader in _loaders(cfg):
+    for _, loader in _loaders(cfg):
         dataset = loader.get('dataset') or {}
         if spec.get('root') is not None and 'data_root' in dataset:
             dataset['data_root'] = spec['root']

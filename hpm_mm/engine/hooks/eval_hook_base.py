@@ -27,10 +27,11 @@ class AfterCheckpointEvalHook(Hook):
     @staticmethod
     def at_end(runner) -> bool:
         """Whether the run has nothing left to train."""
+        from mmengine.runner import IterBasedTrainLoop
         loop = runner.train_loop
-        if hasattr(loop, 'max_epochs'):
-            return runner.epoch >= loop.max_epochs
-        return runner.iter >= loop.max_iters
+        if isinstance(loop, IterBasedTrainLoop):  # it has max_epochs too
+            return runner.iter >= loop.max_iters
+        return runner.epoch >= loop.max_epochs
 
     def before_train(self, runner) -> None:
         self._resumed_at_end = self.at_end(runner)

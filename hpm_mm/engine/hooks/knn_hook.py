@@ -71,7 +71,6 @@ class KNNEvalHook(AfterCheckpointEvalHook):
         self.feature = feature
         self.amp = amp
         self.layer = layer
-        self._final = False  # a finished run's evaluation (run_final)
         self.last_result: Optional[dict] = None
 
     def evaluate(self, runner) -> dict:
@@ -110,6 +109,7 @@ class KNNEvalHook(AfterCheckpointEvalHook):
         self.last_result = acc
         if is_main_process():
             best = max(acc, key=acc.get)
+            done = self.at_end(runner)  # a finished run's final evaluation
             dump(
                 dict(
                     acc={
@@ -121,12 +121,12 @@ class KNNEvalHook(AfterCheckpointEvalHook):
                     feature=self.feature,
                     layer=self.layer,
                     precision=precision,
-                    # the epochs / iterations trained when it ran (the
-                    # loop counts the current one only after its hooks)
+                    # the epochs / iterations trained when it ran: the
+                    # loop counts the current one only after its hooks,
+                    # except at a finished run's evaluation (run_final)
                     epoch=runner.epoch +
-                    (0 if self._final or not self.by_epoch else 1),
-                    iter=runner.iter +
-                    (0 if self._final or self.by_epoch else 1),
+                    (0 if done or not self.by_epoch else 1),
+                    iter=runner.iter + (0 if done or self.by_epoch else 1),
                     num_train=len(train['labels']),
                     num_val=len(val['labels'])),
                 osp.join(runner.work_dir, 'knn.json'),
@@ -143,11 +143,7 @@ class KNNEvalHook(AfterCheckpointEvalHook):
             done.get('iter') == runner.iter
 
     def run_final(self, runner) -> None:
-        self._final = True
-        try:
-            self.run_evaluation(runner, self.evaluate, runner)
-        finally:
-            self._final = False
+        self.run_evaluation(runner, self.evaluate, runner)
 
     def _due(self, runner, count: int, last: bool) -> bool:
         return last or (self.interval > 0 and count % self.interval == 0)

@@ -232,8 +232,8 @@ class EMATeacher(ExponentialMovingAverage):
             named part's output), or None.
         """
         source = self.score_source if scores is True else (scores or None)
-        if source is not None:
-            check_source(source)
+        if source is not None and source != self.score_source:
+            check_source(source)  # the configured one is checked at build
         if features:
             self.check_full_image()
         backbone = self.module['backbone']
