@@ -21,8 +21,8 @@ of them) and the median of the rounds kept. Printed and written:
   (:class:`hpm_mm.models.utils.UnbindQKVAttention`); AdamW ``fused=True``; one
   torch thread instead of two; regional ``torch.compile`` of every
   transformer block (its compile time too);
-- **precision**: the step under bf16 autocast, beside the rule's decision
-  (:func:`hpm_mm.engine.precision.choose_precision`) and its probe;
+- **precision**: the step under bf16 autocast (the runner's rule times the
+  same comparison on the run's own step: :mod:`hpm_mm.engine.precision`);
 - **design options** (they change what is computed): the main job's fast
   settings (half-resolution teacher + 1-block loss predictor) and each
   alone, the 32 px inputs of the design before (8 x 8 patches of resized
@@ -228,22 +228,19 @@ def main(argv=None):
     from mmengine.registry import init_default_scope
 
     import hpm_mm  # noqa: F401
-    from hpm_mm.engine.precision import choose_precision, cpu_class
+    from hpm_mm.engine.precision import cpu_class
     init_default_scope('mmpretrain')
     MMLogger.get_instance('profile_main_job', log_level='WARNING')
-    decision = choose_precision(True, 'cpu')
     res = dict(
         cpu_class=cpu_class(),
         threads=torch.get_num_threads(),
         torch=torch.__version__,
         batch=BATCH,
         steps=args.steps,
-        rounds=args.rounds,
-        precision_rule=decision.to_dict())
+        rounds=args.rounds)
     print(f'CPU {res["cpu_class"]}, torch {torch.__version__}, '
           f'{res["threads"]} threads; batch {BATCH}; median of '
           f'{args.steps} steps, median of {args.rounds} rounds')
-    print(decision.line())
 
     res['sections'] = profile_sections(args.steps)
 
@@ -276,8 +273,8 @@ def main(argv=None):
                     compile_s = time.perf_counter() - t
             # bf16 on a CPU without it is an order of magnitude slower:
             # one timed step tells
-            steps = 1 if name == 'bf16_autocast' and \
-                decision.name == 'fp32' else args.steps
+            steps = 1 if name == 'bf16_autocast' and cpu_class() not in (
+                'AVX512-BF16', 'AMX') else args.steps
             with lever(name, model):
                 times[name].append(median_step(model, wrapper, batch, steps))
             del model, wrapper

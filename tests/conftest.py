@@ -76,6 +76,13 @@ def autocast_dtypes(device: torch.device) -> list:
             ] if device.type == 'cpu' else [torch.float16, torch.bfloat16]
 
 
+@pytest.fixture(autouse=True, scope='session')
+def timing_cache(tmp_path_factory):
+    """The precision rule's step timings (hpm_mm.engine.precision) go to
+    the test session's cache, not the user's."""
+    os.environ['HPM_CACHE_DIR'] = str(tmp_path_factory.mktemp('hpm_cache'))
+
+
 @pytest.fixture(autouse=True)
 def default_scope():
     """Every test starts in mmpretrain's registry scope, whatever scope an
@@ -287,7 +294,7 @@ def train_main(*argv):
 #: (read at call time, not at start-up)
 CALL_TIME_ENV = {
     'PYTHONUNBUFFERED', 'PYTEST_CURRENT_TEST', 'HPM_PRECISION', 'TORCH_HOME',
-    'TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD'
+    'TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD', 'HPM_CACHE_DIR'
 }
 
 

@@ -2,10 +2,11 @@
 # README command 1: set up (idempotent; the pretraining profile: no compiler),
 # pretrain HPM on the embedded Fashion-MNIST data, evaluate the encoder with
 # kNN (DINO protocol) after training and draw the hard-patch grids; print the
-# table and the paths. Precision: --amp, i.e. mixed precision only where the
-# hardware computes it faster (fp16 on CUDA; bf16 on a CPU with native bf16,
-# confirmed by a timed probe; fp32 elsewhere, e.g. AVX2 CPUs): the choice and
-# its reason are the run's first console line and WORK_DIR/precision.json.
+# table and the paths. Precision: --amp, i.e. mixed precision only where it
+# makes the run faster (fp16 on CUDA; on a CPU bf16 where the run's own
+# training step, timed in both first, is clearly faster in bf16, else fp32):
+# the choice and the step times are a console line and
+# WORK_DIR/precision.json.
 # The console shows one line per epoch; the full log is in the work dir.
 #   bash tools/main_job.sh [extra tools/train.py args, e.g. --cfg-options ...]
 # Env: CONFIG (default: HPM with the fast settings, half-resolution teacher

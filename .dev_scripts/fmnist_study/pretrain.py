@@ -62,8 +62,7 @@ def pretrain(variant, seed, epochs, images, minutes=None):
     done = runner.train_loop.epoch
     record['attempts'].append(
         dict(until_epoch=done, seconds=time.time() - start, **machine()))
-    record.update(
-        precision=runner.cfg.precision['precision'], finished=done == epochs)
+    record.update(precision=runner.precision.name, finished=done == epochs)
     save(record_path, record)
     return record
 

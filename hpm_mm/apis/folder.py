@@ -50,7 +50,8 @@ def pretrain_folder(folder: str,
         folder (str): The images (nested folders allowed).
         work_dir (str, optional): Defaults to ``work_dirs/folder_<name>``.
         epochs, img_size, channels, batch_size (int, optional): Overrides.
-        amp (bool): Mixed precision where the hardware computes it faster.
+        amp (bool): Mixed precision where it makes the run faster (the
+            runner times its step in both).
         resume (bool, optional): None (the default): a work dir that holds
             an earlier run on the same images is continued from its newest
             complete checkpoint, and one on other images refused; True:

@@ -68,7 +68,9 @@ def frozen_eval(config: Union[str, Config],
             (:func:`~hpm_mm.evaluation.linear_probe`).
         seed (int): The linear probe's seed.
         teacher (bool): Evaluate the EMA teacher's encoder.
-        amp (bool): Mixed precision where the hardware computes it faster.
+        amp (bool): Mixed precision where it makes the pass faster (its
+            forward timed in fp32 and bf16: :func:`~hpm_mm.evaluation.
+            feature_precision`).
         raw_pixels (bool): The baseline of the normalised pixels.
         layer (int, optional): Read the tokens out of this encoder block
             (0-based, negative from the end); default: the hook's, else the
@@ -83,8 +85,8 @@ def frozen_eval(config: Union[str, Config],
     from mmengine.registry import init_default_scope
     from mmengine.runner import Runner
 
-    from hpm_mm.engine.precision import choose_precision
-    from hpm_mm.evaluation import extract_features, knn_classify, linear_probe
+    from hpm_mm.evaluation import (extract_features, feature_precision,
+                                   knn_classify, linear_probe)
     from .model import load_model
     log = log or (lambda line: None)
     cfg = load_config(config) if isinstance(config, str) else config
@@ -109,19 +111,21 @@ def frozen_eval(config: Union[str, Config],
         raise HPMError('knn_eval needs a checkpoint (or raw_pixels=True).')
     else:
         model = load_model(cfg, checkpoint, teacher=teacher)
-    device = next(model.parameters(), torch.empty(0)).device.type
-    precision = choose_precision(amp, device)
+    loaders = {
+        split: Runner.build_dataloader(hook[f'{split}_dataloader'], seed=0)
+        for split in ('train', 'val')
+    }
+    precision = feature_precision(model, loaders['train'], amp)
     log(precision.line())
     feats = {}
-    for split in ('train', 'val'):
-        loader = Runner.build_dataloader(hook[f'{split}_dataloader'], seed=0)
+    for split, loader in loaders.items():
         log(f'extracting {split} features ({len(loader.dataset)} images)')
         try:
             feats[split] = extract_features(
                 model,
                 loader,
                 feature=tuple(features),
-                amp=amp,
+                amp=precision.dtype,
                 layer=None if raw_pixels else layer)
         except ValueError as e:  # a layer the encoder does not have
             raise HPMError(str(e)) from None
@@ -180,7 +184,9 @@ def knn_eval(config: Union[str, Config],
         feature (str, optional): ``'avg'`` (patch tokens averaged) or
             ``'cls'``; default: the hook's.
         teacher (bool): Evaluate the EMA teacher's encoder.
-        amp (bool): Mixed precision where the hardware computes it faster.
+        amp (bool): Mixed precision where it makes the pass faster (its
+            forward timed in fp32 and bf16: :func:`~hpm_mm.evaluation.
+            feature_precision`).
         raw_pixels (bool): The baseline of the normalised pixels.
         layer (int, optional): Read this encoder block's tokens.
         log (callable, optional): Called with each progress line.

@@ -28,9 +28,9 @@ def train_config(config: Union[str, Config],
         resume (bool | str, optional): True: the newest complete checkpoint
             of the work dir (from scratch when there is none); a path: that
             checkpoint.
-        amp (bool): Mixed precision where the hardware computes it faster
-            (the runner's precision rule decides; an AMP config asks by
-            itself).
+        amp (bool): Mixed precision where it makes the run faster (the
+            runner's precision rule decides by timing the run's own step;
+            an AMP config asks by itself).
         quiet (bool): Console of one line per epoch, the precision line and
             warnings (``console='quiet'``); the log file keeps everything.
         tensorboard (bool): Also log to TensorBoard.

@@ -10,9 +10,11 @@ configs with a ``strategy``: FSDP, DeepSpeed) are registered in mmengine's
 the same policy:
 
 - **precision** by the one rule (:func:`~hpm_mm.engine.precision.
-  choose_precision`): an AMP optimizer wrapper becomes what the hardware
-  computes fastest (fp16 with a loss scale on CUDA, bf16 autocast on a CPU
-  with native bf16, fp32 elsewhere), said in the log's first line and in
+  choose_precision`): an AMP optimizer wrapper becomes fp16 with a loss
+  scale on CUDA; on a CPU, where the run starts training, the run's own
+  training step is timed in fp32 and bf16 on a copy of its model and a
+  batch of its data, and bf16 autocast is taken only where it is clearly
+  faster; the decision and the step times are a console line and
   ``WORK_DIR/precision.json``;
 - **run length**: a schedule or EMA-teacher ramp that does not fit
   ``train_cfg`` is refused (:func:`~hpm_mm.engine.schedule.
@@ -43,7 +45,7 @@ import logging
 import os
 import os.path as osp
 import sys
-from typing import List, Optional, Tuple
+from typing import Callable, List, Optional, Tuple
 
 from mmengine.config import Config
 from mmengine.dist import is_main_process
@@ -55,30 +57,106 @@ from .checkpoint import (checkpoint_mismatch, checkpoint_problem,
                          checkpoint_state, download_checkpoint,
                          find_resume_checkpoint, share_of_model)
 from .optimizers.autocast_optim_wrapper import AMP_TYPES, amp_optim_wrapper_cfg
-from .precision import Precision, choose_precision
+from .precision import Precision, choose_precision, shapes
 from .schedule import check_run_length
 from .work_dir import own_work_dir, release_work_dir
 
 
-def run_precision(optim_wrapper: dict) -> Tuple[Precision, dict]:
-    """The run's precision and its ``optim_wrapper`` config.
+def run_precision(optim_wrapper: dict) -> Tuple[Optional[Precision], dict]:
+    """The run's precision and its ``optim_wrapper`` config, as far as the
+    config decides them.
 
     An AMP wrapper (``AmpOptimWrapper``, ``GuardedAmpOptimWrapper``) asks
-    for mixed precision: :func:`choose_precision` decides, and the wrapper
-    becomes the one that computes it (:func:`amp_optim_wrapper_cfg`). A
-    config's own ``AutocastOptimWrapper`` is kept as its choice; any other
-    wrapper runs in fp32.
+    for mixed precision: on CUDA it is fp16 with a loss scale now; on a CPU
+    the decision waits for the run's own step (None is returned and the
+    wrapper kept; :meth:`RunPolicyMixin.train` times the step and converts
+    it, :func:`amp_optim_wrapper_cfg`). A config's own
+    ``AutocastOptimWrapper`` is kept as its choice; any other wrapper runs
+    in fp32.
     """
+    import torch
     kind = optim_wrapper.get('type')
     if kind == 'AutocastOptimWrapper':
         dtype = optim_wrapper.get('dtype', 'bfloat16')
         name = {'bfloat16': 'bf16', 'float16': 'fp16'}.get(str(dtype), dtype)
         return Precision(name, None, 'any', '-',
                          "the config's AutocastOptimWrapper"), optim_wrapper
-    precision = choose_precision(kind in AMP_TYPES)
-    if kind in AMP_TYPES:
-        optim_wrapper = amp_optim_wrapper_cfg(optim_wrapper, precision)
-    return precision, optim_wrapper
+    if kind not in AMP_TYPES:
+        return choose_precision(False), optim_wrapper
+    if torch.cuda.is_available():
+        precision = choose_precision(True, 'cuda')
+        return precision, amp_optim_wrapper_cfg(optim_wrapper, precision)
+    return None, optim_wrapper
+
+
+def timed_train_step(model,
+                     dataloader: dict,
+                     optim_wrapper: dict,
+                     model_cfg=None) -> Tuple[Callable, str]:
+    """``step(dtype)``: one real training step of a copy of ``model`` on
+    the first batch of ``dataloader`` (unshuffled, no workers), through an
+    optimizer wrapper of that precision (fp32 for None, bf16 autocast), at
+    the end of a mask schedule (HPM's ``set_progress(1)``: the teacher
+    scores, as in every step once it mines a patch);
+    and the workload's description for the timing cache. The run's model,
+    data order and random numbers are left as they were.
+
+    Args:
+        model (nn.Module | dict): The run's model (wrapped or not), or its
+            config (``FlexibleRunner`` builds it later).
+        dataloader (dict): The run's ``train_dataloader`` config.
+        optim_wrapper (dict): The run's ``optim_wrapper`` config; its
+            optimizer is built on the copy (parameter-wise options left out:
+            they change values, not the work).
+        model_cfg (dict, optional): The model's config, for the cache key.
+    """
+    import torch.nn as nn
+    from mmengine.optim import build_optim_wrapper
+    from mmengine.registry import MODELS
+    from mmpretrain.utils import get_ori_model
+
+    from .precision import keep_random_state
+    with keep_random_state():
+        if isinstance(model, nn.Module):
+            model = copy.deepcopy(get_ori_model(model))
+        else:
+            model = MODELS.build(copy.deepcopy(model))
+        model.train()
+        if hasattr(model, 'set_progress'):  # HPM: the teacher on, as it
+            model.set_progress(1.0, epoch=1, max_epochs=1)  # is from K >= 1
+        loader = copy.deepcopy(dict(dataloader))
+        sampler = dict(loader.get('sampler') or dict(type='DefaultSampler'))
+        loader.update(
+            num_workers=0,
+            persistent_workers=False,
+            sampler=dict(sampler, shuffle=False, seed=0))
+        batch = next(iter(Runner.build_dataloader(loader, seed=0)))
+    base = {
+        k: v
+        for k, v in dict(optim_wrapper).items()
+        if k not in ('constructor', 'paramwise_cfg')
+    }
+    wrappers = {}
+
+    def step(dtype):
+        if dtype not in wrappers:
+            name = 'fp32' if dtype is None else 'bf16'
+            cfg = amp_optim_wrapper_cfg(base,
+                                        Precision(name, dtype, 'cpu', '', ''))
+            wrappers[dtype] = build_optim_wrapper(model, cfg)
+        model.train_step(batch, wrappers[dtype])
+
+    inputs = batch.get('inputs') if isinstance(batch, dict) else batch
+    workload = json.dumps(
+        dict(
+            step='train_step',
+            model=type(model).__name__,
+            model_cfg=model_cfg,
+            inputs=shapes(inputs),
+            optimizer=str(base.get('optimizer'))),
+        sort_keys=True,
+        default=str)
+    return step, workload
 
 
 def die_with_launcher() -> None:
@@ -342,6 +420,7 @@ class RunPolicyMixin:
         self._hpm_notes: List[Tuple[int, str]] = []
         self._hpm_quiet = cfg.get('console', 'full') == 'quiet'
         self._hpm_precision = None
+        self._hpm_amp_pending = False
         self._hpm_lock = None
         self._hpm_signature = None
         self._hpm_resume_ckpt = None  # loaded by the run check, reused once
@@ -370,9 +449,49 @@ class RunPolicyMixin:
         except BaseException:
             self.release_work_dir()  # a refused start frees the work dir
             raise
-        if self._hpm_precision is not None and is_main_process():
+        if self._hpm_precision is not None:
+            self._record_precision(self._hpm_precision)
+
+    @property
+    def precision(self) -> Optional[Precision]:
+        """The run's precision (:mod:`hpm_mm.engine.precision`); None while
+        a CPU's mixed precision waits for its timed step (``train``)."""
+        return self._hpm_precision
+
+    def _record_precision(self, precision: Precision) -> None:
+        self._hpm_precision = precision
+        if is_main_process():
             with open(osp.join(self.work_dir, 'precision.json'), 'w') as f:
-                json.dump(self._hpm_precision.to_dict(), f, indent=2)
+                json.dump(precision.to_dict(), f, indent=2)
+
+    def _decide_precision(self) -> None:
+        """Mixed precision asked for on a CPU: time the run's own training
+        step in fp32 and in bf16 (:func:`timed_train_step`, on a copy of
+        the model) and convert the AMP wrapper to what the rule chooses
+        (every process takes the first one's decision). Its line goes to
+        the console, its numbers to ``precision.json``."""
+        from mmengine.dist import broadcast_object_list, get_world_size
+        try:
+            step, workload = timed_train_step(self.model,
+                                              self._train_dataloader,
+                                              self.optim_wrapper,
+                                              self.cfg.get('model'))
+            precision = choose_precision(
+                True, 'cpu', step, workload, what='training step')
+        except Exception as e:  # the run's own step will say what is wrong
+            precision = choose_precision(
+                False,
+                'cpu')._replace(reason=f'the training step could not be timed '
+                                f'({type(e).__name__}: {e}): fp32')
+        if get_world_size() > 1:
+            box = [precision]
+            broadcast_object_list(box)
+            precision = box[0]
+        self.optim_wrapper = amp_optim_wrapper_cfg(
+            dict(self.optim_wrapper), precision)
+        self._hpm_amp_pending = False
+        self._record_precision(precision)
+        self.logger.info(precision.line(), extra=dict(console=True))
 
     # ------------------------------------------------------------ the start
     def _check_before_work(self, kw: dict, cfg: Config) -> None:
@@ -382,8 +501,8 @@ class RunPolicyMixin:
         if isinstance(optim_wrapper, dict):
             precision, optim_wrapper = run_precision(dict(optim_wrapper))
             kw['optim_wrapper'] = cfg.optim_wrapper = optim_wrapper
-            cfg.precision = precision.to_dict()
             self._hpm_precision = precision
+            self._hpm_amp_pending = precision is None
         model = kw.get('model')
         check_run_length(
             dict(
@@ -416,8 +535,10 @@ class RunPolicyMixin:
             refuse_earlier_run(work_dir)
 
     def build_logger(self, *args, **kwargs):
-        """mmengine's logger; the precision decision is its first record,
-        then the resume notes, each a bare line on the console. A quiet
+        """mmengine's logger; the precision decision (where the config
+        makes it; a CPU's mixed precision is decided when training starts)
+        is its first record, then the resume notes, each a bare line on the
+        console. A quiet
         console shows warnings and these console records only."""
         logger = super().build_logger(*args, **kwargs)
         for handler in logger.handlers:
@@ -455,9 +576,13 @@ class RunPolicyMixin:
 
     # ------------------------------------------------------------- the run
     def train(self):
-        """mmengine's ``train``, then the skipped-step check; the work dir
-        is released when it ends, however it ends."""
+        """mmengine's ``train`` (first, on a CPU that was asked for mixed
+        precision, the timed decision: :meth:`_decide_precision`), then the
+        skipped-step check; the work dir is released when it ends, however
+        it ends."""
         try:
+            if self._hpm_amp_pending:
+                self._decide_precision()
             model = super().train()
         finally:
             self.release_work_dir()

@@ -131,12 +131,60 @@ def block_output(model, layer: Optional[int]):
     return capture()
 
 
+def feature_precision(model, dataloader, amp: bool = True):
+    """The precision of a feature pass (:func:`~hpm_mm.engine.precision.
+    choose_precision`): with ``amp``, fp16 on CUDA; on a CPU the model's
+    forward on the first batch of ``dataloader`` is timed in fp32 and under
+    bf16 autocast, and bf16 is taken where it is clearly faster."""
+    import json
+
+    from hpm_mm.engine.precision import keep_random_state, shapes
+    device = _device(model)
+    if not amp or device != 'cpu':
+        return choose_precision(amp, device)
+    was_training = model.training
+    model.eval()
+    with keep_random_state():
+        data = model.data_preprocessor(next(iter(dataloader)), False)
+
+    @torch.no_grad()
+    def step(dtype):
+        with torch.autocast(
+                device, enabled=dtype is not None, dtype=dtype
+                or torch.bfloat16):
+            model.extract_feat(data['inputs'])
+
+    workload = json.dumps(
+        dict(
+            step='extract_feat',
+            model=type(model).__name__,
+            params=sum(p.numel() for p in model.parameters()),
+            inputs=shapes(data['inputs'])),
+        sort_keys=True)
+    try:
+        return choose_precision(
+            True, device, step, workload, what='feature batch')
+    finally:
+        if was_training:
+            model.train()
+
+
+def _device(model) -> str:
+    """Where a model runs: its parameters' device; a model without
+    parameters (kNN on raw pixels) where its buffers are (the
+    preprocessor's mean/std), else the CPU."""
+    tensor = next(model.parameters(), None)
+    if tensor is None:
+        tensor = next(model.buffers(), None)
+    return tensor.device.type if tensor is not None else 'cpu'
+
+
 @torch.no_grad()
 def extract_features(model,
                      dataloader,
                      progress: bool = True,
                      feature: Union[str, Sequence[str]] = 'avg',
-                     amp: bool = False,
+                     amp: Union[bool, torch.dtype, None] = False,
                      layer: Optional[int] = None) -> Dict[str, torch.Tensor]:
     """Pooled features and labels of a whole dataloader (all ranks).
 
@@ -148,11 +196,11 @@ def extract_features(model,
         feature (str | Sequence[str]): ``'avg'`` (patch tokens averaged) or
             ``'cls'`` (the CLS token); see :func:`pool_features`. Several
             (``('avg', 'cls')``) come from one pass. Defaults to ``'avg'``.
-        amp (bool): Mixed precision where the hardware computes it faster
-            (:func:`~hpm_mm.engine.precision.choose_precision`, as
-            ``tools/train.py --amp``): fp16 autocast on CUDA, bf16 on a CPU
-            with native bf16, fp32 elsewhere; features are returned in
-            fp32. Defaults to False.
+        amp (bool | torch.dtype): True: mixed precision where it makes
+            this pass faster (:func:`feature_precision`: fp16 on CUDA; on a
+            CPU bf16 where its timed forward is clearly faster, else fp32);
+            a dtype: autocast in it (a run's own precision); False/None:
+            fp32. Features are returned in fp32. Defaults to False.
         layer (int, optional): Read the tokens out of this encoder block
             (0-based; negative from the end) instead of the encoder's output
             after its final norm: MIM features are often better in an
@@ -171,13 +219,9 @@ def extract_features(model,
         1 if getattr(backbone, 'cls_token', None) is not None else 0)
     results = []
     bar = ProgressBar(len(dataloader.dataset)) if progress else None
-    # a model without parameters (kNN on raw pixels) runs where its buffers
-    # are (the preprocessor's mean/std), else on the CPU
-    tensor = next(model.parameters(), None)
-    if tensor is None:
-        tensor = next(model.buffers(), None)
-    device = tensor.device.type if tensor is not None else 'cpu'
-    dtype = choose_precision(amp, device).dtype if amp else None
+    device = _device(model)
+    dtype = feature_precision(
+        model, dataloader).dtype if amp is True else (amp or None)
     for batch in dataloader:
         data = model.data_preprocessor(batch, False)
         with torch.autocast(

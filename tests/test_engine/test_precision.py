@@ -1,96 +1,126 @@
-"""The precision rule (hpm_mm.engine.precision): bf16 autocast on a CPU only
-where torch reports native bf16 and a timed probe confirms it is faster;
-the CPU's capability and the probe are mocked both ways."""
+"""The precision rule (hpm_mm.engine.precision): on a CPU, mixed precision is
+bf16 autocast only where the work's own timed step is clearly faster in
+bf16; the timing is cached per machine and workload, leaves the caller's
+random numbers alone, and is what the console line and precision.json say.
+The step's speed is made up both ways (a step that sleeps by dtype) and
+measured for real through tools/train.py."""
 import json
+import time
 
 import pytest
 import torch
-from conftest import run_tool, tiny_config
+from conftest import TINY_RUN, run_tool, tiny_config
 
 from hpm_mm.engine import precision as P
 
 
-@pytest.fixture
-def cpu(monkeypatch):
-    """Mock the CPU: ``cpu(cls, bf16_over_fp32)``; the probe counts its
-    calls. The cached decision is cleared before and after."""
-    calls = []
+def sleeper(fp32_s, bf16_s, calls=None):
+    """A step that takes ``fp32_s`` in fp32 and ``bf16_s`` under bf16, and
+    draws a random number (as a training step does)."""
 
-    def make(cls, ratio=None):
-        P._cpu_decision.cache_clear()
-        monkeypatch.setattr(P, 'cpu_class', lambda: cls)
+    def step(dtype):
+        if calls is not None:
+            calls.append(dtype)
+        torch.rand(1)
+        time.sleep(fp32_s if dtype is None else bf16_s)
 
-        def probe(*args, **kwargs):
-            calls.append(1)
-            return dict(
-                fp32_ms=1.0,
-                bf16_ms=ratio,
-                bf16_over_fp32=ratio,
-                shape=list(P.PROBE_SHAPE))
-
-        monkeypatch.setattr(P, 'probe_bf16', probe)
-        return calls
-
-    yield make
-    P._cpu_decision.cache_clear()
+    return step
 
 
-def test_avx2_cpu_runs_fp32_without_a_probe(cpu):
-    calls = cpu('AVX2')
-    p = P.choose_precision(True, 'cpu')
-    assert (p.name, p.dtype) == ('fp32', None)
-    assert calls == []  # no bf16 probe where torch reports no native bf16
-    line = p.line()
-    assert line.startswith('precision: fp32') and 'AVX2' in line \
-        and 'no native bf16' in line and 'falls back to fp32' in line
-
-
-@pytest.mark.parametrize('cls', ['AVX512-BF16', 'AMX'])
-def test_native_bf16_cpu_confirmed_by_the_probe(cpu, cls):
-    calls = cpu(cls, ratio=0.4)
-    p = P.choose_precision(True, 'cpu')
+@pytest.mark.parametrize('cls', ['AVX2', 'AVX512-BF16', 'AMX'])
+def test_bf16_where_the_timed_step_is_clearly_faster(cls, monkeypatch):
+    """The CPU's class does not decide: the timed step does."""
+    monkeypatch.setattr(P, 'cpu_class', lambda: cls)
+    p = P.choose_precision(True, 'cpu', sleeper(0.04, 0.01), what='step')
     assert (p.name, p.dtype) == ('bf16', torch.bfloat16)
-    assert p.probe['bf16_over_fp32'] == 0.4 and cls in p.line()
-    P.choose_precision(True, 'cpu')
-    assert len(calls) == 1  # one probe per process
+    assert p.timing['speedup'] >= 3
+    # alternating pairs for at least a second of short steps
+    assert len(p.timing['bf16_steps']) == len(p.timing['fp32_steps']) >= 3
+    assert sum(p.timing['bf16_steps'] + p.timing['fp32_steps']) >= 1.0
+    assert p.line().startswith(f'precision: bf16 (CPU {cls}: a step takes ')
+    assert f"({p.timing['speedup']:.2f}x)" in p.line()
 
 
-def test_native_bf16_cpu_where_the_probe_finds_no_gain(cpu):
-    cpu('AVX512-BF16', ratio=1.3)
-    p = P.choose_precision(True, 'cpu')
-    assert p.name == 'fp32' and 'no gain' in p.reason
+def test_fp32_where_bf16_is_not_clearly_faster(monkeypatch):
+    """bf16 twice as slow (an AVX2 CPU) stops at its first timed step;
+    bf16 only a little faster (under MIN_SPEEDUP) is not taken either."""
+    monkeypatch.setattr(P, 'cpu_class', lambda: 'AVX2')
+    calls = []
+    slow = P.choose_precision(True, 'cpu', sleeper(0.01, 0.05, calls))
+    assert (slow.name, slow.dtype) == ('fp32', None)
+    assert len(slow.timing['bf16_steps']) == 1
+    assert calls.count(torch.bfloat16) == 2  # warm-up + one timed step
+    assert 'under the 1.2x taken as clearly faster: fp32' in slow.line()
+    close = P.choose_precision(True, 'cpu', sleeper(0.03, 0.027))
+    assert close.name == 'fp32' and close.timing['speedup'] < P.MIN_SPEEDUP
 
 
-def test_fp32_when_not_asked_and_fp16_on_cuda(cpu):
-    calls = cpu('AMX', ratio=0.4)
-    assert P.choose_precision(False, 'cpu').name == 'fp32'
-    assert P.choose_precision(True, 'cuda').dtype == torch.float16
+def test_the_timing_is_cached_per_machine_and_workload(tmp_path, monkeypatch):
+    monkeypatch.setenv('HPM_CACHE_DIR', str(tmp_path / 'cache'))
+    calls = []
+    first = P.choose_precision(True, 'cpu', sleeper(0.03, 0.01, calls), 'a')
+    n = len(calls)
+    again = P.choose_precision(True, 'cpu', sleeper(0.03, 0.01, calls), 'a')
+    assert len(calls) == n and again.name == first.name == 'bf16'
+    assert again.timing['cached'] == P.cache_path() and \
+        'timed earlier on this machine' in again.line()
+    assert again.timing['fp32_s'] == first.timing['fp32_s']
+    other = P.choose_precision(True, 'cpu', sleeper(0.01, 0.03, calls), 'b')
+    assert len(calls) > n and other.name == 'fp32'  # another workload
+    monkeypatch.setattr(torch, 'get_num_threads', lambda: 99)
+    P.choose_precision(True, 'cpu', sleeper(0.03, 0.01, calls), 'a')
+    assert len(calls) > n + 8  # another machine (threads): timed again
+    stored = json.loads((tmp_path / 'cache' / 'precision.json').read_text())
+    assert len(stored) == 3
+    # an unreadable cache is timed again, not an error
+    (tmp_path / 'cache' / 'precision.json').write_text('{not json')
+    assert P.choose_precision(True, 'cpu', sleeper(0.03, 0.01), 'a').name \
+        == 'bf16'
+
+
+def test_the_timing_leaves_the_random_numbers_alone():
+    import random
+
+    import numpy as np
+
+    def draw():
+        return torch.rand(3), np.random.rand(), random.random()
+
+    def step(dtype):
+        draw()
+
+    torch.manual_seed(1), np.random.seed(1), random.seed(1)
+    want = draw()
+    torch.manual_seed(1), np.random.seed(1), random.seed(1)
+    P.choose_precision(True, 'cpu', step)
+    got = draw()
+    assert torch.equal(got[0], want[0]) and got[1:] == want[1:]
+
+
+def test_not_asked_no_step_and_cuda():
+    calls = []
+    assert P.choose_precision(False, 'cpu', sleeper(0, 0, calls)).reason \
+        == P.NOT_ASKED
+    none = P.choose_precision(True, 'cpu')
+    assert none.name == 'fp32' and 'none was given to time' in none.reason
+    assert P.choose_precision(True, 'cuda', sleeper(0, 0, calls)).dtype == \
+        torch.float16
     assert P.choose_precision(False, 'cuda').name == 'fp32'
     assert calls == []
-
-
-def test_the_real_probe_and_capability():
-    """On this machine: a class torch names, and a probe that times both
-    dtypes (sub-second on an idle machine; generous under a loaded run)."""
-    import time
     assert isinstance(P.cpu_class(), str) and P.cpu_class()
-    t = time.perf_counter()
-    probe = P.probe_bf16(repeats=1)
-    assert time.perf_counter() - t < 10
-    assert probe['fp32_ms'] > 0 and probe['bf16_ms'] > 0
 
 
-def test_optim_wrapper_follows_the_precision(cpu):
+def test_optim_wrapper_follows_the_precision():
     from hpm_mm.engine.optimizers import amp_optim_wrapper_cfg
     amp_cfg = dict(
         type='AmpOptimWrapper',
         loss_scale='dynamic',
         optimizer=dict(type='AdamW', lr=1e-3))
-    cpu('AVX2')
-    fp32 = amp_optim_wrapper_cfg(amp_cfg, P.choose_precision(True, 'cpu'))
+    fp32 = amp_optim_wrapper_cfg(amp_cfg,
+                                 P.choose_precision(True, 'cpu', None))
     assert fp32['type'] == 'GuardedOptimWrapper' and 'loss_scale' not in fp32
-    cpu('AMX', ratio=0.3)
-    bf16 = amp_optim_wrapper_cfg(amp_cfg, P.choose_precision(True, 'cpu'))
+    bf16 = amp_optim_wrapper_cfg(
+        amp_cfg, P.choose_precision(True, 'cpu', sleeper(0.03, 0.01)))
     assert (bf16['type'], bf16['dtype']) == ('AutocastOptimWrapper',
                                              'bfloat16')
     fp16 = amp_optim_wrapper_cfg(
@@ -99,13 +129,15 @@ def test_optim_wrapper_follows_the_precision(cpu):
     assert fp16['type'] == 'GuardedAmpOptimWrapper'
 
 
-@pytest.mark.parametrize('cls,ratio,autocast', [('AVX2', None, False),
-                                                ('AMX', 0.3, True)])
-def test_knn_features_follow_the_precision(cpu, cls, ratio, autocast):
-    """extract_features(amp=True) autocasts only where the rule says bf16
-    (the kNN hook and knn_eval.py go through it)."""
+@pytest.mark.parametrize('fp32_s,bf16_s,autocast', [(0.01, 0.04, False),
+                                                    (0.04, 0.01, True)])
+def test_knn_features_follow_the_precision(monkeypatch, tmp_path, fp32_s,
+                                           bf16_s, autocast):
+    """extract_features(amp=True) times the model's forward on the first
+    batch and autocasts only where bf16 is clearly faster (the kNN tool
+    goes through it; the kNN hook takes the run's own precision)."""
     from hpm_mm.evaluation import knn
-    cpu(cls, ratio)
+    monkeypatch.setenv('HPM_CACHE_DIR', str(tmp_path))  # its own timing
     seen = []
 
     class Model(torch.nn.Module):
@@ -118,7 +150,9 @@ def test_knn_features_follow_the_precision(cpu, cls, ratio, autocast):
             return batch
 
         def extract_feat(self, x):
-            seen.append(torch.is_autocast_enabled('cpu'))
+            on = torch.is_autocast_enabled('cpu')
+            seen.append(on)
+            time.sleep(bf16_s if on else fp32_s)
             return self.lin(x)
 
     class Sample:
@@ -126,27 +160,36 @@ def test_knn_features_follow_the_precision(cpu, cls, ratio, autocast):
 
     batch = dict(inputs=torch.randn(2, 4), data_samples=[Sample(), Sample()])
     out = knn.extract_features(Model(), [batch], False, amp=True)
-    assert seen == [autocast] and out['feats'].dtype == torch.float32
+    assert seen[-1] == autocast and out['feats'].dtype == torch.float32
+    assert len(seen) > 4  # the timed forwards, then the pass
 
 
-def test_train_prints_and_records_the_precision(tmp_path):
-    """tools/train.py --amp: the decision is the console's first line and
-    work_dir/precision.json."""
+def test_train_times_its_step_and_records_it(tmp_path):
+    """tools/train.py --amp on this machine: the run's own training step is
+    timed in both precisions; the console's precision line is the record's,
+    the decision follows the measured speed-up, and a second run of the
+    same model reuses the timing."""
     cfg = tiny_config(
-        tmp_path, num_images=8, body='train_cfg = dict(max_epochs=1)')
-    work = tmp_path / 'work'
-    proc = run_tool('tools/train.py', cfg, '--work-dir', str(work), '--amp',
-                    '--quiet')
-    record = json.loads((work / 'precision.json').read_text())
-    # the console's line is the record's, and the decision the rule's for
-    # the record's own probe (on a CPU with native bf16 the probe's timings,
-    # under load even its verdict, differ from run to run)
-    assert proc.stdout.splitlines()[0] == \
-        f"precision: {record['precision']} ({record['reason']})"
-    assert record['cpu_class'] == P.cpu_class()
-    probe = record.get('probe')
-    if probe is None:
-        assert record['precision'] == P.choose_precision(True, 'cpu').name
-    else:
-        assert record['precision'] == ('bf16' if probe['bf16_over_fp32']
-                                       <= P.PROBE_MAX_RATIO else 'fp32')
+        tmp_path, num_images=8, body=TINY_RUN.format(keep=1, epochs=1))
+    env = dict(HPM_CACHE_DIR=str(tmp_path / 'cache'))
+    records = []
+    for work in ('a', 'b'):
+        proc = run_tool(
+            'tools/train.py',
+            cfg,
+            '--work-dir',
+            str(tmp_path / work),
+            '--amp',
+            '--quiet',
+            env=env)
+        record = json.loads((tmp_path / work / 'precision.json').read_text())
+        line = f"precision: {record['precision']} ({record['reason']})"
+        assert line in proc.stdout.splitlines(), proc.stdout[-2000:]
+        assert record['cpu_class'] == P.cpu_class()
+        records.append(record)
+    timing = records[0]['timing']
+    assert timing['what'] == 'training step' and timing['fp32_s'] > 0
+    assert records[0]['precision'] == ('bf16' if timing['speedup']
+                                       >= P.MIN_SPEEDUP else 'fp32')
+    assert 'cached' not in timing and 'cached' in records[1]['timing']
+    assert records[1]['precision'] == records[0]['precision']

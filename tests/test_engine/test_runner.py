@@ -3,6 +3,7 @@
 import json
 
 import pytest
+import torch
 from conftest import TINY_RUN, tiny_config
 from mmengine.config import Config
 from mmengine.registry import RUNNERS
@@ -24,12 +25,29 @@ def _cfg(tmp_path, body='', epochs=1, work='work'):
 
 
 @pytest.fixture
-def avx2(monkeypatch):
-    """A CPU without native bf16, whatever this machine is."""
-    P._cpu_decision.cache_clear()
-    monkeypatch.setattr(P, 'cpu_class', lambda: 'AVX2')
-    yield
-    P._cpu_decision.cache_clear()
+def speedup(monkeypatch, tmp_path):
+    """Make the timed step report ``speedup(x)``: the rule's timing runs the
+    run's real step once per precision (copy, batch, both wrappers) and
+    reports bf16 ``x`` times faster; the steps it ran are counted. The
+    test's own timing cache (the session's may hold this model's)."""
+    ran = []
+    monkeypatch.setenv('HPM_CACHE_DIR', str(tmp_path / 'timing'))
+
+    def make(x):
+
+        def time_steps(step, *args, **kwargs):
+            for dtype in (None, torch.bfloat16):
+                step(dtype)
+                ran.append(dtype)
+            return dict(fp32_s=0.2, bf16_s=0.2 / x, speedup=x)
+
+        monkeypatch.setattr(P, 'time_steps', time_steps)
+        return ran
+
+    return make
+
+
+AMP = "optim_wrapper = dict(type='AmpOptimWrapper', loss_scale='dynamic')"
 
 
 def test_the_configs_name_the_runner(tmp_path):
@@ -38,25 +56,42 @@ def test_the_configs_name_the_runner(tmp_path):
     assert RUNNERS.get('HPMRunner') is HPMRunner
 
 
-def test_amp_config_on_a_cpu_without_bf16_trains_in_fp32(
-        tmp_path, avx2, capsys):
-    """mmengine's builder on an AMP config: the precision rule turns the
-    wrapper mmengine cannot build without a GPU into fp32, says so first
-    and in precision.json, and the run trains."""
-    cfg = _cfg(
-        tmp_path,
-        "optim_wrapper = dict(type='AmpOptimWrapper', loss_scale='dynamic')")
-    runner = RUNNERS.build(cfg)
-    assert type(runner) is HPMRunner
-    out = capsys.readouterr().out
-    first = out.splitlines()[0]
-    assert first.startswith('precision: fp32') and 'AVX2' in first, out[:500]
+def test_amp_config_trains_in_what_its_timed_step_chose(
+        tmp_path, speedup, capsys):
+    """mmengine's builder on an AMP config (mmengine's wrapper cannot be
+    built without a GPU): when training starts, the run's own step is timed
+    on a copy; slower in bf16, the run trains in fp32 and says so (console,
+    precision.json, runner.precision) with the step times."""
+    ran = speedup(0.1)
+    runner = RUNNERS.build(_cfg(tmp_path, AMP, work='amp'))
+    assert type(runner) is HPMRunner and runner.precision is None
     runner.train()
+    assert ran == [None, torch.bfloat16]
+    line = next(x for x in capsys.readouterr().out.splitlines()
+                if x.startswith('precision:'))
+    assert line == runner.precision.line() and 'a training step takes ' \
+        '2000 ms in bf16 vs 200 ms in fp32 (0.10x)' in line, line
     assert type(runner.optim_wrapper).__name__ == 'GuardedOptimWrapper'
-    assert runner.iter == 2
-    with open(tmp_path / 'work' / 'precision.json') as f:
-        assert json.load(f)['precision'] == 'fp32'
-    assert runner.cfg.precision['precision'] == 'fp32'
+    assert runner.iter == 2 and runner.precision.name == 'fp32'
+    with open(tmp_path / 'amp' / 'precision.json') as f:
+        record = json.load(f)
+    assert record['precision'] == 'fp32' and record['timing']['speedup'] \
+        == 0.1
+    # the copy's steps and the batch drawn for them changed nothing: the
+    # same run without --amp trains to the same weights
+    plain = RUNNERS.build(_cfg(tmp_path, work='plain'))
+    plain.train()
+    for (name, a), b in zip(runner.model.state_dict().items(),
+                            plain.model.state_dict().values()):
+        assert torch.equal(a, b), name
+
+
+def test_amp_config_takes_bf16_where_its_step_is_faster(tmp_path, speedup):
+    speedup(2.0)
+    runner = RUNNERS.build(_cfg(tmp_path, AMP))
+    runner.train()
+    assert type(runner.optim_wrapper).__name__ == 'AutocastOptimWrapper'
+    assert runner.precision.name == 'bf16' and runner.iter == 2
 
 
 def test_run_length_the_schedule_does_not_fit_is_refused(tmp_path):

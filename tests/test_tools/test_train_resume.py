@@ -386,9 +386,10 @@ def test_paper_row_configs_train(tmp_path, name):
     cfg.dump(path)
     work = str(tmp_path / 'work')
     proc = run_tool('tools/train.py', path, '--work-dir', work)
-    # the AMP config on a CPU: the precision rule's line comes first
-    first = proc.stdout.splitlines()[0]
-    assert first.startswith('precision: ') and 'fp16' not in first
+    # the AMP config on a CPU: the precision rule times the run's own step
+    line = next(x for x in proc.stdout.splitlines()
+                if x.startswith('precision: '))
+    assert 'a training step takes' in line and 'fp16' not in line, line
     rows = [r for r in _scalars(work) if 'loss_rec' in r]
     assert len(rows) == 2 and all(
         torch.isfinite(torch.tensor(r['loss'])) for r in rows)

@@ -1,14 +1,16 @@
 import os.path as osp
 from typing import Optional, Sequence
 
+import torch
 from mmengine.dist import is_main_process
 from mmengine.fileio import dump
 from mmengine.runner import Runner
 from mmpretrain.registry import HOOKS
 from mmpretrain.utils import get_ori_model
 
-from hpm_mm.engine.precision import choose_precision
-from hpm_mm.evaluation import FEATURES, extract_features, knn_classify
+from hpm_mm.engine.optimizers.autocast_optim_wrapper import run_dtype
+from hpm_mm.evaluation import (FEATURES, extract_features, feature_precision,
+                               knn_classify)
 from .eval_hook_base import AfterCheckpointEvalHook
 
 
@@ -37,11 +39,12 @@ class KNNEvalHook(AfterCheckpointEvalHook):
         feature (str): ``'avg'``: the patch tokens averaged (the paper's
             text); ``'cls'``: the CLS token (the authors' kNN and linear
             scripts). Defaults to ``'avg'``.
-        amp (bool, optional): Mixed precision where the hardware computes
-            it faster (:func:`~hpm_mm.engine.precision.choose_precision`).
-            Defaults to None: as the training step, i.e. when the optimizer
-            wrapper runs its forward under autocast (``tools/train.py
-            --amp`` where it pays, the AMP configs).
+        amp (bool, optional): True: mixed precision where it makes the
+            feature pass faster (:func:`~hpm_mm.evaluation.
+            feature_precision`); False: fp32. Defaults to None: the
+            training step's precision (the optimizer wrapper's autocast
+            dtype: ``tools/train.py --amp`` where it pays, the AMP
+            configs).
         layer (int, optional): Read the tokens out of this encoder block
             (0-based, negative from the end) instead of the encoder's output
             (recorded in knn.json). Defaults to None (the output).
@@ -81,17 +84,15 @@ class KNNEvalHook(AfterCheckpointEvalHook):
                 for k, cfg in self.loader_cfgs.items()
             }
         model = get_ori_model(runner.model)
-        amp = self.amp
-        if amp is None:
-            from mmengine.optim import AmpOptimWrapper
-
-            from hpm_mm.engine.optimizers import AutocastOptimWrapper
-            amp = isinstance(runner.optim_wrapper,
-                             (AmpOptimWrapper, AutocastOptimWrapper))
+        if self.amp is None:  # the run's own precision
+            dtype = run_dtype(runner.optim_wrapper)
+        else:
+            dtype = feature_precision(model, self.loaders['train'],
+                                      self.amp).dtype
         train = extract_features(model, self.loaders['train'], False,
-                                 self.feature, amp, self.layer)
+                                 self.feature, dtype, self.layer)
         val = extract_features(model, self.loaders['val'], False, self.feature,
-                               amp, self.layer)
+                               dtype, self.layer)
         acc = knn_classify(train['feats'], train['labels'], val['feats'],
                            val['labels'], self.ks, self.temperature)
         scalars = {f'knn/top1_k{k}': v for k, v in acc.items()}
@@ -99,9 +100,10 @@ class KNNEvalHook(AfterCheckpointEvalHook):
         for key, value in scalars.items():
             runner.message_hub.update_scalar(key, value)
         runner.visualizer.add_scalars(scalars, step=runner.iter)
-        precision = choose_precision(
-            amp,
-            next(model.parameters()).device.type).name if amp else 'fp32'
+        precision = {
+            torch.bfloat16: 'bf16',
+            torch.float16: 'fp16'
+        }.get(dtype, 'fp32')
         runner.logger.info(
             'kNN top-1 (T=%.2f, %s features, %s): %s', self.temperature,
             self.feature, precision,

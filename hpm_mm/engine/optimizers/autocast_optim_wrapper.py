@@ -52,8 +52,9 @@ def amp_optim_wrapper_cfg(optim_wrapper: dict, precision) -> dict:
 
     - ``'fp16'`` (CUDA): :class:`GuardedAmpOptimWrapper` with a dynamic loss
       scale (kept as configured if it already is an AMP wrapper);
-    - ``'bf16'`` (a CPU with native bf16): :class:`AutocastOptimWrapper`;
-    - ``'fp32'`` (a CPU where bf16 would be slower): the config's wrapper
+    - ``'bf16'`` (a CPU whose timed step is faster in bf16):
+      :class:`AutocastOptimWrapper`;
+    - ``'fp32'`` (a CPU where bf16 is not clearly faster): the config's wrapper
       without autocast, an AMP one (mmengine's cannot be built without a
       GPU) becoming :class:`GuardedOptimWrapper`.
 
@@ -79,3 +80,14 @@ def amp_optim_wrapper_cfg(optim_wrapper: dict, precision) -> dict:
     elif cfg.get('type') in AMP_TYPES + ('AutocastOptimWrapper', ):
         cfg.update(type='GuardedOptimWrapper')
     return cfg
+
+
+def run_dtype(optim_wrapper) -> Union[torch.dtype, None]:
+    """The autocast dtype a built optimizer wrapper runs its forward in
+    (None: fp32): a run's own precision, for what evaluates it."""
+    from mmengine.optim import AmpOptimWrapper
+    if isinstance(optim_wrapper, AutocastOptimWrapper):
+        return optim_wrapper.cast_dtype
+    if isinstance(optim_wrapper, AmpOptimWrapper):
+        return optim_wrapper.cast_dtype or torch.float16
+    return None
