@@ -1,0 +1,211 @@
+"""bf16 autocast against fp32 on the main job, paired by seed (issue #50).
+
+    python .dev_scripts/precision_study.py run [--seeds 0 1 2] [--epochs 2]
+    python .dev_scripts/precision_study.py report
+
+``run``: for each seed, the main job's config (fast HPM on Fashion-MNIST,
+10k images per epoch) scaled to ``--epochs`` by the package's one rule
+(``scale_recipe``) is trained twice from the same seed: in fp32
+(``GuardedOptimWrapper``) and under bf16 autocast (``AutocastOptimWrapper``);
+the precision is fixed by the config here, not by the runner's rule. Both
+encoders are then evaluated the same way, in fp32 (kNN, DINO protocol, and
+the cached linear probe on the patch-average features,
+:func:`hpm_mm.apis.frozen_eval`), and the last logged ``loss_rec`` and
+``rank_acc`` are read from the run's scalars. One json per run:
+``docs/results/precision/{fp32,bf16}_{E}e_seed{S}.json`` with the CPU class
+and the wall times. A run whose json exists is skipped, so the command goes
+on where it stopped.
+
+``report``: the paired bf16 - fp32 difference of each metric over the seeds
+both precisions finished: mean and 95% t interval.
+"""
+import argparse
+import glob
+import json
+import math
+import os
+import os.path as osp
+import statistics
+import time
+
+ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
+CONFIG = 'configs/hpm/fast/hpm-fast_vit-mini-p4_1xb256-coslr-10e_fmnist.py'
+RESULTS = osp.join(ROOT, 'docs', 'results', 'precision')
+WORK = osp.join(ROOT, 'work_dirs', 'precision_study')
+IMAGES = 10000  # the main job's images per epoch
+WRAPPERS = dict(
+    fp32=dict(type='GuardedOptimWrapper'),
+    bf16=dict(type='AutocastOptimWrapper', dtype='bfloat16'))
+METRICS = ('knn_k10', 'knn_best', 'linear', 'loss_rec', 'rank_acc')
+
+
+def run_config(precision, seed, epochs):
+    from mmengine.config import Config
+
+    from hpm_mm.engine.schedule import scale_recipe, steps_per_epoch
+    cfg = Config.fromfile(osp.join(ROOT, CONFIG))
+    scale_recipe(cfg, epochs,
+                 steps_per_epoch(IMAGES, cfg.train_dataloader.batch_size))
+    cfg.randomness.seed = seed
+    wrapper = dict(cfg.optim_wrapper)
+    for key in ('loss_scale', 'dtype'):
+        wrapper.pop(key, None)
+    cfg.optim_wrapper = dict(wrapper, **WRAPPERS[precision])
+    return cfg
+
+
+def last_scalars(work):
+    scalars = {}
+    for path in sorted(
+            glob.glob(osp.join(work, '*', 'vis_data', 'scalars.json'))):
+        for line in open(path):
+            scalars.update(json.loads(line))
+    return scalars
+
+
+def run_one(precision, seed, epochs):
+    import torch
+
+    from hpm_mm.apis import frozen_eval, train
+    from hpm_mm.engine.precision import cpu_class
+    name = f'{precision}_{epochs}e_seed{seed}'
+    out = osp.join(RESULTS, name + '.json')
+    if osp.exists(out):
+        return
+    work = osp.join(WORK, name)
+    cfg = run_config(precision, seed, epochs)
+    os.makedirs(work, exist_ok=True)
+    config = osp.join(work, 'config.py')
+    cfg.dump(config)
+    # the evaluation is the same fp32 pass for both: the hook's data stays in
+    # the config, the hook itself does not run during training
+    hooks = [h for h in cfg.custom_hooks if h['type'] != 'KNNEvalHook']
+    start = time.time()
+    train(
+        config,
+        work,
+        resume=bool(glob.glob(osp.join(work, '*.pth'))),
+        quiet=True,
+        custom_hooks=hooks)
+    train_s = time.time() - start
+    ckpt = osp.join(work, f'epoch_{epochs}.pth')
+    start = time.time()
+    r = frozen_eval(config, ckpt, features=('avg', ), linear=True, seed=seed)
+    eval_s = time.time() - start
+    scalars = last_scalars(work)
+    knn = r['knn']['avg']
+    record = dict(
+        name=name,
+        precision=precision,
+        trained_in=json.load(open(osp.join(work,
+                                           'precision.json')))['precision'],
+        seed=seed,
+        epochs=epochs,
+        images_per_epoch=IMAGES,
+        config=CONFIG,
+        metrics=dict(
+            knn_k10=knn[10],
+            knn_best=max(knn.values()),
+            knn_by_k={
+                str(k): v
+                for k, v in knn.items()
+            },
+            linear=r['linear']['avg'],
+            loss_rec=scalars.get('loss_rec'),
+            rank_acc=scalars.get('rank_acc')),
+        evaluation='fp32 features, kNN T=0.07 + cached linear probe (avg)',
+        machine=dict(
+            cpu_class=cpu_class(),
+            threads=torch.get_num_threads(),
+            torch=torch.__version__),
+        train_seconds=round(train_s, 1),
+        eval_seconds=round(eval_s, 1),
+        command=f'python .dev_scripts/precision_study.py run --seeds {seed} '
+        f'--epochs {epochs}',
+        date=time.strftime('%Y-%m-%d %H:%M'))
+    os.makedirs(RESULTS, exist_ok=True)
+    with open(out, 'w') as f:
+        json.dump(record, f, indent=1)
+    print(
+        f'wrote {osp.relpath(out, ROOT)}: kNN k=10 {knn[10]:.2f}, '
+        f'train {train_s:.0f} s',
+        flush=True)
+
+
+def paired(records, metric):
+    """bf16 - fp32 per seed both finished (same epochs)."""
+    by = {(r['precision'], r['epochs'], r['seed']): r for r in records}
+    diffs = []
+    for (prec, epochs, seed), r in sorted(by.items()):
+        other = by.get(('fp32', epochs, seed))
+        if prec == 'bf16' and other is not None:
+            a, b = r['metrics'].get(metric), other['metrics'].get(metric)
+            if a is not None and b is not None:
+                diffs.append(a - b)
+    return diffs
+
+
+def interval(values):
+    """Mean and the 95% t interval's half width (None for one value)."""
+    from scipy import stats
+    n, mean = len(values), statistics.mean(values)
+    if n < 2:
+        return mean, None
+    return mean, stats.t.ppf(.975, n - 1) * statistics.stdev(values) / \
+        math.sqrt(n)
+
+
+def report(results=RESULTS):
+    records = [
+        json.load(open(p))
+        for p in sorted(glob.glob(osp.join(results, '*.json')))
+    ]
+    lines = [
+        '| run | kNN k=10 | linear | loss_rec | rank_acc | train s |',
+        '|---|---|---|---|---|---|'
+    ]
+    for r in records:
+        m = r['metrics']
+        lines.append(f"| {r['name']} | {m['knn_k10']:.2f} | "
+                     f"{m['linear']:.2f} | {m['loss_rec']:.4f} | "
+                     f"{m['rank_acc']:.4f} | {r['train_seconds']:.0f} |")
+    lines += [
+        '', '| bf16 - fp32 | seeds | mean | 95% interval |',
+        '|---|---|---|---|'
+    ]
+    for metric in METRICS:
+        diffs = paired(records, metric)
+        if not diffs:
+            continue
+        mean, half = interval(diffs)
+        ci = '-' if half is None else \
+            f'[{mean - half:+.4g}, {mean + half:+.4g}]'
+        lines.append(f'| {metric} | {len(diffs)} | {mean:+.4g} | {ci} |')
+    text = '\n'.join(lines)
+    print(text)
+    return text
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest='cmd', required=True)
+    run = sub.add_parser('run', help='train and evaluate the runs')
+    run.add_argument('--seeds', type=int, nargs='+', default=[0, 1, 2])
+    run.add_argument('--epochs', type=int, default=2)
+    run.add_argument(
+        '--precisions',
+        nargs='+',
+        default=['fp32', 'bf16'],
+        choices=list(WRAPPERS))
+    sub.add_parser('report', help='the paired differences')
+    args = parser.parse_args(argv)
+    if args.cmd == 'report':
+        report()
+        return
+    for seed in args.seeds:
+        for precision in args.precisions:
+            run_one(precision, seed, args.epochs)
+
+
+if __name__ == '__main__':
+    main()
