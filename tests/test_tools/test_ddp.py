@@ -286,3 +286,77 @@ def test_killing_the_launcher_ends_its_workers(tmp_path):
                 os.kill(p, signal.SIGKILL)
             except OSError:
                 pass
+
+
+RANK_TIMING = '''
+import os
+
+import torch
+from mmengine.hooks import Hook
+from mmengine.registry import HOOKS
+
+from hpm_mm.engine import precision
+
+
+def time_steps(step, *args, **kwargs):  # the real steps, made-up speeds
+    step(None)
+    step(torch.bfloat16)
+    x = 2.0 if os.environ['RANK'] == '0' else 0.5
+    return dict(fp32_s=0.2, bf16_s=0.2 / x, speedup=x)
+
+
+precision.time_steps = time_steps
+
+
+@HOOKS.register_module()
+class RecordWrapper(Hook):
+
+    def before_train(self, runner):
+        name = os.path.join(runner.work_dir, f"wrapper{os.environ['RANK']}")
+        with open(name, 'w') as f:
+            f.write(type(runner.optim_wrapper).__name__)
+'''
+
+
+def test_two_processes_take_one_precision(tmp_path):
+    """--amp under DDP: each process times its copy's step (here rank 0
+    finds bf16 faster, rank 1 slower) and every one trains in the first
+    process's decision (broadcast)."""
+    (tmp_path / 'rank_timing.py').write_text(RANK_TIMING)
+    hooks = ("custom_imports = dict(imports=['hpm_mm', 'rank_timing'], "
+             "allow_failed_imports=False)\n"
+             "custom_hooks = [dict(type='HPMScheduleHook'), "
+             "dict(type='RecordWrapper')]")
+    cfg = tiny_config(
+        tmp_path,
+        FMNIST_CFG,
+        BODY,
+        num_images=8,
+        transform=RESIZE,
+        batch_size=2,
+        shuffle=False,
+        hooks=hooks)
+    env = dict(
+        os.environ,
+        PYTHON=sys.executable,
+        PORT='29536',
+        OMP_NUM_THREADS='1',
+        HPM_CACHE_DIR=str(tmp_path / 'cache'),
+        PYTHONPATH=os.pathsep.join(
+            [str(tmp_path), os.environ.get('PYTHONPATH', '')]))
+    work = tmp_path / 'work'
+    proc = subprocess.run([
+        'bash', 'tools/dist_train.sh', cfg, '2', '--work-dir',
+        str(work), '--amp'
+    ],
+                          cwd=REPO,
+                          env=env,
+                          capture_output=True,
+                          text=True,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stderr[-5000:]
+    record = json.loads((work / 'precision.json').read_text())
+    assert record['precision'] == 'bf16' and record['timing']['speedup'] == 2
+    assert [(work / f'wrapper{r}').read_text() for r in (0, 1)] == \
+        ['AutocastOptimWrapper'] * 2
+    assert sorted(work.glob('iter_3.pth'))
