@@ -95,7 +95,10 @@ def precision_table(records):
             f'{mean:+.2f}, 95% interval [{mean - half:+.2f}, '
             f'{mean + half:+.2f}]. Commands: `python .dev_scripts/'
             'precision_study.py run --seeds 0 1 2 --epochs 2`; the reading '
-            'in [docs/speed.md](../../docs/speed.md#bf16-and-accuracy).'
+            'in [docs/speed.md](../../docs/speed.md#bf16-and-accuracy). '
+            'The wall times are the runs\' own (each json), taken while '
+            'other work shared the 2 cores at times: a ratio, not a '
+            'benchmark.'
         ]
     return lines
 

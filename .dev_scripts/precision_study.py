@@ -158,7 +158,7 @@ def interval(values):
 def report(results=RESULTS):
     records = [
         json.load(open(p))
-        for p in sorted(glob.glob(osp.join(results, '*.json')))
+        for p in sorted(glob.glob(osp.join(results, '*_seed*.json')))
     ]
     lines = [
         '| run | kNN k=10 | linear | loss_rec | rank_acc | train s |',
