@@ -280,7 +280,9 @@ def choose_precision(amp: bool,
             'would speed up, and none was given to time: fp32')
     key = cache_key(workload) if workload else None
     timing = _read_cache().get(key) if key else None
-    if timing is not None:
+    if isinstance(timing, dict) and all(
+            isinstance(timing.get(k), (int, float))
+            for k in ('fp32_s', 'bf16_s', 'speedup')):
         timing = dict(timing, cached=cache_path())
     else:
         with keep_random_state():  # the run draws what it would have drawn

@@ -72,7 +72,14 @@ def test_the_timing_is_cached_per_machine_and_workload(tmp_path, monkeypatch):
     assert len(calls) > n + 8  # another machine (threads): timed again
     stored = json.loads((tmp_path / 'cache' / 'precision.json').read_text())
     assert len(stored) == 3
-    # an unreadable cache is timed again, not an error
+    # an unreadable cache, or an entry without its numbers, is timed
+    # again, not an error
+    (tmp_path / 'cache' / 'precision.json').write_text(
+        json.dumps({P.cache_key('a'): {
+                        'fp32_s': 1
+                    }}))
+    assert P.choose_precision(True, 'cpu', sleeper(0.03, 0.01), 'a').name \
+        == 'bf16'
     (tmp_path / 'cache' / 'precision.json').write_text('{not json')
     assert P.choose_precision(True, 'cpu', sleeper(0.03, 0.01), 'a').name \
         == 'bf16'
