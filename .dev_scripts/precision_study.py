@@ -26,6 +26,7 @@ import math
 import os
 import os.path as osp
 import statistics
+import sys
 import time
 
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
@@ -52,15 +53,6 @@ def run_config(precision, seed, epochs):
         wrapper.pop(key, None)
     cfg.optim_wrapper = dict(wrapper, **WRAPPERS[precision])
     return cfg
-
-
-def last_scalars(work):
-    scalars = {}
-    for path in sorted(
-            glob.glob(osp.join(work, '*', 'vis_data', 'scalars.json'))):
-        for line in open(path):
-            scalars.update(json.loads(line))
-    return scalars
 
 
 def run_one(precision, seed, epochs):
@@ -92,7 +84,9 @@ def run_one(precision, seed, epochs):
     start = time.time()
     r = frozen_eval(config, ckpt, features=('avg', ), linear=True, seed=seed)
     eval_s = time.time() - start
-    scalars = last_scalars(work)
+    sys.path.insert(0, osp.join(osp.dirname(__file__), 'fmnist_study'))
+    from evaluate import pretrain_end  # the last logged scalars of a run
+    scalars = pretrain_end(work)
     knn = r['knn']['avg']
     record = dict(
         name=name,

@@ -420,7 +420,6 @@ class RunPolicyMixin:
         self._hpm_notes: List[Tuple[int, str]] = []
         self._hpm_quiet = cfg.get('console', 'full') == 'quiet'
         self._hpm_precision = None
-        self._hpm_amp_pending = False
         self._hpm_lock = None
         self._hpm_signature = None
         self._hpm_resume_ckpt = None  # loaded by the run check, reused once
@@ -489,7 +488,6 @@ class RunPolicyMixin:
             precision = box[0]
         self.optim_wrapper = amp_optim_wrapper_cfg(
             dict(self.optim_wrapper), precision)
-        self._hpm_amp_pending = False
         self._record_precision(precision)
         self.logger.info(precision.line(), extra=dict(console=True))
 
@@ -502,7 +500,6 @@ class RunPolicyMixin:
             precision, optim_wrapper = run_precision(dict(optim_wrapper))
             kw['optim_wrapper'] = cfg.optim_wrapper = optim_wrapper
             self._hpm_precision = precision
-            self._hpm_amp_pending = precision is None
         model = kw.get('model')
         check_run_length(
             dict(
@@ -581,7 +578,8 @@ class RunPolicyMixin:
         skipped-step check; the work dir is released when it ends, however
         it ends."""
         try:
-            if self._hpm_amp_pending:
+            if self._hpm_precision is None and isinstance(
+                    self.optim_wrapper, dict):  # a CPU's AMP, undecided
                 self._decide_precision()
             model = super().train()
         finally:

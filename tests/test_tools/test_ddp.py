@@ -86,15 +86,24 @@ def _two_processes(tmp_path,
         batch_size=2,
         shuffle=False,
         hooks=HOOKS)
+    _dist_train(cfg, tmp_path / name, port, _nan_env(tmp_path))
+    return torch.load(
+        sorted((tmp_path / name).glob('iter_*.pth'))[-1],
+        map_location='cpu')['state_dict']
+
+
+def _dist_train(cfg, work, port, env, *args):
+    """``tools/dist_train.sh cfg 2 --work-dir work *args`` on CPU (gloo,
+    one thread per process), ``env`` added; it must succeed."""
     env = dict(
         os.environ,
         PYTHON=sys.executable,
         PORT=str(port),
         OMP_NUM_THREADS='1',
-        **_nan_env(tmp_path))
+        **env)
     proc = subprocess.run([
         'bash', 'tools/dist_train.sh', cfg, '2', '--work-dir',
-        str(tmp_path / name)
+        str(work), *args
     ],
                           cwd=REPO,
                           env=env,
@@ -102,9 +111,6 @@ def _two_processes(tmp_path,
                           text=True,
                           timeout=600)
     assert proc.returncode == 0, proc.stderr[-5000:]
-    return torch.load(
-        sorted((tmp_path / name).glob('iter_*.pth'))[-1],
-        map_location='cpu')['state_dict']
 
 
 def _one_process(tmp_path, name, body, base=FMNIST_CFG, transform=RESIZE):
@@ -336,25 +342,14 @@ def test_two_processes_take_one_precision(tmp_path):
         batch_size=2,
         shuffle=False,
         hooks=hooks)
-    env = dict(
-        os.environ,
-        PYTHON=sys.executable,
-        PORT='29536',
-        OMP_NUM_THREADS='1',
-        HPM_CACHE_DIR=str(tmp_path / 'cache'),
-        PYTHONPATH=os.pathsep.join(
-            [str(tmp_path), os.environ.get('PYTHONPATH', '')]))
     work = tmp_path / 'work'
-    proc = subprocess.run([
-        'bash', 'tools/dist_train.sh', cfg, '2', '--work-dir',
-        str(work), '--amp'
-    ],
-                          cwd=REPO,
-                          env=env,
-                          capture_output=True,
-                          text=True,
-                          timeout=600)
-    assert proc.returncode == 0, proc.stderr[-5000:]
+    _dist_train(
+        cfg, work, 29536,
+        dict(
+            HPM_CACHE_DIR=str(tmp_path / 'cache'),
+            PYTHONPATH=os.pathsep.join(
+                [str(tmp_path),
+                 os.environ.get('PYTHONPATH', '')])), '--amp')
     record = json.loads((work / 'precision.json').read_text())
     assert record['precision'] == 'bf16' and record['timing']['speedup'] == 2
     assert [(work / f'wrapper{r}').read_text() for r in (0, 1)] == \
