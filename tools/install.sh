@@ -161,7 +161,10 @@ EOF
     || add_pin setuptools "this setuptools has no pkg_resources, which mmengine 0.10.7 imports"
   "$PY" -c "import setuptools.command.bdist_wheel" 2>/dev/null || "$PY" -c "import wheel" 2>/dev/null \
     || add_pin wheel "this setuptools ($("$PY" -c 'import setuptools; print(setuptools.__version__)')) builds hpm_mm's editable install only with the wheel package"
-  "${PIP[@]}" install -q "${SOURCE[@]}" --no-deps --no-build-isolation -e "$ROOT" || die "pip could not install hpm_mm itself"
+  # --use-pep517: pip builds the editable install with this environment's setuptools. Without
+  # it, pip (no pyproject.toml, wheel present) runs `setup.py develop`, which setuptools >= 80
+  # turns into a second pip with build isolation, asking an index for setuptools (offline: fails).
+  "${PIP[@]}" install -q "${SOURCE[@]}" --no-deps --no-build-isolation --use-pep517 -e "$ROOT" || die "pip could not install hpm_mm itself"
   "$PY" -c "import hpm_mm" || die "hpm_mm does not import; see the message above"
   prepare_data
   touch "$(stamp overlay)"
@@ -242,7 +245,7 @@ else
 fi
 log "installing ${reqs[*]} and hpm_mm (editable)"
 "${INSTALL[@]}" "${reqs[@]}" || die "pip could not install the OpenMMLab libraries${WHEELHOUSE:+ from the wheelhouse (was it built for the $PROFILE profile?)}"
-"${PIP[@]}" install -q "${SOURCE[@]}" --no-deps --no-build-isolation -e "$ROOT" || die "pip could not install hpm_mm itself"
+"${PIP[@]}" install -q "${SOURCE[@]}" --no-deps --no-build-isolation --use-pep517 -e "$ROOT" || die "pip could not install hpm_mm itself"
 "$PY" -c "import hpm_mm" || die "hpm_mm does not import; see the message above"
 
 # ---------------------------------------------------------------- embedded data

@@ -126,15 +126,12 @@ def test_overlay_refuses_an_environment_without_its_packages(tmp_path):
         and 'Fix: ' in last[0], proc.stderr
 
 
-@pytest.mark.skipif(
-    not _pypi_reachable(), reason='building a wheelhouse needs PyPI')
-def test_overlay_onto_an_environment_that_keeps_its_packages(tmp_path):
-    """The GPU image's case: an environment with its own torch, NumPy and
-    OpenCV gets only the overlay's wheels (offline), keeps every package
-    it had, and trains-ready hpm_mm imports (mmcv-lite). Its setuptools is
-    the new venv's own (65.5 on Python 3.11.7), which builds the editable
-    install of hpm_mm only with the wheel package: the overlay adds it."""
-    wheelhouse = tmp_path / 'overlay_wheels'
+@pytest.fixture(scope='module')
+def overlay_wheelhouse(tmp_path_factory):
+    """The overlay's wheelhouse, built once (network)."""
+    if not _pypi_reachable():
+        pytest.skip('building a wheelhouse needs PyPI')
+    wheelhouse = tmp_path_factory.mktemp('overlay') / 'overlay_wheels'
     build = _run([
         'bash', '.dev_scripts/build_wheelhouse.sh',
         str(wheelhouse), '--overlay'
@@ -143,7 +140,31 @@ def test_overlay_onto_an_environment_that_keeps_its_packages(tmp_path):
     wheels = sorted(os.listdir(wheelhouse))
     assert len(wheels) == 15 and all(w.endswith('.whl') for w in wheels)
     assert not any(re.match(r'(torch|numpy|opencv|nvidia)', w) for w in wheels)
+    return wheelhouse
+
+
+#: the build tools the environment holds before the overlay: the new
+#: venv's own setuptools (65.5 on Python 3.11.7, no wheel), and the GPU
+#: image's (setuptools 80.9 with wheel 0.45.1: pip then took the legacy
+#: ``setup.py develop`` path, whose setuptools-80 shim re-ran pip with
+#: build isolation, asking the switched-off index for setuptools)
+BUILD_TOOLS = dict(venv=(), gpu_image=('setuptools==80.9.0', 'wheel==0.45.1'))
+
+
+@pytest.mark.parametrize('build_tools', sorted(BUILD_TOOLS))
+def test_overlay_onto_an_environment_that_keeps_its_packages(
+        tmp_path, overlay_wheelhouse, build_tools):
+    """The GPU image's case: an environment with its own torch, NumPy and
+    OpenCV gets only the overlay's wheels (offline), keeps every package
+    it had, and trains-ready hpm_mm imports (mmcv-lite). With the venv's
+    own setuptools (no wheel package) the overlay adds wheel; with the
+    image's, hpm_mm's editable install builds offline in the environment."""
+    wheelhouse = overlay_wheelhouse
     py = _new_venv(tmp_path, IMAGE)
+    if BUILD_TOOLS[build_tools]:  # installed online, as the image has them
+        setup = _run([py, '-m', 'pip', 'install', '-q', *BUILD_TOOLS[build_tools]],
+                     dict(os.environ))
+        assert setup.returncode == 0, setup.stderr[-3000:]
     env = _offline(
         HPM_WHEELHOUSE=str(wheelhouse),
         PATH=f'{osp.dirname(py)}:{os.environ["PATH"]}')
