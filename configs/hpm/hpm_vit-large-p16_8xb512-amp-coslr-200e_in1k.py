@@ -29,6 +29,8 @@ param_scheduler = [
 
 # runtime
 default_hooks = dict(
+    # the logged scalars read back from the GPU once per log interval
+    runtime_info=dict(type='DeferredRuntimeInfoHook'),
     logger=dict(type='LoggerHook', interval=50),
     checkpoint=dict(
         type='AtomicCheckpointHook', interval=10, max_keep_ckpts=3))

@@ -38,6 +38,8 @@ train_cfg = dict(type='EpochBasedTrainLoop', max_epochs=10)
 auto_scale_lr = dict(base_batch_size=256)
 
 default_hooks = dict(
+    # the logged scalars read back from the GPU once per log interval
+    runtime_info=dict(type='DeferredRuntimeInfoHook'),
     logger=dict(type='LoggerHook', interval=20),
     checkpoint=dict(type='AtomicCheckpointHook', interval=1, max_keep_ckpts=2))
 env_cfg = dict(dist_cfg=dict(backend='gloo'))

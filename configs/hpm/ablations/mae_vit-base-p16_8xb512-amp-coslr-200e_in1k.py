@@ -12,6 +12,8 @@ model = dict(head=dict(norm_pix=False))
 
 # runtime
 default_hooks = dict(
+    # the logged scalars read back from the GPU once per log interval
+    runtime_info=dict(type='DeferredRuntimeInfoHook'),
     logger=dict(type='LoggerHook', interval=50),
     checkpoint=dict(
         type='AtomicCheckpointHook', interval=10, max_keep_ckpts=3))

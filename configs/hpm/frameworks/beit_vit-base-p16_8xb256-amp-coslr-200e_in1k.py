@@ -83,6 +83,8 @@ param_scheduler = [
 train_cfg = dict(max_epochs=max_epochs)
 find_unused_parameters = False
 default_hooks = dict(
+    # the logged scalars read back from the GPU once per log interval
+    runtime_info=dict(type='DeferredRuntimeInfoHook'),
     checkpoint=dict(
         type='AtomicCheckpointHook', interval=10, max_keep_ckpts=3))
 resume = True

@@ -168,6 +168,8 @@ auto_scale_lr = dict(base_batch_size=1024)
 # last layer (and the mask schedule of HPM on iBOT)
 custom_hooks = [dict(type='HPMScheduleHook', by_epoch=True)]
 default_hooks = dict(
+    # the logged scalars read back from the GPU once per log interval
+    runtime_info=dict(type='DeferredRuntimeInfoHook'),
     checkpoint=dict(type='AtomicCheckpointHook', interval=5, max_keep_ckpts=3))
 find_unused_parameters = False
 resume = True

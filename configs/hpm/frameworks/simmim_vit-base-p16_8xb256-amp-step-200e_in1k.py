@@ -49,6 +49,8 @@ train_cfg = dict(max_epochs=max_epochs)
 auto_scale_lr = dict(base_batch_size=2048)
 
 default_hooks = dict(
+    # the logged scalars read back from the GPU once per log interval
+    runtime_info=dict(type='DeferredRuntimeInfoHook'),
     logger=dict(type='LoggerHook', interval=50),
     checkpoint=dict(
         type='AtomicCheckpointHook', interval=10, max_keep_ckpts=3))

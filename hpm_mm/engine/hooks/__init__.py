@@ -1,5 +1,6 @@
 from .atomic_checkpoint_hook import AtomicCheckpointHook
 from .console_progress_hook import ConsoleProgressHook
+from .deferred_runtime_info_hook import DeferredRuntimeInfoHook
 from .hard_patch_vis_hook import HardPatchVisHook
 from .hpm_schedule_hook import HPMScheduleHook
 from .knn_hook import KNNEvalHook
@@ -7,5 +8,6 @@ from .time_limit_hook import TimeLimitHook
 
 __all__ = [
     'HPMScheduleHook', 'KNNEvalHook', 'HardPatchVisHook',
-    'AtomicCheckpointHook', 'ConsoleProgressHook', 'TimeLimitHook'
+    'AtomicCheckpointHook', 'ConsoleProgressHook', 'TimeLimitHook',
+    'DeferredRuntimeInfoHook'
 ]

@@ -231,10 +231,12 @@ class HPMBase(BaseSelfSupervisor):
                                    inputs.device)
 
     def with_mask_log(self, losses: dict, inputs: torch.Tensor) -> dict:
-        """Add the mask generator's log scalars (alpha, num_hard)."""
+        """Add the mask generator's log scalars (alpha, num_hard): host
+        numbers, kept as CPU tensors (made on the GPU, each would be a copy
+        that makes the host wait)."""
         for key, value in self.mask_generator.log_vars(
                 self.backbone.num_patches, self.progress).items():
-            losses[key] = inputs.new_tensor(value)
+            losses[key] = torch.tensor(float(value))
         return losses
 
     def _warn_without_schedule(self) -> None:

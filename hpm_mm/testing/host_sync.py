@@ -1,0 +1,102 @@
+"""Count what would make a GPU wait for the host, on any device.
+
+On CUDA a training step runs ahead of the host until something needs a
+value back: ``.item()`` and ``bool(tensor)`` (``aten._local_scalar_dense``,
+``aten.is_nonzero``), an output whose size depends on the data
+(``nonzero``, ``masked_select``, boolean indexing, ``unique``), or a copy
+between the host and the device (a Python number made into a device
+tensor, ``.cpu()``). Each of those is a synchronisation. The dispatcher sees
+the same ops on a CPU, so :class:`HostSyncCounter` counts them there too:
+the CPU tests hold the count of a step, and on CUDA the same step runs
+under ``torch.cuda.set_sync_debug_mode('error')``.
+
+    >>> with HostSyncCounter() as syncs:
+    ...     model.train_step(data, optim_wrapper)
+    >>> syncs.count, syncs.ops  # e.g. 1, {'aten._local_scalar_dense': 1}
+
+A copy between devices counts only on a machine that has both (on a CPU,
+``new_tensor`` and ``.to(device)`` are no copies); a step that builds a
+Python number into a tensor on the device of its inputs counts as one
+``aten._to_copy``/``aten.copy_`` where the source is on the CPU and the
+destination is not, or the other way round.
+"""
+from collections import Counter
+from typing import Dict, List
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+#: ops that read a value back to the host, or whose output size depends on
+#: the data (the host waits for it to allocate the output)
+SYNC_OPS = frozenset({
+    'aten._local_scalar_dense',
+    'aten.is_nonzero',
+    'aten.item',
+    'aten.nonzero',
+    'aten.nonzero_static',
+    'aten.masked_select',
+    'aten.unique',
+    'aten._unique',
+    'aten._unique2',
+    'aten.unique_consecutive',
+    'aten.unique_dim',
+    'aten.repeat_interleave',
+    'aten.equal',
+    'aten.allclose',
+})
+
+
+def _device_of(x):
+    return x.device.type if isinstance(x, torch.Tensor) else None
+
+
+class HostSyncCounter(TorchDispatchMode):
+    """Record the ops of the code run under it that synchronise a GPU with
+    the host (:data:`SYNC_OPS`, cross-device copies).
+
+    Attributes:
+        ops (Counter): op name -> times.
+        count (int): All of them.
+        calls (list): ``(op, stack)`` of each, with ``keep_stacks=True``.
+    """
+
+    def __init__(self, keep_stacks: bool = False) -> None:
+        super().__init__()
+        self.ops: Dict[str, int] = Counter()
+        self.keep_stacks = keep_stacks
+        self.calls: List[tuple] = []
+
+    @property
+    def count(self) -> int:
+        return sum(self.ops.values())
+
+    def _sync(self, func, args, kwargs) -> bool:
+        name = f'aten.{func.__name__.split(".")[0]}'
+        if name in SYNC_OPS:
+            return True
+        if name in ('aten.index', 'aten.index_put_', 'aten.index_put'):
+            # boolean indexing: a bool mask as index is a nonzero
+            indices = args[1] if len(args) > 1 else kwargs.get('indices')
+            return any(
+                isinstance(i, torch.Tensor) and i.dtype == torch.bool
+                for i in (indices or []))
+        if name in ('aten._to_copy', 'aten.copy_'):
+            if name == 'aten._to_copy':
+                src, dst = _device_of(args[0]), kwargs.get('device')
+                dst = torch.device(dst).type if dst is not None else src
+            else:
+                dst, src = _device_of(args[0]), _device_of(args[1])
+            return src is not None and dst is not None and src != dst and \
+                'cpu' in (src, dst) and not kwargs.get('non_blocking', False)
+        return False
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if self._sync(func, args, kwargs):
+            name = f'aten.{func.__name__.split(".")[0]}'
+            self.ops[name] += 1
+            if self.keep_stacks:
+                import traceback
+                self.calls.append((name, ''.join(
+                    traceback.format_stack(limit=12)[:-2])))
+        return func(*args, **kwargs)
