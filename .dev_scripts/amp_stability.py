@@ -119,9 +119,7 @@ class AMPRecordHook(Hook):
 def run_config(config, amp, steps, batch, work_dir, options=None):
     """The config of one run (see the module's docstring)."""
     from hpm_mm.apis.config import load_config
-    from hpm_mm.engine.optimizers.autocast_optim_wrapper import \
-        amp_optim_wrapper_cfg
-    from hpm_mm.engine.precision import Precision
+    from hpm_mm.engine.precision import Precision, optim_wrapper_cfg
     from hpm_mm.engine.schedule import scale_recipe
     cfg = load_config(config)
     if options:
@@ -138,7 +136,7 @@ def run_config(config, amp, steps, batch, work_dir, options=None):
     device = 'cuda' if torch.cuda.is_available() else 'cpu'
     precision = Precision(amp, DTYPES[amp], device, '-',
                           'forced by amp_stability.py')
-    cfg.optim_wrapper = amp_optim_wrapper_cfg(cfg.optim_wrapper, precision)
+    cfg.optim_wrapper = optim_wrapper_cfg(cfg.optim_wrapper, precision)
     if amp == 'bf16':
         cfg.optim_wrapper.device_type = device
     cfg.work_dir = osp.join(work_dir, amp)

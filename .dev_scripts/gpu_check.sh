@@ -25,11 +25,18 @@
 # runs every stage at toy sizes on whatever device there is (the CPU dry run); HPM_PYTHON
 # picks the Python (default: python3 on PATH). docs/gpu.md says more.
 #
+#   all       ONE call of at most 9 minutes (HPM_GPU_DEADLINE, default 520 s, stops each part in
+#             time): install; the CUDA tests; the main job on CUDA (--amp); .dev_scripts/
+#             gpu_pace.py for ViT-B/16 224 px at batch 64 and 256, fp16 and bf16, MAE / faithful
+#             HPM / the fast setting, foreach vs fused AdamW and the step before #55, then the
+#             ViT-L rows (bf16 b64, per-section breakdown), then the compiled rows; each file
+#             straight into OUT (at most 8 come back): all.log, cuda_tests.xml, main_job.json,
+#             pace_b.json, pace_l.json, pace_compile.json
+#
 # On a lent H100/H200 (Python 3.12, its own torch 2.11 + CUDA, numpy 2, no network), after
-# `bash .dev_scripts/gpu_check.sh /tmp/pack pack` here, each command carrying .carry:
-#   bash .dev_scripts/gpu_check.sh $OUT install tests
-#   bash .dev_scripts/gpu_check.sh $OUT install amp bench-b
-#   bash .dev_scripts/gpu_check.sh $OUT install bench-l
+# `bash .dev_scripts/gpu_check.sh /tmp/pack pack` here, carrying .carry:
+#   bash .dev_scripts/gpu_check.sh $OUT all
+# (or stage by stage: install tests / install amp bench-b / install bench-l)
 set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
@@ -70,6 +77,59 @@ bench() {  # bench ARCH [--mask-bench]
     done
   done
 }
+
+# ---------------------------------------------------------------- all, in one call
+if [[ $1 == all ]]; then
+  DEADLINE=$(( $(date +%s) + ${HPM_GPU_DEADLINE:-520} ))
+  left() { echo $(( DEADLINE - $(date +%s) )); }
+  exec > >(tee "$OUT/all.log") 2>&1
+  rmdir "$OUT/results" 2>/dev/null
+  if [[ $TINY == 1 ]]; then
+    PACE_B=(--arch t --img-size 32 --batch 2 --amp bf16 --iters 1 --warmup 1)
+    PACE_L=(--arch t --img-size 32 --batch 2 --amp bf16 --iters 1 --warmup 1 --rows mae
+            --extra-rows t:hpm:2:bf16 t:2blocks:2:bf16 t:fast:2:bf16 --breakdown)
+    COMPILE=(--arch t --img-size 32 --batch 2 --amp bf16 --iters 1 --warmup 1 --rows
+             --compile-rows hpm:2:bf16)
+    MAIN_OPTS=(--cfg-options train_cfg.max_epochs=1 train_dataloader.dataset.indices=512
+               custom_hooks.KNNEvalHook.train_dataloader.dataset.indices=512
+               custom_hooks.KNNEvalHook.val_dataloader.dataset.indices=128)
+  else
+    PACE_B=(--arch b --batch 64 256 --amp fp16 bf16 --iters 8 --warmup 2)
+    PACE_L=(--arch l --batch 64 --amp bf16 --iters 8 --warmup 2 --rows mae
+            --extra-rows l:hpm:64:bf16 l:2blocks:64:bf16 l:fast:64:bf16 --breakdown)
+    COMPILE=(--arch b --batch 256 --amp bf16 --iters 8 --warmup 2 --rows
+             --compile-rows mae:256:bf16 hpm:256:bf16 fast:256:bf16)
+    MAIN_OPTS=()
+  fi
+  "$PY" -c 'import torch; print("torch", torch.__version__, "CUDA", torch.version.cuda, "GPU", torch.cuda.get_device_name() if torch.cuda.is_available() else None)'
+  log "install ($(left) s left)"
+  if [[ ${HPM_GPU_INSTALL:-1} == 1 ]]; then  # 0: the environment has it (the CPU dry run's test)
+    HPM_WHEELHOUSE=${HPM_WHEELHOUSE:-$CARRY/whl} HPM_SKIP_DATA=1 bash tools/install.sh overlay || exit 1
+  fi
+  if [[ -d $CARRY/fashion-mnist && ! -f data/fashion_mnist/train-images-idx3-ubyte ]]; then
+    "$PY" tools/dataset_converters/prepare_fashion_mnist.py --src "$CARRY/fashion-mnist" --out data/fashion_mnist
+  fi
+  log "CUDA tests ($(left) s left)"
+  timeout $(( $(left) / 5 )) "$PY" -m pytest -q -p no:cacheprovider -m cuda tests/test_models tests/test_engine \
+    tests/test_evaluation --junitxml "$OUT/cuda_tests.xml"
+  log "main job on CUDA ($(left) s left)"
+  start=$(date +%s)
+  rm -rf work_dirs/gpu_main_job
+  timeout $(( $(left) / 4 )) "$PY" tools/train.py configs/hpm/fast/hpm-fast_vit-mini-p4_1xb256-coslr-10e_fmnist.py \
+    --work-dir work_dirs/gpu_main_job --quiet --amp "${MAIN_OPTS[@]}"
+  "$PY" .dev_scripts/gpu_pace.py --collect-run work_dirs/gpu_main_job "$(( $(date +%s) - start ))" \
+    --out "$OUT/main_job.json"
+  log "pace ViT-B ($(left) s left)"
+  "$PY" .dev_scripts/gpu_pace.py "${PACE_B[@]}" --rows mae hpm fast --count-ops \
+    --budget $(( $(left) * 45 / 100 )) --out "$OUT/pace_b.json"
+  log "pace ViT-L ($(left) s left)"
+  "$PY" .dev_scripts/gpu_pace.py "${PACE_L[@]}" --count-ops --budget $(( $(left) / 4 )) --out "$OUT/pace_l.json"
+  log "compile ($(left) s left)"
+  timeout $(( $(left) - 10 )) "$PY" .dev_scripts/gpu_pace.py "${COMPILE[@]}" --budget $(( $(left) / 2 )) \
+    --out "$OUT/pace_compile.json"
+  log "done ($(left) s left)"
+  exit 0
+fi
 
 status=0
 for stage in "$@"; do

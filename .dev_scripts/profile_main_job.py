@@ -130,8 +130,7 @@ def build(config,
     from mmpretrain.structures import DataSample
 
     from hpm_mm.apis import load_model
-    from hpm_mm.engine.optimizers import amp_optim_wrapper_cfg
-    from hpm_mm.engine.precision import Precision
+    from hpm_mm.engine.precision import Precision, optim_wrapper_cfg
     cfg = Config.fromfile(config)
     if size is not None:
         resize(cfg, size)
@@ -150,7 +149,7 @@ def build(config,
         model.set_progress(0.5, 5, max_epochs=10)
     optim = cfg.optim_wrapper
     if amp:
-        optim = amp_optim_wrapper_cfg(
+        optim = optim_wrapper_cfg(
             optim, Precision('bf16', torch.bfloat16, 'cpu', '-', 'bench'))
     wrapper = build_optim_wrapper(model, optim)
     batch = dict(

@@ -78,7 +78,8 @@ def _runner_keys() -> frozenset:
     keys |= {
         'model_wrapper_cfg', 'find_unused_parameters',
         'activation_checkpointing', 'efficient_conv_bn_eval', 'runner_type',
-        'custom_imports', 'console', 'precision', 'resume_changed_run', 'image'
+        'custom_imports', 'console', 'precision', 'resume_changed_run',
+        'image', 'compile'
     }
     return frozenset(keys - {'self', 'cfg'})
 

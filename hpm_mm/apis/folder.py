@@ -154,7 +154,7 @@ def _resume_or_refuse(work_dir: str, files: list, resume: Optional[bool],
     others; ``resume=False`` refuses any earlier run."""
     import glob
 
-    from hpm_mm.engine.runner import refuse_earlier_run
+    from hpm_mm.engine.resume import refuse_earlier_run
     if not glob.glob(osp.join(work_dir, '*_*.pth')):
         return bool(resume)
     if resume is False:

@@ -85,8 +85,8 @@ def frozen_eval(config: Union[str, Config],
     from mmengine.registry import init_default_scope
     from mmengine.runner import Runner
 
-    from hpm_mm.evaluation import (extract_features, feature_precision,
-                                   knn_classify, linear_probe)
+    from hpm_mm.engine.precision import feature_precision
+    from hpm_mm.evaluation import extract_features, knn_classify, linear_probe
     from .model import load_model
     log = log or (lambda line: None)
     cfg = load_config(config) if isinstance(config, str) else config

@@ -71,7 +71,7 @@ def test(config: Union[str, Config],
 
     from hpm_mm.engine.checkpoint import (checkpoint_mismatch,
                                           checkpoint_state, nonfinite_tensors)
-    from hpm_mm.engine.runner import setup_cpu_distributed
+    from hpm_mm.engine.dist import setup_cpu_distributed
     from .train import build_runner
     setup_cpu_distributed(cfg.launcher, cfg)  # gloo + DDP without a GPU
     # an evaluation: no training parts, so hpm_mm's runner takes no work-dir

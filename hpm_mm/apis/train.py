@@ -3,7 +3,6 @@ from typing import Optional, Union
 
 from mmengine.config import Config
 
-from hpm_mm.engine.optimizers.autocast_optim_wrapper import AMP_TYPES
 from hpm_mm.errors import HPMError
 from .config import run_config
 
@@ -28,9 +27,9 @@ def train_config(config: Union[str, Config],
         resume (bool | str, optional): True: the newest complete checkpoint
             of the work dir (from scratch when there is none); a path: that
             checkpoint.
-        amp (bool): Mixed precision where it makes the run faster (the
-            runner's precision rule decides by timing the run's own step;
-            an AMP config asks by itself).
+        amp (bool): Mixed precision where it makes the run faster:
+            ``precision='auto'`` (the runner's precision rule decides, on a
+            CPU by timing the run's own step; an AMP config asks by itself).
         quiet (bool): Console of one line per epoch, the precision line and
             warnings (``console='quiet'``); the log file keeps everything.
         tensorboard (bool): Also log to TensorBoard.
@@ -51,12 +50,8 @@ def train_config(config: Union[str, Config],
         cfg.resume, cfg.load_from = True, None
     elif resume:
         cfg.resume, cfg.load_from = True, resume
-    if amp and cfg.optim_wrapper.get('type') not in AMP_TYPES:
-        # as mmpretrain's --amp; the runner turns it into what the hardware
-        # computes fastest
-        for key in ('dtype', ):
-            cfg.optim_wrapper.pop(key, None)
-        cfg.optim_wrapper.type = 'GuardedAmpOptimWrapper'
+    if amp:  # the runner's rule chooses what the hardware computes fastest
+        cfg.precision = 'auto'
     if auto_scale_lr:
         cfg.auto_scale_lr.enable = True
     if not validate:

@@ -1,3 +1,5 @@
+"""Console and log filters: records dropped while a block runs, a quiet
+run's console, and the bare console lines of a tool."""
 import logging
 from contextlib import contextmanager
 from typing import Iterator
@@ -28,3 +30,29 @@ def drop_log_messages(*fragments: str) -> Iterator[None]:
         yield
     finally:
         logger.removeFilter(drop)
+
+
+class QuietConsole(logging.Filter):
+    """The console of a quiet run: warnings, errors and the records logged
+    with ``extra=dict(console=True)`` (the precision line, the per-epoch
+    lines)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.levelno >= logging.WARNING or getattr(
+            record, 'console', False)
+
+
+class BareConsoleFormatter(logging.Formatter):
+    """The console's format, except for the records logged with
+    ``extra=dict(console=True)``: their bare message, as a tool's own
+    line."""
+
+    def __init__(self, base: logging.Formatter) -> None:
+        super().__init__()
+        self.base = base
+
+    def format(self, record: logging.LogRecord) -> str:
+        if getattr(record, 'console', False) and \
+                record.levelno < logging.WARNING:
+            return record.getMessage()
+        return self.base.format(record)

@@ -1,7 +1,17 @@
-"""Which precision a run computes in, decided by timing the run's own step.
+"""Which precision a run computes in: the config key ``precision``, and the
+rule that decides ``'auto'`` by timing the run's own step.
 
-Mixed precision (``tools/train.py --amp``, the AMP configs, ``knn_eval.py
---amp``, the kNN hook of such a run) means:
+``precision = 'auto' | 'fp32' | 'bf16' | 'fp16'`` is one config key
+(:func:`precision_key`; ``tools/train.py --amp`` sets ``'auto'``; a config
+without it says it through its optimizer wrapper, as before the key
+existed: an AMP wrapper is ``'auto'``). :func:`run_precision` reads it, once,
+and returns the decision with the ``optim_wrapper`` config that computes it
+(:func:`optim_wrapper_cfg`: the guarded wrapper of that precision, AdamW
+fused on CUDA); the runner prints and saves the decision, and the kNN
+hook and ``knn_eval`` ask :func:`feature_precision`.
+
+Mixed precision (``'auto'``: ``tools/train.py --amp``, the AMP configs,
+``knn_eval.py --amp``, the kNN hook of such a run) means:
 
 - on CUDA: fp16 with a dynamic loss scale (:class:`GuardedAmpOptimWrapper`);
 - on a CPU: bf16 autocast **where it makes the work itself clearly
@@ -34,9 +44,11 @@ import os.path as osp
 import platform
 import time
 from contextlib import contextmanager
-from typing import Callable, NamedTuple, Optional
+from typing import Callable, NamedTuple, Optional, Tuple, Union
 
 import torch
+
+from hpm_mm.errors import HPMError
 
 NOT_ASKED = 'as asked: no --amp'
 #: bf16 is taken where its fastest step is this many times faster or more
@@ -302,3 +314,281 @@ def choose_precision(amp: bool,
         'fp32', None, device, cls,
         f'{measured}, under the {MIN_SPEEDUP}x taken as clearly faster: fp32',
         timing)
+
+
+# ------------------------------------------------------------ the config key
+#: the values of the config key ``precision``
+PRECISIONS = ('auto', 'fp32', 'bf16', 'fp16')
+#: optimizer wrappers that ask for mixed precision (``'auto'``) in a config
+#: without the key (mmpretrain's ``--amp`` names ``AmpOptimWrapper``)
+AMP_TYPES = ('AmpOptimWrapper', 'GuardedAmpOptimWrapper')
+#: optimizers whose fused CUDA kernel a run takes (one kernel for every
+#: parameter's update instead of a multi-tensor loop)
+FUSED_OPTIMIZERS = ('AdamW', 'Adam', 'SGD')
+
+
+def precision_key(cfg) -> str:
+    """The run's ``precision``: the config key, or, in a config without it,
+    what its ``optim_wrapper`` asks for (an AMP wrapper: ``'auto'``; an
+    ``AutocastOptimWrapper``: its dtype; any other: ``'fp32'``).
+
+    Raises:
+        HPMError: A value that is not one of :data:`PRECISIONS`.
+    """
+    value = cfg.get('precision')
+    if value is not None:
+        if value not in PRECISIONS:
+            raise HPMError(
+                f'precision={value!r} is not one of {", ".join(PRECISIONS)}. '
+                "Fix: precision='auto' (mixed precision where it makes the "
+                "run faster, as --amp), or 'fp32', 'bf16', 'fp16' (GPU).")
+        return value
+    wrapper = cfg.get('optim_wrapper') or {}
+    kind = wrapper.get('type') if isinstance(wrapper, dict) else None
+    if kind in AMP_TYPES:
+        return 'auto'
+    if kind == 'AutocastOptimWrapper':
+        dtype = str(wrapper.get('dtype', 'bfloat16'))
+        return 'fp16' if dtype in ('float16', 'torch.float16') else 'bf16'
+    return 'fp32'
+
+
+def decide(name: str,
+           device: Optional[str] = None,
+           step: Optional[Callable] = None,
+           workload: Optional[str] = None,
+           what: str = 'step',
+           configured: bool = True) -> Precision:
+    """The :class:`Precision` of ``name`` (one of :data:`PRECISIONS`) on
+    ``device``: ``'auto'`` by the rule (:func:`choose_precision`, timing
+    ``step`` on a CPU), the others as given (``configured``: the key named
+    them; else they follow from an optimizer wrapper or no ``--amp``).
+
+    Raises:
+        HPMError: ``'fp16'`` without CUDA.
+    """
+    device = torch.device(
+        device or ('cuda' if torch.cuda.is_available() else 'cpu')).type
+    if name == 'auto':
+        return choose_precision(True, device, step, workload, what)
+    if name == 'fp32':
+        base = choose_precision(False, device)
+        return base._replace(
+            reason="as configured: precision='fp32'") if configured else base
+    cls = 'GPU' if device == 'cuda' else cpu_class()
+    if name == 'fp16' and device != 'cuda':
+        raise HPMError(
+            "precision='fp16' computes with a dynamic loss scale on a GPU, "
+            "and this machine has none. Fix: precision='auto' (bf16 where "
+            "it makes the run faster) or precision='bf16'.")
+    why = f"as configured: precision='{name}'" if configured else \
+        f'as configured: {name} autocast'
+    if name == 'fp16':
+        why += ' (fp16 autocast with a dynamic loss scale)'
+    return Precision(
+        name, getattr(torch, {
+            'bf16': 'bfloat16',
+            'fp16': 'float16'
+        }[name]), device, cls, why)
+
+
+def optim_wrapper_cfg(optim_wrapper: dict,
+                      precision: Precision,
+                      fused: Optional[bool] = None) -> dict:
+    """The ``optim_wrapper`` config that computes ``precision``: the one
+    place that writes it.
+
+    - ``'fp16'`` (CUDA): :class:`GuardedAmpOptimWrapper` with a dynamic loss
+      scale (kept as configured if it already is an AMP wrapper);
+    - ``'bf16'``: :class:`AutocastOptimWrapper` (the config's own
+      ``AutocastOptimWrapper`` kept as it is);
+    - ``'fp32'``: the config's wrapper without autocast, an AMP or autocast
+      one becoming :class:`GuardedOptimWrapper`.
+
+    All keep the non-finite guard. On CUDA the optimizer (AdamW, Adam, SGD)
+    takes torch's fused kernel unless the config sets ``fused`` or
+    ``foreach`` itself (it works with the loss scale, which it reads on the
+    device, and with the guard, which skips before it runs); on a CPU
+    fused AdamW was not measured faster and is left to the config.
+
+    Args:
+        optim_wrapper (dict): The config's ``optim_wrapper``.
+        precision (Precision): The decision (:func:`decide`).
+        fused (bool, optional): Force the fused optimizer on or off.
+            Defaults to None: on CUDA.
+
+    Returns:
+        dict: A new config dict.
+    """
+    cfg = dict(optim_wrapper)
+    kind = cfg.get('type')
+    if precision.name == 'fp16':
+        if kind not in AMP_TYPES:
+            cfg.pop('dtype', None)
+            cfg.update(type='GuardedAmpOptimWrapper', loss_scale='dynamic')
+    elif precision.name == 'bf16' and kind == 'AutocastOptimWrapper':
+        pass  # the config's own choice
+    else:
+        for key in ('loss_scale', 'use_fsdp', 'dtype'):
+            cfg.pop(key, None)
+        if precision.name == 'bf16':
+            cfg.update(type='AutocastOptimWrapper', dtype='bfloat16')
+        elif kind in AMP_TYPES + ('AutocastOptimWrapper', ):
+            cfg.update(type='GuardedOptimWrapper')
+    if fused is None:
+        fused = precision.device == 'cuda'
+    optimizer = cfg.get('optimizer')
+    if fused and isinstance(optimizer, dict) and \
+            str(optimizer.get('type')).split('.')[-1] in FUSED_OPTIMIZERS \
+            and 'fused' not in optimizer and 'foreach' not in optimizer:
+        cfg['optimizer'] = dict(optimizer, fused=True)
+    return cfg
+
+
+def run_precision(
+    cfg,
+    device: Optional[str] = None
+) -> Tuple[Optional[Precision], Optional[dict]]:
+    """The run's precision as far as the config decides it, and the
+    ``optim_wrapper`` config that computes it (:func:`optim_wrapper_cfg`).
+
+    ``'auto'`` on a CPU waits for the run's own step: ``(None, None)`` is
+    returned, and the runner times its step when training starts
+    (:func:`timed_train_step`, :func:`decide`).
+
+    Args:
+        cfg (dict | Config): The run's config (``precision``,
+            ``optim_wrapper``).
+        device (str, optional): Defaults to CUDA when available.
+    """
+    device = torch.device(
+        device or ('cuda' if torch.cuda.is_available() else 'cpu')).type
+    name = precision_key(cfg)
+    if name == 'auto' and device != 'cuda':
+        return None, None
+    precision = decide(
+        name, device, configured=cfg.get('precision') is not None)
+    wrapper = cfg.get('optim_wrapper')
+    if not isinstance(wrapper, dict):
+        return precision, wrapper
+    return precision, optim_wrapper_cfg(wrapper, precision)
+
+
+# --------------------------------------------------------- the timed steps
+def timed_train_step(model,
+                     dataloader: dict,
+                     optim_wrapper: dict,
+                     model_cfg=None) -> Tuple[Callable, str]:
+    """``step(dtype)``: one real training step of a copy of ``model`` on
+    the first batch of ``dataloader`` (unshuffled, no workers), through an
+    optimizer wrapper of that precision (fp32 for None, bf16 autocast), at
+    the end of a mask schedule (HPM's ``set_progress(1)``: the teacher
+    scores, as in every step once it mines a patch);
+    and the workload's description for the timing cache. The run's model,
+    data order and random numbers are left as they were.
+
+    Args:
+        model (nn.Module | dict): The run's model (wrapped or not), or its
+            config (``FlexibleRunner`` builds it later).
+        dataloader (dict): The run's ``train_dataloader`` config.
+        optim_wrapper (dict): The run's ``optim_wrapper`` config; its
+            optimizer is built on the copy (parameter-wise options left out:
+            they change values, not the work).
+        model_cfg (dict, optional): The model's config, for the cache key.
+    """
+    import copy
+
+    import torch.nn as nn
+    from mmengine.optim import build_optim_wrapper
+    from mmengine.registry import MODELS
+    from mmengine.runner import Runner
+    from mmpretrain.utils import get_ori_model
+
+    with keep_random_state():
+        if isinstance(model, nn.Module):
+            model = copy.deepcopy(get_ori_model(model))
+        else:
+            model = MODELS.build(copy.deepcopy(model))
+        model.train()
+        if hasattr(model, 'set_progress'):  # HPM: the teacher on, as it
+            model.set_progress(1.0, epoch=1, max_epochs=1)  # is from K >= 1
+        loader = copy.deepcopy(dict(dataloader))
+        sampler = dict(loader.get('sampler') or dict(type='DefaultSampler'))
+        loader.update(
+            num_workers=0,
+            persistent_workers=False,
+            sampler=dict(sampler, shuffle=False, seed=0))
+        batch = next(iter(Runner.build_dataloader(loader, seed=0)))
+    base = {
+        k: v
+        for k, v in dict(optim_wrapper).items()
+        if k not in ('constructor', 'paramwise_cfg')
+    }
+    wrappers = {}
+
+    def step(dtype):
+        if dtype not in wrappers:
+            name = 'fp32' if dtype is None else 'bf16'
+            cfg = optim_wrapper_cfg(base, Precision(name, dtype, 'cpu', '',
+                                                    ''))
+            wrappers[dtype] = build_optim_wrapper(model, cfg)
+        model.train_step(batch, wrappers[dtype])
+
+    inputs = batch.get('inputs') if isinstance(batch, dict) else batch
+    workload = json.dumps(
+        dict(
+            step='train_step',
+            model=type(model).__name__,
+            model_cfg=model_cfg,
+            inputs=shapes(inputs),
+            optimizer=str(base.get('optimizer'))),
+        sort_keys=True,
+        default=str)
+    return step, workload
+
+
+def feature_precision(
+        model,
+        dataloader,
+        precision: Union[str, bool, Precision] = 'auto') -> Precision:
+    """The precision of a feature pass (kNN, the linear probe's features):
+    ``precision`` one of :data:`PRECISIONS` (``'auto'``: fp16 on CUDA; on a
+    CPU the model's forward on the first batch of ``dataloader`` is timed
+    in fp32 and under bf16 autocast, and bf16 is taken where it is clearly
+    faster); ``True``/``False``: ``'auto'``/``'fp32'`` (``--amp``); a
+    :class:`Precision` (a run's own, the kNN hook's) is returned as it
+    is."""
+    if isinstance(precision, Precision):
+        return precision
+    asked = not isinstance(precision, bool)
+    if not asked:  # amp=True/False of the tools
+        precision = 'auto' if precision else 'fp32'
+    params = list(model.parameters()) or list(model.buffers())
+    device = params[0].device.type if params else 'cpu'
+    if precision != 'auto' or device != 'cpu':
+        return decide(precision, device, configured=asked)
+    was_training = model.training
+    model.eval()
+    with keep_random_state():
+        data = model.data_preprocessor(next(iter(dataloader)), False)
+
+    @torch.no_grad()
+    def step(dtype):
+        with torch.autocast(
+                device, enabled=dtype is not None, dtype=dtype
+                or torch.bfloat16):
+            model.extract_feat(data['inputs'])
+
+    workload = json.dumps(
+        dict(
+            step='extract_feat',
+            model=type(model).__name__,
+            params=sum(p.numel() for p in model.parameters()),
+            inputs=shapes(data['inputs'])),
+        sort_keys=True)
+    try:
+        return choose_precision(
+            True, device, step, workload, what='feature batch')
+    finally:
+        if was_training:
+            model.train()

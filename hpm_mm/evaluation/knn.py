@@ -12,8 +12,6 @@ import torch.nn.functional as F
 from mmengine.dist import collect_results, get_world_size
 from mmengine.utils import ProgressBar
 
-from hpm_mm.engine.precision import choose_precision
-
 
 @torch.no_grad()
 def knn_classify(train_feats: torch.Tensor,
@@ -131,44 +129,6 @@ def block_output(model, layer: Optional[int]):
     return capture()
 
 
-def feature_precision(model, dataloader, amp: bool = True):
-    """The precision of a feature pass (:func:`~hpm_mm.engine.precision.
-    choose_precision`): with ``amp``, fp16 on CUDA; on a CPU the model's
-    forward on the first batch of ``dataloader`` is timed in fp32 and under
-    bf16 autocast, and bf16 is taken where it is clearly faster."""
-    import json
-
-    from hpm_mm.engine.precision import keep_random_state, shapes
-    device = _device(model)
-    if not amp or device != 'cpu':
-        return choose_precision(amp, device)
-    was_training = model.training
-    model.eval()
-    with keep_random_state():
-        data = model.data_preprocessor(next(iter(dataloader)), False)
-
-    @torch.no_grad()
-    def step(dtype):
-        with torch.autocast(
-                device, enabled=dtype is not None, dtype=dtype
-                or torch.bfloat16):
-            model.extract_feat(data['inputs'])
-
-    workload = json.dumps(
-        dict(
-            step='extract_feat',
-            model=type(model).__name__,
-            params=sum(p.numel() for p in model.parameters()),
-            inputs=shapes(data['inputs'])),
-        sort_keys=True)
-    try:
-        return choose_precision(
-            True, device, step, workload, what='feature batch')
-    finally:
-        if was_training:
-            model.train()
-
-
 def _device(model) -> str:
     """Where a model runs: its parameters' device; a model without
     parameters (kNN on raw pixels) where its buffers are (the
@@ -196,11 +156,10 @@ def extract_features(model,
         feature (str | Sequence[str]): ``'avg'`` (patch tokens averaged) or
             ``'cls'`` (the CLS token); see :func:`pool_features`. Several
             (``('avg', 'cls')``) come from one pass. Defaults to ``'avg'``.
-        amp (bool | torch.dtype): True: mixed precision where it makes
-            this pass faster (:func:`feature_precision`: fp16 on CUDA; on a
-            CPU bf16 where its timed forward is clearly faster, else fp32);
-            a dtype: autocast in it (a run's own precision); False/None:
-            fp32. Features are returned in fp32. Defaults to False.
+        amp (torch.dtype, optional): Autocast in this dtype (the run's
+            precision, or :func:`hpm_mm.engine.precision.feature_precision`'s
+            choice); None/False: fp32. Features are returned in fp32.
+            Defaults to False.
         layer (int, optional): Read the tokens out of this encoder block
             (0-based; negative from the end) instead of the encoder's output
             after its final norm: MIM features are often better in an
@@ -220,8 +179,11 @@ def extract_features(model,
     results = []
     bar = ProgressBar(len(dataloader.dataset)) if progress else None
     device = _device(model)
-    dtype = feature_precision(
-        model, dataloader).dtype if amp is True else (amp or None)
+    if amp is True:
+        raise TypeError(
+            'extract_features(amp=True): pass the dtype, e.g. '
+            'hpm_mm.engine.precision.feature_precision(model, loader).dtype')
+    dtype = amp or None
     for batch in dataloader:
         data = model.data_preprocessor(batch, False)
         with torch.autocast(

@@ -3,29 +3,52 @@ from mmpretrain.models.utils import SelfSupDataPreprocessor
 from mmpretrain.registry import MODELS
 
 
+def check_channels(preprocessor, data: dict) -> None:
+    """Refuse, in one line naming both, images whose channel count does not
+    match the preprocessor's ``mean``/``std`` (and so the model's input
+    channels). Without it, grayscale images into an RGB model stop with an
+    IndexError in the channel swap, and RGB images into a grayscale model
+    with a convolution's channel error deep in the encoder."""
+    if not getattr(preprocessor, '_enable_normalize', False):
+        return
+    inputs = data.get('inputs') if isinstance(data, dict) else None
+    first = inputs[0] if isinstance(inputs, (list, tuple)) and inputs \
+        else inputs
+    if not (torch.is_tensor(first) and first.dim() >= 3):
+        return
+    have, want = first.shape[-3], preprocessor.mean.shape[0]
+    if have != want:
+        raise ValueError(
+            f'the images have {have} channel(s) but the model takes '
+            f'{want} (data_preprocessor mean/std). Fix: load them '
+            f"with color_type='{'grayscale' if want == 1 else 'color'}"
+            "' in LoadImageFromFile(Checked), or set the model's "
+            'in_channels and the data_preprocessor mean/std for '
+            f'{have}-channel images.')
+
+
+def watch_channels(model) -> None:
+    """Check every batch's channels (:func:`check_channels`) at the built
+    model's data preprocessor, whichever class it is and whichever config
+    key set it (``model.data_preprocessor`` or the top-level one): a forward
+    pre-hook, added once. The runners call it on the model they build."""
+    pre = getattr(model, 'data_preprocessor', None)
+    if not isinstance(pre, torch.nn.Module) or \
+            getattr(pre, '_hpm_channels_watched', False) or \
+            isinstance(pre, ChannelCheckedDataPreprocessor):
+        return
+    pre.register_forward_pre_hook(lambda m, args: check_channels(m, args[0])
+                                  if args else None)
+    pre._hpm_channels_watched = True
+
+
 @MODELS.register_module()
 class ChannelCheckedDataPreprocessor(SelfSupDataPreprocessor):
     """mmpretrain's :class:`SelfSupDataPreprocessor` that refuses images
-    whose channel count does not match its ``mean``/``std`` (and so the
-    model's input channels), in one line naming both.
-
-    Without it, grayscale images into an RGB model stop with an IndexError in
-    the channel swap, and RGB images into a grayscale model with a
-    convolution's channel error deep in the encoder.
-    """
+    whose channel count does not match its ``mean``/``std``, in one line
+    naming both (:func:`check_channels`). hpm_mm's runners check the built
+    preprocessor of any model the same way (:func:`watch_channels`)."""
 
     def forward(self, data: dict, training: bool = False) -> dict:
-        inputs = data['inputs']
-        first = inputs[0] if isinstance(inputs, (list, tuple)) else inputs
-        if torch.is_tensor(first) and first.dim() >= 3:
-            have = first.shape[-3]
-            want = self.mean.shape[0] if self._enable_normalize else have
-            if have != want:
-                raise ValueError(
-                    f'the images have {have} channel(s) but the model takes '
-                    f'{want} (data_preprocessor mean/std). Fix: load them '
-                    f"with color_type='{'grayscale' if want == 1 else 'color'}"
-                    "' in LoadImageFromFile(Checked), or set the model's "
-                    'in_channels and the data_preprocessor mean/std for '
-                    f'{have}-channel images.')
+        check_channels(self, data)
         return super().forward(data, training)

@@ -54,14 +54,24 @@ class HostSyncCounter(TorchDispatchMode):
     """Record the ops of the code run under it that synchronise a GPU with
     the host (:data:`SYNC_OPS`, cross-device copies).
 
+    Args:
+        keep_stacks (bool): Keep where each happened (:attr:`calls`).
+        device (str, optional): On a machine with a GPU, the step's device:
+            only reads of tensors there count (a read of a host tensor,
+            e.g. a non-fused optimizer's step count, makes no GPU wait).
+            Defaults to None: every read counts (the CPU's stand-in).
+
     Attributes:
         ops (Counter): op name -> times.
         count (int): All of them.
         calls (list): ``(op, stack)`` of each, with ``keep_stacks=True``.
     """
 
-    def __init__(self, keep_stacks: bool = False) -> None:
+    def __init__(self, keep_stacks: bool = False, device=None) -> None:
         super().__init__()
+        # on a GPU, a read of a host tensor (an optimizer's step count) is
+        # no sync: only reads of tensors on ``device`` count then
+        self.device = torch.device(device).type if device else None
         self.ops: Dict[str, int] = Counter()
         self.keep_stacks = keep_stacks
         self.calls: List[tuple] = []
@@ -73,7 +83,9 @@ class HostSyncCounter(TorchDispatchMode):
     def _sync(self, func, args, kwargs) -> bool:
         name = f'aten.{func.__name__.split(".")[0]}'
         if name in SYNC_OPS:
-            return True
+            first = args[0] if args else None
+            return self.device is None or _device_of(first) in (self.device,
+                                                                None)
         if name in ('aten.index', 'aten.index_put_', 'aten.index_put'):
             # boolean indexing: a bool mask as index is a nonzero
             indices = args[1] if len(args) > 1 else kwargs.get('indices')
@@ -97,6 +109,6 @@ class HostSyncCounter(TorchDispatchMode):
             self.ops[name] += 1
             if self.keep_stacks:
                 import traceback
-                self.calls.append((name, ''.join(
-                    traceback.format_stack(limit=12)[:-2])))
+                self.calls.append(
+                    (name, ''.join(traceback.format_stack(limit=12)[:-2])))
         return func(*args, **kwargs)

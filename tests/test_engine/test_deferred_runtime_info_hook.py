@@ -38,7 +38,9 @@ def test_same_scalars_as_mmengine_and_one_read_per_interval(tmp_path):
         torch.testing.assert_close(
             torch.tensor(deferred[key], dtype=torch.float64),
             torch.tensor(plain[key], dtype=torch.float64),
-            rtol=1e-6, atol=1e-7, msg=key)
+            rtol=1e-6,
+            atol=1e-7,
+            msg=key)
 
 
 class _Runner:
@@ -59,8 +61,7 @@ def test_reads_back_at_the_interval_and_the_epoch_end():
     reads = []
     for i in range(6):
         runner.iter = i
-        out = dict(loss=torch.tensor(float(i)), n=torch.tensor(i),
-                   alpha=0.5)
+        out = dict(loss=torch.tensor(float(i)), n=torch.tensor(i), alpha=0.5)
         with HostSyncCounter() as syncs:
             hook.after_train_iter(runner, i, outputs=out)
         reads.append(syncs.count)

@@ -118,31 +118,79 @@ def test_not_asked_no_step_and_cuda():
 
 
 def test_optim_wrapper_follows_the_precision():
-    from hpm_mm.engine.optimizers import amp_optim_wrapper_cfg
     amp_cfg = dict(
         type='AmpOptimWrapper',
         loss_scale='dynamic',
         optimizer=dict(type='AdamW', lr=1e-3))
-    fp32 = amp_optim_wrapper_cfg(amp_cfg,
-                                 P.choose_precision(True, 'cpu', None))
+    fp32 = P.optim_wrapper_cfg(amp_cfg, P.choose_precision(True, 'cpu', None))
     assert fp32['type'] == 'GuardedOptimWrapper' and 'loss_scale' not in fp32
-    bf16 = amp_optim_wrapper_cfg(
+    bf16 = P.optim_wrapper_cfg(
         amp_cfg, P.choose_precision(True, 'cpu', sleeper(0.03, 0.01)))
     assert (bf16['type'], bf16['dtype']) == ('AutocastOptimWrapper',
                                              'bfloat16')
-    fp16 = amp_optim_wrapper_cfg(
-        dict(type='OptimWrapper', optimizer={}),
+    fp16 = P.optim_wrapper_cfg(
+        dict(type='OptimWrapper', optimizer=dict(type='AdamW')),
         P.choose_precision(True, 'cuda'))
     assert fp16['type'] == 'GuardedAmpOptimWrapper'
+    # CUDA: AdamW fused, unless the config says otherwise; a CPU: as given
+    assert fp16['optimizer'] == dict(type='AdamW', fused=True)
+    assert 'fused' not in fp32['optimizer'] and 'fused' not in \
+        bf16['optimizer']
+    own = P.optim_wrapper_cfg(
+        dict(type='OptimWrapper', optimizer=dict(type='AdamW', foreach=True)),
+        P.choose_precision(True, 'cuda'))
+    assert own['optimizer'] == dict(type='AdamW', foreach=True)
+    lars = P.optim_wrapper_cfg(
+        dict(type='OptimWrapper', optimizer=dict(type='LARS')),
+        P.choose_precision(True, 'cuda'))
+    assert 'fused' not in lars['optimizer']
+
+
+@pytest.mark.parametrize('cfg,key', [
+    (dict(), 'fp32'),
+    (dict(optim_wrapper=dict(type='GuardedAmpOptimWrapper')), 'auto'),
+    (dict(optim_wrapper=dict(type='AmpOptimWrapper')), 'auto'),
+    (dict(optim_wrapper=dict(type='AutocastOptimWrapper')), 'bf16'),
+    (dict(precision='bf16',
+          optim_wrapper=dict(type='AmpOptimWrapper')), 'bf16'),
+    (dict(precision='fp32',
+          optim_wrapper=dict(type='AmpOptimWrapper')), 'fp32'),
+])
+def test_precision_is_one_key_old_configs_say_it_by_their_wrapper(cfg, key):
+    assert P.precision_key(cfg) == key
+
+
+def test_precision_key_is_read_in_one_place():
+    from hpm_mm.errors import HPMError
+    wrapper = dict(type='OptimWrapper', optimizer=dict(type='AdamW'))
+    with pytest.raises(HPMError, match="precision='fp64' is not one of"):
+        P.run_precision(dict(precision='fp64', optim_wrapper=wrapper))
+    with pytest.raises(HPMError, match='needs|has none'):
+        P.run_precision(dict(precision='fp16', optim_wrapper=wrapper), 'cpu')
+    # 'auto' on a CPU waits for the run's own step
+    assert P.run_precision(
+        dict(precision='auto', optim_wrapper=wrapper), 'cpu') == (None, None)
+    bf16, cfg = P.run_precision(
+        dict(precision='bf16', optim_wrapper=wrapper), 'cpu')
+    assert (bf16.name, bf16.dtype, cfg['type']) == ('bf16', torch.bfloat16,
+                                                    'AutocastOptimWrapper')
+    assert "precision='bf16'" in bf16.line()
+    fp16, cfg = P.run_precision(
+        dict(precision='auto', optim_wrapper=wrapper), 'cuda')
+    assert (fp16.name, cfg['type'],
+            cfg['optimizer']['fused']) == ('fp16', 'GuardedAmpOptimWrapper',
+                                           True)
+    fp32, cfg = P.run_precision(dict(optim_wrapper=wrapper), 'cpu')
+    assert fp32.reason == P.NOT_ASKED and cfg == wrapper
 
 
 @pytest.mark.parametrize('fp32_s,bf16_s,autocast', [(0.01, 0.04, False),
                                                     (0.04, 0.01, True)])
 def test_knn_features_follow_the_precision(monkeypatch, tmp_path, fp32_s,
                                            bf16_s, autocast):
-    """extract_features(amp=True) times the model's forward on the first
-    batch and autocasts only where bf16 is clearly faster (the kNN tool
-    goes through it; the kNN hook takes the run's own precision)."""
+    """feature_precision times the model's forward on the first batch and
+    autocasts only where bf16 is clearly faster (the kNN tool and the kNN
+    hook ask it; the hook passes the run's own precision)."""
     from hpm_mm.evaluation import knn
     monkeypatch.setenv('HPM_CACHE_DIR', str(tmp_path))  # its own timing
     seen = []
@@ -166,7 +214,10 @@ def test_knn_features_follow_the_precision(monkeypatch, tmp_path, fp32_s,
         gt_label = torch.tensor([1])
 
     batch = dict(inputs=torch.randn(2, 4), data_samples=[Sample(), Sample()])
-    out = knn.extract_features(Model(), [batch], False, amp=True)
+    model = Model()
+    dtype = P.feature_precision(model, [batch], 'auto').dtype
+    assert P.feature_precision(model, [batch], False).dtype is None
+    out = knn.extract_features(model, [batch], False, amp=dtype)
     assert seen[-1] == autocast and out['feats'].dtype == torch.float32
     assert len(seen) > 4  # the timed forwards, then the pass
 

@@ -234,26 +234,65 @@ def test_each_runner_gets_its_own_visualizer(tmp_path):
             str(tmp_path / work / '*' / 'vis_data' / 'scalars.json')), work
 
 
-def test_a_selfsup_preprocessor_checks_the_images_channels(tmp_path):
-    """The runner swaps mmpretrain's SelfSupDataPreprocessor (what the
-    ImageNet configs inherit) for its channel-checking subclass: grayscale
-    images into an RGB model are one line at the first batch (an IndexError
-    in the channel swap before)."""
+@pytest.mark.parametrize('where', ['top-level', 'model'])
+def test_a_selfsup_preprocessor_checks_the_images_channels(tmp_path, where):
+    """The runner checks the channels at the built model's preprocessor,
+    mmpretrain's own SelfSupDataPreprocessor (what the ImageNet configs
+    inherit) included, whichever config key set it: grayscale images into
+    an RGB model are one line at the first batch (an IndexError in the
+    channel swap before)."""
     import torch
-
-    from hpm_mm.models import ChannelCheckedDataPreprocessor
-    cfg = _cfg(
-        tmp_path,
-        body="data_preprocessor = dict(_delete_=True, "
-        "type='SelfSupDataPreprocessor', mean=[1., 2., 3.], "
-        "std=[1., 1., 1.], to_rgb=True)\n"
-        "model = dict(backbone=dict(patch_cfg=dict(in_channels=3)))")
+    pre = ("type='SelfSupDataPreprocessor', mean=[1., 2., 3.], "
+           "std=[1., 1., 1.], to_rgb=True")
+    if where == 'top-level':
+        body = f'data_preprocessor = dict(_delete_=True, {pre})\n' \
+            'model = dict(backbone=dict(patch_cfg=dict(in_channels=3)))'
+    else:  # mmpretrain's usual place; the top-level one is dropped
+        body = 'data_preprocessor = None\n' \
+            'model = dict(backbone=dict(patch_cfg=dict(in_channels=3)), ' \
+            f'data_preprocessor=dict({pre}))'
+    cfg = _cfg(tmp_path, body=body)
     runner = RUNNERS.build(cfg)
     pre = runner.model.data_preprocessor
-    assert type(pre) is ChannelCheckedDataPreprocessor
+    assert type(pre).__name__ == 'SelfSupDataPreprocessor'
+    assert pre.mean.flatten().tolist() == [1., 2., 3.]
     with pytest.raises(
             ValueError,
             match=r'the images have 1 channel\(s\) '
             'but the model takes 3'):
         pre(dict(inputs=[torch.zeros(1, 28, 28, dtype=torch.uint8)]))
     runner.release_work_dir()
+
+
+def test_compile_key_compiles_the_parts_and_keeps_the_losses(tmp_path):
+    """mmengine's ``compile=True`` on an HPM config: the student's encoder
+    and neck and the teacher's encoder run through torch.compile (the
+    optimizer wrapper and teacher update stay eager), and the run logs the
+    losses of the eager run, step by step."""
+    from hpm_mm.apis import train
+    cfg = tiny_config(
+        tmp_path, body=TINY_RUN.format(keep=1, epochs=1), num_images=12)
+    runs = {}
+    for compiled in (False, True):
+        runner = train(
+            cfg,
+            str(tmp_path / f'compile_{compiled}'),
+            quiet=True,
+            compile=compiled,
+            randomness=dict(seed=0, deterministic=False))
+        model = runner.model
+        assert (model.backbone._compiled_call_impl is not None) == compiled
+        assert (model.teacher.module['backbone']._compiled_call_impl
+                is not None) == compiled
+        runs[compiled] = {
+            k: list(runner.message_hub.log_scalars[f'train/{k}'].data[0])
+            for k in ('loss_rec', 'loss_pred', 'rank_acc')
+        }
+    for key, eager in runs[False].items():
+        assert len(eager) == 3
+        torch.testing.assert_close(
+            torch.tensor(runs[True][key]),
+            torch.tensor(eager),
+            rtol=1e-4,
+            atol=1e-5,
+            msg=lambda m, key=key: key + m)

@@ -59,8 +59,8 @@ def steps(model, device, n=3, fused=True):
         dict(
             type='GuardedOptimWrapper',
             optimizer=dict(type='AdamW', lr=1e-4, fused=fused)))
-    data = dict(inputs=torch.randn(4, 1, 16, 16, device=device),
-                data_samples=None)
+    data = dict(
+        inputs=torch.randn(4, 1, 16, 16, device=device), data_samples=None)
     for _ in range(n - 1):
         model.train_step(copy.copy(data), optim)
     with HostSyncCounter(keep_stacks=True) as syncs:
@@ -121,8 +121,8 @@ def test_teacher_steps_follow_a_loaded_checkpoint():
     for p in fresh.student().parameters():
         p.data.add_(1.)
     fresh.teacher.update(fresh.student())
-    moved = [(a - b).abs().max() for a, b in zip(
-        fresh.teacher.module.parameters(), before)]
+    moved = [(a - b).abs().max()
+             for a, b in zip(fresh.teacher.module.parameters(), before)]
     assert all(m < 0.01 for m in moved)  # an EMA step, not a copy
     assert int(fresh.teacher.steps) == 3
 
@@ -140,8 +140,8 @@ def test_hpm_step_on_cuda_syncs_only_in_the_guard():
         dict(
             type='GuardedOptimWrapper',
             optimizer=dict(type='AdamW', lr=1e-4, fused=True)))
-    data = dict(inputs=torch.randn(4, 1, 16, 16, device='cuda'),
-                data_samples=None)
+    data = dict(
+        inputs=torch.randn(4, 1, 16, 16, device='cuda'), data_samples=None)
     model.train_step(copy.copy(data), optim)  # first: teacher's copy, reads
     step = optim.step
 

@@ -162,8 +162,9 @@ def test_overlay_onto_an_environment_that_keeps_its_packages(
     wheelhouse = overlay_wheelhouse
     py = _new_venv(tmp_path, IMAGE)
     if BUILD_TOOLS[build_tools]:  # installed online, as the image has them
-        setup = _run([py, '-m', 'pip', 'install', '-q', *BUILD_TOOLS[build_tools]],
-                     dict(os.environ))
+        setup = _run(
+            [py, '-m', 'pip', 'install', '-q', *BUILD_TOOLS[build_tools]],
+            dict(os.environ))
         assert setup.returncode == 0, setup.stderr[-3000:]
     env = _offline(
         HPM_WHEELHOUSE=str(wheelhouse),

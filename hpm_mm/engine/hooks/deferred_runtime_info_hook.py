@@ -67,10 +67,9 @@ class DeferredRuntimeInfoHook(RuntimeInfoHook):
                 else:
                     numbers[key] = value
             stacks = {
-                device: ([k for k, _ in kv],
-                         torch.stack([
-                             v.detach().reshape(()).float() for _, v in kv
-                         ]))
+                device:
+                ([k for k, _ in kv],
+                 torch.stack([v.detach().reshape(()).float() for _, v in kv]))
                 for device, kv in groups.items()
             }
             self._pending.append((list(outputs), numbers, stacks))
@@ -87,8 +86,7 @@ class DeferredRuntimeInfoHook(RuntimeInfoHook):
         devices = {d for _, _, stacks in pending for d in stacks}
         values = {
             d: iter(
-                torch.cat([s[d][1] for _, _, s in pending
-                           if d in s]).tolist())
+                torch.cat([s[d][1] for _, _, s in pending if d in s]).tolist())
             for d in devices
         }
         for order, numbers, stacks in pending:

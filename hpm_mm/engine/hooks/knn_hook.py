@@ -9,8 +9,8 @@ from mmpretrain.registry import HOOKS
 from mmpretrain.utils import get_ori_model
 
 from hpm_mm.engine.optimizers.autocast_optim_wrapper import run_dtype
-from hpm_mm.evaluation import (FEATURES, extract_features, feature_precision,
-                               knn_classify)
+from hpm_mm.engine.precision import feature_precision
+from hpm_mm.evaluation import FEATURES, extract_features, knn_classify
 from .eval_hook_base import AfterCheckpointEvalHook
 
 
@@ -84,11 +84,14 @@ class KNNEvalHook(AfterCheckpointEvalHook):
                 for k, cfg in self.loader_cfgs.items()
             }
         model = get_ori_model(runner.model)
-        if self.amp is None:  # the run's own precision
+        # the run's own precision (HPMRunner.precision), or as asked
+        asked = getattr(runner, 'precision', None) if self.amp is None \
+            else self.amp
+        if asked is None:  # a runner without hpm_mm's precision
             dtype = run_dtype(runner.optim_wrapper)
         else:
             dtype = feature_precision(model, self.loaders['train'],
-                                      self.amp).dtype
+                                      asked).dtype
         train = extract_features(model, self.loaders['train'], False,
                                  self.feature, dtype, self.layer)
         val = extract_features(model, self.loaders['val'], False, self.feature,

@@ -43,45 +43,6 @@ class AutocastOptimWrapper(NonFiniteGuardMixin, OptimWrapper):
             yield
 
 
-AMP_TYPES = ('AmpOptimWrapper', 'GuardedAmpOptimWrapper')
-
-
-def amp_optim_wrapper_cfg(optim_wrapper: dict, precision) -> dict:
-    """The ``optim_wrapper`` config of a mixed-precision run, for the
-    precision chosen by :func:`hpm_mm.engine.precision.choose_precision`.
-
-    - ``'fp16'`` (CUDA): :class:`GuardedAmpOptimWrapper` with a dynamic loss
-      scale (kept as configured if it already is an AMP wrapper);
-    - ``'bf16'`` (a CPU whose timed step is faster in bf16):
-      :class:`AutocastOptimWrapper`;
-    - ``'fp32'`` (a CPU where bf16 is not clearly faster): the config's wrapper
-      without autocast, an AMP one (mmengine's cannot be built without a
-      GPU) becoming :class:`GuardedOptimWrapper`.
-
-    All keep the non-finite guard.
-
-    Args:
-        optim_wrapper (dict): The config's ``optim_wrapper``.
-        precision (Precision): The decision.
-
-    Returns:
-        dict: A new config dict.
-    """
-    cfg = dict(optim_wrapper)
-    if precision.name == 'fp16':
-        if cfg.get('type') not in AMP_TYPES:
-            cfg.pop('dtype', None)
-            cfg.update(type='GuardedAmpOptimWrapper', loss_scale='dynamic')
-        return cfg
-    for key in ('loss_scale', 'use_fsdp', 'dtype'):
-        cfg.pop(key, None)
-    if precision.name == 'bf16':
-        cfg.update(type='AutocastOptimWrapper', dtype='bfloat16')
-    elif cfg.get('type') in AMP_TYPES + ('AutocastOptimWrapper', ):
-        cfg.update(type='GuardedOptimWrapper')
-    return cfg
-
-
 def run_dtype(optim_wrapper) -> Union[torch.dtype, None]:
     """The autocast dtype a built optimizer wrapper runs its forward in
     (None: fp32): a run's own precision, for what evaluates it."""

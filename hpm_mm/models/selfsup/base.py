@@ -165,6 +165,27 @@ class HPMBase(BaseSelfSupervisor):
         if self.teacher is not None:
             self.teacher.set_epoch(epoch, max_epochs)
 
+    def compile_parts(self, **options) -> List[str]:
+        """``torch.compile`` the parts of a step that are pure tensor work:
+        the student's encoder, its neck (HPM: the reconstructor and the
+        loss predictor) and the teacher's encoder (module-wise, so weights,
+        state-dict keys and the EMA update are untouched). The teacher
+        update, the mask generator and the optimizer step stay eager: they
+        hold host-side state (step counts, the schedule) that a compiled
+        graph would guard on and recompile for. mmengine's runner config
+        ``compile=True`` (or a dict of ``torch.compile`` options) asks for
+        it (:meth:`HPMRunner._maybe_compile`). Returns the parts compiled.
+        """
+        parts = dict(backbone=self.backbone, neck=self.neck)
+        if self.teacher is not None:
+            parts['teacher.backbone'] = self.teacher.module['backbone']
+        done = []
+        for name, module in parts.items():
+            if isinstance(module, nn.Module):
+                module.compile(**options)
+                done.append(name)
+        return done
+
     def extract_feat(self, inputs: torch.Tensor):
         """Unmasked features of the student encoder (``out_type`` tuple);
         of the first view when given several."""

@@ -212,9 +212,10 @@ class EMATeacher(ExponentialMovingAverage):
         if not self.update_buffers:  # buffers follow the student's
             dst = [b.detach() for b in self.module.buffers()]
             if dst:
-                torch._foreach_copy_(
-                    dst,
-                    [b.detach().to(d.device) for b, d in zip(model.buffers(), dst)])
+                torch._foreach_copy_(dst, [
+                    b.detach().to(d.device)
+                    for b, d in zip(model.buffers(), dst)
+                ])
         self.steps.add_(1)
         self._steps = steps + 1
 

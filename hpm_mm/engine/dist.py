@@ -1,0 +1,53 @@
+"""Distributed launches on any machine: a worker ends with its launcher,
+and ``launcher='pytorch'`` works without a GPU (gloo, no device ids)."""
+import os
+
+from mmengine.config import Config
+
+
+def die_with_launcher() -> None:
+    """Let the kernel end this worker (SIGTERM) when the process that
+    launched it dies: a ``kill -9`` of ``tools/dist_train.sh``'s torchrun
+    would otherwise leave its workers training to the end as orphans
+    (Linux ``prctl(PR_SET_PDEATHSIG)``; elsewhere nothing changes)."""
+    import ctypes
+    import signal
+    import sys
+    if not sys.platform.startswith('linux'):
+        return
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # 1: PR_SET_PDEATHSIG
+    except (OSError, AttributeError):  # no prctl: nothing to set
+        return
+    if os.getppid() == 1:  # the launcher died before the line above
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+def setup_cpu_distributed(launcher: str, cfg: Config) -> None:
+    """Make ``launcher='pytorch'`` work on machines without a GPU.
+
+    mmengine's ``init_dist`` calls ``torch.cuda.set_device`` and its DDP
+    wrapper passes ``device_ids=[LOCAL_RANK]``; both fail on a CPU. Without
+    CUDA this joins the process group with gloo first (mmengine then skips
+    its own ``init_dist``) and sets ``cfg.model_wrapper_cfg`` to wrap the
+    model with ``device_ids=None``. Nothing of that changes where CUDA is
+    available. On any device, a torchrun worker ends with its launcher
+    (:func:`die_with_launcher`).
+    """
+    import torch
+    import torch.distributed as dist
+    if (launcher or 'none') == 'none':
+        return
+    if launcher == 'pytorch':  # torchrun's workers end with it
+        die_with_launcher()
+    if torch.cuda.is_available():
+        return
+    if not dist.is_initialized():
+        dist.init_process_group(backend='gloo')
+    wrapper = cfg.get('model_wrapper_cfg') or dict(
+        type='MMDistributedDataParallel',
+        broadcast_buffers=False,
+        find_unused_parameters=cfg.get('find_unused_parameters', False))
+    wrapper.setdefault('device_ids', None)
+    cfg.model_wrapper_cfg = wrapper
