@@ -94,11 +94,11 @@ if [[ $1 == all ]]; then
                custom_hooks.KNNEvalHook.train_dataloader.dataset.indices=512
                custom_hooks.KNNEvalHook.val_dataloader.dataset.indices=128)
   else
-    PACE_B=(--arch b --batch 64 256 --amp fp16 bf16 --iters 8 --warmup 2)
+    PACE_B=(--arch b --batch 256 64 --amp bf16 fp16 --iters 8 --warmup 2)
     PACE_L=(--arch l --batch 64 --amp bf16 --iters 8 --warmup 2 --rows mae
             --extra-rows l:hpm:64:bf16 l:2blocks:64:bf16 l:fast:64:bf16 --breakdown)
     COMPILE=(--arch b --batch 256 --amp bf16 --iters 8 --warmup 2 --rows
-             --compile-rows mae:256:bf16 hpm:256:bf16 fast:256:bf16)
+             --compile-rows hpm:256:bf16 mae:256:bf16 fast:256:bf16)
     MAIN_OPTS=()
   fi
   "$PY" -c 'import torch; print("torch", torch.__version__, "CUDA", torch.version.cuda, "GPU", torch.cuda.get_device_name() if torch.cuda.is_available() else None)'
