@@ -5,6 +5,7 @@ synchronisations and kernel launches per step, side by side in one run.
         [--amp fp16 bf16] [--rows ...] [--compile-rows ...] \
         [--iters 10] [--warmup 3] [--img-size 224] [--budget 300] \
         [--out pace.json] [--table pace.md]
+    python .dev_scripts/gpu_pace.py --report docs/results/gpu/pace_*.json
 
 Every row is one model's own ``train_step`` (data preprocessor, loss,
 backward, the guarded optimizer wrapper's step) on one batch, timed as
@@ -425,7 +426,21 @@ def main(argv=None):
     parser.add_argument('--device', default=None)
     parser.add_argument('--out')
     parser.add_argument('--table')
+    parser.add_argument(
+        '--report',
+        nargs='+',
+        metavar='JSON',
+        help="print the tables of earlier runs' jsons (nothing is run)")
     args = parser.parse_args(argv)
+    if args.report:
+        for path in args.report:
+            with open(path) as f:
+                record = json.load(f)
+            print(f"\n{path}: {record['versions'].get('device')}, torch "
+                  f"{record['versions'].get('torch')}, matrix rate "
+                  f"{record['matmul_tflops']:.0f} TFLOP/s")
+            print(table(record['rows'], record['matmul_tflops']))
+        return None
     if args.collect_run:
         return collect_run(*args.collect_run, args.out)
     amps = [a for a in args.amp if a != 'fp32']

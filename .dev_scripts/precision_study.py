@@ -1,13 +1,17 @@
-"""bf16 autocast against fp32 on the main job, paired by seed (issue #50).
+"""bf16 autocast (issue #50) and the fused AdamW kernel (issue #55)
+against fp32 on the main job, paired by seed.
 
-    python .dev_scripts/precision_study.py run [--seeds 0 1 2] [--epochs 2]
-    python .dev_scripts/precision_study.py report
+    python .dev_scripts/precision_study.py run [--seeds 0 1 2] [--epochs 2] \
+        [--precisions fp32 bf16 fused] [--results DIR]
+    python .dev_scripts/precision_study.py report [--results DIR]
 
 ``run``: for each seed, the main job's config (fast HPM on Fashion-MNIST,
 10k images per epoch) scaled to ``--epochs`` by the package's one rule
 (``scale_recipe``) is trained twice from the same seed: in fp32
 (``GuardedOptimWrapper``) and under bf16 autocast (``AutocastOptimWrapper``);
-the precision is fixed by the config here, not by the runner's rule. Both
+the precision is fixed by the config here, not by the runner's rule; or in
+fp32 with AdamW's fused kernel (``fused``: what a CUDA run takes now, a
+different rounding of the same update) against torch's default AdamW. Both
 encoders are then evaluated the same way, in fp32 (kNN, DINO protocol, and
 the cached linear probe on the patch-average features,
 :func:`hpm_mm.apis.frozen_eval`), and the last logged ``loss_rec`` and
@@ -16,8 +20,10 @@ the cached linear probe on the patch-average features,
 and the wall times. A run whose json exists is skipped, so the command goes
 on where it stopped.
 
-``report``: the paired bf16 - fp32 difference of each metric over the seeds
-both precisions finished: mean and 95% t interval.
+``report``: the paired difference of each variant (bf16, fused) minus fp32
+of each metric over the seeds both finished: mean and 95% t interval.
+``--results`` keeps another study's jsons apart (default
+``docs/results/precision``).
 """
 import argparse
 import glob
@@ -36,7 +42,8 @@ WORK = osp.join(ROOT, 'work_dirs', 'precision_study')
 IMAGES = 10000  # the main job's images per epoch
 WRAPPERS = dict(
     fp32=dict(type='GuardedOptimWrapper'),
-    bf16=dict(type='AutocastOptimWrapper', dtype='bfloat16'))
+    bf16=dict(type='AutocastOptimWrapper', dtype='bfloat16'),
+    fused=dict(type='GuardedOptimWrapper', optimizer=dict(fused=True)))
 METRICS = ('knn_k10', 'knn_best', 'linear', 'loss_rec', 'rank_acc')
 
 
@@ -51,17 +58,19 @@ def run_config(precision, seed, epochs):
     wrapper = dict(cfg.optim_wrapper)
     for key in ('loss_scale', 'dtype'):
         wrapper.pop(key, None)
-    cfg.optim_wrapper = dict(wrapper, **WRAPPERS[precision])
+    variant = dict(WRAPPERS[precision])
+    optimizer = dict(wrapper['optimizer'], **variant.pop('optimizer', {}))
+    cfg.optim_wrapper = dict(wrapper, **variant, optimizer=optimizer)
     return cfg
 
 
-def run_one(precision, seed, epochs):
+def run_one(precision, seed, epochs, results=RESULTS):
     import torch
 
     from hpm_mm.apis import frozen_eval, train
     from hpm_mm.engine.precision import cpu_class
     name = f'{precision}_{epochs}e_seed{seed}'
-    out = osp.join(RESULTS, name + '.json')
+    out = osp.join(results, name + '.json')
     if osp.exists(out):
         return
     work = osp.join(WORK, name)
@@ -115,9 +124,10 @@ def run_one(precision, seed, epochs):
         train_seconds=round(train_s, 1),
         eval_seconds=round(eval_s, 1),
         command=f'python .dev_scripts/precision_study.py run --seeds {seed} '
-        f'--epochs {epochs}',
+        f'--epochs {epochs} --precisions {precision} --results '
+        f'{osp.relpath(results, ROOT)}',
         date=time.strftime('%Y-%m-%d %H:%M'))
-    os.makedirs(RESULTS, exist_ok=True)
+    os.makedirs(results, exist_ok=True)
     with open(out, 'w') as f:
         json.dump(record, f, indent=1)
     print(
@@ -126,13 +136,13 @@ def run_one(precision, seed, epochs):
         flush=True)
 
 
-def paired(records, metric):
-    """bf16 - fp32 per seed both finished (same epochs)."""
+def paired(records, metric, variant='bf16'):
+    """``variant`` - fp32 per seed both finished (same epochs)."""
     by = {(r['precision'], r['epochs'], r['seed']): r for r in records}
     diffs = []
     for (prec, epochs, seed), r in sorted(by.items()):
         other = by.get(('fp32', epochs, seed))
-        if prec == 'bf16' and other is not None:
+        if prec == variant and other is not None:
             a, b = r['metrics'].get(metric), other['metrics'].get(metric)
             if a is not None and b is not None:
                 diffs.append(a - b)
@@ -163,18 +173,21 @@ def report(results=RESULTS):
         lines.append(f"| {r['name']} | {m['knn_k10']:.2f} | "
                      f"{m['linear']:.2f} | {m['loss_rec']:.4f} | "
                      f"{m['rank_acc']:.4f} | {r['train_seconds']:.0f} |")
-    lines += [
-        '', '| bf16 - fp32 | seeds | mean | 95% interval |',
-        '|---|---|---|---|'
-    ]
-    for metric in METRICS:
-        diffs = paired(records, metric)
-        if not diffs:
-            continue
-        mean, half = interval(diffs)
-        ci = '-' if half is None else \
-            f'[{mean - half:+.4g}, {mean + half:+.4g}]'
-        lines.append(f'| {metric} | {len(diffs)} | {mean:+.4g} | {ci} |')
+    for variant in [v for v in WRAPPERS if v != 'fp32']:
+        rows = []
+        for metric in METRICS:
+            diffs = paired(records, metric, variant)
+            if not diffs:
+                continue
+            mean, half = interval(diffs)
+            ci = '-' if half is None else \
+                f'[{mean - half:+.4g}, {mean + half:+.4g}]'
+            rows.append(f'| {metric} | {len(diffs)} | {mean:+.4g} | {ci} |')
+        if rows:
+            lines += [
+                '', f'| {variant} - fp32 | seeds | mean | 95% interval |',
+                '|---|---|---|---|'
+            ] + rows
     text = '\n'.join(lines)
     print(text)
     return text
@@ -191,14 +204,16 @@ def main(argv=None):
         nargs='+',
         default=['fp32', 'bf16'],
         choices=list(WRAPPERS))
-    sub.add_parser('report', help='the paired differences')
+    run.add_argument('--results', default=RESULTS)
+    rep = sub.add_parser('report', help='the paired differences')
+    rep.add_argument('--results', default=RESULTS)
     args = parser.parse_args(argv)
     if args.cmd == 'report':
-        report()
+        report(args.results)
         return
     for seed in args.seeds:
         for precision in args.precisions:
-            run_one(precision, seed, args.epochs)
+            run_one(precision, seed, args.epochs, args.results)
 
 
 if __name__ == '__main__':

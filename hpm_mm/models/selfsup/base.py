@@ -168,8 +168,9 @@ class HPMBase(BaseSelfSupervisor):
     def compile_parts(self, **options) -> List[str]:
         """``torch.compile`` the parts of a step that are pure tensor work:
         the student's encoder, its neck (HPM: the reconstructor and the
-        loss predictor) and the teacher's encoder (module-wise, so weights,
-        state-dict keys and the EMA update are untouched). The teacher
+        loss predictor), the head's losses and the teacher's encoder and
+        loss predictor (module- and method-wise, so weights, state-dict
+        keys and the EMA update are untouched). The teacher
         update, the mask generator and the optimizer step stay eager: they
         hold host-side state (step counts, the schedule) that a compiled
         graph would guard on and recompile for. mmengine's runner config
@@ -183,6 +184,18 @@ class HPMBase(BaseSelfSupervisor):
         for name, module in parts.items():
             if isinstance(module, nn.Module):
                 module.compile(**options)
+                done.append(name)
+        # methods the step calls by name: compiled in place (an instance
+        # attribute over the method; the module and its weights unchanged)
+        methods = [('head.loss', self.head, 'loss')]
+        if self.teacher is not None and 'predictor' in self.teacher.module:
+            methods.append(
+                ('teacher.predictor.predict_scores',
+                 self.teacher.module['predictor'], 'predict_scores'))
+        for name, owner, method in methods:
+            if owner is not None and hasattr(owner, method):
+                setattr(owner, method,
+                        torch.compile(getattr(owner, method), **options))
                 done.append(name)
         return done
 
