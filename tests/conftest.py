@@ -157,6 +157,43 @@ def tiny_hpm_cfg(img_size: int = 16,
     return merge(cfg, overrides)
 
 
+def tiny_mae(device='cpu', seed: int = 0, num_layers: int = 2):
+    """mmpretrain's own MAE at the tiny HPM's sizes (:func:`tiny_hpm_cfg`:
+    16 px, patch 4, 1 channel, a 16-d 1-block decoder), built and
+    initialised on ``device``: the baseline of the step tests."""
+    from mmpretrain.registry import MODELS
+    hpm = tiny_hpm_cfg(num_layers=num_layers)
+    torch.manual_seed(seed)
+    model = MODELS.build(
+        dict(
+            type='MAE',
+            backbone=dict(
+                type='MAEViT',
+                arch=hpm['backbone']['arch'],
+                img_size=16,
+                patch_size=4,
+                patch_cfg=dict(in_channels=1),
+                mask_ratio=0.75),
+            neck=dict(
+                type='MAEPretrainDecoder',
+                num_patches=16,
+                patch_size=4,
+                in_chans=1,
+                embed_dim=32,
+                decoder_embed_dim=16,
+                decoder_depth=1,
+                decoder_num_heads=2),
+            head=dict(
+                type='MAEPretrainHead',
+                norm_pix=False,
+                patch_size=4,
+                in_channels=1,
+                loss=dict(type='PixelReconstructionLoss', criterion='L2')),
+            data_preprocessor=hpm['data_preprocessor']))
+    model.init_weights()
+    return model.to(device)
+
+
 def tiny_hpm(device='cpu', seed: int = None, **kwargs):
     """:func:`tiny_hpm_cfg` built and initialised on ``device`` (after
     ``torch.manual_seed(seed)`` when a seed is given)."""

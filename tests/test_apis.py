@@ -75,3 +75,15 @@ def test_cfg_options_name_a_list_element_by_its_type():
     cfg.custom_hooks.append(dict(type='EmptyCacheHook'))
     with pytest.raises(HPMError, match="2 element.* of type 'EmptyCacheHook'"):
         merge_cfg_options(cfg, {'custom_hooks.EmptyCacheHook.x': 1})
+
+
+def test_build_runner_leaves_an_explicit_runner_alone_refuses_mmengines():
+    from mmengine.config import Config
+
+    from hpm_mm.apis.train import build_runner
+    for kind, twin in (('Runner', 'HPMRunner'), ('FlexibleRunner',
+                                                 'HPMFlexibleRunner')):
+        with pytest.raises(HPMError, match=f"runner_type='{twin}'"):
+            build_runner(Config(dict(runner_type=kind)))
+    with pytest.raises(KeyError):  # left as named: mmengine looks it up
+        build_runner(Config(dict(runner_type='MyRunner')))

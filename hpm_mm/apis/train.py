@@ -78,21 +78,34 @@ def set_loaders(cfg: Config, key: str, value) -> None:
             loader[key] = value
 
 
+#: mmengine's runners and hpm_mm's, which add the run's policy to them
+POLICY_RUNNERS = dict(Runner='HPMRunner', FlexibleRunner='HPMFlexibleRunner')
+
+
 def build_runner(cfg: Config):
-    """The runner of ``cfg`` as mmengine builds it (``RUNNERS.build``),
-    ``runner_type`` defaulting to :class:`~hpm_mm.engine.HPMRunner` (its
-    :class:`~hpm_mm.engine.HPMFlexibleRunner` twin for a config with a
-    ``strategy``), so that every config gets hpm_mm's run policy."""
+    """The runner of ``cfg`` as mmengine builds it (``RUNNERS.build``).
+    A config without ``runner_type`` gets :class:`~hpm_mm.engine.HPMRunner`
+    (:class:`~hpm_mm.engine.HPMFlexibleRunner` with a ``strategy``), so
+    every config gets hpm_mm's run policy; an explicit ``runner_type`` is
+    left as it is, except mmengine's own two, which would run without the
+    policy and are refused in one line naming hpm_mm's twin.
+
+    Raises:
+        HPMError: ``runner_type='Runner'`` or ``'FlexibleRunner'``.
+    """
     from mmengine.registry import RUNNERS
 
     import hpm_mm.engine  # noqa: F401  (registers the runners)
-    if cfg.get('runner_type') in (None, 'Runner'):
-        cfg.runner_type = 'HPMRunner'
-    elif cfg.get('runner_type') == 'FlexibleRunner':
-        cfg.runner_type = 'HPMFlexibleRunner'
-    if cfg.get('strategy') is not None and \
-            cfg.runner_type == 'HPMRunner':
-        cfg.runner_type = 'HPMFlexibleRunner'
+    kind = cfg.get('runner_type')
+    if kind in POLICY_RUNNERS:
+        raise HPMError(
+            f"runner_type='{kind}' is mmengine's runner without hpm_mm's run "
+            '(precision, work-dir lock, resume and checkpoint checks). Fix: '
+            f"runner_type='{POLICY_RUNNERS[kind]}' (the same runner with "
+            'them), or leave runner_type out.')
+    if kind is None:
+        cfg.runner_type = 'HPMFlexibleRunner' if cfg.get(
+            'strategy') is not None else 'HPMRunner'
     return RUNNERS.build(cfg)
 
 

@@ -1,4 +1,6 @@
 from .fashion_mnist import FashionMNISTSplit
-from .transforms import LoadImageFromFileChecked
+from .transforms import LoadAndRandomResizedCrop, LoadImageFromFileChecked
 
-__all__ = ['FashionMNISTSplit', 'LoadImageFromFileChecked']
+__all__ = [
+    'FashionMNISTSplit', 'LoadImageFromFileChecked', 'LoadAndRandomResizedCrop'
+]

@@ -1,30 +1,24 @@
-"""A folder of your own images, scanned and turned into a pretraining config
-(``tools/pretrain_folder.py``).
+"""A folder of your own images, read and scanned (``tools/pretrain_folder.py``
+makes a run of it: :mod:`hpm_mm.apis.folder`).
 
 :func:`scan_folder` finds every image under a folder (nested folders, JPEG /
 PNG / BMP / WebP / TIFF, any size, grayscale or colour), opens each one,
 names the unreadable ones, tells whether the folder is labelled (one
 subfolder per class) and measures what the defaults are chosen from.
-:func:`choose_settings` picks the input size, channels, patch size, batch
-size and epochs; :func:`folder_config` writes them into the main job's
-config (the mini ViT and its recipe), with kNN when there are labels.
+The run's settings and config are chosen from the scan in
+:mod:`hpm_mm.apis.folder` (``choose_settings``, ``folder_config``).
 """
 import os
 import os.path as osp
 import random
-from statistics import median
 from typing import Dict, List, Optional
 
 import numpy as np
-from mmengine.logging import print_log
 
-from hpm_mm.engine.schedule import scale_recipe, steps_per_epoch
 from hpm_mm.errors import HPMError
 
 IMAGE_EXTENSIONS = ('.jpg', '.jpeg', '.png', '.bmp', '.webp', '.tif', '.tiff')
 GRAY_MODES = ('1', 'L', 'LA')
-SIZES = (32, 64, 96, 128, 224)  # candidate input sizes
-TARGET_STEPS = 400  # the main job's schedule length
 
 #: PIL modes of more than 8 bits per channel: the training pipeline reads
 #: files through OpenCV, which would scale or refuse them differently from
@@ -62,6 +56,19 @@ def load_image(path: str,
             size, mode = img.size, img.mode
     except Exception as e:  # PIL raises many types for bad files
         raise ValueError(f'{type(e).__name__}: {e}') from None
+    check_header(size, mode)
+    try:  # the full decode: a truncated file fails here
+        array = mmcv.imfrombytes(content, flag=color_type, backend='pillow')
+    except Exception as e:
+        raise ValueError(f'{type(e).__name__}: {e}') from None
+    if array is None:
+        raise ValueError('not decodable')
+    return array, mode
+
+
+def check_header(size, mode: str) -> None:
+    """Refuse, from its header, an image the pipeline cannot train on:
+    empty, or more than 8 bits per channel (with the fix by its range)."""
     if min(size) < 1:
         raise ValueError(f'empty image {size}')
     if mode in DEEP_MODES:
@@ -75,13 +82,6 @@ def load_image(path: str,
         raise ValueError(
             f'{mode} pixels (16-bit or float): the pipeline trains on 8-bit '
             f'images. Fix: convert it to 8 bits ({fix}) or leave it out')
-    try:  # the full decode: a truncated file fails here
-        array = mmcv.imfrombytes(content, flag=color_type, backend='pillow')
-    except Exception as e:
-        raise ValueError(f'{type(e).__name__}: {e}') from None
-    if array is None:
-        raise ValueError('not decodable')
-    return array, mode
 
 
 def read_image(path: str):
@@ -169,44 +169,6 @@ def scan_folder(root: str) -> Dict:
         classes=sorted(tops) if labelled else None)
 
 
-def choose_settings(scan: Dict,
-                    img_size: Optional[int] = None,
-                    channels: Optional[int] = None,
-                    batch_size: Optional[int] = None,
-                    epochs: Optional[int] = None) -> Dict:
-    """Defaults from the images, each overridable.
-
-    - input size: the largest of 32/64/96/128/224 not above the median short
-      side (at least 32); patch size: an 8 x 8 grid up to 128 px, 16 px
-      patches at 224;
-    - channels: 1 when every image is single-channel, else 3 (grayscale
-      files are then read as RGB);
-    - batch size: 256, or an eighth of the images for small folders (>= 8);
-    - epochs: about the main job's 400 optimizer steps, within 10..200.
-    """
-    n = len(scan['files'])
-    short = median(min(s) for s in scan['sizes'])
-    size = img_size or max([s for s in SIZES if s <= short] or [SIZES[0]])
-    patch = 16 if size >= 224 else size // 8
-    if size % patch:
-        raise HPMError(f'--img-size {size}: must be a multiple of '
-                       f'{patch} (patch size). Fix: use one of {SIZES}.')
-    ch = channels or (1 if scan['gray'] else 3)
-    batch = batch_size or max(8, min(256, n // 8))
-    batch = min(batch, n)
-    steps = steps_per_epoch(n, batch)  # the loader keeps the last batch
-    ep = epochs or int(min(200, max(10, round(TARGET_STEPS / steps))))
-    return dict(
-        img_size=size,
-        patch_size=patch,
-        channels=ch,
-        batch_size=batch,
-        epochs=ep,
-        steps_per_epoch=steps,
-        median_short_side=short,
-        num_images=n)
-
-
 def channel_stats(root: str,
                   files: List[str],
                   size: int,
@@ -262,115 +224,3 @@ def split_labelled(files: List[str],
         val += [(f, index[c]) for f in items[:k]]
         bank += [(f, index[c]) for f in items[k:]]
     return bank, val
-
-
-def folder_config(base_path: str, root: str, work_dir: str, scan: Dict,
-                  settings: Dict, stats: Dict) -> str:
-    """The config of a run on the folder ``root``: it inherits
-    ``base_path`` (the image-folder base) and holds only the folder's
-    values (its ``image`` spec, file lists, batch size, the recipe scaled to
-    the run, the hooks' held-out lists). Writes the file lists into
-    ``work_dir``; returns the config's text."""
-    import pprint
-
-    from mmengine.config import Config
-    root, work_dir = osp.abspath(root), osp.abspath(work_dir)
-    os.makedirs(work_dir, exist_ok=True)
-
-    def write(name, rows):
-        path = osp.join(work_dir, name)
-        with open(path, 'w') as f:
-            f.writelines(f'{row}\n' for row in rows)
-        return path
-
-    def dataset(ann_file, with_label):
-        ds = dict(
-            type='CustomDataset',
-            data_root=root,
-            data_prefix='',
-            ann_file=ann_file,
-            with_label=with_label,
-            pipeline='{{_base_.eval_pipeline}}')
-        if with_label:
-            ds['metainfo'] = dict(classes=tuple(scan['classes']))
-        return ds
-
-    loader = dict(
-        batch_size=min(256, settings['num_images']),
-        num_workers=0,
-        persistent_workers=False,
-        sampler=dict(type='DefaultSampler', shuffle=False),
-        collate_fn=dict(type='default_collate'))
-    all_files = write('images.txt', scan['files'])
-    hooks = [dict(type='HPMScheduleHook', by_epoch=True)]
-    bank, val = split_labelled(scan['files'], scan['classes']) \
-        if scan['classes'] else ([], [])
-    if scan['classes'] and not (bank and val):
-        # every class has one image: nothing to hold out, or no bank
-        print_log(
-            'kNN skipped: it holds out a fifth of each class and needs a '
-            'class with at least 2 images (each of the '
-            f'{len(scan["classes"])} classes has 1); training without kNN, '
-            'the hard-patch grids are still drawn.',
-            logger='current',
-            level=30)
-    if bank and val:
-        bank_file = write('knn_bank.txt', [f'{f} {c}' for f, c in bank])
-        val_file = write('knn_val.txt', [f'{f} {c}' for f, c in val])
-        with open(osp.join(work_dir, 'classes.txt'), 'w') as f:
-            f.writelines(f'{c}\n' for c in scan['classes'])
-        vis_loader = dict(loader, dataset=dataset(val_file, True))
-        hooks.append(
-            dict(
-                type='KNNEvalHook',
-                interval=0,
-                train_dataloader=dict(
-                    loader, dataset=dataset(bank_file, True)),
-                val_dataloader=vis_loader))
-    else:
-        vis_loader = dict(loader, dataset=dataset(all_files, False))
-    hooks.append(
-        dict(
-            type='HardPatchVisHook',
-            interval=0,
-            num_images=min(4, settings['num_images']),
-            num_masks=8,
-            dataloader=vis_loader))
-    # the recipe (warm-up, cosine, the teacher's lag) scaled to the run
-    recipe = scale_recipe(
-        Config.fromfile(base_path), settings['epochs'],
-        settings['steps_per_epoch'])
-    teacher = recipe.model.get('teacher') or {}
-    values = dict(
-        image=dict(
-            root=root,
-            size=settings['img_size'],
-            channels=settings['channels'],
-            patch_size=settings['patch_size'],
-            mean=stats['mean'],
-            std=stats['std']),
-        train_dataloader=dict(
-            batch_size=settings['batch_size'],
-            num_workers=2,
-            persistent_workers=True,
-            dataset=dict(ann_file=all_files, data_prefix='')),
-        train_cfg=dict(max_epochs=settings['epochs']),
-        param_scheduler=[dict(s) for s in recipe.param_scheduler],
-        model=dict(
-            teacher={
-                k: teacher[k]
-                for k in ('momentum', 'end_momentum', 'momentum_epochs')
-                if k in teacher
-            }),
-        auto_scale_lr=dict(base_batch_size=256, enable=False),
-        custom_hooks=hooks,
-        work_dir=work_dir)
-    text = ('# Written by tools/pretrain_folder.py: the folder\'s values over '
-            'the image-folder\n# base (docs/own_data.md); rerun or edit it '
-            'with tools/train.py.\n'
-            f'_base_ = {base_path!r}\n')
-    for key, value in values.items():
-        text += f'{key} = {pprint.pformat(value, sort_dicts=False)}\n'
-    # the base's eval pipeline, by reference (the image spec sizes it)
-    return text.replace("'{{_base_.eval_pipeline}}'",
-                        '{{_base_.eval_pipeline}}')

@@ -1,15 +1,40 @@
-from typing import Optional
+import io
+from typing import NamedTuple, Optional
 
 import numpy as np
 from mmcv.transforms import LoadImageFromFile
 from mmengine.logging import print_log
+from mmpretrain.datasets.transforms import RandomResizedCrop
 from mmpretrain.registry import TRANSFORMS
 
-from .image_folder import load_image
+from .image_folder import check_header, load_image
+
+
+class _Unreadable:
+    """What both loaders do with a file that cannot be read: name it and
+    the fix in one line, or skip it (``skip_unreadable``)."""
+
+    def _unreadable(self, filename: str, e: Exception) -> None:
+        why = f'{type(e).__name__}: {str(e).strip().splitlines()[-1]}' \
+            if str(e).strip() else type(e).__name__
+        if self.skip_unreadable:
+            self.num_skipped += 1
+            print_log(
+                f'skipped unreadable image {filename} ({why}); '
+                f'{self.num_skipped} skipped so far in this process',
+                logger='current',
+                level=30)
+            return None
+        raise OSError(
+            f'cannot read image {filename} ({why}). Fix: replace or '
+            'remove it (python tools/misc/check_data.py CONFIG lists '
+            'every unreadable file), or skip such files with '
+            f"dict(type='{type(self).__name__}', "
+            'skip_unreadable=True).') from e
 
 
 @TRANSFORMS.register_module()
-class LoadImageFromFileChecked(LoadImageFromFile):
+class LoadImageFromFileChecked(_Unreadable, LoadImageFromFile):
     """mmcv's :class:`LoadImageFromFile`, reading through hpm_mm's one image
     reader (:func:`~hpm_mm.datasets.image_folder.load_image`: mmcv's pillow
     decoder, whatever ``imdecode_backend`` says), so that the data checks
@@ -38,25 +63,150 @@ class LoadImageFromFileChecked(LoadImageFromFile):
         try:
             img, _ = load_image(filename, self.color_type, self.backend_args)
         except Exception as e:
-            why = f'{type(e).__name__}: {str(e).strip().splitlines()[-1]}' \
-                if str(e).strip() else type(e).__name__
-            if self.skip_unreadable:
-                self.num_skipped += 1
-                print_log(
-                    f'skipped unreadable image {filename} ({why}); '
-                    f'{self.num_skipped} skipped so far in this process',
-                    logger='current',
-                    level=30)
-                return None
-            raise OSError(
-                f'cannot read image {filename} ({why}). Fix: replace or '
-                'remove it (python tools/misc/check_data.py CONFIG lists '
-                'every unreadable file), or skip such files with '
-                "dict(type='LoadImageFromFileChecked', "
-                'skip_unreadable=True).') from e
+            return self._unreadable(filename, e)
         if self.to_float32:
             img = img.astype(np.float32)
         results['img'] = img
         results['img_shape'] = img.shape[:2]
         results['ori_shape'] = img.shape[:2]
         return results
+
+
+class _Shape(NamedTuple):
+    """What ``RandomResizedCrop.rand_crop_params`` reads of an image."""
+    shape: tuple
+
+
+#: DCT-domain reductions a JPEG decoder offers (libjpeg: 1/2, 1/4, 1/8)
+JPEG_REDUCTIONS = (8, 4, 2)
+
+
+@TRANSFORMS.register_module()
+class LoadAndRandomResizedCrop(_Unreadable, RandomResizedCrop):
+    """Load an image and take mmpretrain's random resized crop of it,
+    decoding a JPEG only at the resolution the crop needs.
+
+    mmpretrain's pretraining pipeline decodes every image at full size
+    (``LoadImageFromFile``), keeps a random 20-100% of its area and resizes
+    that to 224 px: most decoded pixels are thrown away or averaged down.
+    Here the crop box is drawn first, from the file's header size (with
+    :meth:`RandomResizedCrop.rand_crop_params`, so the same random state
+    gives the same box as the two transforms), then the JPEG is decoded at
+    the strongest DCT reduction (1/8, 1/4, 1/2: Pillow's ``draft``) under
+    which the box still spans at least the output size on both sides (so
+    nothing is upsampled that the full decode would have downsampled), and
+    the box, in the reduced image's coordinates, is resampled to the output
+    size (Pillow, the same interpolation). A crop that the reduction cannot
+    serve (a small image or box, a PNG) is the full decode and mmpretrain's
+    crop and resize exactly.
+
+    The image is read as :class:`LoadImageFromFileChecked` reads it (mmcv's
+    pillow decoder: EXIF orientation applied, grayscale and CMYK converted
+    to colour, BGR; 16-bit and float images refused) and an unreadable file
+    is the same one line (or skipped with ``skip_unreadable``).
+
+    Args:
+        scale, crop_ratio_range, aspect_ratio_range, max_attempts,
+            interpolation: :class:`RandomResizedCrop`'s (the crop).
+        backend (str): The resize backend of the full-decode crop
+            (:class:`RandomResizedCrop`). Defaults to ``'pillow'``.
+        reduce (bool): Decode JPEGs at the reduced size. False: exactly
+            ``LoadImageFromFile`` + ``RandomResizedCrop`` (mmcv's pillow
+            decoder). Defaults to True.
+        skip_unreadable (bool): See :class:`LoadImageFromFileChecked`.
+        backend_args (dict, optional): mmengine file backend arguments.
+    """
+
+    def __init__(self,
+                 scale,
+                 crop_ratio_range=(0.08, 1.0),
+                 aspect_ratio_range=(3. / 4., 4. / 3.),
+                 max_attempts: int = 10,
+                 interpolation: str = 'bilinear',
+                 backend: str = 'pillow',
+                 reduce: bool = True,
+                 skip_unreadable: bool = False,
+                 backend_args: Optional[dict] = None) -> None:
+        super().__init__(
+            scale=scale,
+            crop_ratio_range=crop_ratio_range,
+            aspect_ratio_range=aspect_ratio_range,
+            max_attempts=max_attempts,
+            interpolation=interpolation,
+            backend=backend)
+        self.reduce = reduce
+        self.skip_unreadable = skip_unreadable
+        self.num_skipped = 0
+        self.backend_args = backend_args
+
+    def reduction(self, target_h: int, target_w: int) -> int:
+        """The strongest JPEG reduction under which a ``target_h`` x
+        ``target_w`` box still spans the output size (1: none)."""
+        out_h, out_w = self.scale[1], self.scale[0]
+        for factor in JPEG_REDUCTIONS:
+            if target_h / factor >= out_h and target_w / factor >= out_w:
+                return factor
+        return 1
+
+    def transform(self, results: dict) -> Optional[dict]:
+        filename = results['img_path']
+        try:
+            img, full = self._load_crop(filename)
+        except Exception as e:
+            return self._unreadable(filename, e)
+        results['img'] = img
+        results['img_shape'] = img.shape[:2]
+        results['ori_shape'] = full
+        return results
+
+    def _load_crop(self, filename: str):
+        """(the crop as a BGR uint8 array, the image's full (h, w))."""
+        import mmcv
+        from mmcv.image.io import _pillow2array
+        from mmengine import fileio
+        from PIL import Image
+        content = fileio.get(filename, backend_args=self.backend_args)
+        pil = Image.open(io.BytesIO(content))
+        check_header(pil.size, pil.mode)
+        w, h = pil.size
+        if pil.getexif().get(0x0112, 1) in (5, 6, 7, 8):  # EXIF: turned
+            w, h = h, w
+        oh, ow, th, tw = self.rand_crop_params(_Shape((h, w)))
+        factor = self.reduction(th, tw) if (self.reduce
+                                            and pil.format == 'JPEG') else 1
+        if factor == 1:  # the full decode, mmpretrain's crop and resize
+            array = mmcv.imfrombytes(content, flag='color', backend='pillow')
+            crop = mmcv.imcrop(array,
+                               np.array([ow, oh, ow + tw - 1, oh + th - 1]))
+            return mmcv.imresize(
+                crop,
+                tuple(self.scale[::-1]),
+                interpolation=self.interpolation,
+                backend=self.backend), (h, w)
+        raw_w, raw_h = pil.size
+        pil.draft(pil.mode, (raw_w // factor, raw_h // factor))
+        array = _pillow2array(pil, 'color', 'rgb')  # EXIF turn, to RGB
+        fy, fx = array.shape[0] / h, array.shape[1] / w
+        box = (ow * fx, oh * fy, (ow + tw) * fx, (oh + th) * fy)
+        out = Image.fromarray(array).resize(
+            tuple(self.scale[::-1]),
+            resample=_PIL_RESAMPLE[self.interpolation],
+            box=box)
+        return np.ascontiguousarray(np.asarray(out)[..., ::-1]), (h, w)
+
+    def __repr__(self) -> str:
+        return super().__repr__()[:-1] + f', reduce={self.reduce})'
+
+
+def _pil_resample():
+    from PIL import Image
+    r = getattr(Image, 'Resampling', Image)
+    return dict(
+        nearest=r.NEAREST,
+        bilinear=r.BILINEAR,
+        bicubic=r.BICUBIC,
+        area=r.BOX,
+        lanczos=r.LANCZOS)
+
+
+_PIL_RESAMPLE = _pil_resample()

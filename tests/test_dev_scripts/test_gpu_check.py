@@ -67,44 +67,23 @@ def test_the_gpu_call_runs_at_toy_sizes(tmp_path):
 
 
 def test_table_rows_name_ratio_and_mfu():
+
+    def row(setting, **numbers):
+        return dict(
+            setting=setting,
+            arch='b',
+            batch=8,
+            amp='bf16',
+            optimizer='fused',
+            before=False,
+            compile=False,
+            **numbers)
+
+    timed = dict(syncs=1, first_step_s=1.)
     rows = [
-        dict(
-            setting='mae',
-            arch='b',
-            batch=8,
-            amp='bf16',
-            optimizer='fused',
-            before=False,
-            compile=False,
-            step=0.1,
-            img_s=80.,
-            syncs=1,
-            macs=1e9,
-            flop_ratio=1.,
-            first_step_s=1.),
-        dict(
-            setting='hpm',
-            arch='b',
-            batch=8,
-            amp='bf16',
-            optimizer='fused',
-            before=False,
-            compile=False,
-            step=0.2,
-            img_s=40.,
-            syncs=1,
-            macs=2e9,
-            flop_ratio=2.,
-            first_step_s=1.),
-        dict(
-            setting='fast',
-            arch='b',
-            batch=8,
-            amp='bf16',
-            optimizer='fused',
-            before=False,
-            compile=False,
-            skipped='time budget spent'),
+        row('mae', step=0.1, img_s=80., macs=1e9, flop_ratio=1., **timed),
+        row('hpm', step=0.2, img_s=40., macs=2e9, flop_ratio=2., **timed),
+        row('fast', skipped='time budget spent'),
     ]
     text = gpu_pace.table(rows, tflops=1.)  # 1 TFLOP/s
     lines = text.splitlines()

@@ -155,36 +155,8 @@ def test_per_parameter_clipping_is_dinos(wrapper, device):
 def test_mae_baseline_is_guarded_too():
     """mmpretrain's own MAE (the baseline configs) through the same wrapper:
     a NaN batch leaves every weight as it was."""
-    from mmpretrain.registry import MODELS
-    model = MODELS.build(
-        dict(
-            type='MAE',
-            backbone=dict(
-                type='MAEViT',
-                arch=dict(
-                    embed_dims=32,
-                    num_layers=1,
-                    num_heads=2,
-                    feedforward_channels=64),
-                img_size=16,
-                patch_size=4,
-                patch_cfg=dict(in_channels=1)),
-            neck=dict(
-                type='MAEPretrainDecoder',
-                num_patches=16,
-                patch_size=4,
-                in_chans=1,
-                embed_dim=32,
-                decoder_embed_dim=16,
-                decoder_depth=1,
-                decoder_num_heads=2),
-            head=dict(
-                type='MAEPretrainHead',
-                patch_size=4,
-                in_channels=1,
-                loss=dict(type='PixelReconstructionLoss', criterion='L2')),
-            data_preprocessor=dict(
-                type='SelfSupDataPreprocessor', mean=[0.], std=[1.])))
+    from conftest import tiny_mae
+    model = tiny_mae(num_layers=1)
     optim = build_optim_wrapper(
         model,
         dict(type='GuardedOptimWrapper', optimizer=dict(type='AdamW', lr=0.1)))

@@ -6,45 +6,10 @@ import copy
 
 import pytest
 import torch
-from conftest import NEEDS_CUDA, tiny_hpm, tiny_hpm_cfg
+from conftest import NEEDS_CUDA, tiny_hpm, tiny_mae
 from mmengine.optim import build_optim_wrapper
 
 from hpm_mm.testing.host_sync import HostSyncCounter
-
-
-def tiny_mae(device):
-    """mmpretrain's MAE at the tiny HPM's sizes (encoder, 16-d decoder)."""
-    from mmpretrain.registry import MODELS
-    hpm = tiny_hpm_cfg()
-    torch.manual_seed(0)
-    model = MODELS.build(
-        dict(
-            type='MAE',
-            backbone=dict(
-                type='MAEViT',
-                arch=hpm['backbone']['arch'],
-                img_size=16,
-                patch_size=4,
-                patch_cfg=dict(in_channels=1),
-                mask_ratio=0.75),
-            neck=dict(
-                type='MAEPretrainDecoder',
-                num_patches=16,
-                patch_size=4,
-                in_chans=1,
-                embed_dim=32,
-                decoder_embed_dim=16,
-                decoder_depth=1,
-                decoder_num_heads=2),
-            head=dict(
-                type='MAEPretrainHead',
-                norm_pix=False,
-                patch_size=4,
-                in_channels=1,
-                loss=dict(type='PixelReconstructionLoss', criterion='L2')),
-            data_preprocessor=hpm['data_preprocessor']))
-    model.init_weights()
-    return model.to(device)
 
 
 def steps(model, device, n=3, fused=True):
@@ -70,7 +35,7 @@ def steps(model, device, n=3, fused=True):
 
 def test_hpm_step_syncs_no_more_than_mae():
     hpm = steps(tiny_hpm(seed=0), 'cpu')
-    mae = steps(tiny_mae('cpu'), 'cpu')
+    mae = steps(tiny_mae(), 'cpu')
     where = '\n'.join(stack for _, stack in hpm.calls)
     assert hpm.count <= mae.count, (hpm.ops, mae.ops, where)
     # what is left is the non-finite guard's one flag, in both

@@ -65,7 +65,7 @@ def _nan_env(tmp_path):
 
 
 FSDP = '''
-runner_type = 'FlexibleRunner'
+runner_type = 'HPMFlexibleRunner'
 strategy = dict(type='FSDPStrategy', state_dict_cfg='full',
                 model_wrapper=dict(type='HPMFullyShardedDataParallel'))
 '''
@@ -173,7 +173,7 @@ def test_fsdp_two_processes_equal_one(tmp_path):
     replicated EMA teacher, FSDP-wide gradient clipping) against one
     process of the same FlexibleRunner (which seeds the model's
     construction differently from Runner, so it is its own reference)."""
-    flexible = "\nrunner_type = 'FlexibleRunner'\n"
+    flexible = "\nrunner_type = 'HPMFlexibleRunner'\n"
     sa = _one_process(tmp_path, 'one', BODY + flexible)
     _assert_equal_weights(sa,
                           _two_processes(tmp_path, 'fsdp', BODY + FSDP, 29534),

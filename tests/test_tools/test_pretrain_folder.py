@@ -182,7 +182,8 @@ def test_own_images_deep_pixels_loops_and_own_outputs(tmp_path):
 
 
 def test_own_images_clear_errors(tmp_path):
-    from hpm_mm.datasets.image_folder import choose_settings, scan_folder
+    from hpm_mm.apis.folder import choose_settings
+    from hpm_mm.datasets.image_folder import scan_folder
     from hpm_mm.errors import HPMError
     empty = tmp_path / 'empty'
     (empty / 'sub').mkdir(parents=True)

@@ -15,7 +15,7 @@ import sys
 from hpm_mm.apis.config import CfgOptionsAction, merge_cfg_options
 
 
-def main(argv=None):
+def run(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument('config')
     parser.add_argument(
@@ -40,9 +40,10 @@ def main(argv=None):
     return 1 if result['problems'] else 0
 
 
+def main(argv=None):
+    from hpm_mm.errors import tool_main
+    return tool_main(run, argv, 'check_data.py')
+
+
 if __name__ == '__main__':
-    from hpm_mm.errors import HPMError
-    try:
-        sys.exit(main())
-    except HPMError as e:  # the library's one-line refusal: exit 1
-        sys.exit(f'check_data.py: {e}')
+    sys.exit(main())

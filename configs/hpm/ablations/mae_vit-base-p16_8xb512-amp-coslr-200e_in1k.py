@@ -3,7 +3,7 @@
 _base_ = [
     'mmpretrain::_base_/models/mae_vit-base-p16.py',
     '../../_base_/schedules/hpm_pretrain_amp.py',
-    'mmpretrain::_base_/datasets/imagenet_bs512_mae.py',
+    '../../_base_/datasets/imagenet_bs512_mae_reduced_decode.py',
     'mmpretrain::_base_/default_runtime.py',
 ]
 

@@ -1,0 +1,219 @@
+"""The ImageNet pretraining input pipeline: images/s per core, its shares,
+and through the real dataloader, mmpretrain's against hpm_mm's.
+
+    python .dev_scripts/pipeline_bench.py [--images 300] [--workers 1 2] \
+        [--config configs/hpm/hpm_vit-base-p16_8xb512-amp-coslr-200e_in1k.py] \
+        [--data DIR] [--out docs/results/pipeline/pipeline_<cpu>.json]
+
+The images are made by the script (kept in ``--data``, default
+``work_dirs/pipeline_bench_images``, and reused): ImageNet-like JPEGs, 85%
+with a long side of 300-520 px and 15% of 800-2,100 px, aspect ratios
+drawn from 4:3, 3:4, 1:1, 16:9 and 3:2, quality 75-95, 2% grayscale and
+1% CMYK; their content is a smooth random field with edges and grain, so
+that they compress at a photo's rate (about 1.5-3 bits per pixel).
+
+Two pipelines, each built from the config's ``train_dataloader`` (the
+dataset swapped for a ``CustomDataset`` over the images, unlabelled):
+
+- ``mmpretrain``: mmpretrain's MAE pipeline as the ImageNet configs had it
+  (``LoadImageFromFile`` full decode with OpenCV, ``RandomResizedCrop(224,
+  (0.2, 1.0), pillow, bicubic)``, ``RandomFlip``, ``PackInputs``);
+- ``hpm_mm``: the config's own (``LoadAndRandomResizedCrop``: the box drawn
+  from the header, the JPEG decoded at the strongest DCT reduction that
+  still serves it, then ``RandomFlip``, ``PackInputs``).
+
+Measured: (1) one process, each transform timed on its own (the shares:
+decode + crop + resize, flip, pack), images/s per core; (2) the dataloader
+of the config (batch 64, its collate) with each ``--workers`` count,
+images/s after a warm-up epoch; (3) how many such cores one GPU needs at
+the step rates measured on an H200 (docs/speed.md): 1,598 (faithful HPM,
+bf16, batch 256), 2,587 (fast), 3,274 (MAE), 3,500 (the target).
+"""
+import argparse
+import copy
+import json
+import os
+import os.path as osp
+import statistics
+import time
+
+import numpy as np
+
+ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
+CONFIG = 'configs/hpm/hpm_vit-base-p16_8xb512-amp-coslr-200e_in1k.py'
+#: mmpretrain's MAE ImageNet data (its train pipeline is the baseline)
+MMPRETRAIN = 'mmpretrain::_base_/datasets/imagenet_bs512_mae.py'
+GPU_RATES = {
+    'HPM faithful, H200 bf16 b256': 1598,
+    'HPM fast, H200 bf16 b256': 2587,
+    'MAE, H200 bf16 b256': 3274,
+    'target (#56)': 3500,
+}
+
+
+def make_images(root, n, seed=0):
+    """``n`` ImageNet-like JPEGs in ``root`` (made once, then reused)."""
+    from PIL import Image
+    os.makedirs(root, exist_ok=True)
+    have = sorted(f for f in os.listdir(root) if f.endswith('.JPEG'))
+    if len(have) >= n:
+        return have[:n]
+    rng = np.random.default_rng(seed)
+    aspects = [(4, 3), (3, 4), (1, 1), (16, 9), (3, 2)]
+    names = []
+    for i in range(n):
+        long_side = int(
+            rng.integers(300, 521) if rng.random() <
+            .85 else rng.integers(800, 2101))
+        a, b = aspects[rng.choice(5, p=[.5, .2, .15, .1, .05])]
+        w, h = (long_side, long_side * b // a) if a >= b else \
+            (long_side * a // b, long_side)
+        # a smooth field (low-res noise upsampled), edges, grain
+        low = rng.random((max(2, h // 40), max(2, w // 40), 3)) * 255
+        img = Image.fromarray(low.astype(np.uint8)).resize((w, h),
+                                                           Image.BICUBIC)
+        arr = np.asarray(img).astype(np.int16)
+        for _ in range(6):
+            y0, x0 = rng.integers(0, h), rng.integers(0, w)
+            arr[y0:y0 + h // 4, x0:x0 + w // 5] += rng.integers(-60, 60, 3)
+        arr += rng.normal(0, 4, arr.shape).astype(np.int16)
+        img = Image.fromarray(arr.clip(0, 255).astype(np.uint8))
+        kind = rng.random()
+        if kind < .02:
+            img = img.convert('L')
+        elif kind < .03:
+            img = img.convert('CMYK')
+        name = f'img_{i:05d}.JPEG'
+        img.save(osp.join(root, name), quality=int(rng.integers(75, 96)))
+        names.append(name)
+    return names
+
+
+def build(pipeline):
+    from mmengine.dataset import Compose
+    return Compose(copy.deepcopy(pipeline))
+
+
+def per_transform(pipeline, files, passes=2):
+    """Seconds per image of each transform, in one process."""
+    from mmengine.registry import TRANSFORMS
+    steps = [TRANSFORMS.build(copy.deepcopy(t)) for t in pipeline]
+    times = [0.] * len(steps)
+    n = 0
+    for p in range(passes):
+        np.random.seed(p)
+        for f in files:
+            results = dict(img_path=f, sample_idx=0)
+            for i, step in enumerate(steps):
+                t = time.perf_counter()
+                results = step(results)
+                times[i] += time.perf_counter() - t
+            n += 1
+    return {f"{i}:{t['type']}": times[i] / n for i, t in enumerate(pipeline)}
+
+
+def loader_rate(cfg, pipeline, root, workers, epochs=3, batch=64):
+    """Images/s of the config's dataloader over the images (first epoch
+    not counted: worker start)."""
+    from mmengine.runner import Runner
+    loader = copy.deepcopy(cfg.train_dataloader)
+    loader.update(
+        batch_size=batch,
+        num_workers=workers,
+        persistent_workers=workers > 0,
+        sampler=dict(type='DefaultSampler', shuffle=True))
+    loader['dataset'] = dict(
+        type='CustomDataset',
+        data_root=root,
+        with_label=False,
+        pipeline=copy.deepcopy(pipeline))
+    dl = Runner.build_dataloader(loader, seed=0)
+    n, start = 0, None
+    for epoch in range(epochs + 1):
+        if epoch == 1:
+            start = time.perf_counter()
+        for data in dl:
+            if epoch >= 1:
+                n += len(data['inputs'])
+    return n / (time.perf_counter() - start)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument('--images', type=int, default=300)
+    parser.add_argument('--workers', type=int, nargs='+', default=[1, 2])
+    parser.add_argument('--config', default=CONFIG)
+    parser.add_argument(
+        '--data', default=osp.join(ROOT, 'work_dirs', 'pipeline_bench_images'))
+    parser.add_argument('--passes', type=int, default=2)
+    parser.add_argument('--out')
+    args = parser.parse_args(argv)
+    import torch
+    from mmengine.registry import init_default_scope
+
+    import hpm_mm  # noqa: F401
+    from hpm_mm.apis.config import load_config
+    from hpm_mm.engine.precision import cpu_class, cpu_name
+    init_default_scope('mmpretrain')
+    torch.set_num_threads(1)
+    cfg = load_config(osp.join(ROOT, args.config))
+    names = make_images(args.data, args.images)
+    files = [osp.join(args.data, n) for n in names]
+    sizes = [os.path.getsize(f) for f in files]
+    from mmengine.hub import get_config
+    pipelines = dict(
+        mmpretrain=list(get_config(MMPRETRAIN).train_pipeline),
+        hpm_mm=list(cfg.train_dataloader.dataset.pipeline))
+    out = dict(
+        machine=dict(
+            cpu=cpu_name(), cpu_class=cpu_class(), cores=os.cpu_count()),
+        images=len(files),
+        mean_kb=round(statistics.mean(sizes) / 1024, 1),
+        config=args.config,
+        pipelines={
+            k: [t['type'] for t in v]
+            for k, v in pipelines.items()
+        },
+        per_core={},
+        loader={},
+        command='python .dev_scripts/pipeline_bench.py ' +
+        ' '.join(argv or []))
+    for name, pipeline in pipelines.items():
+        shares = per_transform(pipeline, files, args.passes)
+        total = sum(shares.values())
+        out['per_core'][name] = dict(
+            images_s=1 / total,
+            ms_per_image={
+                k: round(v * 1e3, 3)
+                for k, v in shares.items()
+            })
+        print(
+            f'{name}: {1 / total:.0f} images/s per core; ' +
+            ', '.join(f'{k} {v * 1e3:.2f} ms' for k, v in shares.items()),
+            flush=True)
+        for w in args.workers:
+            rate = loader_rate(cfg, pipeline, args.data, w)
+            out['loader'][f'{name}_{w}w'] = rate
+            print(
+                f'  dataloader, {w} workers: {rate:.0f} images/s', flush=True)
+    base, new = (
+        out['per_core'][k]['images_s'] for k in ('mmpretrain', 'hpm_mm'))
+    out['speedup_per_core'] = new / base
+    out['cores_per_gpu'] = {
+        what: dict(mmpretrain=rate / base, hpm_mm=rate / new)
+        for what, rate in GPU_RATES.items()
+    }
+    print(f'per core: hpm_mm {new:.0f} vs mmpretrain {base:.0f} images/s '
+          f'({new / base:.2f}x)')
+    for what, c in out['cores_per_gpu'].items():
+        print(f"  cores to feed {what} ({GPU_RATES[what]} images/s): "
+              f"{c['mmpretrain']:.1f} -> {c['hpm_mm']:.1f}")
+    if args.out:
+        os.makedirs(osp.dirname(osp.abspath(args.out)), exist_ok=True)
+        with open(args.out, 'w') as f:
+            json.dump(out, f, indent=1)
+    return out
+
+
+if __name__ == '__main__':
+    main()
