@@ -13,6 +13,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from hpm_mm.models.mask_generators import RandomMaskGenerator
+
 #: Panel titles of the score sources.
 SCORE_NAMES = dict(
     predicted_loss='predicted loss',
@@ -68,8 +70,6 @@ def analyze_hard_patches(model,
     """
     was_training = model.training
     model.eval()
-    gen_cpu = torch.Generator().manual_seed(seed) if seed is not None \
-        else None
     B = inputs.shape[0]
     N = model.backbone.num_patches
     gen = model.mask_generator
@@ -81,14 +81,17 @@ def analyze_hard_patches(model,
     target = model.target(inputs)
     feature_target = target is not inputs
 
-    # true per-patch losses, averaged over random masks
+    # true per-patch losses, averaged over MAE's random masks (drawn on the
+    # CPU from ``seed``, whatever the device)
     total = torch.zeros(B, N)
     count = torch.zeros(B, N)
-    for _ in range(num_masks):
-        keys = torch.rand(B, N, generator=gen_cpu)
-        mask = torch.zeros(B, N).scatter_(1,
-                                          keys.argsort(1)[:, N - num_masked:],
-                                          1.).to(inputs.device)
+    random_masks = RandomMaskGenerator(mask_ratio=gen.mask_ratio)
+    with torch.random.fork_rng(devices=[], enabled=seed is not None):
+        if seed is not None:
+            torch.manual_seed(seed)
+        masks = [random_masks(None, 0., N, B, 'cpu') for _ in range(num_masks)]
+    for mask in masks:
+        mask = mask.to(inputs.device)
         latent, ids = model.backbone(inputs, mask, N - num_masked)
         pred, _ = model.neck(latent, ids)
         loss = head.patch_losses(pred, target).cpu()
@@ -108,7 +111,7 @@ def analyze_hard_patches(model,
         if gen.score_source == 'predicted_loss' and scores is not None:
             pred_loss = scores
         elif teacher is not None and 'predictor' in teacher.module:
-            pred_loss = teacher(inputs, 'predicted_loss').scores.cpu()
+            pred_loss = teacher(inputs, scores='predicted_loss').scores.cpu()
         else:
             pred_loss = model.student_scores(inputs).cpu()
     if scores is not None:

@@ -524,5 +524,6 @@ def test_image_scores_with_the_ema_feature_target(device):
             side_effect=real) as spy:
         losses = model.loss(x, [])
     assert spy.call_count == 1
-    assert spy.call_args.args[2:] == (False, True)  # features, no scores
+    kwargs = spy.call_args.kwargs  # features, no scores
+    assert (kwargs['scores'], kwargs['features']) == (False, True)
     assert torch.isfinite(losses['loss_rec'])

@@ -212,7 +212,7 @@ def test_an_unknown_score_source_lists_the_registered_ones():
     from hpm_mm.models.teachers import TEACHER_SCORES
     model = tiny_hpm()
     with pytest.raises(ValueError) as e:
-        model.teacher(torch.zeros(1, 3, 32, 32), 'no_such_source')
+        model.teacher(torch.zeros(1, 3, 32, 32), scores='no_such_source')
     msg = str(e.value)
     assert "'no_such_source' is not a registered teacher score source" in msg
     for name in ('predicted_loss', 'cls_attention'):

@@ -7,18 +7,21 @@ from mmpretrain.registry import MODELS
 
 from ..losses import hpm_losses
 
-# the default predicting loss (a config: built, never mutated)
+# the default predicting loss and reconstruction criterion (configs: built,
+# never mutated)
 RELATIVE_LOSS = dict(type='HPMRelativeLoss')
+PIXEL_L2 = dict(type='PixelReconstructionLoss', criterion='L2')
 
 
 @MODELS.register_module()
 class HPMPretrainHead(MAEPretrainHead):
     """HPM head: per-patch reconstruction loss plus the predicting loss.
 
-    The reconstruction loss is kept as a (B, N) matrix (mean over the pixels
-    of each patch) because it is the target of the loss predictor;
-    ``loss_rec`` is its mean over masked patches, ``loss_pred`` comes from
-    the ``loss_pred`` config (:class:`HPMRelativeLoss` by default).
+    The reconstruction loss is kept as a (B, N) matrix (the ``loss``
+    criterion averaged over the pixels of each patch, in fp32) because it is
+    the target of the loss predictor; ``loss_rec`` is its mean over masked
+    patches, ``loss_pred`` comes from the ``loss_pred`` config
+    (:class:`HPMRelativeLoss` by default).
 
     Args:
         loss_pred (dict, optional): Config of the predicting loss. ``None``
@@ -29,23 +32,28 @@ class HPMPretrainHead(MAEPretrainHead):
             Defaults to False.
         patch_size (int): Patch size. Defaults to 16.
         in_channels (int): Image channels. Defaults to 3.
+        loss (dict): The reconstruction criterion, as
+            :class:`MAEPretrainHead`'s: mmpretrain's
+            ``PixelReconstructionLoss``, whose ``penalty`` (L2 or L1) gives
+            the per-patch losses. Defaults to L2 (MAE's and the authors').
     """
 
     def __init__(self,
                  loss_pred: Optional[dict] = RELATIVE_LOSS,
                  norm_pix: bool = False,
                  patch_size: int = 16,
-                 in_channels: int = 3) -> None:
-        # MAEPretrainHead builds ``loss``; ours is per patch, so skip it.
-        super(MAEPretrainHead, self).__init__()
-        self.norm_pix = norm_pix
-        self.patch_size = patch_size
-        self.in_channels = in_channels
+                 in_channels: int = 3,
+                 loss: dict = PIXEL_L2) -> None:
+        super().__init__(
+            loss=loss,
+            norm_pix=norm_pix,
+            patch_size=patch_size,
+            in_channels=in_channels)
         self.loss_pred = MODELS.build(loss_pred) if loss_pred else None
 
     def patch_losses(self, pred: torch.Tensor,
                      imgs: torch.Tensor) -> torch.Tensor:
-        """Per-patch MSE in fp32.
+        """Per-patch loss (the ``loss`` criterion: MSE by default) in fp32.
 
         Args:
             pred (torch.Tensor): (B, N, p*p*C) reconstruction.
@@ -55,7 +63,7 @@ class HPMPretrainHead(MAEPretrainHead):
             torch.Tensor: (B, N) mean squared error of every patch.
         """
         target = self.construct_target(imgs).float()
-        return ((pred.float() - target)**2).mean(-1)
+        return self.loss_module.penalty(pred.float(), target).mean(-1)
 
     def loss(self, pred: torch.Tensor, scores: Optional[torch.Tensor],
              target: torch.Tensor,

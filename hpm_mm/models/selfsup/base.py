@@ -222,15 +222,18 @@ class HPMBase(BaseSelfSupervisor):
         if self.teacher is not None:
             self.teacher.update(self.student(), self.optim_steps)
         needs = gen.needs_scores(self.backbone.num_patches, self.progress)
+        target = self.teacher_features  # False, True or a part's name
+        wants = dict(
+            features=bool(target),
+            through=target if isinstance(target, str) else None)
         if gen.score_source == IMAGE_SCORES:
             scores = self.mask_scores(inputs) if needs else None
-            features = self.teacher(inputs, False, self.teacher_features
-                                    ).features if self.teacher_features \
-                else None
+            features = self.teacher(
+                inputs, scores=False, **wants).features if target else None
             return scores, features
-        if not (needs or self.teacher_features):
+        if not (needs or target):
             return None, None
-        return tuple(self.teacher(inputs, needs, self.teacher_features))
+        return tuple(self.teacher(inputs, scores=needs, **wants))
 
     @torch.no_grad()
     def mask_scores(self,

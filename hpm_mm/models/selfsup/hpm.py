@@ -1,4 +1,4 @@
-from typing import Dict, List, Optional, Union
+from typing import Dict, List, Optional
 
 import torch
 import torch.nn as nn
@@ -78,39 +78,20 @@ class HPM(HPMBase):
         init_cfg (dict, optional): Defaults to None.
     """
 
-    def __init__(self,
-                 backbone: dict,
-                 neck: dict,
-                 head: dict,
-                 mask_generator: dict = dict(type='HPMMaskGenerator'),
-                 teacher: dict = dict(type='EMATeacher'),
-                 target_generator: Optional[dict] = None,
-                 pretrained: Optional[str] = None,
-                 data_preprocessor: Optional[dict] = None,
-                 init_cfg: Optional[Union[List[dict], dict]] = None) -> None:
-        super().__init__(
-            backbone=backbone,
-            neck=neck,
-            head=head,
-            mask_generator=mask_generator,
-            teacher=teacher,
-            target_generator=target_generator,
-            pretrained=pretrained,
-            data_preprocessor=data_preprocessor,
-            init_cfg=init_cfg)
-        self._register_load_state_dict_pre_hook(self._upgrade_keys)
-
     @staticmethod
     def upgrade_state_dict(state_dict: dict, prefix: str = '') -> dict:
         """A state dict of an earlier hpm_mm in today's keys
         (:func:`upgrade_hpm_state_dict`); every load goes through it."""
         return upgrade_hpm_state_dict(state_dict, prefix)
 
-    @classmethod
-    def _upgrade_keys(cls, state_dict, prefix, *args) -> None:
-        upgraded = cls.upgrade_state_dict(state_dict, prefix)
+    def _load_from_state_dict(self, state_dict, prefix, *args,
+                              **kwargs) -> None:
+        """Every load (its own and its children's keys, which the loader
+        takes from this dict after this call) reads today's keys."""
+        upgraded = self.upgrade_state_dict(state_dict, prefix)
         state_dict.clear()
         state_dict.update(upgraded)
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     @property
     def score_module(self) -> Optional[nn.Module]:

@@ -50,7 +50,8 @@ class EMATeacherTarget(nn.Module):
         if self._teacher is None:
             raise RuntimeError('EMATeacherTarget is not bound to a teacher: '
                                'the algorithm binds it when it is built.')
-        return self._teacher(inputs, False, True).features[:, 1:]
+        return self._teacher(
+            inputs, scores=False, features=True).features[:, 1:]
 
 
 class FrozenFeatureTarget(BaseModule):

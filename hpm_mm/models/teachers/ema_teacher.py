@@ -248,8 +248,10 @@ class EMATeacher(ExponentialMovingAverage):
     @torch.no_grad()
     def forward(self,
                 inputs: torch.Tensor,
+                *,
                 scores: Union[bool, str] = True,
-                features: Union[bool, str] = False) -> TeacherOutput:
+                features: bool = False,
+                through: Optional[str] = None) -> TeacherOutput:
         """The teacher's pass: one encoder pass over the full images, and
         what it gives. The only entrance: training, the frameworks, the
         pictures and the benchmark call it.
@@ -263,12 +265,14 @@ class EMATeacher(ExponentialMovingAverage):
                 :data:`~hpm_mm.models.teachers.TEACHER_SCORES`) for another
                 (the pictures show the predicted loss whatever the mask
                 reads), False for none. Defaults to True.
-            features (bool | str): Also return the encoder's tokens (after
-                its final norm: the CLS token, then the patches in raster
-                order): the EMA feature target (BootMAE, paper Tab. 1); or,
-                naming another averaged part (iBOT's ``'neck'``), that
-                part's output on them (iBOT's teacher prototypes). Needs
-                ``input_scale=1``.
+            features (bool): Also return the encoder's tokens (after its
+                final norm: the CLS token, then the patches in raster
+                order): the EMA feature target (BootMAE, paper Tab. 1).
+                Needs ``input_scale=1``.
+            through (str, optional): The name of another averaged part to
+                run on the tokens, whose output is returned as the features
+                (iBOT's ``'neck'``: its teacher prototypes). Implies
+                ``features``.
 
         Returns:
             TeacherOutput: ``scores`` (B, N) fp32 at the student's grid, or
@@ -278,6 +282,7 @@ class EMATeacher(ExponentialMovingAverage):
         source = self.score_source if scores is True else (scores or None)
         if source is not None and source != self.score_source:
             check_source(source)  # the configured one is checked at build
+        features = features or through is not None
         if features:
             self.check_full_image()
         backbone = self.module['backbone']
@@ -310,9 +315,9 @@ class EMATeacher(ExponentialMovingAverage):
                     size=full,
                     mode='bilinear',
                     align_corners=False).flatten(1)
-        if isinstance(features, str):
+        if through is not None:
             with precision:
-                latent = self.module[features](latent)
+                latent = self.module[through](latent)
         # features in the pass's precision; the heads cast what they read
         return TeacherOutput(out, latent if features else None)
 
