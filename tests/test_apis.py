@@ -87,3 +87,35 @@ def test_build_runner_leaves_an_explicit_runner_alone_refuses_mmengines():
             build_runner(Config(dict(runner_type=kind)))
     with pytest.raises(KeyError):  # left as named: mmengine looks it up
         build_runner(Config(dict(runner_type='MyRunner')))
+
+
+def test_train_checks_its_arguments_and_keeps_the_callers(tmp_path):
+    """Wrong types are one line (amp='no' counted as True); the caller's
+    override dicts are the same after the call (mmengine's merge pops
+    _delete_), so a second call with them trains the same config."""
+    import copy
+
+    from hpm_mm.apis import train_config
+    for bad, match in ((dict(amp='no'), "amp='no': give True or False"),
+                       (dict(quiet=1), 'quiet=1'),
+                       (dict(work_dir=3), 'work_dir=3'),
+                       (dict(resume=1.5), 'resume=1.5'),
+                       (dict(launcher='torchrun'), "launcher='torchrun'"),
+                       (dict(cfg_options=['a=1']), 'give a dict')):
+        kwargs = dict(dict(work_dir=str(tmp_path / 'w')), **bad)
+        with pytest.raises(HPMError, match=re.escape(match)):
+            train_config(FMNIST_CFG, **kwargs)
+    with pytest.raises(HPMError, match='neither a config file'):
+        train_config(42)
+    overrides = dict(
+        custom_hooks=[dict(type='HPMScheduleHook')],
+        train_dataloader=dict(dataset=dict(_delete_=True, type='X')))
+    options = {'train_cfg.max_epochs': 2}
+    kept = copy.deepcopy((overrides, options))
+    first = train_config(
+        FMNIST_CFG, str(tmp_path / 'w'), cfg_options=options, **overrides)
+    assert (overrides, options) == kept
+    second = train_config(
+        FMNIST_CFG, str(tmp_path / 'w'), cfg_options=options, **overrides)
+    assert first.to_dict() == second.to_dict()
+    assert first.train_dataloader.dataset == dict(type='X')

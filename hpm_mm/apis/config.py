@@ -1,5 +1,7 @@
 """Configs loaded and changed with one clear line for what cannot work:
 a syntax error, a missing package, an option nothing reads."""
+import copy
+import os
 import os.path as osp
 import re
 from typing import Any, Optional
@@ -262,11 +264,22 @@ def run_config(config, work_dir: Optional[str], launcher: str, *options:
     if isinstance(config, Config):
         cfg = Config(config.to_dict(), filename=config.filename)
         name = config.filename or 'config'
+    elif isinstance(config, (str, os.PathLike)):
+        cfg, name = load_config(str(config)), str(config)
     else:
-        cfg, name = load_config(config), config
+        raise HPMError(
+            f'config={config!r} ({type(config).__name__}) is neither a config '
+            'file nor a loaded Config. Fix: a path such as configs/hpm/'
+            'hpm_vit-mini-p4_1xb256-coslr-10e_fmnist.py, or '
+            'mmengine.Config.fromfile(path).')
     for option in options:
-        if option:
-            merge_cfg_options(cfg, option)
+        if option is not None and not isinstance(option, dict):
+            raise HPMError(
+                f'options {option!r} ({type(option).__name__}): give a dict '
+                "of key.sub=value overrides, e.g. {'train_cfg.max_epochs': "
+                '2}.')
+        if option:  # a copy: mmengine's merge pops keys (_delete_)
+            merge_cfg_options(cfg, copy.deepcopy(option))
     cfg.launcher = launcher
     if work_dir is not None:
         cfg.work_dir = work_dir

@@ -86,7 +86,8 @@ def frozen_eval(config: Union[str, Config],
     from mmengine.runner import Runner
 
     from hpm_mm.engine.precision import feature_precision
-    from hpm_mm.evaluation import extract_features, knn_classify, linear_probe
+    from hpm_mm.evaluation import (SAME_SET, extract_features, knn_classify,
+                                   linear_probe, same_images)
     from .model import load_model
     log = log or (lambda line: None)
     cfg = load_config(config) if isinstance(config, str) else config
@@ -130,14 +131,12 @@ def frozen_eval(config: Union[str, Config],
         except ValueError as e:  # a layer the encoder does not have
             raise HPMError(str(e)) from None
     train, val = feats['train'], feats['val']
-    if train['labels'].numel() == val['labels'].numel() and torch.equal(
-            train['labels'], val['labels']) and all(
-                torch.equal(train['feats'][f], val['feats'][f])
-                for f in features):
-        log('warning: the memory bank is the evaluated set (the same images '
-            'in both loaders): every image finds itself, so kNN measures '
-            'nothing. Fix: evaluate on held-out images (val_dataloader).')
+    warnings = []
+    if same_images(train, val):
+        warnings.append(SAME_SET)
+        log(f'warning: {SAME_SET}')
     out = dict(
+        warnings=warnings,
         knn={},
         layer=None if raw_pixels else layer,
         temperature=temperature,

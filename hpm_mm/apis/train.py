@@ -45,6 +45,16 @@ def train_config(config: Union[str, Config],
     Raises:
         HPMError: A config or option that cannot work, in one line.
     """
+    check_arguments(
+        dict(
+            amp=amp,
+            quiet=quiet,
+            tensorboard=tensorboard,
+            validate=validate,
+            auto_scale_lr=auto_scale_lr),
+        work_dir=work_dir,
+        resume=resume,
+        launcher=launcher)
     cfg = run_config(config, work_dir, launcher, overrides, cfg_options)
     if resume is True or resume == 'auto':
         cfg.resume, cfg.load_from = True, None
@@ -68,6 +78,29 @@ def train_config(config: Union[str, Config],
     if quiet:
         cfg.console = 'quiet'
     return cfg
+
+
+LAUNCHERS = ('none', 'pytorch', 'slurm', 'mpi')
+
+
+def check_arguments(flags: dict, work_dir=None, resume=None,
+                    launcher='none') -> None:
+    """Refuse, in one line, an argument of the wrong type (``amp='no'``
+    would otherwise count as True) or value."""
+    import os
+    for name, value in flags.items():
+        if not isinstance(value, bool):
+            raise HPMError(f'{name}={value!r}: give True or False.')
+    if work_dir is not None and not isinstance(work_dir, (str, os.PathLike)):
+        raise HPMError(f'work_dir={work_dir!r}: give a folder path.')
+    if resume is not None and not isinstance(resume,
+                                             (bool, str, os.PathLike)):
+        raise HPMError(f'resume={resume!r}: give True (the newest complete '
+                       'checkpoint of the work dir), a checkpoint path, or '
+                       'False.')
+    if launcher not in LAUNCHERS:
+        raise HPMError(f'launcher={launcher!r}: give one of '
+                       f'{", ".join(LAUNCHERS)}.')
 
 
 def set_loaders(cfg: Config, key: str, value) -> None:

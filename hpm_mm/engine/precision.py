@@ -55,6 +55,9 @@ NOT_ASKED = 'as asked: no --amp'
 MIN_SPEEDUP = 1.2
 #: timed steps per precision, at least (after one warm-up step each)
 TIMED_STEPS = 3
+#: a cached timing older than this is timed again (a machine's load, its
+#: torch or its firmware change)
+CACHE_DAYS = 30
 
 
 class Precision(NamedTuple):
@@ -246,6 +249,26 @@ def _write_cache(key: str, timing: dict) -> None:
         pass
 
 
+def usable(timing) -> bool:
+    """Whether a cached timing can decide: its step times positive and
+    finite, its speed-up their ratio (to 1%), measured within
+    :data:`CACHE_DAYS` days (an entry without its date: timed again)."""
+    import math
+    if not isinstance(timing, dict):
+        return False
+    values = [timing.get(k) for k in ('fp32_s', 'bf16_s', 'speedup')]
+    if not all(
+            isinstance(v, (int, float)) and not isinstance(v, bool)
+            and math.isfinite(v) and v > 0 for v in values):
+        return False
+    fp32_s, bf16_s, speedup = values
+    if abs(speedup - fp32_s / bf16_s) > 0.01 * speedup + 1e-3:
+        return False
+    when = timing.get('measured_at')
+    return isinstance(when, (int, float)) and \
+        0 <= time.time() - when <= CACHE_DAYS * 86400
+
+
 def _ms(seconds: float) -> str:
     return f'{seconds * 1e3:.0f} ms' if seconds >= 0.01 else \
         f'{seconds * 1e3:.2f} ms'
@@ -292,14 +315,12 @@ def choose_precision(amp: bool,
             'would speed up, and none was given to time: fp32')
     key = cache_key(workload) if workload else None
     timing = _read_cache().get(key) if key else None
-    if isinstance(timing, dict) and all(
-            isinstance(timing.get(k), (int, float))
-            for k in ('fp32_s', 'bf16_s', 'speedup')):
+    if usable(timing):
         timing = dict(timing, cached=cache_path())
     else:
         with keep_random_state():  # the run draws what it would have drawn
             timing = time_steps(step)
-        timing['what'] = what
+        timing.update(what=what, measured_at=time.time())
         if key:
             _write_cache(key, timing)
     fp32_s, bf16_s, speedup = (timing['fp32_s'], timing['bf16_s'],

@@ -214,3 +214,21 @@ def extract_features(model,
             f: feats[:, i]
             for i, f in enumerate(names)
         }, labels=labels)
+
+
+#: what the kNN hook and knn_eval say when the bank is the evaluated set
+SAME_SET = ('the memory bank is the evaluated set (the same images in both '
+            'loaders): every image finds itself, so kNN measures nothing. '
+            'Fix: evaluate on held-out images (val_dataloader).')
+
+
+def same_images(train: dict, val: dict) -> bool:
+    """Whether two :func:`extract_features` results are of the same images
+    (the same labels and the same features, in order)."""
+    if train['labels'].numel() != val['labels'].numel() or \
+            not torch.equal(train['labels'], val['labels']):
+        return False
+    a, b = train['feats'], val['feats']
+    if isinstance(a, dict):
+        return all(torch.equal(a[f], b[f]) for f in a)
+    return torch.equal(a, b)

@@ -85,6 +85,27 @@ def test_the_timing_is_cached_per_machine_and_workload(tmp_path, monkeypatch):
         == 'bf16'
 
 
+
+@pytest.mark.parametrize('entry', [
+    dict(fp32_s=float('nan'), bf16_s=0.01, speedup=3.),
+    dict(fp32_s=-0.03, bf16_s=0.01, speedup=-3.),
+    dict(fp32_s=0.03, bf16_s=0.01, speedup=300.),  # not their ratio
+    dict(fp32_s=0.03, bf16_s=0.01, speedup=3.),  # no date
+    dict(fp32_s=0.03, bf16_s=0.01, speedup=3., measured_at=1.),  # too old
+])
+def test_a_cached_timing_that_cannot_decide_is_timed_again(
+        tmp_path, monkeypatch, entry):
+    """NaN, negative, inconsistent or aged-out entries are not believed:
+    the step is timed again (here fp32 is faster, against the entry)."""
+    monkeypatch.setenv('HPM_CACHE_DIR', str(tmp_path))
+    (tmp_path / 'precision.json').write_text(
+        json.dumps({P.cache_key('w'): entry}))
+    calls = []
+    got = P.choose_precision(True, 'cpu', sleeper(0.01, 0.03, calls), 'w')
+    assert calls and got.name == 'fp32' and 'cached' not in got.timing
+    assert P.usable(got.timing)  # the new entry decides next time
+
+
 def test_the_timing_leaves_the_random_numbers_alone():
     import random
 

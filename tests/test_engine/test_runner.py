@@ -1,6 +1,7 @@
 """hpm_mm's runner owns the run's policy: built by mmengine's own builder
 (``RUNNERS.build``), in this process, it does what tools/train.py does."""
 import json
+import logging
 
 import pytest
 import torch
@@ -296,3 +297,63 @@ def test_compile_key_compiles_the_parts_and_keeps_the_losses(tmp_path):
             rtol=1e-4,
             atol=1e-5,
             msg=lambda m, key=key: key + m)
+
+
+def test_a_run_under_mmengines_own_runner_says_so_once(tmp_path, monkeypatch):
+    """mmengine's Runner.from_cfg ignores runner_type: the run trains, and
+    says once that it does so without hpm_mm's policy."""
+    from mmengine.logging import MMLogger
+    from mmengine.runner import Runner
+
+    from hpm_mm.engine.hooks import hpm_schedule_hook
+    monkeypatch.setattr(hpm_schedule_hook, '_WARNED_RUNNER', False)
+    seen = []
+    for n in range(2):
+        runner = Runner.from_cfg(_cfg(tmp_path, work=f'plain{n}'))
+        logger = MMLogger.get_current_instance()
+        handler = logging.Handler()
+        handler.emit = lambda r: seen.append(r.getMessage())
+        logger.addHandler(handler)
+        try:
+            runner.train()
+        finally:
+            logger.removeHandler(handler)
+    warned = [m for m in seen if "not hpm_mm's HPMRunner" in m]
+    assert len(warned) == 1 and 'Runner.from_cfg ignores' in warned[0]
+    assert 'under Runner' in warned[0]
+
+
+def test_the_knn_hook_says_when_the_bank_is_the_evaluated_set(tmp_path):
+    """A training run's kNN hook on one folder as bank and evaluated set:
+    a warning in the log and in knn.json (the tool says it too)."""
+    from hpm_mm.apis import train
+    from hpm_mm.evaluation import SAME_SET
+    loader = dict(
+        batch_size=4,
+        num_workers=0,
+        sampler=dict(type='DefaultSampler', shuffle=False),
+        collate_fn=dict(type='default_collate'),
+        dataset=dict(
+            type='CustomDataset',
+            data_root=str(tmp_path / 'imgs'),
+            pipeline=[
+                dict(type='LoadImageFromFile', color_type='grayscale'),
+                dict(type='Resize', scale=28),
+                dict(type='PackInputs')
+            ]))
+    hook = dict(
+        type='KNNEvalHook',
+        ks=[1],
+        interval=0,
+        train_dataloader=loader,
+        val_dataloader=loader)
+    cfg = tiny_config(
+        tmp_path,
+        body=TINY_RUN.format(keep=1, epochs=1),
+        num_images=8,
+        hooks=f"custom_hooks = [dict(type='HPMScheduleHook'), {hook!r}]")
+    runner = train(cfg, str(tmp_path / 'work'), quiet=True)
+    with open(tmp_path / 'work' / 'knn.json') as f:
+        assert json.load(f)['warnings'] == [SAME_SET]
+    log = open(runner.logger.handlers[-1].baseFilename).read()
+    assert f'kNN: {SAME_SET}' in log

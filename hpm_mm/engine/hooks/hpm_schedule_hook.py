@@ -1,9 +1,15 @@
+import logging
 from typing import Optional, Tuple
 
 from mmengine.hooks import Hook
+from mmengine.logging import print_log
 from mmengine.runner import EpochBasedTrainLoop
 from mmpretrain.registry import HOOKS
 from mmpretrain.utils import get_ori_model
+
+
+#: the warning of a run under another runner is given once per process
+_WARNED_RUNNER = False
 
 
 @HOOKS.register_module()
@@ -30,6 +36,25 @@ class HPMScheduleHook(Hook):
 
     def __init__(self, by_epoch: bool = True) -> None:
         self.by_epoch = by_epoch
+
+    def before_train(self, runner) -> None:
+        """Say once per process when the run is not under hpm_mm's runner
+        (mmengine's plain ``Runner.from_cfg`` does not read
+        ``runner_type``): it trains, without the run's policy."""
+        global _WARNED_RUNNER
+        from ..runner import RunPolicyMixin
+        if isinstance(runner, RunPolicyMixin) or _WARNED_RUNNER:
+            return
+        _WARNED_RUNNER = True
+        print_log(
+            f'this run is under {type(runner).__name__}, not hpm_mm\'s '
+            'HPMRunner: it trains without the run\'s policy (the precision '
+            'key, the work-dir lock, the resume and checkpoint checks, '
+            'the input channel check). Fix: RUNNERS.build(cfg) or '
+            'HPMRunner.from_cfg(cfg) (mmengine\'s Runner.from_cfg ignores '
+            'runner_type), or hpm_mm.apis.train.',
+            logger='current',
+            level=logging.WARNING)
 
     @staticmethod
     def epoch_state(runner) -> Tuple[int, float]:

@@ -10,7 +10,8 @@ from mmpretrain.utils import get_ori_model
 
 from hpm_mm.engine.optimizers.autocast_optim_wrapper import run_dtype
 from hpm_mm.engine.precision import feature_precision
-from hpm_mm.evaluation import FEATURES, extract_features, knn_classify
+from hpm_mm.evaluation import (FEATURES, SAME_SET, extract_features,
+                               knn_classify, same_images)
 from .eval_hook_base import AfterCheckpointEvalHook
 
 
@@ -98,6 +99,10 @@ class KNNEvalHook(AfterCheckpointEvalHook):
                                dtype, self.layer)
         acc = knn_classify(train['feats'], train['labels'], val['feats'],
                            val['labels'], self.ks, self.temperature)
+        warnings = []
+        if same_images(train, val):
+            warnings.append(SAME_SET)
+            runner.logger.warning(f'kNN: {SAME_SET}')
         scalars = {f'knn/top1_k{k}': v for k, v in acc.items()}
         scalars['knn/top1_best'] = max(acc.values())
         for key, value in scalars.items():
@@ -133,7 +138,8 @@ class KNNEvalHook(AfterCheckpointEvalHook):
                     (0 if done or not self.by_epoch else 1),
                     iter=runner.iter + (0 if done or self.by_epoch else 1),
                     num_train=len(train['labels']),
-                    num_val=len(val['labels'])),
+                    num_val=len(val['labels']),
+                    warnings=warnings),
                 osp.join(runner.work_dir, 'knn.json'),
                 indent=2)
         return acc
