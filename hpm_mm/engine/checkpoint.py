@@ -126,33 +126,72 @@ def load_from_local(filename: str, map_location=None):
     return load_file(filename, map_location)
 
 
+#: the first bytes of torch's legacy (pre-zip) checkpoint format
+LEGACY_MAGIC = b'\x80\x02\x8a\nl\xfc\x9cF\xf9 j\xa8P\x19.'
+
+
+def download_problem(path: str) -> Optional[str]:
+    """Why a downloaded file is not a checkpoint (an error page, a cut
+    download), or None: a complete zip archive, or torch's legacy format."""
+    problem = checkpoint_problem(path)
+    if problem is None:
+        return None
+    with open(path, 'rb') as f:
+        if f.read(len(LEGACY_MAGIC)) == LEGACY_MAGIC:
+            return None
+    return problem
+
+
 def download_checkpoint(url: str, model_dir: Optional[str] = None) -> str:
     """The local copy of the checkpoint at ``url``: downloaded once into
     ``model_dir`` (default: torch hub's ``checkpoints/`` folder, where
     mmengine and torch keep theirs), by local rank 0 first under
     distributed training; nothing is unpickled here.
 
+    The copy is named by the whole address (a hash of the URL, then the
+    file name): ``.../runA/epoch_3.pth`` and ``.../runB/epoch_3.pth`` are
+    two copies. A download that is no checkpoint (an error page, a cut
+    transfer) is removed and named; a bad copy left by an earlier run is
+    fetched again.
+
     Raises:
-        HPMError: The download failed (one line: the URL and why).
+        HPMError: The download failed or is not a checkpoint (one line:
+            the URL, the file and why).
     """
+    import hashlib
     from urllib.parse import urlparse
 
     from mmengine.dist import get_dist_info
     model_dir = model_dir or osp.join(torch.hub.get_dir(), 'checkpoints')
     name = osp.basename(urlparse(url).path) or 'checkpoint.pth'
-    path = osp.join(model_dir, name)
+    key = hashlib.sha256(url.encode()).hexdigest()[:16]
+    path = osp.join(model_dir, f'{key}-{name}')
 
     def fetch():
         if osp.isfile(path):
-            return
+            if download_problem(path) is None:
+                return
+            os.remove(path)  # a bad copy: fetched again
         os.makedirs(model_dir, exist_ok=True)
+        part = f'{path}.{os.getpid()}.part'
         try:
-            torch.hub.download_url_to_file(url, path, progress=False)
+            torch.hub.download_url_to_file(url, part, progress=False)
         except Exception as e:
+            if osp.exists(part):
+                os.remove(part)
             raise HPMError(
                 f'cannot download the checkpoint {url} ({type(e).__name__}: '
                 f'{e}). Fix: check the address and the network, or download '
                 'it yourself and pass its path.') from None
+        problem = download_problem(part)
+        if problem is not None:
+            os.remove(part)
+            raise HPMError(
+                f'the download of {url} is not a checkpoint ({problem}); the '
+                f'file ({path}) was removed. Fix: check the address (an '
+                'error page or a moved file gives this), or download it '
+                'yourself and pass its path.')
+        os.replace(part, path)
 
     rank, world_size = get_dist_info()
     if rank == 0:

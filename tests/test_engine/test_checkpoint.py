@@ -205,3 +205,37 @@ def test_numpy_in_a_checkpoint_loads_from_either_numpy(tmp_path, module):
     torch.save(dict(f=np.save), path, _use_new_zipfile_serialization=False)
     with pytest.raises(pickle.UnpicklingError, match='Unsupported global'):
         torch.load(path, weights_only=True)
+
+
+def test_url_checkpoints_are_cached_by_their_whole_address(tmp_path):
+    """Two runs' epoch_3.pth are two copies; a download that is no
+    checkpoint (an error page, a cut transfer) is removed and named with
+    its URL; a bad copy left in the cache is fetched again."""
+    from hpm_mm.engine.checkpoint import download_checkpoint
+    from hpm_mm.errors import HPMError
+    for run, value in (('runA', 1.), ('runB', 2.)):
+        (tmp_path / run).mkdir()
+        torch.save(dict(w=torch.full((2, ), value)),
+                   tmp_path / run / 'epoch_3.pth')
+    cache = str(tmp_path / 'cache')
+    a = download_checkpoint((tmp_path / 'runA' / 'epoch_3.pth').as_uri(),
+                            cache)
+    b = download_checkpoint((tmp_path / 'runB' / 'epoch_3.pth').as_uri(),
+                            cache)
+    assert a != b and a.endswith('-epoch_3.pth')
+    assert torch.load(a)['w'][0] == 1. and torch.load(b)['w'][0] == 2.
+    page = tmp_path / 'moved' / 'epoch_3.pth'
+    page.parent.mkdir()
+    page.write_text('<html>404 Not Found</html>')
+    with pytest.raises(HPMError) as e:
+        download_checkpoint(page.as_uri(), cache)
+    line = str(e.value)
+    assert page.as_uri() in line and 'not a checkpoint' in line and \
+        'Fix:' in line and len(line.splitlines()) == 1
+    assert sorted(os.listdir(cache)) == sorted(
+        [os.path.basename(a), os.path.basename(b)])  # nothing left of it
+    with open(a, 'r+b') as f:  # the cached copy cut short
+        f.truncate(100)
+    again = download_checkpoint(
+        (tmp_path / 'runA' / 'epoch_3.pth').as_uri(), cache)
+    assert again == a and torch.load(again)['w'][0] == 1.
