@@ -85,14 +85,15 @@ def test_the_timing_is_cached_per_machine_and_workload(tmp_path, monkeypatch):
         == 'bf16'
 
 
-
-@pytest.mark.parametrize('entry', [
-    dict(fp32_s=float('nan'), bf16_s=0.01, speedup=3.),
-    dict(fp32_s=-0.03, bf16_s=0.01, speedup=-3.),
-    dict(fp32_s=0.03, bf16_s=0.01, speedup=300.),  # not their ratio
-    dict(fp32_s=0.03, bf16_s=0.01, speedup=3.),  # no date
-    dict(fp32_s=0.03, bf16_s=0.01, speedup=3., measured_at=1.),  # too old
-])
+@pytest.mark.parametrize(
+    'entry',
+    [
+        dict(fp32_s=float('nan'), bf16_s=0.01, speedup=3.),
+        dict(fp32_s=-0.03, bf16_s=0.01, speedup=-3.),
+        dict(fp32_s=0.03, bf16_s=0.01, speedup=300.),  # not their ratio
+        dict(fp32_s=0.03, bf16_s=0.01, speedup=3.),  # no date
+        dict(fp32_s=0.03, bf16_s=0.01, speedup=3., measured_at=1.),  # too old
+    ])
 def test_a_cached_timing_that_cannot_decide_is_timed_again(
         tmp_path, monkeypatch, entry):
     """NaN, negative, inconsistent or aged-out entries are not believed:
