@@ -98,8 +98,8 @@ def test_train_checks_its_arguments_and_keeps_the_callers(tmp_path):
     from hpm_mm.apis import train_config
     for bad, match in ((dict(amp='no'), "amp='no': give True or False"),
                        (dict(quiet=1), 'quiet=1'),
-                       (dict(work_dir=3), 'work_dir=3'),
-                       (dict(resume=1.5), 'resume=1.5'),
+                       (dict(work_dir=3), 'work_dir=3'), (dict(resume=1.5),
+                                                          'resume=1.5'),
                        (dict(launcher='torchrun'), "launcher='torchrun'"),
                        (dict(cfg_options=['a=1']), 'give a dict')):
         kwargs = dict(dict(work_dir=str(tmp_path / 'w')), **bad)

@@ -83,7 +83,9 @@ def train_config(config: Union[str, Config],
 LAUNCHERS = ('none', 'pytorch', 'slurm', 'mpi')
 
 
-def check_arguments(flags: dict, work_dir=None, resume=None,
+def check_arguments(flags: dict,
+                    work_dir=None,
+                    resume=None,
                     launcher='none') -> None:
     """Refuse, in one line, an argument of the wrong type (``amp='no'``
     would otherwise count as True) or value."""
@@ -93,8 +95,7 @@ def check_arguments(flags: dict, work_dir=None, resume=None,
             raise HPMError(f'{name}={value!r}: give True or False.')
     if work_dir is not None and not isinstance(work_dir, (str, os.PathLike)):
         raise HPMError(f'work_dir={work_dir!r}: give a folder path.')
-    if resume is not None and not isinstance(resume,
-                                             (bool, str, os.PathLike)):
+    if resume is not None and not isinstance(resume, (bool, str, os.PathLike)):
         raise HPMError(f'resume={resume!r}: give True (the newest complete '
                        'checkpoint of the work dir), a checkpoint path, or '
                        'False.')

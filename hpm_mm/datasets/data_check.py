@@ -21,7 +21,8 @@ def _loaders(cfg: Config) -> List[Tuple[str, dict]]:
 
 def _pipeline_channels(pipeline) -> int:
     for t in pipeline or []:
-        if 'LoadImage' in str(t.get('type', '')):
+        if 'LoadImage' in str(t.get('type', '')) or str(t.get(
+                'type', '')).endswith('LoadAndRandomResizedCrop'):
             # 'unchanged' keeps each file's own channels: not known here
             return {
                 'grayscale': 1,

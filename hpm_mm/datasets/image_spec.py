@@ -22,6 +22,7 @@ from .data_check import _loaders
 #: transform -> the key that takes the image size
 SIZE_KEYS = dict(
     RandomResizedCrop='scale',
+    LoadAndRandomResizedCrop='scale',
     ResizeEdge='scale',
     Resize='scale',
     CenterCrop='crop_size',
@@ -87,8 +88,9 @@ def apply_image_spec(cfg):
             dataset['data_root'] = spec['root']
         for t in dataset.get('pipeline') or []:
             kind = str(t.get('type', '')).split('.')[-1]
-            if kind.startswith('LoadImageFromFile'):
+            if kind.startswith('LoadImageFromFile') or \
+                    kind == 'LoadAndRandomResizedCrop':
                 t['color_type'] = color
-            elif kind in SIZE_KEYS:
+            if kind in SIZE_KEYS:
                 t[SIZE_KEYS[kind]] = size
     return cfg

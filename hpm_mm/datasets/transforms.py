@@ -111,8 +111,10 @@ class LoadAndRandomResizedCrop(_Unreadable, RandomResizedCrop):
         backend (str): The resize backend of the full-decode crop
             (:class:`RandomResizedCrop`). Defaults to ``'pillow'``.
         reduce (bool): Decode JPEGs at the reduced size. False: exactly
-            ``LoadImageFromFile`` + ``RandomResizedCrop`` (mmcv's pillow
-            decoder). Defaults to True.
+            ``LoadImageFromFileChecked`` + ``RandomResizedCrop`` (mmcv's
+            pillow decoder). Defaults to True.
+        color_type (str): ``'color'`` (BGR) or ``'grayscale'`` (H x W), as
+            the checked loader's. Defaults to ``'color'``.
         skip_unreadable (bool): See :class:`LoadImageFromFileChecked`.
         backend_args (dict, optional): mmengine file backend arguments.
     """
@@ -125,6 +127,7 @@ class LoadAndRandomResizedCrop(_Unreadable, RandomResizedCrop):
                  interpolation: str = 'bilinear',
                  backend: str = 'pillow',
                  reduce: bool = True,
+                 color_type: str = 'color',
                  skip_unreadable: bool = False,
                  backend_args: Optional[dict] = None) -> None:
         super().__init__(
@@ -134,7 +137,11 @@ class LoadAndRandomResizedCrop(_Unreadable, RandomResizedCrop):
             max_attempts=max_attempts,
             interpolation=interpolation,
             backend=backend)
+        if color_type not in ('color', 'grayscale'):
+            raise ValueError(f"color_type={color_type!r}: 'color' or "
+                             "'grayscale'.")
         self.reduce = reduce
+        self.color_type = color_type
         self.skip_unreadable = skip_unreadable
         self.num_skipped = 0
         self.backend_args = backend_args
@@ -175,7 +182,8 @@ class LoadAndRandomResizedCrop(_Unreadable, RandomResizedCrop):
         factor = self.reduction(th, tw) if (self.reduce
                                             and pil.format == 'JPEG') else 1
         if factor == 1:  # the full decode, mmpretrain's crop and resize
-            array = mmcv.imfrombytes(content, flag='color', backend='pillow')
+            array = mmcv.imfrombytes(
+                content, flag=self.color_type, backend='pillow')
             crop = mmcv.imcrop(array,
                                np.array([ow, oh, ow + tw - 1, oh + th - 1]))
             return mmcv.imresize(
@@ -185,17 +193,21 @@ class LoadAndRandomResizedCrop(_Unreadable, RandomResizedCrop):
                 backend=self.backend), (h, w)
         raw_w, raw_h = pil.size
         pil.draft(pil.mode, (raw_w // factor, raw_h // factor))
-        array = _pillow2array(pil, 'color', 'rgb')  # EXIF turn, to RGB
+        array = _pillow2array(pil, self.color_type, 'rgb')  # EXIF turn
         fy, fx = array.shape[0] / h, array.shape[1] / w
         box = (ow * fx, oh * fy, (ow + tw) * fx, (oh + th) * fy)
         out = Image.fromarray(array).resize(
             tuple(self.scale[::-1]),
             resample=_PIL_RESAMPLE[self.interpolation],
             box=box)
-        return np.ascontiguousarray(np.asarray(out)[..., ::-1]), (h, w)
+        out = np.asarray(out)
+        if out.ndim == 3:  # RGB -> BGR, as mmcv's loaders
+            out = out[..., ::-1]
+        return np.ascontiguousarray(out), (h, w)
 
     def __repr__(self) -> str:
-        return super().__repr__()[:-1] + f', reduce={self.reduce})'
+        return super().__repr__()[:-1] + \
+            f', reduce={self.reduce}, color_type={self.color_type!r})'
 
 
 def _pil_resample():

@@ -4,6 +4,5 @@ from .linear import linear_probe
 
 __all__ = [
     'knn_classify', 'extract_features', 'pool_features', 'same_images',
-    'SAME_SET', 'FEATURES',
-    'linear_probe'
+    'SAME_SET', 'FEATURES', 'linear_probe'
 ]

@@ -191,3 +191,22 @@ def test_the_imagenet_configs_use_it_and_run_a_few_steps(tmp_path):
     assert runner.iter == 2
     losses = runner.message_hub.log_scalars['train/loss_rec'].data[0]
     assert len(losses) == 2 and all(np.isfinite(losses))
+
+
+def test_grayscale_reads_as_the_checked_loader(tmp_path):
+    """color_type='grayscale' (the own-images configs of 1-channel data):
+    H x W, as LoadImageFromFileChecked(color_type='grayscale') + the crop."""
+    from mmpretrain.datasets.transforms import RandomResizedCrop
+    path = str(tmp_path / 'a.jpg')
+    photo(1600, 1200).save(path, quality=92)
+    diffs = []
+    for seed in range(6):
+        np.random.seed(seed)
+        ref = RandomResizedCrop(
+            backend='pillow',
+            **CROP)(LoadImageFromFileChecked(color_type='grayscale')(
+                dict(img_path=path)))['img']
+        got = reduced(path, seed, color_type='grayscale')
+        assert got.shape == ref.shape == (224, 224)
+        diffs.append(np.abs(got.astype(int) - ref.astype(int)).mean())
+    assert np.mean(diffs) < 2.0, diffs

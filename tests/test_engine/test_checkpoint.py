@@ -215,8 +215,8 @@ def test_url_checkpoints_are_cached_by_their_whole_address(tmp_path):
     from hpm_mm.errors import HPMError
     for run, value in (('runA', 1.), ('runB', 2.)):
         (tmp_path / run).mkdir()
-        torch.save(dict(w=torch.full((2, ), value)),
-                   tmp_path / run / 'epoch_3.pth')
+        torch.save(
+            dict(w=torch.full((2, ), value)), tmp_path / run / 'epoch_3.pth')
     cache = str(tmp_path / 'cache')
     a = download_checkpoint((tmp_path / 'runA' / 'epoch_3.pth').as_uri(),
                             cache)
@@ -236,6 +236,6 @@ def test_url_checkpoints_are_cached_by_their_whole_address(tmp_path):
         [os.path.basename(a), os.path.basename(b)])  # nothing left of it
     with open(a, 'r+b') as f:  # the cached copy cut short
         f.truncate(100)
-    again = download_checkpoint(
-        (tmp_path / 'runA' / 'epoch_3.pth').as_uri(), cache)
+    again = download_checkpoint((tmp_path / 'runA' / 'epoch_3.pth').as_uri(),
+                                cache)
     assert again == a and torch.load(again)['w'][0] == 1.

@@ -312,8 +312,10 @@ def test_own_data_config_runs_as_written_and_the_image_spec_flows(tmp_path):
             m.neck.in_chans, m.head.patch_size) == (48, 8, 1, 36, 1, 8)
     for loader in (cfg.train_dataloader, cfg.custom_hooks[1]['dataloader']):
         pipe = {t['type']: t for t in loader['dataset']['pipeline']}
-        assert pipe['LoadImageFromFileChecked']['color_type'] == 'grayscale'
-        assert 48 in (pipe.get('RandomResizedCrop',
+        load = pipe.get('LoadImageFromFileChecked') or \
+            pipe['LoadAndRandomResizedCrop']  # the train pipeline's
+        assert load['color_type'] == 'grayscale'
+        assert 48 in (pipe.get('LoadAndRandomResizedCrop',
                                {}).get('scale'), pipe.get('CenterCrop',
                                                           {}).get('crop_size'))
         assert loader['dataset']['data_root'] == 'images/'

@@ -7,7 +7,6 @@ from mmengine.runner import EpochBasedTrainLoop
 from mmpretrain.registry import HOOKS
 from mmpretrain.utils import get_ori_model
 
-
 #: the warning of a run under another runner is given once per process
 _WARNED_RUNNER = False
 
