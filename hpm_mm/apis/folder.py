@@ -36,16 +36,18 @@ def choose_settings(scan: Dict,
     """
     n = len(scan['files'])
     short = median(min(s) for s in scan['sizes'])
-    size = img_size or max([s for s in SIZES if s <= short] or [SIZES[0]])
+    size = img_size if img_size is not None else max(
+        [s for s in SIZES if s <= short] or [SIZES[0]])
     patch = 16 if size >= 224 else size // 8
     if size % patch:
         raise HPMError(f'--img-size {size}: must be a multiple of '
                        f'{patch} (patch size). Fix: use one of {SIZES}.')
-    ch = channels or (1 if scan['gray'] else 3)
-    batch = batch_size or max(8, min(256, n // 8))
+    ch = channels if channels is not None else (1 if scan['gray'] else 3)
+    batch = batch_size if batch_size is not None else max(8, min(256, n // 8))
     batch = min(batch, n)
     steps = steps_per_epoch(n, batch)  # the loader keeps the last batch
-    ep = epochs or int(min(200, max(10, round(TARGET_STEPS / steps))))
+    ep = epochs if epochs is not None else int(
+        min(200, max(10, round(TARGET_STEPS / steps))))
     return dict(
         img_size=size,
         patch_size=patch,
@@ -169,6 +171,26 @@ def folder_config(base_path: str, root: str, work_dir: str, scan: Dict,
                         '{{_base_.eval_pipeline}}')
 
 
+def check_counts(**counts) -> None:
+    """Refuse, before anything is read or written, a count that is not a
+    positive whole number (0 had meant 'not given'; ``img_size=2`` was a
+    ZeroDivisionError) or a channel count other than 1 or 3."""
+    for name, value in counts.items():
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise HPMError(f'{name}={value!r}: give a positive whole number, '
+                           'or leave it out to have it chosen from the '
+                           'images.')
+    size, channels = counts.get('img_size'), counts.get('channels')
+    if size is not None and (size < 8 or size % 8):
+        raise HPMError(f'img_size={size}: the input is cut into an 8 x 8 '
+                       'grid of patches (16 px patches from 224 px), so it '
+                       f'must be a multiple of 8. Fix: one of {SIZES}.')
+    if channels is not None and channels not in (1, 3):
+        raise HPMError(f'channels={channels}: 1 (grayscale) or 3 (RGB).')
+
+
 def config_file(name: str) -> str:
     """The path of hpm_mm's config ``name`` (relative to ``configs/``): in
     the source tree, else in the installed package (``hpm_mm/.mim``)."""
@@ -233,6 +255,11 @@ def pretrain_folder(folder: str,
     from .config import load_config, merge_cfg_options
     from .train import train
     log = log or (lambda line: None)
+    check_counts(
+        epochs=epochs,
+        img_size=img_size,
+        channels=channels,
+        batch_size=batch_size)
     folder = folder.rstrip('/') or '/'
     work_dir = work_dir or osp.join(
         'work_dirs', f'folder_{osp.basename(osp.abspath(folder))}')

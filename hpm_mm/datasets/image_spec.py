@@ -28,15 +28,47 @@ SIZE_KEYS = dict(
     CenterCrop='crop_size',
     RandomCrop='crop_size')
 
+#: the keys of the ``image`` spec
+SPEC_KEYS = ('root', 'size', 'channels', 'patch_size', 'mean', 'std')
+
 
 def _check(spec: dict) -> None:
+    import difflib
+    import math
     need = ('size', 'channels', 'patch_size', 'mean', 'std')
+    unknown = [k for k in spec if k not in SPEC_KEYS]
+    if unknown:
+        close = difflib.get_close_matches(unknown[0], SPEC_KEYS, n=1)
+        hint = f' (did you mean {close[0]}?)' if close else ''
+        raise HPMError(f'image.{unknown[0]}: not a key of the image spec'
+                       f'{hint}. Fix: use {", ".join(SPEC_KEYS)}.')
     missing = [k for k in need if spec.get(k) is None]
     if missing:
         raise HPMError(f'image: {missing} not set. Fix: image = dict('
                        'size=..., channels=1 or 3, patch_size=..., mean=[...],'
                        ' std=[...]) (0..255 units; root= optional).')
     size, ch, patch = spec['size'], spec['channels'], spec['patch_size']
+    for key in ('size', 'patch_size'):
+        value = spec[key]
+        if isinstance(value, bool) or not isinstance(value, int) or \
+                value < 1:
+            raise HPMError(f'image.{key}={value!r}: give a positive whole '
+                           'number of pixels.')
+    values = list(spec['mean']) + list(spec['std'])
+    if not all(
+            isinstance(v, (int, float)) and math.isfinite(v) for v in values):
+        raise HPMError(f"image.mean / image.std {list(spec['mean'])} / "
+                       f"{list(spec['std'])}: give finite numbers.")
+    if any(s <= 0 for s in spec['std']):
+        raise HPMError(f"image.std={list(spec['std'])}: every std must be "
+                       '> 0 (the pixels are divided by it). Fix: the '
+                       "images' own std per channel, in 0..255 units.")
+    if max(spec['mean']) <= 1 and max(spec['std']) <= 1:
+        raise HPMError(f"image.mean={list(spec['mean'])}, image.std="
+                       f"{list(spec['std'])} look like 0..1 units, but the "
+                       'images are read as 0..255. Fix: multiply both by '
+                       '255 (e.g. mean=[123.675, 116.28, 103.53], '
+                       'std=[58.395, 57.12, 57.375]).')
     if ch not in (1, 3):
         raise HPMError(f'image.channels={ch}: 1 (grayscale) or 3 (RGB).')
     if size % patch:

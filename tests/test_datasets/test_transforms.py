@@ -2,6 +2,7 @@
 and listed by the pre-flight check."""
 import os.path as osp
 
+import pytest
 from conftest import folder_config, python, run_train
 
 import hpm_mm  # noqa: F401  (allow-lists the checkpoint types for torch.load)
@@ -58,3 +59,45 @@ def test_check_data_reads_every_hooks_loader():
         'train_dataloader', 'KNNEvalHook.train_dataloader',
         'KNNEvalHook.val_dataloader', 'HardPatchVisHook.dataloader'
     ]
+
+
+@pytest.mark.parametrize('change,match', [
+    (dict(chanels=3), 'image.chanels: not a key.*did you mean channels'),
+    (dict(size=0), r'image.size=0: give a positive'),
+    (dict(std=[0., 1., 1.]), r'every std must be > 0'),
+    (dict(std=[-5., 1., 1.]), r'every std must be > 0'),
+    (dict(mean=[0.485, 0.456, 0.406], std=[0.229, 0.224, 0.225
+                                           ]), 'look like 0..1 units'),
+])
+def test_the_image_spec_refuses_what_cannot_train(change, match):
+    """An image spec that would train on nothing sensible is one line
+    (0..1 mean/std trained at loss_rec 3.8e5; std 0 skipped every step; a
+    misspelt key was ignored)."""
+    from mmengine.config import Config
+
+    from hpm_mm.datasets.image_spec import apply_image_spec
+    from hpm_mm.errors import HPMError
+    spec = dict(
+        size=32,
+        channels=3,
+        patch_size=4,
+        mean=[123.675, 116.28, 103.53],
+        std=[58.395, 57.12, 57.375])
+    apply_image_spec(Config(dict(image=spec)))  # the good one passes
+    with pytest.raises(HPMError, match=match):
+        apply_image_spec(Config(dict(image=dict(spec, **change))))
+
+
+@pytest.mark.parametrize('arg,match', [
+    (dict(epochs=0), 'epochs=0: give a positive'),
+    (dict(batch_size=0), 'batch_size=0'),
+    (dict(img_size=0), 'img_size=0'),
+    (dict(img_size=2), 'img_size=2: .*multiple of 8'),
+    (dict(channels=2), 'channels=2: 1'),
+])
+def test_pretrain_folder_refuses_counts_before_reading(tmp_path, arg, match):
+    from hpm_mm.apis import pretrain_folder
+    from hpm_mm.errors import HPMError
+    with pytest.raises(HPMError, match=match):
+        pretrain_folder(str(tmp_path / 'none'), str(tmp_path / 'w'), **arg)
+    assert not (tmp_path / 'w').exists()  # nothing written before
