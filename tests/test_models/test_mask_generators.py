@@ -298,3 +298,37 @@ def test_per_image_ratios_follow_ibot(cls, kwargs):
 def test_bad_per_image_ratios(ratio):
     with pytest.raises(ValueError, match='mask_ratio'):
         RandomMaskGenerator(ratio).check(16)
+
+
+def test_a_generator_that_breaks_the_contract_stops_the_first_step():
+    """A generator masking one patch too few trained an epoch silently;
+    the first step of the model now checks the mask once and names it."""
+    from conftest import tiny_hpm
+    from mmpretrain.registry import MODELS
+
+    from hpm_mm.models import RandomMaskGenerator
+
+    @MODELS.register_module(force=True)
+    class OneTooFew(RandomMaskGenerator):
+
+        def forward(self,
+                    scores,
+                    progress,
+                    num_patches=None,
+                    batch_size=None,
+                    device=None):
+            mask = super().forward(scores, progress, num_patches, batch_size,
+                                   device)
+            first = mask.argmax(1, keepdim=True)
+            return mask.scatter(1, first, 0.)
+
+    model = tiny_hpm(mask_generator=dict(type='OneTooFew', mask_ratio=0.75))
+    with pytest.raises(
+            ValueError,
+            match=r'OneTooFew masked \[11\] patches '
+            r'per image where its ratio 0.75 asks for 12'):
+        model.loss(torch.randn(2, 1, 16, 16), [])
+    good = tiny_hpm()
+    good.set_progress(1.)
+    good.loss(torch.randn(2, 1, 16, 16), [])
+    assert good._mask_checked

@@ -107,6 +107,7 @@ class HPMBase(BaseSelfSupervisor):
         self.progress = 0.
         self.optim_steps = None
         self._progress_set = False
+        self._mask_checked = False
 
     @property
     def score_module(self) -> Optional[nn.Module]:
@@ -262,10 +263,46 @@ class HPMBase(BaseSelfSupervisor):
 
     def choose_mask(self, scores: Optional[torch.Tensor],
                     inputs: torch.Tensor) -> torch.Tensor:
-        """(B, N) mask, 1 = masked, from the mask generator."""
-        return self.mask_generator(scores, self.progress,
-                                   self.backbone.num_patches, inputs.shape[0],
-                                   inputs.device)
+        """(B, N) mask, 1 = masked, from the mask generator; the first one
+        of the model checked against the generator's contract (its shape,
+        0/1 values, :meth:`~BaseMaskGenerator.num_masked` per row: one
+        read back to the host, once)."""
+        B, N = inputs.shape[0], self.backbone.num_patches
+        mask = self.mask_generator(scores, self.progress, N, B, inputs.device)
+        if not self._mask_checked:
+            self._mask_checked = True
+            self._check_mask(mask, B, N)
+        return mask
+
+    def _check_mask(self, mask: torch.Tensor, B: int, N: int) -> None:
+        """Refuse, in one line naming the generator, a mask that breaks its
+        contract (a generator that masks one patch too few would train an
+        epoch on the wrong masks, silently)."""
+        gen = self.mask_generator
+        name = type(gen).__name__
+        if tuple(mask.shape) != (B, N):
+            raise ValueError(f'{name} gave a mask of shape {tuple(mask.shape)}'
+                             f', not ({B}, {N}) (images, patches). Fix: '
+                             'its forward must return one row per image '
+                             '(python tools/misc/check_mask_generator.py '
+                             'MODULE:CLASS checks the contract).')
+        rows = mask.detach().float().sum(1).cpu()
+        binary = bool(((mask == 0) | (mask == 1)).all())
+        if gen.varies:
+            ok = bool(((rows >= 0) & (rows <= gen.max_masked(N))).all())
+            want = f'0..{gen.max_masked(N)}'
+        else:
+            ok = bool((rows == gen.num_masked(N)).all())
+            want = str(gen.num_masked(N))
+        if not (binary and ok):
+            got = sorted({int(r) for r in rows.tolist()})
+            raise ValueError(
+                f'{name} masked {got} patches per image where its ratio '
+                f'{gen.mask_ratio!r} asks for {want}' +
+                ('' if binary else ', with values other than 0 and 1') +
+                '. Fix: its forward must mask exactly num_masked(N) '
+                'patches per row (python tools/misc/check_mask_generator.py '
+                'MODULE:CLASS checks the contract).')
 
     def with_mask_log(self, losses: dict, inputs: torch.Tensor) -> dict:
         """Add the mask generator's log scalars (alpha, num_hard): host
