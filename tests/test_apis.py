@@ -119,3 +119,20 @@ def test_train_checks_its_arguments_and_keeps_the_callers(tmp_path):
         FMNIST_CFG, str(tmp_path / 'w'), cfg_options=options, **overrides)
     assert first.to_dict() == second.to_dict()
     assert first.train_dataloader.dataset == dict(type='X')
+
+
+def test_a_missing_config_a_file_as_work_dir_and_no_epochs_are_one_line(
+        tmp_path):
+    """Tracebacks before (a missing config: 25 lines; --work-dir naming a
+    file: an OSError; max_epochs=0: refused with a fix about schedulers)."""
+    from hpm_mm.apis import train_config
+    from hpm_mm.engine.schedule import check_run_length
+    typo = FMNIST_CFG + 'x'
+    with pytest.raises(HPMError, match=r'does not exist \(did you mean '):
+        train_config(typo)
+    afile = tmp_path / 'afile'
+    afile.write_text('')
+    with pytest.raises(HPMError, match='is a file, not a folder'):
+        train_config(FMNIST_CFG, str(afile))
+    with pytest.raises(HPMError, match=r'max_epochs=0: a run of no epochs'):
+        check_run_length(dict(train_cfg=dict(max_epochs=0)))

@@ -231,6 +231,18 @@ def load_config(path: str) -> Config:
 
     from hpm_mm.compat import FULL_INSTALL, MissingCompiledOpsError
     from hpm_mm.datasets.image_spec import apply_image_spec
+    if '::' not in str(path) and not osp.isfile(path):
+        near = ''
+        folder = osp.dirname(path) or '.'
+        if osp.isdir(folder):
+            import difflib
+            close = difflib.get_close_matches(
+                osp.basename(path), os.listdir(folder), n=1)
+            near = f' (did you mean {osp.join(folder, close[0])}?)' \
+                if close else ''
+        raise HPMError(f'config {path} does not exist{near}. Fix: a config '
+                       'file path, e.g. configs/hpm/fast/hpm-fast_vit-mini-'
+                       'p4_1xb256-coslr-10e_fmnist.py.')
     try:
         return apply_image_spec(Config.fromfile(path))
     except SyntaxError as e:
@@ -282,6 +294,9 @@ def run_config(config, work_dir: Optional[str], launcher: str, *options:
             merge_cfg_options(cfg, copy.deepcopy(option))
     cfg.launcher = launcher
     if work_dir is not None:
+        if osp.exists(work_dir) and not osp.isdir(work_dir):
+            raise HPMError(f'--work-dir {work_dir} is a file, not a folder. '
+                           'Fix: give a folder (it is made if missing).')
         cfg.work_dir = work_dir
     elif cfg.get('work_dir') is None:
         cfg.work_dir = osp.join('./work_dirs',

@@ -101,6 +101,11 @@ def check_run_length(cfg) -> None:
         return
     unit, key = ('epoch', 'max_epochs') if by_epoch else \
         ('iteration', 'max_iters')
+    if isinstance(length, bool) or not isinstance(length, int) or \
+            length < 1:
+        raise HPMError(f'train_cfg.{key}={length!r}: a run of no {unit}s '
+                       f'trains nothing. Fix: train_cfg.{key}=N with N >= 1 '
+                       f'(the config\'s schedule names its {unit}s).')
     schedulers = cfg.get('param_scheduler') or []
     if isinstance(schedulers, dict):
         schedulers = [schedulers]
