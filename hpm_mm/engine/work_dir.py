@@ -19,6 +19,33 @@ class WorkDirBusy(HPMError):
 
 
 _HANDOVER = threading.local()
+#: the lock files this process holds: a forked child (a dataloader
+#: worker) lets go of them at once (:func:`_forget_locks_in_child`)
+_HELD = set()
+
+
+def _forget_locks_in_child() -> None:
+    """In a forked child, point the held lock files' descriptors at
+    /dev/null: an ``flock`` lives as long as any process has its file
+    open, and persistent dataloader workers outlive a killed trainer by
+    seconds, during which the next run was refused naming a dead pid. The
+    child never uses the lock; the parent's stays as it is."""
+    if not _HELD:
+        return
+    null = os.open(os.devnull, os.O_RDWR)
+    try:
+        for fd in list(_HELD):
+            try:
+                os.dup2(null, fd)
+            except OSError:
+                pass
+    finally:
+        os.close(null)
+    _HELD.clear()
+
+
+if hasattr(os, 'register_at_fork'):
+    os.register_at_fork(after_in_child=_forget_locks_in_child)
 
 
 @contextmanager
@@ -72,14 +99,15 @@ def own_work_dir(work_dir: str) -> IO:
     handle.write(f'pid {os.getpid()} on {socket.gethostname()} since '
                  f'{started}: {" ".join(sys.argv)}\n')
     handle.flush()
+    _HELD.add(handle.fileno())
     return handle
 
 
 def release_work_dir(handle: IO) -> None:
     """Give the work dir back. The lock is dropped explicitly before the
-    file is closed: dataloader workers forked during the run share its
-    open file, and would otherwise hold the lock for as long as they live
-    (persistent workers outlive ``train()``)."""
+    file is closed (a child forked before the lock was held may still
+    share the open file)."""
+    _HELD.discard(handle.fileno())
     try:
         fcntl.flock(handle, fcntl.LOCK_UN)
     finally:

@@ -7,9 +7,11 @@ import subprocess
 import sys
 import time
 
+import pytest
 from conftest import REPO, python, tiny_config
 
-from hpm_mm.engine.work_dir import LOCK_NAME
+from hpm_mm.engine.work_dir import (LOCK_NAME, WorkDirBusy, own_work_dir,
+                                    release_work_dir)
 
 
 def start(cfg, work):
@@ -59,3 +61,37 @@ def test_a_second_run_refuses_and_a_killed_one_frees_the_dir(tmp_path):
             body='train_cfg = dict(max_epochs=1)'), work)
     out, _ = c.communicate(timeout=300)
     assert c.returncode == 0, out[-3000:]
+
+
+def test_a_killed_runs_forked_workers_do_not_keep_the_dir(tmp_path):
+    """A trainer killed with kill -9 while its forked (persistent) data
+    workers live on: the next run starts at once (it was refused for
+    ~5 s, naming the dead pid, while the workers held the lock)."""
+    work = str(tmp_path / 'work')
+    script = (
+        'import os, sys, time\n'
+        'from hpm_mm.engine.work_dir import own_work_dir\n'
+        f'handle = own_work_dir({work!r})\n'
+        'child = os.fork()\n'
+        'if child == 0:\n'
+        '    time.sleep(60)  # a persistent data worker\n'
+        '    os._exit(0)\n'
+        'print(child, flush=True)\n'
+        'time.sleep(60)\n')
+    proc = subprocess.Popen([sys.executable, '-c', script],
+                            stdout=subprocess.PIPE,
+                            text=True)
+    worker = int(proc.stdout.readline())
+    try:
+        with pytest.raises(WorkDirBusy):
+            own_work_dir(work)  # the trainer holds it
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=10)
+        time.sleep(0.2)
+        os.kill(worker, 0)  # the worker lives on
+        release_work_dir(own_work_dir(work))  # and the dir is free
+    finally:
+        try:
+            os.kill(worker, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
