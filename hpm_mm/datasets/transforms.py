@@ -167,9 +167,11 @@ class LoadAndRandomResizedCrop(_Unreadable, RandomResizedCrop):
         return results
 
     def _load_crop(self, filename: str):
-        """(the crop as a BGR uint8 array, the image's full (h, w))."""
-        import mmcv
-        from mmcv.image.io import _pillow2array
+        """(the crop as a BGR (or H x W) uint8 array, the image's full
+        (h, w)). Everything stays in Pillow until the output: the decode
+        (mmcv's pillow reader's steps: EXIF turn, to RGB, to L), the crop
+        and the resize (mmcv's pillow resize), so that an unreduced crop
+        is theirs to the bit."""
         from mmengine import fileio
         from PIL import Image
         content = fileio.get(filename, backend_args=self.backend_args)
@@ -181,25 +183,19 @@ class LoadAndRandomResizedCrop(_Unreadable, RandomResizedCrop):
         oh, ow, th, tw = self.rand_crop_params(_Shape((h, w)))
         factor = self.reduction(th, tw) if (self.reduce
                                             and pil.format == 'JPEG') else 1
-        if factor == 1:  # the full decode, mmpretrain's crop and resize
-            array = mmcv.imfrombytes(
-                content, flag=self.color_type, backend='pillow')
-            crop = mmcv.imcrop(array,
-                               np.array([ow, oh, ow + tw - 1, oh + th - 1]))
-            return mmcv.imresize(
-                crop,
-                tuple(self.scale[::-1]),
-                interpolation=self.interpolation,
-                backend=self.backend), (h, w)
-        raw_w, raw_h = pil.size
-        pil.draft(pil.mode, (raw_w // factor, raw_h // factor))
-        array = _pillow2array(pil, self.color_type, 'rgb')  # EXIF turn
-        fy, fx = array.shape[0] / h, array.shape[1] / w
-        box = (ow * fx, oh * fy, (ow + tw) * fx, (oh + th) * fy)
-        out = Image.fromarray(array).resize(
-            tuple(self.scale[::-1]),
-            resample=_PIL_RESAMPLE[self.interpolation],
-            box=box)
+        if factor > 1:  # a DCT-domain decode at 1/factor
+            pil.draft(pil.mode, (pil.size[0] // factor, pil.size[1] // factor))
+        pil = _as_mmcv_reads(pil, self.color_type)
+        size = tuple(self.scale[::-1])
+        resample = _PIL_RESAMPLE[self.interpolation]
+        if factor == 1:  # mmcv's imcrop + imresize(backend='pillow')
+            out = pil.crop((ow, oh, ow + tw, oh + th)).resize(size, resample)
+        else:  # the box in the reduced image's coordinates
+            fx, fy = pil.size[0] / w, pil.size[1] / h
+            out = pil.resize(
+                size,
+                resample,
+                box=(ow * fx, oh * fy, (ow + tw) * fx, (oh + th) * fy))
         out = np.asarray(out)
         if out.ndim == 3:  # RGB -> BGR, as mmcv's loaders
             out = out[..., ::-1]
@@ -208,6 +204,22 @@ class LoadAndRandomResizedCrop(_Unreadable, RandomResizedCrop):
     def __repr__(self) -> str:
         return super().__repr__()[:-1] + \
             f', reduce={self.reduce}, color_type={self.color_type!r})'
+
+
+def _as_mmcv_reads(pil, color_type: str):
+    """A Pillow image as mmcv's pillow reader turns it into an array
+    (``_pillow2array``), kept a Pillow image: EXIF orientation applied,
+    converted to RGB (LA over mmcv's background colour), then to L for
+    ``'grayscale'``."""
+    from PIL import Image, ImageOps
+    ImageOps.exif_transpose(pil, in_place=True)  # no copy when upright
+    if pil.mode == 'LA':
+        rgba = pil.convert('RGBA')
+        pil = Image.new('RGB', rgba.size, (124, 117, 104))
+        pil.paste(rgba, mask=rgba.split()[3])
+    elif pil.mode != 'RGB':
+        pil = pil.convert('RGB')
+    return pil.convert('L') if color_type == 'grayscale' else pil
 
 
 def _pil_resample():
