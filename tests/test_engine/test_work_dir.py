@@ -68,16 +68,15 @@ def test_a_killed_runs_forked_workers_do_not_keep_the_dir(tmp_path):
     workers live on: the next run starts at once (it was refused for
     ~5 s, naming the dead pid, while the workers held the lock)."""
     work = str(tmp_path / 'work')
-    script = (
-        'import os, sys, time\n'
-        'from hpm_mm.engine.work_dir import own_work_dir\n'
-        f'handle = own_work_dir({work!r})\n'
-        'child = os.fork()\n'
-        'if child == 0:\n'
-        '    time.sleep(60)  # a persistent data worker\n'
-        '    os._exit(0)\n'
-        'print(child, flush=True)\n'
-        'time.sleep(60)\n')
+    script = ('import os, sys, time\n'
+              'from hpm_mm.engine.work_dir import own_work_dir\n'
+              f'handle = own_work_dir({work!r})\n'
+              'child = os.fork()\n'
+              'if child == 0:\n'
+              '    time.sleep(60)  # a persistent data worker\n'
+              '    os._exit(0)\n'
+              'print(child, flush=True)\n'
+              'time.sleep(60)\n')
     proc = subprocess.Popen([sys.executable, '-c', script],
                             stdout=subprocess.PIPE,
                             text=True)
