@@ -56,10 +56,14 @@ def resolve_resume(work_dir: str, load_from: Optional[str],
 
 
 def run_signature(kw: dict) -> dict:
-    """What defines a run's iteration schedule, from the runner's
+    """What defines the run a checkpoint continues, from the runner's
     arguments: its length, the batch per process, the number of processes,
-    the base lr and the parameter schedulers. Saved in every checkpoint's
-    meta (``hpm_run``) and compared when it is resumed."""
+    the base lr and the parameter schedulers (the iteration schedule), the
+    data it reads, the mask generator and the optimizer's other
+    hyper-parameters (a resumed optimizer state brings back the old ones).
+    Saved in every checkpoint's meta (``hpm_run``, with the iterations per
+    epoch the run had) and compared when it is resumed; keys a checkpoint
+    lacks (written by an earlier hpm_mm) are not compared."""
     train_cfg = kw.get('train_cfg') or {}
     loader = kw.get('train_dataloader')
     optim = kw.get('optim_wrapper')
@@ -67,7 +71,19 @@ def run_signature(kw: dict) -> dict:
     schedulers = kw.get('param_scheduler') or []
     if isinstance(schedulers, dict):
         schedulers = [schedulers]
+    dataset = loader.get('dataset') if isinstance(loader, dict) else None
+    model = kw.get('model')
     return dict(
+        data={
+            k: dataset.get(k)
+            for k in DATA_KEYS if dataset.get(k) is not None
+        } if isinstance(dataset, dict) else None,
+        mask_generator=_plain(model.get('mask_generator')) if isinstance(
+            model, dict) else None,
+        optimizer={
+            k: _plain(v)
+            for k, v in dict(optimizer).items() if k not in ('lr', '_scope_')
+        } if isinstance(optimizer, dict) else None,
         max_epochs=train_cfg.get('max_epochs'),
         max_iters=train_cfg.get('max_iters'),
         batch_size=loader.get('batch_size')
@@ -80,8 +96,27 @@ def run_signature(kw: dict) -> dict:
         } for s in schedulers if isinstance(s, dict)])
 
 
+#: the dataset keys that say which data a run reads
+DATA_KEYS = ('type', 'data_root', 'ann_file', 'data_prefix', 'split',
+             'indices', 'subset')
+
+
+def _plain(value):
+    """``value`` with tuples as lists and configs as dicts (as a
+    checkpoint's meta keeps it), for comparing."""
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items() if k != '_scope_'}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
 #: how each part of the signature reads in a refusal
 _SIGNATURE_NAMES = dict(
+    data='train_dataloader.dataset',
+    mask_generator='model.mask_generator',
+    optimizer='optim_wrapper.optimizer (other than lr)',
+    iters_per_epoch='iterations per epoch (images / batch / processes)',
     max_epochs='train_cfg.max_epochs',
     max_iters='train_cfg.max_iters',
     batch_size='train_dataloader.batch_size',
@@ -111,16 +146,62 @@ def check_same_run(path: str, ckpt: dict, signature: dict, allowed: bool,
     if then is None:
         notes.append((logging.WARNING,
                       f'resume: {path} records no run signature (written '
-                      'before hpm_mm 1.1 or by another runner): not checked '
-                      'against this run'))
+                      'before hpm_mm 1.1 or by another runner): its '
+                      "schedulers' saved ends are compared with this run's"))
         return
     changed = [
-        f'{_SIGNATURE_NAMES[k]} {then.get(k)!r} -> {v!r}'
-        for k, v in signature.items()
-        if k in then and then.get(k) != v and k != 'param_scheduler'
+        _change(k, then.get(k), v) for k, v in signature.items() if k in then
+        and _plain(then.get(k)) != _plain(v) and k != 'param_scheduler'
     ]
-    if then.get('param_scheduler') != signature['param_scheduler']:
+    if 'param_scheduler' in then and _plain(then['param_scheduler']) != \
+            _plain(signature['param_scheduler']):
         changed.append('param_scheduler (its types, ends or values)')
+    refuse_changes(path, changed, allowed, notes)
+
+
+def _change(key: str, old, new) -> str:
+    """One difference, as a refusal names it (a dict by its changed keys)."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        keys = sorted(
+            k for k in set(old) | set(new)
+            if _plain(old.get(k)) != _plain(new.get(k)))
+        return '; '.join(f'{_SIGNATURE_NAMES[key]}.{k} {old.get(k)!r} -> '
+                         f'{new.get(k)!r}' for k in keys)
+    return f'{_SIGNATURE_NAMES[key]} {old!r} -> {new!r}'
+
+
+def check_resumed_schedule(path: str, meta: Optional[dict], saved_schedulers,
+                           iters_per_epoch: int, schedulers, allowed: bool,
+                           notes: List[Tuple[int, str]]) -> None:
+    """The checks that need the built run (``load_or_resume``): the
+    iterations per epoch (a folder that grew, another ``indices``: the
+    restored cosine would end early), and, for a checkpoint without a run
+    signature, its schedulers' saved ends against this run's.
+
+    Raises:
+        HPMError: The differences, and the fix.
+    """
+    then = (meta or {}).get('hpm_run')
+    changed = []
+    if then is not None:
+        old = then.get('iters_per_epoch')
+        if old is not None and old != iters_per_epoch:
+            changed.append(_change('iters_per_epoch', old, iters_per_epoch))
+    elif saved_schedulers:
+        for i, (s,
+                state) in enumerate(zip(schedulers or [], saved_schedulers)):
+            for key in ('end', 'T_max'):
+                mine, saved = getattr(s, key, None), (state or {}).get(key)
+                if mine is not None and saved is not None and mine != saved:
+                    changed.append(f'param_scheduler.{i} ({type(s).__name__})'
+                                   f' {key} {saved} -> {mine} iterations')
+    refuse_changes(path, changed, allowed, notes)
+
+
+def refuse_changes(path: str, changed: List[str], allowed: bool,
+                   notes: List[Tuple[int, str]]) -> None:
+    """Refuse (or, with ``resume_changed_run``, note) a resume of a run
+    that changed."""
     if not changed:
         return
     what = '; '.join(changed)
@@ -131,11 +212,11 @@ def check_same_run(path: str, ckpt: dict, signature: dict, allowed: bool,
         return
     raise HPMError(
         f'--resume {path}: the run changed since it was written ({what}); '
-        'resuming keeps the iteration schedule of the checkpoint, so the '
-        'learning rate would not follow the new run. Fix: resume with the '
-        'config and number of processes it was trained with (its config '
-        'copy is in the work dir), or start a new work dir with '
-        '--cfg-options load_from=CKPT, or pass --cfg-options '
+        'resuming keeps the checkpoint\'s iteration schedule and optimizer '
+        'state, so the run would not be the one configured. Fix: resume '
+        'with the config, data and number of processes it was trained with '
+        '(its config copy is in the work dir), or start a new work dir '
+        'with --cfg-options load_from=CKPT, or pass --cfg-options '
         'resume_changed_run=True to continue anyway.')
 
 

@@ -63,7 +63,8 @@ from .dist import setup_cpu_distributed
 from .log_filter import BareConsoleFormatter, QuietConsole
 from .precision import (Precision, choose_precision, decide, optim_wrapper_cfg,
                         run_precision, timed_train_step)
-from .resume import (check_load_from, check_resume_fits, check_same_run,
+from .resume import (check_load_from, check_resume_fits,
+                     check_resumed_schedule, check_same_run,
                      refuse_earlier_run, resolve_resume, run_signature)
 from .schedule import check_run_length
 from .work_dir import own_work_dir, release_work_dir
@@ -98,6 +99,7 @@ class RunPolicyMixin:
         self._hpm_lock = None
         self._hpm_signature = None
         self._hpm_resume_ckpt = None  # loaded by the run check, reused once
+        self._hpm_resumed = None  # its meta and schedulers' saved state
         self._hpm_fit_checked = False
         if self._hpm_quiet:  # one console line per epoch
             hooks = list(kw.get('custom_hooks') or [])
@@ -200,6 +202,9 @@ class RunPolicyMixin:
                 # loaded once for both checks (the fit check needs the model)
                 self._hpm_resume_ckpt = _load_checkpoint(
                     kw['load_from'], map_location='cpu')
+                self._hpm_resumed = (
+                    self._hpm_resume_ckpt.get('meta'),
+                    self._hpm_resume_ckpt.get('param_schedulers'))
                 check_same_run(kw['load_from'], self._hpm_resume_ckpt,
                                self._hpm_signature,
                                cfg.get('resume_changed_run',
@@ -315,6 +320,17 @@ class RunPolicyMixin:
         from hpm_mm.models.data_preprocessor import watch_channels
         self._check_checkpoint_fits()
         watch_channels(getattr(self.model, 'module', self.model))
+        if self._resume and self._hpm_resumed is not None:
+            meta, saved = self._hpm_resumed
+            schedulers = self.param_schedulers
+            if isinstance(schedulers, dict):  # per optimizer: the first
+                schedulers = next(iter(schedulers.values()), [])
+            check_resumed_schedule(self._load_from, meta, saved,
+                                   len(self.train_dataloader), schedulers,
+                                   self.cfg.get('resume_changed_run', False),
+                                   notes := [])
+            for level, message in notes:
+                self.logger.log(level, message)
         super().load_or_resume()
 
     def save_checkpoint(self, *args, **kwargs):
@@ -323,7 +339,8 @@ class RunPolicyMixin:
         signature = getattr(self, '_hpm_signature', None)
         if signature is not None:
             meta = dict(kwargs.get('meta') or {})
-            meta['hpm_run'] = signature
+            meta['hpm_run'] = dict(
+                signature, iters_per_epoch=len(self.train_dataloader))
             kwargs['meta'] = meta
         return super().save_checkpoint(*args, **kwargs)
 

@@ -2,13 +2,14 @@
 import glob
 import json
 import os.path as osp
+import re
 import subprocess
 import sys
 
 import pytest
 import torch
 from conftest import (FMNIST_CFG, HPM_HOOKS, RANDOM_CROP, REPO, TINY_RUN,
-                      run_tool, run_train, tiny_config)
+                      python, run_tool, run_train, tiny_config)
 from mmengine.config import Config
 from mmengine.runner import Runner
 
@@ -158,8 +159,16 @@ def test_resumes_a_checkpoint_written_before_the_parts_split(tmp_path):
     model = load_model(Config.fromfile(cfg))
     model.load_state_dict(ckpt['state_dict'], strict=True)
     work = str(tmp_path / 'work')
+    # it records no run signature: its schedulers' saved ends say that it
+    # was a 10-epoch run (20 iterations), this config a 2-epoch one
+    refused = python('tools/train.py', cfg, '--work-dir', work, '--resume',
+                     OLD_LAYOUT_CKPT)
+    assert refused.returncode == 1
+    assert 'param_scheduler.1 (CosineAnnealingLR) end 20 -> 4 iterations' \
+        in refused.stderr and len(refused.stderr.strip().splitlines()) == 1
     proc = run_tool('tools/train.py', cfg, '--work-dir', work, '--resume',
-                    OLD_LAYOUT_CKPT)
+                    OLD_LAYOUT_CKPT, '--cfg-options',
+                    'resume_changed_run=True')
     assert 'resumed epoch: 1, iter: 2' in proc.stdout + proc.stderr
     sd = torch.load(
         osp.join(work, 'epoch_2.pth'), map_location='cpu')['state_dict']
@@ -501,3 +510,47 @@ def test_a_finished_run_resumed_completes_its_missing_final_evaluation(
     # a finished run with its results: nothing runs again
     _, out = run_train(cfg, work, '--resume')
     assert 'without its final evaluation' not in out
+
+
+@pytest.mark.parametrize(
+    'change',
+    ['grown folder', 'data_root', 'mask_ratio', 'weight_decay', 'none'])
+def test_a_resume_knows_the_whole_run_it_continues(tmp_path, change):
+    """What the checkpoint's run was, beyond its length: the iterations per
+    epoch (a folder that grew: the restored cosine ended early, silently),
+    the data, the mask generator, the optimizer's other hyper-parameters
+    (the optimizer state brought the old weight decay back while the
+    config copy claimed the new one). Each change is one line."""
+    import shutil
+
+    from hpm_mm.apis import train
+    from hpm_mm.errors import HPMError
+    cfg = tiny_config(
+        tmp_path, body=TINY_RUN.format(keep=1, epochs=1), num_images=8)
+    work = str(tmp_path / 'work')
+    train(cfg, work, quiet=True)
+    options = {}
+    if change == 'grown folder':
+        for f in list((tmp_path / 'imgs').rglob('*.png')):
+            shutil.copy(f, f.with_name('more_' + f.name))
+    elif change == 'data_root':
+        shutil.copytree(tmp_path / 'imgs', tmp_path / 'imgs2')
+        options['train_dataloader.dataset.data_root'] = str(tmp_path / 'imgs2')
+    elif change == 'mask_ratio':
+        options['model.mask_generator.mask_ratio'] = 0.5
+    elif change == 'weight_decay':
+        options['optim_wrapper.optimizer.weight_decay'] = 0.1
+    if change == 'none':
+        train(cfg, work, resume=True, quiet=True)
+        return
+    words = dict(
+        grown_folder='iterations per epoch (images / batch / processes) '
+        '2 -> 4',
+        data_root='train_dataloader.dataset.data_root',
+        mask_ratio='model.mask_generator.mask_ratio 0.75 -> 0.5',
+        weight_decay='optim_wrapper.optimizer (other than lr).weight_decay '
+        '0.05 -> 0.1')[change.replace(' ', '_')]
+    with pytest.raises(HPMError, match=re.escape(words)):
+        train(cfg, work, resume=True, quiet=True, cfg_options=options)
+    options['resume_changed_run'] = True  # continue anyway, said
+    train(cfg, work, resume=True, quiet=True, cfg_options=options)
