@@ -194,6 +194,25 @@ def tiny_mae(device='cpu', seed: int = 0, num_layers: int = 2):
     return model.to(device)
 
 
+def tiny_step_setup(model, device='cpu', batch: int = 4, **adamw):
+    """A tiny model ready for ``train_step``: in train mode with its
+    teacher scoring (``set_progress(1)``), a guarded AdamW wrapper
+    (``adamw``: its options, lr 1e-4 unless given) and a batch of random
+    16 px images. Returns ``(optim_wrapper, data)``."""
+    from mmengine.optim import build_optim_wrapper
+    model.train()
+    if hasattr(model, 'set_progress'):
+        model.set_progress(1.0)
+    optim = build_optim_wrapper(
+        model,
+        dict(
+            type='GuardedOptimWrapper',
+            optimizer=dict(dict(type='AdamW', lr=1e-4), **adamw)))
+    data = dict(
+        inputs=torch.randn(batch, 1, 16, 16, device=device), data_samples=None)
+    return optim, data
+
+
 def tiny_hpm(device='cpu', seed: int = None, **kwargs):
     """:func:`tiny_hpm_cfg` built and initialised on ``device`` (after
     ``torch.manual_seed(seed)`` when a seed is given)."""

@@ -198,25 +198,18 @@ def test_fused_adamw_trains_as_foreach(device):
     loop give the same HPM weights after a few guarded steps."""
     import copy
 
-    from conftest import tiny_hpm
+    from conftest import tiny_hpm, tiny_step_setup
     weights = []
-    data = dict(
-        inputs=torch.randn(4, 1, 16, 16, device=device), data_samples=None)
     for fused in (False, True):
         model = tiny_hpm(device, seed=0)
-        model.train()
-        model.set_progress(1.0)
-        optim = build_optim_wrapper(
+        optim, data = tiny_step_setup(
             model,
-            dict(
-                type='GuardedOptimWrapper',
-                optimizer=dict(
-                    type='AdamW',
-                    lr=1e-3,
-                    weight_decay=0.05,
-                    betas=(0.9, 0.95),
-                    fused=fused,
-                    foreach=not fused)))
+            device,
+            lr=1e-3,
+            weight_decay=0.05,
+            betas=(0.9, 0.95),
+            fused=fused,
+            foreach=not fused)
         torch.manual_seed(1)  # the same masks
         for _ in range(4):
             model.train_step(copy.copy(data), optim)

@@ -6,8 +6,7 @@ import copy
 
 import pytest
 import torch
-from conftest import NEEDS_CUDA, tiny_hpm, tiny_mae
-from mmengine.optim import build_optim_wrapper
+from conftest import NEEDS_CUDA, tiny_hpm, tiny_mae, tiny_step_setup
 
 from hpm_mm.testing.host_sync import HostSyncCounter
 
@@ -16,16 +15,8 @@ def steps(model, device, n=3, fused=True):
     """Warm-up steps, then the last one's counted syncs. AdamW fused, as a
     CUDA run builds it (torch's single-tensor AdamW on a CPU reads its step
     counters, host tensors that are no GPU sync; the fused one does not)."""
-    model.train()
-    if hasattr(model, 'set_progress'):
-        model.set_progress(1.0)  # the teacher scores: its pass is counted
-    optim = build_optim_wrapper(
-        model,
-        dict(
-            type='GuardedOptimWrapper',
-            optimizer=dict(type='AdamW', lr=1e-4, fused=fused)))
-    data = dict(
-        inputs=torch.randn(4, 1, 16, 16, device=device), data_samples=None)
+    # the teacher scores: its pass is counted
+    optim, data = tiny_step_setup(model, device, fused=fused)
     for _ in range(n - 1):
         model.train_step(copy.copy(data), optim)
     with HostSyncCounter(keep_stacks=True) as syncs:
@@ -98,15 +89,7 @@ def test_hpm_step_on_cuda_syncs_only_in_the_guard():
     """On a GPU: the step runs under sync-debug 'error' apart from the
     non-finite guard's one read (the optimizer wrapper's step)."""
     model = tiny_hpm('cuda', seed=0)
-    model.train()
-    model.set_progress(1.0)
-    optim = build_optim_wrapper(
-        model,
-        dict(
-            type='GuardedOptimWrapper',
-            optimizer=dict(type='AdamW', lr=1e-4, fused=True)))
-    data = dict(
-        inputs=torch.randn(4, 1, 16, 16, device='cuda'), data_samples=None)
+    optim, data = tiny_step_setup(model, 'cuda', fused=True)
     model.train_step(copy.copy(data), optim)  # first: teacher's copy, reads
     step = optim.step
 
