@@ -128,7 +128,10 @@ def test_what_cannot_be_judged_is_refused_before_work(tmp_path,
                 '--work-dir',
                 str(tmp_path / 'w'),
                 '--resume',
-                hpm_checkpoint
+                hpm_checkpoint,
+                # its data root differs too: continue past that refusal
+                '--cfg-options',
+                'resume_changed_run=True'
             ],
             'the config changed since the checkpoint was written'),
         ([
