@@ -136,3 +136,20 @@ def test_a_missing_config_a_file_as_work_dir_and_no_epochs_are_one_line(
         train_config(FMNIST_CFG, str(afile))
     with pytest.raises(HPMError, match=r'max_epochs=0: a run of no epochs'):
         check_run_length(dict(train_cfg=dict(max_epochs=0)))
+
+
+def test_a_missing_plugin_and_a_launcher_without_torchrun_are_one_line(
+        tmp_path, monkeypatch):
+    from hpm_mm.apis import train_config
+    cfg = tmp_path / 'plugin.py'
+    cfg.write_text(f'_base_ = [{FMNIST_CFG!r}]\n'
+                   "custom_imports = dict(imports=['hpm_mm', "
+                   "'no_such_plugin_module'], allow_failed_imports=False)\n")
+    with pytest.raises(HPMError) as e:
+        train_config(str(cfg), str(tmp_path / 'w'))
+    assert "could not import 'no_such_plugin_module'" in str(e.value) and \
+        len(str(e.value).splitlines()) == 1
+    for key in ('RANK', 'WORLD_SIZE', 'MASTER_ADDR'):
+        monkeypatch.delenv(key, raising=False)
+    with pytest.raises(HPMError, match='needs the environment torchrun'):
+        train_config(FMNIST_CFG, str(tmp_path / 'w'), launcher='pytorch')

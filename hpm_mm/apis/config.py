@@ -256,14 +256,22 @@ def load_config(path: str) -> Config:
                 f'{path}: inherits from {missing.group(1)}, which is '
                 'not installed (the pretraining profile has no mmdet, mmseg '
                 f"or mmcv's compiled ops). Fix: {FULL_INSTALL}") from None
-        cause, seen = e, set()
+        cause, seen, plugin = e, set(), None
         while cause is not None and id(cause) not in seen:
             seen.add(id(cause))
             if isinstance(cause, MissingCompiledOpsError) or (
                     isinstance(cause, ImportError)
                     and str(cause).startswith('hpm_mm needs')):
                 raise HPMError(f'{path}: {cause}') from None
+            if isinstance(cause, ModuleNotFoundError) and cause.name:
+                plugin = plugin or cause
             cause = cause.__cause__ or cause.__context__
+        if plugin is not None:  # a custom_imports module (or its own need)
+            raise HPMError(
+                f'{path}: custom_imports could not import {plugin.name!r} '
+                f'({plugin}). Fix: make it importable (PYTHONPATH=the folder '
+                'that holds it, or pip install it), or take it out of '
+                'custom_imports.') from None
         raise
 
 
@@ -292,6 +300,14 @@ def run_config(config, work_dir: Optional[str], launcher: str, *options:
                 '2}.')
         if option:  # a copy: mmengine's merge pops keys (_delete_)
             merge_cfg_options(cfg, copy.deepcopy(option))
+    if launcher == 'pytorch' and not all(
+            k in os.environ for k in ('RANK', 'WORLD_SIZE', 'MASTER_ADDR')):
+        raise HPMError(
+            '--launcher pytorch needs the environment torchrun gives each '
+            'process (RANK, WORLD_SIZE, MASTER_ADDR). Fix: bash '
+            'tools/dist_train.sh CONFIG GPUS, or torchrun --nproc_per_node N '
+            'tools/train.py CONFIG --launcher pytorch; on one process leave '
+            '--launcher out.')
     cfg.launcher = launcher
     if work_dir is not None:
         if osp.exists(work_dir) and not osp.isdir(work_dir):
