@@ -153,3 +153,11 @@ def test_a_missing_plugin_and_a_launcher_without_torchrun_are_one_line(
         monkeypatch.delenv(key, raising=False)
     with pytest.raises(HPMError, match='needs the environment torchrun'):
         train_config(FMNIST_CFG, str(tmp_path / 'w'), launcher='pytorch')
+
+
+def test_testing_a_pretraining_config_is_one_line(tmp_path):
+    """tools/test.py on a pretraining config (no test set): 343 lines of
+    mmengine's RuntimeError before."""
+    from hpm_mm.apis import test
+    with pytest.raises(HPMError, match='has no test set .*knn_eval.py'):
+        test(FMNIST_CFG, str(tmp_path / 'x.pth'), str(tmp_path / 'w'))

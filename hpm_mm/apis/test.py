@@ -64,6 +64,17 @@ def test(config: Union[str, Config],
         HPMError: A checkpoint or ``out`` that cannot work, in one line.
     """
     cfg = run_config(config, work_dir, launcher, cfg_options)
+    missing = [
+        k for k in ('test_dataloader', 'test_cfg', 'test_evaluator')
+        if cfg.get(k) is None
+    ]
+    if missing:
+        raise HPMError(
+            f'{getattr(config, "filename", None) or config} has no test set '
+            f'({", ".join(missing)} unset): a pretraining config. Fix: '
+            'evaluate its encoder with python tools/analysis_tools/'
+            'knn_eval.py CONFIG CHECKPOINT, or fine-tune it with a '
+            'benchmark config (configs/benchmarks/) and test that.')
     cfg.load_from = checkpoint
     if out:
         check_out(out)
