@@ -64,6 +64,8 @@ def test(config: Union[str, Config],
         HPMError: A checkpoint or ``out`` that cannot work, in one line.
     """
     cfg = run_config(config, work_dir, launcher, cfg_options)
+    if out:
+        check_out(out)
     missing = [
         k for k in ('test_dataloader', 'test_cfg', 'test_evaluator')
         if cfg.get(k) is None
@@ -76,8 +78,6 @@ def test(config: Union[str, Config],
             'knn_eval.py CONFIG CHECKPOINT, or fine-tune it with a '
             'benchmark config (configs/benchmarks/) and test that.')
     cfg.load_from = checkpoint
-    if out:
-        check_out(out)
     from mmpretrain.utils import get_ori_model
 
     from hpm_mm.engine.checkpoint import (checkpoint_mismatch,
