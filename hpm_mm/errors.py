@@ -11,12 +11,3 @@ class HPMError(Exception):
     :class:`~hpm_mm.engine.work_dir.WorkDirBusy`,
     :class:`~hpm_mm.engine.checkpoint.UnsafeCheckpointError`.
     """
-
-
-def tool_main(run, argv=None, name: str = 'hpm_mm'):
-    """The ``main`` of every tool: ``run(argv)``, its refusal
-    (:class:`HPMError`) ended as ``name: message`` on stderr and exit 1."""
-    try:
-        return run(argv)
-    except HPMError as e:  # the library's one-line refusal: exit 1
-        raise SystemExit(f'{name}: {e}') from None

@@ -93,8 +93,11 @@ def run(argv=None):
 
 
 def main(argv=None):
-    from hpm_mm.errors import tool_main
-    return tool_main(run, argv, 'visualize_hard_patches.py')
+    from hpm_mm.errors import HPMError
+    try:
+        return run(argv)
+    except HPMError as e:  # the library's one-line refusal: exit 1
+        raise SystemExit(f'visualize_hard_patches.py: {e}') from None
 
 
 if __name__ == '__main__':

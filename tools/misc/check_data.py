@@ -41,8 +41,11 @@ def run(argv=None):
 
 
 def main(argv=None):
-    from hpm_mm.errors import tool_main
-    return tool_main(run, argv, 'check_data.py')
+    from hpm_mm.errors import HPMError
+    try:
+        return run(argv)
+    except HPMError as e:  # the library's one-line refusal: exit 1
+        raise SystemExit(f'check_data.py: {e}') from None
 
 
 if __name__ == '__main__':

@@ -26,8 +26,12 @@ def run(argv=None) -> int:
 
 
 def main(argv=None):
-    from hpm_mm.errors import tool_main
-    raise SystemExit(tool_main(run, argv, 'check_mask_generator.py'))
+    from hpm_mm.errors import HPMError
+    try:
+        code = run(argv)
+    except HPMError as e:  # the library's one-line refusal: exit 1
+        raise SystemExit(f'check_mask_generator.py: {e}') from None
+    raise SystemExit(code)
 
 
 if __name__ == '__main__':
