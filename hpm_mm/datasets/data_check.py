@@ -5,6 +5,8 @@ from typing import Dict, List, Tuple
 
 from mmengine.config import Config
 
+from .image_folder import reads_image_files
+
 
 def _loaders(cfg: Config) -> List[Tuple[str, dict]]:
     """(name, dataloader config) of every dataset the config reads."""
@@ -21,8 +23,7 @@ def _loaders(cfg: Config) -> List[Tuple[str, dict]]:
 
 def _pipeline_channels(pipeline) -> int:
     for t in pipeline or []:
-        if 'LoadImage' in str(t.get('type', '')) or str(t.get(
-                'type', '')).endswith('LoadAndRandomResizedCrop'):
+        if reads_image_files(t):
             # 'unchanged' keeps each file's own channels: not known here
             return {
                 'grayscale': 1,

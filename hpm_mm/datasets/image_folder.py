@@ -84,6 +84,14 @@ def check_header(size, mode: str) -> None:
             f'images. Fix: convert it to 8 bits ({fix}) or leave it out')
 
 
+def reads_image_files(transform: dict) -> bool:
+    """Whether a pipeline step reads the image files (and so takes
+    ``color_type``): mmcv's/mmpretrain's ``LoadImage*`` loaders,
+    :class:`LoadImageFromFileChecked`, :class:`LoadAndRandomResizedCrop`."""
+    kind = str(transform.get('type', '')).split('.')[-1]
+    return kind.startswith('LoadImage') or kind == 'LoadAndRandomResizedCrop'
+
+
 def read_image(path: str):
     """``(size, mode)`` of ``path``, decoded by :func:`load_image`, or
     ``ValueError`` with the reason the training pipeline cannot use it."""

@@ -18,6 +18,7 @@ the base for a folder of your own images (docs/own_data.md).
 """
 from hpm_mm.errors import HPMError
 from .data_check import _loaders
+from .image_folder import reads_image_files
 
 #: transform -> the key that takes the image size
 SIZE_KEYS = dict(
@@ -120,8 +121,7 @@ def apply_image_spec(cfg):
             dataset['data_root'] = spec['root']
         for t in dataset.get('pipeline') or []:
             kind = str(t.get('type', '')).split('.')[-1]
-            if kind.startswith('LoadImageFromFile') or \
-                    kind == 'LoadAndRandomResizedCrop':
+            if reads_image_files(t):
                 t['color_type'] = color
             if kind in SIZE_KEYS:
                 t[SIZE_KEYS[kind]] = size

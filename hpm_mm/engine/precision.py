@@ -587,8 +587,8 @@ def feature_precision(
     asked = not isinstance(precision, bool)
     if not asked:  # amp=True/False of the tools
         precision = 'auto' if precision else 'fp32'
-    params = list(model.parameters()) or list(model.buffers())
-    device = params[0].device.type if params else 'cpu'
+    from hpm_mm.evaluation import model_device
+    device = model_device(model)
     if precision != 'auto' or device != 'cpu':
         return decide(precision, device, configured=asked)
     was_training = model.training

@@ -325,10 +325,11 @@ class RunPolicyMixin:
             schedulers = self.param_schedulers
             if isinstance(schedulers, dict):  # per optimizer: the first
                 schedulers = next(iter(schedulers.values()), [])
+            notes: List[Tuple[int, str]] = []
             check_resumed_schedule(self._load_from, meta, saved,
                                    len(self.train_dataloader), schedulers,
                                    self.cfg.get('resume_changed_run', False),
-                                   notes := [])
+                                   notes)
             for level, message in notes:
                 self.logger.log(level, message)
         super().load_or_resume()

@@ -129,7 +129,7 @@ def block_output(model, layer: Optional[int]):
     return capture()
 
 
-def _device(model) -> str:
+def model_device(model) -> str:
     """Where a model runs: its parameters' device; a model without
     parameters (kNN on raw pixels) where its buffers are (the
     preprocessor's mean/std), else the CPU."""
@@ -178,7 +178,7 @@ def extract_features(model,
         1 if getattr(backbone, 'cls_token', None) is not None else 0)
     results = []
     bar = ProgressBar(len(dataloader.dataset)) if progress else None
-    device = _device(model)
+    device = model_device(model)
     if amp is True:
         raise TypeError(
             'extract_features(amp=True): pass the dtype, e.g. '

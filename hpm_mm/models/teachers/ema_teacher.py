@@ -120,6 +120,7 @@ class EMATeacher(ExponentialMovingAverage):
         self._last_optim_steps: Optional[int] = None
         self._checked = False
         self._steps: Optional[int] = None  # ``steps`` on the host
+        self._averaged = None  # (name, parameter) of the floating ones
         self.module.eval()
 
     def set_epoch(self,
@@ -196,26 +197,24 @@ class EMATeacher(ExponentialMovingAverage):
         src = model.state_dict() if self.update_buffers else dict(
             model.named_parameters())
         steps = self._host_steps()
-        avg = [p.detach() for p in self.avg_parameters.values()]
-        new = [
-            src[k].detach().to(p.device)
-            for k, p in zip(self.avg_parameters, avg)
-        ]
+        if self._averaged is None:  # the teacher's side never changes
+            self._averaged = [(k, p) for k, p in self.avg_parameters.items()
+                              if p.dtype.is_floating_point]
         if steps == 0:
-            torch._foreach_copy_(avg, new)
-        elif steps % self.interval == 0:
-            pairs = [(a, n) for a, n in zip(avg, new)
-                     if a.dtype.is_floating_point]
-            if pairs:
-                a, n = map(list, zip(*pairs))
-                torch._foreach_lerp_(a, n, self.momentum)
+            torch._foreach_copy_(
+                list(self.avg_parameters.values()),
+                [src[k].to(p.device) for k, p in self.avg_parameters.items()])
+        elif steps % self.interval == 0 and self._averaged:
+            torch._foreach_lerp_(
+                [p for _, p in self._averaged],
+                [src[k].to(p.device)
+                 for k, p in self._averaged], self.momentum)
         if not self.update_buffers:  # buffers follow the student's
-            dst = [b.detach() for b in self.module.buffers()]
+            dst = list(self.module.buffers())
             if dst:
-                torch._foreach_copy_(dst, [
-                    b.detach().to(d.device)
-                    for b, d in zip(model.buffers(), dst)
-                ])
+                torch._foreach_copy_(
+                    dst,
+                    [b.to(d.device) for b, d in zip(model.buffers(), dst)])
         self.steps.add_(1)
         self._steps = steps + 1
 
