@@ -80,6 +80,10 @@ def test_relative_loss_fp32_under_autocast(device):
 
 
 def test_relative_loss_perfect_ranking_is_low():
+    # seeded: two near-equal random targets (a gap under ~1e-5) make the
+    # scaled logit small and the loss of a perfect ranking not low; the
+    # draw depended on what the worker ran before
+    torch.manual_seed(0)
     target = torch.rand(2, 16)
     mask = torch.ones(2, 16)
     good = HPMRelativeLoss()(target * 1e5, target, mask)
