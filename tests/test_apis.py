@@ -6,7 +6,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import FMNIST_CFG, REPO
+from helpers import FMNIST_CFG, REPO
 
 from hpm_mm.errors import HPMError
 
@@ -56,7 +56,7 @@ def test_cfg_options_name_a_list_element_by_its_type():
     in the list (an index breaks when a user adds a hook); a type the list
     lacks, or holds twice, is one line."""
     import pytest
-    from conftest import FMNIST_CFG
+    from helpers import FMNIST_CFG
     from mmengine.config import Config
 
     from hpm_mm.apis import HPMError, merge_cfg_options

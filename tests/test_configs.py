@@ -6,7 +6,7 @@ import os.path as osp
 
 import pytest
 import torch
-from conftest import FULL_PROFILE, NEEDS_FULL, REPO, is_det_seg
+from helpers import FULL_PROFILE, NEEDS_FULL, REPO, is_det_seg
 from mmengine.config import Config
 from mmengine.registry import init_default_scope
 
@@ -85,7 +85,7 @@ def test_ablations_differ_only_in_their_knobs():
 
 
 def test_tools_build_the_model_with_the_configs_normalisation():
-    from conftest import FMNIST_CFG
+    from helpers import FMNIST_CFG
 
     from hpm_mm.apis import load_model
     model = load_model(Config.fromfile(FMNIST_CFG))

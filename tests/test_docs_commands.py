@@ -7,7 +7,7 @@ import re
 import subprocess
 
 import pytest
-from conftest import REPO, python
+from helpers import REPO, process, tool_main
 
 PAGES = ['README.md', 'configs/hpm/README.md'] + sorted(
     osp.relpath(p, REPO) for p in glob.glob(osp.join(REPO, 'docs', '*.md')))
@@ -42,7 +42,9 @@ def test_each_named_script_exists_and_answers_help(path, page):
         return
     if path.startswith('projects/') or 'configs/' in path:
         return  # modules and configs, not commands
-    proc = python(path, '--help', timeout=300)
+    proc = tool_main(path[len('tools/'):],
+                     '--help') if path.startswith('tools/') else process(
+                         path, '--help', timeout=300)
     assert proc.returncode == 0, f'{page}: {path} --help:\n' + \
         (proc.stdout + proc.stderr)[-2000:]
     assert 'usage:' in proc.stdout

@@ -3,7 +3,7 @@ from importlib.metadata import version
 
 import pytest
 import torch
-from conftest import NEEDS_FULL
+from helpers import NEEDS_FULL
 
 import hpm_mm
 from hpm_mm import SUPPORTED, check_versions

@@ -7,7 +7,7 @@ import os.path as osp
 import re
 
 import pytest
-from conftest import NEEDS_FULL, REPO
+from helpers import NEEDS_FULL, REPO
 from mmengine.config import Config
 
 import hpm_mm  # noqa: F401

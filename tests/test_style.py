@@ -5,7 +5,7 @@ formatted by yapf. A failure names the files; the fix is
 import subprocess
 import sys
 
-from conftest import REPO
+from helpers import REPO
 
 
 def python_files():

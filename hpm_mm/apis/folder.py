@@ -5,8 +5,6 @@ import os.path as osp
 from statistics import median
 from typing import Callable, Dict, Optional
 
-from mmengine.logging import print_log
-
 from hpm_mm.datasets.image_folder import split_labelled
 from hpm_mm.engine.schedule import scale_recipe, steps_per_epoch
 from hpm_mm.errors import HPMError
@@ -100,15 +98,6 @@ def folder_config(base_path: str, root: str, work_dir: str, scan: Dict,
     hooks = [dict(type='HPMScheduleHook', by_epoch=True)]
     bank, val = split_labelled(scan['files'], scan['classes']) \
         if scan['classes'] else ([], [])
-    if scan['classes'] and not (bank and val):
-        # every class has one image: nothing to hold out, or no bank
-        print_log(
-            'kNN skipped: it holds out a fifth of each class and needs a '
-            'class with at least 2 images (each of the '
-            f'{len(scan["classes"])} classes has 1); training without kNN, '
-            'the hard-patch grids are still drawn.',
-            logger='current',
-            level=30)
     if bank and val:
         bank_file = write('knn_bank.txt', [f'{f} {c}' for f, c in bank])
         val_file = write('knn_val.txt', [f'{f} {c}' for f, c in val])
@@ -294,6 +283,13 @@ def pretrain_folder(folder: str,
                 f'(all in {osp.join(work_dir, "unreadable.txt")})')
         labels = (f'{len(scan["classes"])} classes (kNN on a held-out fifth)'
                   if scan['classes'] else 'unlabelled (no kNN)')
+        if scan['classes'] and not all(
+                split_labelled(scan['files'], scan['classes'])):
+            # every class has one image: nothing to hold out, or no bank
+            labels = (f'{len(scan["classes"])} classes; kNN skipped: it '
+                      'holds out a fifth of each class and needs a class '
+                      'with at least 2 images (each has 1); the hard-patch '
+                      'grids are still drawn')
         log(f'{settings["num_images"]} images, {labels}; chosen: '
             f'{settings["img_size"]}x{settings["img_size"]} '
             f'{"grayscale" if settings["channels"] == 1 else "RGB"} '

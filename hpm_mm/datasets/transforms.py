@@ -7,6 +7,7 @@ from mmengine.logging import print_log
 from mmpretrain.datasets.transforms import RandomResizedCrop
 from mmpretrain.registry import TRANSFORMS
 
+from hpm_mm.errors import HPMError
 from .image_folder import check_header, load_image
 
 
@@ -25,7 +26,7 @@ class _Unreadable:
                 logger='current',
                 level=30)
             return None
-        raise OSError(
+        raise HPMError(
             f'cannot read image {filename} ({why}). Fix: replace or '
             'remove it (python tools/misc/check_data.py CONFIG lists '
             'every unreadable file), or skip such files with '

@@ -2,6 +2,8 @@ import torch
 from mmpretrain.models.utils import SelfSupDataPreprocessor
 from mmpretrain.registry import MODELS
 
+from hpm_mm.errors import HPMError
+
 
 def check_channels(preprocessor, data: dict) -> None:
     """Refuse, in one line naming both, images whose channel count does not
@@ -18,7 +20,7 @@ def check_channels(preprocessor, data: dict) -> None:
         return
     have, want = first.shape[-3], preprocessor.mean.shape[0]
     if have != want:
-        raise ValueError(
+        raise HPMError(
             f'the images have {have} channel(s) but the model takes '
             f'{want} (data_preprocessor mean/std). Fix: load them '
             f"with color_type='{'grayscale' if want == 1 else 'color'}"

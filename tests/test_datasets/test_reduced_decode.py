@@ -130,9 +130,10 @@ def test_a_corrupt_file_is_the_checked_loaders_one_line(tmp_path):
     data = (tmp_path / 'good.jpg')
     photo(1200, 900).save(data, quality=90)
     path.write_bytes(data.read_bytes()[:3000])  # truncated
-    with pytest.raises(OSError) as theirs:
+    from hpm_mm.errors import HPMError
+    with pytest.raises(HPMError) as theirs:
         LoadImageFromFileChecked()(dict(img_path=str(path)))
-    with pytest.raises(OSError) as ours:
+    with pytest.raises(HPMError) as ours:
         LoadAndRandomResizedCrop(**CROP)(dict(img_path=str(path)))
     for e in (theirs.value, ours.value):
         assert len(str(e).splitlines()) == 1

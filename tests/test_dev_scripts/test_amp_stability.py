@@ -8,7 +8,7 @@ import sys
 import numpy as np
 import pytest
 import torch
-from conftest import REPO
+from helpers import REPO
 
 sys.path.insert(0, osp.join(REPO, '.dev_scripts'))
 import amp_stability  # noqa: E402

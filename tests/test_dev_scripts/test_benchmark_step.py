@@ -4,7 +4,7 @@ import os.path as osp
 import sys
 
 import pytest
-from conftest import REPO
+from helpers import REPO
 
 sys.path.insert(0, osp.join(REPO, '.dev_scripts'))
 import benchmark_step as bench  # noqa: E402

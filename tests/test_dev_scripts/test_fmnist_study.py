@@ -8,7 +8,7 @@ import os.path as osp
 import sys
 
 import pytest
-from conftest import REPO
+from helpers import REPO
 from mmengine.config import Config
 
 STUDY = osp.join(REPO, '.dev_scripts', 'fmnist_study')

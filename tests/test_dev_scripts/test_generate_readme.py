@@ -6,7 +6,7 @@ import json
 import os.path as osp
 
 import yaml
-from conftest import REPO
+from helpers import REPO
 
 
 def _generator():

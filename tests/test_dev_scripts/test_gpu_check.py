@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import REPO
+from helpers import REPO
 
 sys.path.insert(0, osp.join(REPO, '.dev_scripts'))
 import gpu_pace  # noqa: E402

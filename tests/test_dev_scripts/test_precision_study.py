@@ -7,7 +7,7 @@ import sys
 
 import pytest
 import torch
-from conftest import REPO, tiny_hpm
+from helpers import REPO, tiny_hpm
 
 sys.path.insert(0, osp.join(REPO, '.dev_scripts'))
 import precision_numerics  # noqa: E402

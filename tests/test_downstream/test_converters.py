@@ -3,14 +3,14 @@ reports, clear refusals."""
 
 import pytest
 import torch
-from conftest import ARCH, NEEDS_FULL, python
+from helpers import ARCH, NEEDS_FULL, tool_main
 
 import hpm_mm  # noqa: F401
 from hpm_mm.apis.convert import convert, encoder_state
 
 
 def _run(*args):
-    return python('tools/model_converters/hpm2backbone.py', *args)
+    return tool_main('model_converters/hpm2backbone.py', *args)
 
 
 @pytest.mark.parametrize('target,img,teacher',

@@ -5,8 +5,8 @@ import json
 import os.path as osp
 
 import pytest
-from conftest import (ARCH, NEEDS_FULL, REPO, make_ade20k, make_coco, python,
-                      run_tool)
+from helpers import ARCH, NEEDS_FULL, REPO, make_ade20k, make_coco, tool_main
+from helpers import train as train_run
 
 pytestmark = NEEDS_FULL  # mmdet, mmseg and mmcv's compiled ops
 
@@ -26,8 +26,8 @@ SEG_CFG = osp.join(REPO, 'configs', 'benchmarks', 'seg',
 
 
 def _convert(ckpt, out, target, img):
-    proc = python('tools/model_converters/hpm2backbone.py', ckpt, str(out),
-                  '--target', target, '--img-size', str(img))
+    proc = tool_main('model_converters/hpm2backbone.py', ckpt, out, '--target',
+                     target, '--img-size', img)
     assert proc.returncode == 0, proc.stderr
     return str(out)
 
@@ -101,8 +101,7 @@ default_hooks = dict(logger=dict(interval=1))
 env_cfg = dict(dist_cfg=dict(backend='gloo'))
 ''')
     work = tmp_path / 'work'
-    proc = run_tool('tools/train.py', str(cfg), '--work-dir', str(work))
-    log = proc.stdout + proc.stderr
+    log = train_run(cfg, work)
     assert 'layer decay 0.7' in log
     rows = _scalars(work)
     train = [r for r in rows if 'loss_mask' in r]
@@ -114,8 +113,12 @@ env_cfg = dict(dist_cfg=dict(backend='gloo'))
     assert val and 'coco/segm_mAP' in val[-1]
     # and tools/test.py evaluates the trained checkpoint
     out = tmp_path / 'metrics.json'
-    run_tool('tools/test.py', str(cfg), str(work / 'iter_2.pth'), '--work-dir',
-             str(tmp_path / 'test'), '--out', str(out))
+    from hpm_mm.apis import test
+    test(
+        str(cfg),
+        str(work / 'iter_2.pth'),
+        str(tmp_path / 'test'),
+        out=str(out))
     metrics = json.loads(out.read_text())
     assert 0 <= metrics['coco/bbox_mAP'] <= 1
     assert 0 <= metrics['coco/segm_mAP'] <= 1
@@ -164,8 +167,7 @@ default_hooks = dict(logger=dict(interval=1),
 env_cfg = dict(dist_cfg=dict(backend='gloo'))
 ''')
     work = tmp_path / 'work'
-    proc = run_tool('tools/train.py', str(cfg), '--work-dir', str(work))
-    log = proc.stdout + proc.stderr
+    log = train_run(cfg, work)
     # mmseg loads the converted backbone non-strictly and silently: the
     # converter's strict report is the check; here, nothing is reported as
     # missing from the pretrained file except the relative-position tables

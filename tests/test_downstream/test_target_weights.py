@@ -1,7 +1,7 @@
 """tools/model_converters/target_weights.py: DINO (timm layout) and CLIP
 releases -> the files the feature-target configs load, exactly."""
 import torch
-from conftest import run_tool
+from helpers import tool_main
 from mmpretrain.models import VisionTransformer
 from mmpretrain.models.utils.clip_generator_helper import \
     VisionTransformer as CLIPViT
@@ -30,9 +30,8 @@ def test_dino_release_round_trip(tmp_path):
             'module.backbone.' + k: v
             for k, v in timm.items()
         }}, src)
-    proc = run_tool('tools/model_converters/target_weights.py', 'dino', src,
-                    dst)
-    assert '0 missing' in proc.stdout
+    proc = tool_main('model_converters/target_weights.py', 'dino', src, dst)
+    assert proc.returncode == 0 and '0 missing' in proc.stdout, proc.stderr
     target = MODELS.build(
         dict(
             type='ViTFeatureTarget',
@@ -58,9 +57,8 @@ def test_clip_release(tmp_path):
     state['text_projection'] = torch.zeros(8, 24)  # the text tower: unused
     src, dst = str(tmp_path / 'clip.pt'), str(tmp_path / 'out.pth')
     torch.save(state, src)
-    proc = run_tool('tools/model_converters/target_weights.py', 'clip', src,
-                    dst)
-    assert '0 missing' in proc.stdout
+    proc = tool_main('model_converters/target_weights.py', 'clip', src, dst)
+    assert proc.returncode == 0 and '0 missing' in proc.stdout, proc.stderr
     target = MODELS.build(
         dict(
             type='CLIPFeatureTarget',

@@ -1,5 +1,7 @@
 """AtomicCheckpointHook: a kill during a save keeps the previous checkpoint."""
-from conftest import FMNIST_CFG, TINY_RUN, run_train, tiny_config
+import sys
+
+from helpers import FMNIST_CFG, TINY_RUN, process, tiny_config, train
 
 import hpm_mm  # noqa: F401  (allow-lists the checkpoint types for torch.load)
 
@@ -29,7 +31,8 @@ runner_module.save_checkpoint = save_then_die
 '''
 
 
-def test_kill_during_a_save_keeps_the_previous_checkpoint(tmp_path):
+def test_kill_during_a_save_keeps_the_previous_checkpoint(
+        tmp_path, monkeypatch):
     """max_keep_ckpts=1 and a kill halfway through writing epoch 2: epoch 1
     is still on disk and named by last_checkpoint (mmengine deleted it
     before writing the new file, in place); --resume continues from it."""
@@ -40,17 +43,22 @@ def test_kill_during_a_save_keeps_the_previous_checkpoint(tmp_path):
             'allow_failed_imports=False)\n')
     cfg = tiny_config(tmp_path, FMNIST_CFG, body, num_images=8)
     work = tmp_path / 'work'
-    proc, out = run_train(
-        cfg, work, env=dict(PYTHONPATH=str(tmp_path)), check=False)
-    assert proc.returncode == 137, out[-3000:]
+    # a process: the kill during the save is the point
+    proc = process(
+        'tools/train.py',
+        cfg,
+        '--work-dir',
+        work,
+        env=dict(PYTHONPATH=str(tmp_path)))
+    assert proc.returncode == 137, (proc.stdout + proc.stderr)[-3000:]
     assert not (work / 'epoch_2.pth').exists()
     assert (work / 'epoch_2.pth.tmp').exists()  # the half-written file
     assert (work / 'last_checkpoint').read_text() == str(work / 'epoch_1.pth')
     from hpm_mm.engine.checkpoint import checkpoint_problem
     assert checkpoint_problem(str(work / 'epoch_1.pth')) is None
     (tmp_path / 'kill_in_save.py').write_text('')  # no more kills
-    _, out = run_train(
-        cfg, work, '--resume', env=dict(PYTHONPATH=str(tmp_path)))
-    assert 'resumed epoch: 1, iter: 2' in out
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, 'kill_in_save', raising=False)
+    assert 'resumed epoch: 1, iter: 2' in train(cfg, work, resume=True)
     assert checkpoint_problem(str(work / 'epoch_2.pth')) is None
     assert not (work / 'epoch_1.pth').exists()  # rotated out after epoch 2

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 import torch
-from conftest import FMNIST_CFG, REPO
+from helpers import FMNIST_CFG, REPO
 
 import hpm_mm  # noqa: F401  (allow-lists the checkpoint types for torch.load)
 from hpm_mm.engine.checkpoint import UnsafeCheckpointError, load_file
@@ -139,26 +139,26 @@ def served(tmp_path):
 
 
 def test_every_path_refuses_a_code_checkpoint_from_a_url(
-        hostile, tmp_path, served):
+        hostile, tmp_path, served, monkeypatch):
     """The same commands given the checkpoint as an http URL (mmengine's
     URL loader passes weights_only=False): the download is loaded through
     the one loader and refused; a sound checkpoint at a URL loads; pavi://
     and s3:// are refused in one line."""
-    from conftest import python
+    from helpers import tool_main
     from mmengine.runner.checkpoint import CheckpointLoader
 
     from hpm_mm.errors import HPMError
     ckpt, marker = hostile
     url = served(ckpt)
-    env = dict(
-        TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD='1',
-        TORCH_HOME=str(tmp_path / 'torch_home'))
+    monkeypatch.setenv('TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD', '1')
+    monkeypatch.setenv('TORCH_HOME', str(tmp_path / 'torch_home'))
     for name, args in paths(url, tmp_path).items():
-        proc = python(*args, env=env)
-        out = proc.stdout + proc.stderr
+        proc = tool_main(osp.relpath(args[0], 'tools'), *args[1:])
+        err = proc.stderr
         assert not marker.exists(), f'{name} ran the checkpoint\'s code'
-        assert proc.returncode != 0, f'{name} exited 0:\n{out[-2000:]}'
-        assert 'allow-list' in out, f'{name}:\n{out[-3000:]}'
+        assert proc.returncode != 0, f'{name} exited 0:\n{err[-2000:]}'
+        assert 'allow-list' in err.strip().splitlines()[-1], \
+            f'{name}:\n{err[-3000:]}'
     plain = tmp_path / 'served' / 'plain.pth'
     plain.parent.mkdir()
     torch.save(dict(state_dict={'w': torch.ones(2)}), plain)

@@ -4,11 +4,11 @@ import os
 import os.path as osp
 
 import pytest
-from conftest import FMNIST_CFG, run_tool, tiny_config
+from helpers import FMNIST_CFG, tiny_config, train
 
 
 # --------------------------------------------------------- quiet + tensorboard
-def test_quiet_console_and_tensorboard(tmp_path):
+def test_quiet_console_and_tensorboard(tmp_path, capsys):
     """--quiet: one line per epoch and the log path on the console, no
     environment dump, config or frozen-parameter warning (all in the log
     file); --tensorboard: the loss curves and hard-patch grids are in the
@@ -31,9 +31,10 @@ def test_quiet_console_and_tensorboard(tmp_path):
         hooks=f"custom_hooks = [dict(type='HPMScheduleHook'), {vis}]",
         body='train_cfg = dict(max_epochs=2)')
     work = tmp_path / 'work'
-    proc = run_tool('tools/train.py', cfg, '--work-dir', str(work), '--quiet',
-                    '--tensorboard')
-    out = proc.stdout
+    # the run's logger, made in this test, writes to capsys
+    train(cfg, work, quiet=True, tensorboard=True)
+    console = capsys.readouterr()
+    out = console.out
     lines = [line for line in out.splitlines() if line.strip()]
     epochs = [line for line in lines if line.startswith('epoch ')]
     assert len(epochs) == 2, out
@@ -44,7 +45,7 @@ def test_quiet_console_and_tensorboard(tmp_path):
     for noise in ('requires_grad', 'System environment', 'Config:',
                   'pkg_resources', 'Epoch(train)', 'FileClient',
                   'HardDiskBackend'):
-        assert noise not in out + proc.stderr, noise
+        assert noise not in out + console.err, noise
     assert len(lines) <= 7, out
     log_file = lines[1][len('full log: '):]
     log = open(log_file).read()

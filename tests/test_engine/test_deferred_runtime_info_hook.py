@@ -2,7 +2,7 @@
 hub what mmengine's per-iteration RuntimeInfoHook gives it (issue #55.3)."""
 import pytest
 import torch
-from conftest import TINY_RUN, tiny_config
+from helpers import TINY_RUN, tiny_config
 
 from hpm_mm.engine.hooks import DeferredRuntimeInfoHook
 from hpm_mm.testing.host_sync import HostSyncCounter

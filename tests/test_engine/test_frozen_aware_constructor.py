@@ -1,6 +1,6 @@
 """FrozenAwareOptimWrapperConstructor: the optimizer groups of a model with a
 frozen part."""
-from conftest import FMNIST_CFG
+from helpers import FMNIST_CFG
 
 
 # ------------------------------------------------------------ the constructor

@@ -9,7 +9,7 @@ import time
 
 import pytest
 import torch
-from conftest import TINY_RUN, run_tool, tiny_config
+from helpers import TINY_RUN, tiny_config, train
 
 from hpm_mm.engine import precision as P
 
@@ -244,27 +244,20 @@ def test_knn_features_follow_the_precision(monkeypatch, tmp_path, fp32_s,
     assert len(seen) > 4  # the timed forwards, then the pass
 
 
-def test_train_times_its_step_and_records_it(tmp_path):
-    """tools/train.py --amp on this machine: the run's own training step is
+def test_train_times_its_step_and_records_it(tmp_path, monkeypatch):
+    """Training with --amp on this machine: the run's own training step is
     timed in both precisions; the console's precision line is the record's,
     the decision follows the measured speed-up, and a second run of the
     same model reuses the timing."""
     cfg = tiny_config(
         tmp_path, num_images=8, body=TINY_RUN.format(keep=1, epochs=1))
-    env = dict(HPM_CACHE_DIR=str(tmp_path / 'cache'))
+    monkeypatch.setenv('HPM_CACHE_DIR', str(tmp_path / 'cache'))
     records = []
     for work in ('a', 'b'):
-        proc = run_tool(
-            'tools/train.py',
-            cfg,
-            '--work-dir',
-            str(tmp_path / work),
-            '--amp',
-            '--quiet',
-            env=env)
+        log = train(cfg, tmp_path / work, amp=True, quiet=True)
         record = json.loads((tmp_path / work / 'precision.json').read_text())
         line = f"precision: {record['precision']} ({record['reason']})"
-        assert line in proc.stdout.splitlines(), proc.stdout[-2000:]
+        assert f' - INFO - {line}\n' in log, log[-2000:]
         assert record['cpu_class'] == P.cpu_class()
         records.append(record)
     timing = records[0]['timing']

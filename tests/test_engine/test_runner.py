@@ -5,7 +5,7 @@ import logging
 
 import pytest
 import torch
-from conftest import TINY_RUN, tiny_config
+from helpers import TINY_RUN, tiny_config
 from mmengine.config import Config
 from mmengine.registry import RUNNERS
 
@@ -257,8 +257,9 @@ def test_a_selfsup_preprocessor_checks_the_images_channels(tmp_path, where):
     pre = runner.model.data_preprocessor
     assert type(pre).__name__ == 'SelfSupDataPreprocessor'
     assert pre.mean.flatten().tolist() == [1., 2., 3.]
+    from hpm_mm.errors import HPMError
     with pytest.raises(
-            ValueError,
+            HPMError,
             match=r'the images have 1 channel\(s\) '
             'but the model takes 3'):
         pre(dict(inputs=[torch.zeros(1, 28, 28, dtype=torch.uint8)]))

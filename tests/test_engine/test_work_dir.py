@@ -8,7 +8,7 @@ import sys
 import time
 
 import pytest
-from conftest import REPO, python, tiny_config
+from helpers import REPO, tiny_config, train
 
 from hpm_mm.engine.work_dir import (LOCK_NAME, WorkDirBusy, own_work_dir,
                                     release_work_dir)
@@ -43,9 +43,9 @@ def test_a_second_run_refuses_and_a_killed_one_frees_the_dir(tmp_path):
     a = start(cfg, work)
     try:
         wait_for_lock(a, work)
-        b = python('tools/train.py', cfg, '--work-dir', str(work), timeout=300)
-        assert b.returncode != 0
-        last = b.stderr.strip().splitlines()[-1]
+        with pytest.raises(WorkDirBusy) as b:
+            train(cfg, work)
+        last = str(b.value)
         assert f'is in use by a running job (pid {a.pid}' in last
         assert 'Fix: wait for it to finish, or give this run its own ' \
             '--work-dir' in last

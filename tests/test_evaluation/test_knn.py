@@ -2,7 +2,7 @@ import math
 
 import pytest
 import torch
-from conftest import FMNIST_CFG
+from helpers import FMNIST_CFG
 
 from hpm_mm.evaluation import knn_classify, pool_features
 
@@ -76,7 +76,7 @@ def test_pool_features_cls_token():
 
 def _gray_folder_loader(tmp_path, classes, per_class, batch_size):
     """A dataloader over a generated folder of grayscale images."""
-    from conftest import make_image_folder
+    from helpers import make_image_folder
     from mmengine.runner import Runner
     root = make_image_folder(str(tmp_path / 'imgs'), classes, per_class)
     return Runner.build_dataloader(
@@ -100,7 +100,7 @@ def test_knn_on_model_features_matches_brute_force(tmp_path, feature, device):
     """extract_features on a real (tiny) HPM through a dataloader, then kNN,
     against features taken by hand from the encoder's tokens and the
     one-sample-at-a-time brute force."""
-    from conftest import tiny_hpm
+    from helpers import tiny_hpm
 
     from hpm_mm.evaluation import extract_features
     loader = _gray_folder_loader(tmp_path, 3, 6, 5)
@@ -159,7 +159,7 @@ def test_a_blocks_tokens_are_read_at_any_layer(tmp_path):
     """extract_features(layer=i) reads encoder block i's tokens: the last
     block's through the encoder's final norm are the default features; an
     earlier block's differ; a block the encoder lacks is one line."""
-    from conftest import tiny_hpm
+    from helpers import tiny_hpm
 
     from hpm_mm.evaluation import extract_features
     loader = _gray_folder_loader(tmp_path, 2, 4, 4)

@@ -4,7 +4,7 @@ teacher do what they say, bad settings stop in one line."""
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import tiny_hpm_cfg
+from helpers import tiny_hpm_cfg
 from mmpretrain.registry import MODELS
 
 import hpm_mm  # noqa: F401
@@ -35,7 +35,7 @@ def build(cfg):
 
 
 def hpm_cfg(**kw):
-    """conftest's tiny HPM at 32 px RGB in 8-px patches."""
+    """helpers' tiny HPM at 32 px RGB in 8-px patches."""
     return tiny_hpm_cfg(img_size=32, patch_size=8, in_channels=3, **kw)
 
 

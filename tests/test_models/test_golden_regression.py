@@ -7,7 +7,7 @@ and the other score / target sources before the HPM family's shared base
 (issue #31)."""
 import pytest
 import torch
-from conftest import FMNIST_CFG, REPO, tiny_hpm
+from helpers import FMNIST_CFG, REPO, tiny_hpm
 from mmengine.config import Config
 from mmengine.optim import OptimWrapper
 from mmpretrain.registry import MODELS

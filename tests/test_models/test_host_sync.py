@@ -6,7 +6,7 @@ import copy
 
 import pytest
 import torch
-from conftest import NEEDS_CUDA, tiny_hpm, tiny_mae, tiny_step_setup
+from helpers import NEEDS_CUDA, tiny_hpm, tiny_mae, tiny_step_setup
 
 from hpm_mm.testing.host_sync import HostSyncCounter
 

@@ -3,7 +3,7 @@ from unittest import mock
 
 import pytest
 import torch
-from conftest import autocast_dtypes, tiny_hpm
+from helpers import autocast_dtypes, tiny_hpm
 
 import hpm_mm  # noqa: F401
 

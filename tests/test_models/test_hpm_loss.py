@@ -2,7 +2,7 @@ import math
 
 import pytest
 import torch
-from conftest import autocast_dtypes
+from helpers import autocast_dtypes
 
 from hpm_mm.models import (HPMAbsoluteLoss, HPMRelativeLoss,
                            pairwise_rank_accuracy)

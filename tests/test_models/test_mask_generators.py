@@ -6,7 +6,7 @@ import os.path as osp
 
 import pytest
 import torch
-from conftest import DEVICES, REPO
+from helpers import DEVICES, REPO
 from mmpretrain.registry import MODELS
 
 import hpm_mm  # noqa: F401
@@ -115,16 +115,18 @@ def test_the_check_command_needs_no_pytest_and_finds_violations(
     property on one line each, exit 0 on projects/contrast_mask; exit 1
     and the violated property for a generator that masks one patch too
     many; a target that is no generator is one line."""
-    import subprocess
     import sys
 
-    from conftest import python
-    tool = osp.join(REPO, 'tools', 'misc', 'check_mask_generator.py')
+    from helpers import process
+
+    from hpm_mm.errors import HPMError
+    from hpm_mm.testing.check_mask_generator import load_generator, report
     project = osp.join(REPO, 'projects', 'contrast_mask')
-    proc = python(tool, 'contrast_mask:ContrastMaskGenerator', cwd=project)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    assert 'ok   image scores' in proc.stdout and \
-        'every property holds' in proc.stdout
+    monkeypatch.chdir(project)  # the command imports from where it runs
+    lines, bad = report(load_generator('contrast_mask:ContrastMaskGenerator'))
+    out = '\n'.join(lines)
+    assert bad == 0, out
+    assert 'ok   image scores' in out and 'every property holds' in out
     (tmp_path / 'bad_mask.py').write_text(
         'from hpm_mm.models import RandomMaskGenerator\n\n\n'
         'class OneTooMany(RandomMaskGenerator):\n'
@@ -133,20 +135,19 @@ def test_the_check_command_needs_no_pytest_and_finds_violations(
         '        mask[:, 0] = 1\n'
         '        return mask\n')
     monkeypatch.delitem(sys.modules, 'bad_mask', raising=False)
-    proc = python(tool, 'bad_mask:OneTooMany', cwd=str(tmp_path))
-    assert proc.returncode == 1
-    assert 'FAIL invariants, 16 patches' in proc.stdout and \
-        'not num_masked=' in proc.stdout
-    assert 'OneTooMany: 3 properties violated' in proc.stdout
-    proc = python(tool, 'bad_mask:torch', cwd=str(tmp_path))
-    assert proc.returncode == 1 and proc.stderr.strip().splitlines()[-1] \
-        .startswith('check_mask_generator.py: cannot load bad_mask:torch')
-    # a command of its own, in a new interpreter
-    proc = subprocess.run(
-        [sys.executable, tool, 'contrast_mask:ContrastMaskGenerator'],
-        cwd=project,
-        capture_output=True,
-        text=True)
+    monkeypatch.chdir(tmp_path)
+    lines, bad = report(load_generator('bad_mask:OneTooMany'))
+    out = '\n'.join(lines)
+    assert bad
+    assert 'FAIL invariants, 16 patches' in out and 'not num_masked=' in out
+    assert 'OneTooMany: 3 properties violated' in out
+    with pytest.raises(HPMError, match='^cannot load bad_mask:torch'):
+        load_generator('bad_mask:torch')
+    # a command of its own, in a new interpreter, without pytest
+    proc = process(
+        osp.join(REPO, 'tools', 'misc', 'check_mask_generator.py'),
+        'contrast_mask:ContrastMaskGenerator',
+        cwd=project)
     assert proc.returncode == 0 and 'every property holds' in proc.stdout
 
 
@@ -303,7 +304,7 @@ def test_bad_per_image_ratios(ratio):
 def test_a_generator_that_breaks_the_contract_stops_the_first_step():
     """A generator masking one patch too few trained an epoch silently;
     the first step of the model now checks the mask once and names it."""
-    from conftest import tiny_hpm
+    from helpers import tiny_hpm
     from mmpretrain.registry import MODELS
 
     from hpm_mm.models import RandomMaskGenerator

@@ -4,7 +4,7 @@ import os.path as osp
 
 import pytest
 import torch
-from conftest import FMNIST_CFG, REPO, make_image_folder, python, run_tool
+from helpers import FMNIST_CFG, REPO, make_image_folder
 from mmengine.config import Config
 from mmengine.runner import Runner
 
@@ -40,45 +40,43 @@ custom_hooks = [dict(type='KNNEvalHook', ks=(1, 3, 200),
                      train_dataloader={_folder_loader(train)!r},
                      val_dataloader={_folder_loader(val)!r})]
 ''')
-    out = tmp_path / 'knn.json'
-    proc = run_tool('tools/analysis_tools/knn_eval.py', str(cfg),
-                    hpm_checkpoint, '--out', str(out))
-    assert 'extracting train features (12 images)' in proc.stdout
-    assert '0 missing, 0 unexpected' in proc.stdout
-    import json
-    res = json.loads(out.read_text())
-    assert set(res['acc']) == {'1', '3', '12'}  # k=200 clipped to 12
+    from hpm_mm.apis import knn_eval
+    from hpm_mm.errors import HPMError
+    lines = []
+    res = knn_eval(str(cfg), hpm_checkpoint, log=lines.append)
+    out = '\n'.join(lines)
+    assert 'extracting train features (12 images)' in out
+    assert set(res['acc']) == {1, 3, 12}  # k=200 clipped to 12
     assert all(0 <= v <= 100 for v in res['acc'].values())
+    assert (res['num_train'], res['num_val'], res['warnings']) == (12, 6, [])
+    # every key of the checkpoint's encoder loads (student and teacher)
+    from hpm_mm.apis import load_model
+    from hpm_mm.engine.checkpoint import load_checkpoint_strict
+    assert load_checkpoint_strict(load_model(str(cfg)),
+                                  hpm_checkpoint) == dict(
+                                      missing=[], unexpected=[])
+    teacher = load_checkpoint_strict(
+        load_model(str(cfg)), hpm_checkpoint, teacher=True)
+    assert not [k for k in teacher['missing'] if k.startswith('backbone.')]
     # the teacher's encoder can be evaluated too
-    proc = run_tool('tools/analysis_tools/knn_eval.py', str(cfg),
-                    hpm_checkpoint, '--teacher')
-    assert '(teacher)' in proc.stdout
+    assert knn_eval(str(cfg), hpm_checkpoint, teacher=True, ks=[1])['acc']
     # and the raw-pixel baseline (a model without parameters)
-    run_tool('tools/analysis_tools/knn_eval.py', str(cfg), 'none',
-             '--raw-pixels', '--ks', '1', '3', '--out', str(out))
-    res = json.loads(out.read_text())
-    assert set(res['acc']) == {'1', '3'} and all(0 <= v <= 100
-                                                 for v in res['acc'].values())
+    res = knn_eval(str(cfg), None, raw_pixels=True, ks=[1, 3])
+    assert set(res['acc']) == {1, 3} and all(0 <= v <= 100
+                                             for v in res['acc'].values())
     # any encoder block, recorded; one the encoder lacks is one line
-    run_tool('tools/analysis_tools/knn_eval.py', str(cfg), hpm_checkpoint,
-             '--layer', '0', '--ks', '1', '--out', str(out))
-    assert json.loads(out.read_text())['layer'] == 0
-    proc = python('tools/analysis_tools/knn_eval.py', str(cfg), hpm_checkpoint,
-                  '--layer', '99')
-    assert proc.returncode == 1 and 'layer 99: the encoder has' in \
-        proc.stderr.strip().splitlines()[-1]
+    assert knn_eval(str(cfg), hpm_checkpoint, layer=0, ks=[1])['layer'] == 0
+    with pytest.raises(HPMError, match='layer 99: the encoder has'):
+        knn_eval(str(cfg), hpm_checkpoint, layer=99)
     # what is not a kNN: one line each, nothing evaluated
-    for args, words in ((['--temperature', '0'], 'temperature 0.0'),
-                        (['--temperature', '-1'], 'temperature -1.0'),
-                        (['--ks', '0'], 'ks [0]'), (['--ks',
-                                                     '-5'], 'ks [-5]')):
-        proc = python('tools/analysis_tools/knn_eval.py', str(cfg),
-                      hpm_checkpoint, *args)
-        assert proc.returncode == 1, proc.stderr[-2000:]
-        assert proc.stderr.strip().splitlines() == [
-            proc.stderr.strip().splitlines()[-1]
-        ] and f'knn_eval.py: {words}' in proc.stderr and 'Fix:' in \
-            proc.stderr
+    for kwargs, words in ((dict(temperature=0.), 'temperature 0.0'),
+                          (dict(temperature=-1.), 'temperature -1.0'),
+                          (dict(ks=[0]), 'ks [0]'), (dict(ks=[-5]),
+                                                     'ks [-5]')):
+        with pytest.raises(HPMError) as refused:
+            knn_eval(str(cfg), hpm_checkpoint, **kwargs)
+        assert str(refused.value).startswith(words) and 'Fix:' in str(
+            refused.value) and '\n' not in str(refused.value)
     # a memory bank that is the evaluated set is said to measure nothing
     same = tmp_path / 'same.py'
     same.write_text(f'''
@@ -87,9 +85,10 @@ custom_hooks = [dict(type='KNNEvalHook', ks=(1, ),
                      train_dataloader={_folder_loader(val)!r},
                      val_dataloader={_folder_loader(val)!r})]
 ''')
-    proc = run_tool('tools/analysis_tools/knn_eval.py', str(same),
-                    hpm_checkpoint)
-    assert 'the memory bank is the evaluated set' in proc.stdout
+    lines.clear()
+    res = knn_eval(str(same), hpm_checkpoint, log=lines.append)
+    assert any('the memory bank is the evaluated set' in w
+               for w in res['warnings']), res
 
 
 @pytest.mark.parametrize('config,frozen', [(LINEAR, True), (FINETUNE, False)])

@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 import torch
-from conftest import FMNIST_CFG, HPM_HOOKS, REPO, run_tool, tiny_config
+from helpers import FMNIST_CFG, HPM_HOOKS, REPO, process, tiny_config
 
 import hpm_mm  # noqa: F401
 
@@ -123,12 +123,13 @@ def _one_process(tmp_path, name, body, base=FMNIST_CFG, transform=RESIZE):
         batch_size=4,
         shuffle=False,
         hooks=HOOKS)
-    run_tool(
+    proc = process(  # the NaN injection is imported at start-up
         'tools/train.py',
         cfg,
         '--work-dir',
-        str(tmp_path / name),
+        tmp_path / name,
         env=_nan_env(tmp_path))
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
     log = glob.glob(str(tmp_path / name / '*' / '*.log'))[0]
     assert 'optimizer step skipped' in open(log).read()
     return torch.load(

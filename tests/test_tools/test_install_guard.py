@@ -8,7 +8,7 @@ import subprocess
 import sys
 import time
 
-from conftest import REPO
+from helpers import REPO
 
 
 def _install(env, **kw):

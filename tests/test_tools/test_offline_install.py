@@ -17,7 +17,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import REPO
+from helpers import REPO
 
 DET_CFG = 'configs/benchmarks/det/mask-rcnn_hpm-vit-base-p16_sfp_8xb2-1x_' \
     'coco-1024.py'

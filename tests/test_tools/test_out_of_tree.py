@@ -10,7 +10,7 @@ import sys
 
 import pytest
 import torch
-from conftest import REPO
+from helpers import REPO
 
 HPM_BASE = 'hpm_mm::hpm/hpm_vit-mini-p4_1xb256-coslr-10e_fmnist.py'
 LINEAR_BASE = ('hpm_mm::benchmarks/classification/fmnist/'
@@ -207,7 +207,7 @@ def test_an_outside_teacher_score_source_trains_as_written(tmp_path):
 
 
 def test_an_unknown_score_source_lists_the_registered_ones():
-    from conftest import tiny_hpm
+    from helpers import tiny_hpm
 
     from hpm_mm.models.teachers import TEACHER_SCORES
     model = tiny_hpm()

@@ -1,12 +1,22 @@
-"""tools/pretrain_folder.py: HPM on your own folder of images, labelled or not,
-with the clear errors of a first run."""
+"""hpm_mm.apis.pretrain_folder (tools/pretrain_folder.py): HPM on your own
+folder of images, labelled or not, with the clear errors of a first run."""
 import json
 import os
 import os.path as osp
 
 import numpy as np
 import pytest
-from conftest import python, run_tool
+
+from hpm_mm.errors import HPMError
+
+
+def _pretrain(root, work, **kwargs):
+    """pretrain_folder(root, work, **kwargs): (its result, the lines it
+    showed)."""
+    from hpm_mm.apis import pretrain_folder
+    lines = []
+    result = pretrain_folder(str(root), str(work), log=lines.append, **kwargs)
+    return result, '\n'.join(lines)
 
 
 # ------------------------------------------------------------ your own images
@@ -23,7 +33,7 @@ def _write_images(root, specs, seed=0):
         Image.fromarray(arr, mode).save(path)
 
 
-def test_own_images_labelled_rgb_with_a_corrupt_file(tmp_path):
+def test_own_images_labelled_rgb_with_a_corrupt_file(tmp_path, capsys):
     root = tmp_path / 'photos'
     specs = []
     for c in ('cat', 'dog'):
@@ -36,23 +46,24 @@ def test_own_images_labelled_rgb_with_a_corrupt_file(tmp_path):
     (root / 'cat' / 'broken.jpg').write_bytes(b'\xff\xd8 truncated')
     work = tmp_path / 'work'
     # without --skip-unreadable: one line naming the file and the fix
-    bad = python('tools/pretrain_folder.py', str(root), '--work-dir',
-                 str(work))
-    assert bad.returncode != 0
-    err = bad.stderr.strip().splitlines()[-1]
-    assert 'cat/broken.jpg' in err and '--skip-unreadable' in err
-    proc = run_tool('tools/pretrain_folder.py', str(root), '--work-dir',
-                    str(work), '--epochs', '2', '--skip-unreadable')
-    out = proc.stdout
+    with pytest.raises(HPMError) as bad:
+        _pretrain(root, work)
+    assert 'cat/broken.jpg' in str(bad.value) and '--skip-unreadable' in \
+        str(bad.value) and '\n' not in str(bad.value)
+    result, out = _pretrain(root, work, epochs=2, skip_unreadable=True)
     assert 'left out 1 unreadable file(s): cat/broken.jpg' in out
     assert '20 images, 2 classes' in out and '32x32 RGB' in out, out
     knn = json.load(open(work / 'knn.json'))
     assert knn['num_train'] == 16 and knn['num_val'] == 4
     assert knn['epoch'] == 2  # the epochs trained when it ran
-    assert 'kNN top-1' in out
+    assert result['knn']['num_val'] == 4
     pngs = os.listdir(work / 'hard_patches')
     assert sum(p.endswith('.png') for p in pngs) == 4, pngs
-    assert 'requires_grad' not in out
+    # the console (the run's logger, made in this test, writes to capsys):
+    # quiet, no frozen-parameter warning; the log file keeps it
+    console = capsys.readouterr()
+    assert 'epoch 2/2  loss_rec' in console.out, console.out
+    assert 'requires_grad' not in console.out + console.err
 
 
 def test_own_images_unlabelled_grayscale_odd_sizes(tmp_path):
@@ -61,9 +72,7 @@ def test_own_images_unlabelled_grayscale_odd_sizes(tmp_path):
              for i in range(12)]
     _write_images(str(root), specs, seed=1)
     work = tmp_path / 'work'
-    proc = run_tool('tools/pretrain_folder.py', str(root), '--work-dir',
-                    str(work), '--epochs', '1')
-    out = proc.stdout
+    _, out = _pretrain(root, work, epochs=1)
     assert '12 images, unlabelled (no kNN)' in out and '64x64 grayscale' in \
         out and 'patch 8' in out, out
     assert not (work / 'knn.json').exists()
@@ -93,36 +102,30 @@ def test_own_images_one_per_class_trains_without_knn(tmp_path):
                     ('dog/b.png', (40, 40), 'L')],
         seed=2)
     work = tmp_path / 'work'
-    proc = run_tool('tools/pretrain_folder.py', str(root), '--work-dir',
-                    str(work), '--epochs', '1')
-    assert 'kNN skipped' in proc.stdout, proc.stdout[-2000:]
+    _, out = _pretrain(root, work, epochs=1)
+    assert 'kNN skipped' in out, out[-2000:]
     assert not (work / 'knn.json').exists()
     assert list((work / 'hard_patches').glob('*.png'))
     # the same command again on the same images: the finished run is
     # continued (nothing left to train), and it says so
-    proc = run_tool('tools/pretrain_folder.py', str(root), '--work-dir',
-                    str(work), '--epochs', '1')
-    assert 'holds an interrupted run on these same images: continuing' in \
-        proc.stdout
+    _, out = _pretrain(root, work, epochs=1)
+    assert 'holds an interrupted run on these same images: continuing' in out
     written = (work / 'hpm_folder.py').read_text()
     # on other images (one added): refused in one line before it writes
     # anything (the earlier run's config, lists and checkpoints stay)
     (root / 'cat' / 'c.png').write_bytes((root / 'cat' / 'a.png').read_bytes())
     images = (work / 'images.txt').read_text()
-    for extra in ([], ['--resume']):
-        proc = python('tools/pretrain_folder.py', str(root), '--work-dir',
-                      str(work), '--epochs', '1', *extra)
-        assert proc.returncode != 0
-        last = proc.stderr.strip().splitlines()[-1]
+    for resume in (None, True):
+        with pytest.raises(HPMError) as refused:
+            _pretrain(root, work, epochs=1, resume=resume)
+        last = str(refused.value)
         assert 'holds a run on other images (2 then, 3 now: 1 added, 0 ' \
-            'removed)' in last and '--work-dir NEW' in last, proc.stderr
+            'removed)' in last and '--work-dir NEW' in last, last
         assert (work / 'hpm_folder.py').read_text() == written
         assert (work / 'images.txt').read_text() == images
     # --new-run refuses any earlier run
-    proc = python('tools/pretrain_folder.py', str(root), '--work-dir',
-                  str(work), '--new-run')
-    assert proc.returncode != 0 and 'checkpoints of an earlier run' in \
-        proc.stderr.strip().splitlines()[-1]
+    with pytest.raises(HPMError, match='checkpoints of an earlier run'):
+        _pretrain(root, work, resume=False)
 
 
 def test_a_second_own_images_run_on_a_busy_work_dir_writes_nothing(tmp_path):
@@ -137,12 +140,10 @@ def test_a_second_own_images_run_on_a_busy_work_dir_writes_nothing(tmp_path):
     work = tmp_path / 'work'
     lock = own_work_dir(str(work))  # the running one
     try:
-        proc = python('tools/pretrain_folder.py', str(root), '--work-dir',
-                      str(work), '--epochs', '1')
+        with pytest.raises(HPMError, match='is in use by a running job'):
+            _pretrain(root, work, epochs=1)
     finally:
         release_work_dir(lock)
-    assert proc.returncode != 0
-    assert 'is in use by a running job' in proc.stderr.strip().splitlines()[-1]
     assert sorted(p.name for p in work.iterdir()) == ['.run.lock']
 
 
@@ -153,7 +154,7 @@ def test_own_images_deep_pixels_loops_and_own_outputs(tmp_path):
     each image once; a work dir inside the folder (hard-patch grids,
     checkpoints) is not data."""
 
-    from conftest import make_image_folder
+    from helpers import make_image_folder
     from PIL import Image
 
     from hpm_mm.datasets.image_folder import scan_folder
@@ -172,11 +173,10 @@ def test_own_images_deep_pixels_loops_and_own_outputs(tmp_path):
     assert len(scan['files']) == 4 and not scan['unreadable'], scan
     deep = np.full((28, 28), 40000, dtype=np.uint16)
     Image.fromarray(deep).save(root / 'class_0' / 'deep.png')
-    proc = python('tools/pretrain_folder.py', str(root), '--work-dir',
-                  str(tmp_path / 'w'))
-    out = proc.stdout + proc.stderr
-    assert proc.returncode != 0, out[-2000:]
-    assert 'deep.png' in out and '16-bit' in out, out[-2000:]
+    with pytest.raises(HPMError) as refused:
+        _pretrain(root, tmp_path / 'w')
+    assert 'deep.png' in str(refused.value) and '16-bit' in str(
+        refused.value), refused.value
     assert not (tmp_path / 'w').exists() or not list(
         (tmp_path / 'w').glob('epoch_*.pth'))
 
@@ -213,18 +213,16 @@ def test_own_images_that_cannot_train_are_one_line(tmp_path):
     flat.mkdir()
     for i in range(3):
         Image.new('L', (32, 32), 7).save(flat / f'{i}.png')
-    proc = python('tools/pretrain_folder.py', str(flat), '--work-dir',
-                  str(tmp_path / 'w1'))
-    assert proc.returncode == 1
-    last = proc.stderr.strip().splitlines()[-1]
+    with pytest.raises(HPMError) as refused:
+        _pretrain(flat, tmp_path / 'w1')
+    last = str(refused.value)
     assert 'are one constant value' in last and 'Fix:' in last
     odd = tmp_path / 'odd'
     _write_images(
         str(odd), [('a.png', (40, 40), 'L'), ('b\nc.png', (40, 40), 'L')])
-    proc = python('tools/pretrain_folder.py', str(odd), '--work-dir',
-                  str(tmp_path / 'w2'))
-    assert proc.returncode == 1
-    last = proc.stderr.strip().splitlines()[-1]
+    with pytest.raises(HPMError) as refused:
+        _pretrain(odd, tmp_path / 'w2')
+    last = str(refused.value)
     assert 'b\\nc.png (its name holds a line break' in last and \
         'rename it' in last
 

@@ -1,11 +1,13 @@
-"""tools/train.py: what a failure keeps, what is refused before any work, and
-the one-line errors of bad options."""
+"""Training (hpm_mm.apis, tools/train.py): what a failure keeps, what is
+refused before any work, and the one-line errors of bad options."""
 import os.path as osp
 
+import pytest
 import torch
-from conftest import FMNIST_CFG, python, tiny_config, train_main
+from helpers import FMNIST_CFG, tiny_config, tool_main, train
 
 import hpm_mm  # noqa: F401  (allow-lists the checkpoint types for torch.load)
+from hpm_mm.errors import HPMError
 
 BROKEN_KNN = '''
 custom_hooks = [
@@ -39,9 +41,9 @@ def test_evaluation_failure_after_training_keeps_the_checkpoint(tmp_path):
         num_images=8,
         hooks='')
     work = tmp_path / 'work'
-    proc = python('tools/train.py', cfg, '--work-dir', str(work))
-    out = proc.stdout + proc.stderr
-    assert proc.returncode != 0
+    with pytest.raises(FileNotFoundError, match='no_such_knn_data'):
+        train(cfg, work)
+    out = open(next(work.glob('*/*.log'))).read()  # the run's log
     ckpt = work / 'epoch_1.pth'
     assert ckpt.exists() and (work / 'last_checkpoint').exists()
     assert (f'training is saved in {ckpt}. Rerun only this evaluation: '
@@ -55,17 +57,21 @@ def test_mostly_skipped_short_run_and_negative_clip_norm_fail(tmp_path):
     negative clipping threshold (gradient ascent) is refused before any
     step."""
     cfg = tiny_config(tmp_path, FMNIST_CFG, num_images=8)
-    proc = python('tools/train.py', cfg, '--work-dir', str(tmp_path / 'w1'),
-                  '--cfg-options', 'optim_wrapper.optimizer.lr=1e6',
-                  'train_cfg.max_epochs=3')
-    out = proc.stdout + proc.stderr
-    assert proc.returncode != 0, out[-3000:]
-    assert 'optimizer steps were skipped' in out.splitlines()[-1], out[-2000:]
-    proc = python('tools/train.py', cfg, '--work-dir', str(tmp_path / 'w2'),
-                  '--cfg-options', 'optim_wrapper.clip_grad.max_norm=-1')
-    out = proc.stdout + proc.stderr
-    assert proc.returncode != 0 and 'clip_grad.max_norm=-1 is not a ' \
-        'positive number' in out, out[-2000:]
+    with pytest.raises(HPMError, match='optimizer steps were skipped'):
+        train(
+            cfg,
+            tmp_path / 'w1',
+            cfg_options={
+                'optim_wrapper.optimizer.lr': 1e6,
+                'train_cfg.max_epochs': 3
+            })
+    with pytest.raises(
+            HPMError, match='clip_grad.max_norm=-1 is not a '
+            'positive number'):
+        train(
+            cfg,
+            tmp_path / 'w2',
+            cfg_options={'optim_wrapper.clip_grad.max_norm': -1})
     assert not list((tmp_path / 'w2').glob('epoch_*.pth'))
 
 
@@ -98,76 +104,60 @@ def test_what_cannot_be_judged_is_refused_before_work(tmp_path,
     torch.save(ckpt, no_predictor)
     other_dir = tmp_path / 'changed'
     other_dir.mkdir()
-    typo = [
-        'tools/train.py', cfg, '--work-dir',
-        str(tmp_path / 'w'), '--cfg-options',
-        'default_hooks.checkpoint.max_keep_ckpt=1'
-    ]
     broken = tmp_path / 'broken.py'
     broken.write_text(f"_base_ = [{FMNIST_CFG!r}]\nmodel = dict(\n"
                       "    neck=dict(embed_dim=16)\n")
     child = tmp_path / 'child.py'  # the error in the base it inherits
     child.write_text("_base_ = ['broken.py']\n")
+    from hpm_mm.apis import hard_patches, knn_eval, test
+    w, t = str(tmp_path / 'w'), str(tmp_path / 't')
+    changed = tiny_config(
+        other_dir,
+        FMNIST_CFG,
+        num_images=8,
+        # the checkpoint's run (1 epoch), another decoder
+        body='model = dict(neck=dict(decoder_embed_dim=64))\n'
+        'train_cfg = dict(max_epochs=1)')
     runs = [
-        (['tools/train.py', str(broken)], 'broken.py, line 2'),
-        (['tools/misc/check_data.py', str(broken)], 'broken.py, line 2'),
-        (['tools/train.py', str(child)],
+        (lambda: train(broken, w), 'broken.py, line 2'),
+        (lambda: train(child, w),
          f'broken.py, line 2: \'(\' was never closed: model = dict( '
          f'(inherited by {child})'),
-        (typo, "did you mean 'max_keep_ckpts'"),
-        (
-            [
-                'tools/train.py',
-                tiny_config(
-                    other_dir,
-                    FMNIST_CFG,
-                    num_images=8,
-                    # the checkpoint's run (1 epoch), another decoder
-                    body='model = dict(neck=dict(decoder_embed_dim=64))\n'
-                    'train_cfg = dict(max_epochs=1)'),
-                '--work-dir',
-                str(tmp_path / 'w'),
-                '--resume',
-                hpm_checkpoint,
-                # its data root differs too: continue past that refusal
-                '--cfg-options',
-                'resume_changed_run=True'
-            ],
-            'the config changed since the checkpoint was written'),
-        ([
-            'tools/analysis_tools/visualize_hard_patches.py', FMNIST_CFG,
-            str(no_predictor), '--out-dir',
-            str(tmp_path / 'vis')
-        ], 'need its trained loss predictor'),
-        ([
-            'tools/train.py', cfg, '--work-dir',
-            str(tmp_path / 'w'), '--cfg-options', f'load_from={other}'
-        ], 'of another architecture'),
-        (['tools/analysis_tools/knn_eval.py', FMNIST_CFG,
-          str(nan)], 'holds non-finite values'),
-        ([
-            'tools/test.py', cfg,
-            str(nan), '--work-dir',
-            str(tmp_path / 't'), '--partial-load', '--out',
-            str(tmp_path / 'r.txt')
-        ], 'unknown format .txt'),
-        ([
-            'tools/test.py', cfg,
-            str(nan), '--work-dir',
-            str(tmp_path / 't'), '--partial-load', '--out',
-            str(tmp_path / 'no' / 'r.json')
-        ], 'does not exist'),
+        (lambda: train(
+            cfg, w, cfg_options={'default_hooks.checkpoint.max_keep_ckpt': 1}),
+         "did you mean 'max_keep_ckpts'"),
+        # its data root differs too: continue past that refusal
+        (lambda: train(
+            changed,
+            w,
+            resume=hpm_checkpoint,
+            cfg_options=dict(resume_changed_run=True)),
+         'the config changed since the checkpoint was written'),
+        (lambda: hard_patches(FMNIST_CFG, str(no_predictor),
+                              str(tmp_path / 'vis')),
+         'need its trained loss predictor'),
+        (lambda: train(cfg, w, cfg_options=dict(load_from=other)),
+         'of another architecture'),
+        (lambda: knn_eval(FMNIST_CFG, str(nan)), 'holds non-finite values'),
+        (lambda: test(
+            cfg, str(nan), t, partial_load=True, out=str(tmp_path / 'r.txt')),
+         'unknown format .txt'),
+        (lambda: test(
+            cfg,
+            str(nan),
+            t,
+            partial_load=True,
+            out=str(tmp_path / 'no' / 'r.json')), 'does not exist'),
     ]
-    for args, says in runs:
-        proc = python(*args)
-        out = proc.stdout + proc.stderr
-        assert proc.returncode != 0, (args, out[-2000:])
-        assert says in out.strip().splitlines()[-1], (args, out[-2000:])
+    for run, says in runs:
+        with pytest.raises(HPMError) as refused:
+            run()
+        assert says in str(refused.value) and '\n' not in str(
+            refused.value), (says, refused.value)
     assert not list((tmp_path / 'w').glob('epoch_*.pth'))
 
 
-def test_bad_cfg_options_name_the_key_and_the_type(capsys):
-    import pytest
+def test_bad_cfg_options_name_the_key_and_the_type():
     cases = [('train_cfg.max_epochs=abc', "train_cfg.max_epochs='abc': "
               'expected a whole number (the config has 10)'),
              ('optim_wrapper.optimizer.lr=fast', "optim_wrapper.optimizer."
@@ -175,17 +165,17 @@ def test_bad_cfg_options_name_the_key_and_the_type(capsys):
              ('train_dataloader.persistent_workers=2', 'expected True or '
               'False')]
     for option, message in cases:
-        with pytest.raises(
-                SystemExit, match=message.replace('(',
-                                                  r'\(').replace(')', r'\)')):
-            train_main(FMNIST_CFG, '--cfg-options', option)
-    with pytest.raises(SystemExit):
-        train_main(FMNIST_CFG, '--cfg-options', 'train_cfg.max_epochs')
-    err = capsys.readouterr().err
+        proc = tool_main('train.py', FMNIST_CFG, '--cfg-options', option)
+        assert proc.returncode == 1
+        assert message in proc.stderr.strip().splitlines()[-1]
+    proc = tool_main('train.py', FMNIST_CFG, '--cfg-options',
+                     'train_cfg.max_epochs')
+    assert proc.returncode == 2
+    err = proc.stderr
     assert "'train_cfg.max_epochs': expected key=value" in err
     # mmengine's parser recursed without end on dict(...) values
-    with pytest.raises(SystemExit):
-        train_main(FMNIST_CFG, '--cfg-options',
-                   "custom_hooks=[dict(type='HPMScheduleHook')]")
-    err = capsys.readouterr().err.strip().splitlines()[-1]
+    proc = tool_main('train.py', FMNIST_CFG, '--cfg-options',
+                     "custom_hooks=[dict(type='HPMScheduleHook')]")
+    assert proc.returncode == 2
+    err = proc.stderr.strip().splitlines()[-1]
     assert 'values cannot be dict(...) here. Fix:' in err

@@ -1,4 +1,5 @@
-"""tools/train.py trains, checkpoints and resumes (torch >= 2.6 safe load)."""
+"""Training trains, checkpoints and resumes (torch >= 2.6 safe load), through
+hpm_mm.apis.train (tools/train.py's)."""
 import glob
 import json
 import os.path as osp
@@ -8,12 +9,13 @@ import sys
 
 import pytest
 import torch
-from conftest import (FMNIST_CFG, HPM_HOOKS, RANDOM_CROP, REPO, TINY_RUN,
-                      python, run_tool, run_train, tiny_config)
+from helpers import (FMNIST_CFG, HPM_HOOKS, RANDOM_CROP, REPO, TINY_RUN,
+                     tiny_config, train)
 from mmengine.config import Config
 from mmengine.runner import Runner
 
 import hpm_mm  # noqa: F401  (allow-lists the checkpoint types)
+from hpm_mm.errors import HPMError
 
 MAE_TINY = '''
 _base_ = ['mmpretrain::_base_/models/mae_vit-base-p16.py',
@@ -53,15 +55,14 @@ def _train_then_resume(tmp_path, base, body, hooks):
     cfg = tiny_config(
         tmp_path, base=base, body=body, num_images=8, hooks=hooks)
     work = str(tmp_path / 'work')
-    run_tool('tools/train.py', cfg, '--work-dir', work, '--cfg-options',
-             'train_cfg.max_epochs=1')
+    train(cfg, work, cfg_options={'train_cfg.max_epochs': 1})
     first = osp.join(work, 'epoch_1.pth')
     assert osp.exists(first)
     # extends the 1-epoch run to 2: a change of the run, asked for
-    proc = run_tool('tools/train.py', cfg, '--work-dir', work, '--resume',
-                    first, '--cfg-options', 'resume_changed_run=True')
-    assert 'resumed epoch: 1, iter: 2' in proc.stdout + proc.stderr
-    assert 'the run changed since' in proc.stdout + proc.stderr
+    log = train(
+        cfg, work, resume=first, cfg_options=dict(resume_changed_run=True))
+    assert 'resumed epoch: 1, iter: 2' in log
+    assert 'the run changed since' in log
     return cfg, work, first, osp.join(work, 'epoch_2.pth')
 
 
@@ -161,15 +162,16 @@ def test_resumes_a_checkpoint_written_before_the_parts_split(tmp_path):
     work = str(tmp_path / 'work')
     # it records no run signature: its schedulers' saved ends say that it
     # was a 10-epoch run (20 iterations), this config a 2-epoch one
-    refused = python('tools/train.py', cfg, '--work-dir', work, '--resume',
-                     OLD_LAYOUT_CKPT)
-    assert refused.returncode == 1
+    with pytest.raises(HPMError) as refused:
+        train(cfg, work, resume=OLD_LAYOUT_CKPT)
     assert 'param_scheduler.1 (CosineAnnealingLR) end 20 -> 4 iterations' \
-        in refused.stderr and len(refused.stderr.strip().splitlines()) == 1
-    proc = run_tool('tools/train.py', cfg, '--work-dir', work, '--resume',
-                    OLD_LAYOUT_CKPT, '--cfg-options',
-                    'resume_changed_run=True')
-    assert 'resumed epoch: 1, iter: 2' in proc.stdout + proc.stderr
+        in str(refused.value) and '\n' not in str(refused.value)
+    log = train(
+        cfg,
+        work,
+        resume=OLD_LAYOUT_CKPT,
+        cfg_options=dict(resume_changed_run=True))
+    assert 'resumed epoch: 1, iter: 2' in log
     sd = torch.load(
         osp.join(work, 'epoch_2.pth'), map_location='cpu')['state_dict']
     # saved in today's keys: the v0 keys through the one key map
@@ -245,14 +247,13 @@ def test_new_targets_and_frameworks_train_and_resume(tmp_path, name, body,
             'transform': transform
         } if transform else {}))
     work = str(tmp_path / 'work')
-    run_tool('tools/train.py', cfg, '--work-dir', work, '--cfg-options',
-             'train_cfg.max_epochs=1')
+    train(cfg, work, cfg_options={'train_cfg.max_epochs': 1})
     first = osp.join(work, 'epoch_1.pth')
     # extends the 1-epoch run to 2: a change of the run, asked for
-    proc = run_tool('tools/train.py', cfg, '--work-dir', work, '--resume',
-                    first, '--cfg-options', 'resume_changed_run=True')
-    assert 'resumed epoch: 1, iter: 2' in proc.stdout + proc.stderr
-    assert 'the run changed since' in proc.stdout + proc.stderr
+    log = train(
+        cfg, work, resume=first, cfg_options=dict(resume_changed_run=True))
+    assert 'resumed epoch: 1, iter: 2' in log
+    assert 'the run changed since' in log
     ckpt = _check_resumed_state(cfg, work, first)
     assert int(ckpt['state_dict']['teacher.steps']) == 2
     rows = [r for r in _scalars(work) if 'loss_rec' in r]
@@ -261,17 +262,19 @@ def test_new_targets_and_frameworks_train_and_resume(tmp_path, name, body,
         r.get('num_hard', 1) > 0 and r['alpha'] >= 0.5
         and 0 <= r['rank_acc'] <= 1 for r in rows)
     # the encoder converts to a plain ViT, every tensor used (strict)
+    from helpers import tool_main
     out = str(tmp_path / 'vit.pth')
-    conv = run_tool('tools/model_converters/hpm2backbone.py',
-                    osp.join(work, 'epoch_2.pth'), out, '--target',
-                    'mmpretrain')
+    conv = tool_main('model_converters/hpm2backbone.py',
+                     osp.join(work, 'epoch_2.pth'), out, '--target',
+                     'mmpretrain')
+    assert conv.returncode == 0, conv.stderr
     assert '0 missing, 0 unexpected, 0 shape' in conv.stdout, conv.stdout
 
 
 def imagenet_folder(root, per_class=4):
     """mmpretrain's ImageNet layout: train/<class>/<image> and
     meta/train.txt (``<class>/<image> <label>``), RGB images."""
-    from conftest import make_image_folder
+    from helpers import make_image_folder
     make_image_folder(
         str(root / 'train'), per_class=per_class, size=64, gray=False)
     lines = [
@@ -394,10 +397,10 @@ def test_paper_row_configs_train(tmp_path, name):
     path = str(tmp_path / osp.basename(name))
     cfg.dump(path)
     work = str(tmp_path / 'work')
-    proc = run_tool('tools/train.py', path, '--work-dir', work)
+    log = train(path, work)
     # the AMP config on a CPU: the precision rule times the run's own step
-    line = next(x for x in proc.stdout.splitlines()
-                if x.startswith('precision: '))
+    line = next(
+        x.split(' - ')[-1] for x in log.splitlines() if ' - precision: ' in x)
     assert 'a training step takes' in line and 'fp16' not in line, line
     rows = [r for r in _scalars(work) if 'loss_rec' in r]
     assert len(rows) == 2 and all(
@@ -423,29 +426,28 @@ def test_resume_finds_the_newest_complete_checkpoint(tmp_path):
     cfg = tiny_config(
         tmp_path, FMNIST_CFG, TINY_RUN.format(keep=3, epochs=2), num_images=8)
     work = tmp_path / 'work'
-    run_train(cfg, work)
+    train(cfg, work)
     (work / 'last_checkpoint').unlink()
     data = (work / 'epoch_2.pth').read_bytes()
     (work / 'epoch_2.pth').write_bytes(data[:len(data) // 3])
-    _, out = run_train(cfg, work, '--resume')
+    out = train(cfg, work, resume=True)
     assert f'resume: skipped {work}/epoch_2.pth: truncated' in out
     assert f'resume: from {work}/epoch_1.pth' in out
     assert 'resumed epoch: 1, iter: 2' in out
     # an explicit path to a broken file: one line naming it and the fix
     (work / 'epoch_3.pth').write_bytes(b'')
-    proc, out = run_train(
-        cfg, work, '--resume', str(work / 'epoch_3.pth'), check=False)
-    assert proc.returncode != 0
-    assert (f'train.py: cannot resume from {work}/epoch_3.pth: empty file. '
+    with pytest.raises(HPMError) as refused:
+        train(cfg, work, resume=str(work / 'epoch_3.pth'))
+    assert (f'cannot resume from {work}/epoch_3.pth: empty file. '
             f'The newest complete one there: --resume {work}/epoch_2.pth'
-            in out)
+            in str(refused.value))
     # nothing complete: refuse to start from scratch over the files
     for p in work.glob('epoch_*.pth'):
         p.write_bytes(b'x' * 100)
-    proc, out = run_train(cfg, work, '--resume', check=False)
-    assert proc.returncode != 0
-    assert 'found no complete checkpoint' in out
-    assert 'will not train from scratch over them' in out
+    with pytest.raises(HPMError) as refused:
+        train(cfg, work, resume=True)
+    assert 'found no complete checkpoint' in str(refused.value)
+    assert 'will not train from scratch over them' in str(refused.value)
 
 
 def test_kill_9_during_training_then_resume(tmp_path):
@@ -456,7 +458,7 @@ def test_kill_9_during_training_then_resume(tmp_path):
     cfg = tiny_config(
         tmp_path, FMNIST_CFG, TINY_RUN.format(keep=2, epochs=3), num_images=64)
     work = tmp_path / 'work'
-    proc = subprocess.Popen(
+    proc = subprocess.Popen(  # a process: the kill is the point
         [sys.executable, 'tools/train.py', cfg, '--work-dir',
          str(work)],
         cwd=REPO,
@@ -469,8 +471,7 @@ def test_kill_9_during_training_then_resume(tmp_path):
     proc.wait()
     assert proc.returncode == -signal.SIGKILL
     assert not (work / 'epoch_3.pth').exists()
-    _, out = run_train(cfg, work, '--resume')
-    assert 'resumed epoch: ' in out
+    assert 'resumed epoch: ' in train(cfg, work, resume=True)
     ckpt = torch.load(work / 'epoch_3.pth', map_location='cpu')
     assert ckpt['meta']['epoch'] == 3 and ckpt['meta']['iter'] == 48
 
@@ -484,7 +485,7 @@ def test_a_finished_run_resumed_completes_its_missing_final_evaluation(
     import os
     import shutil
 
-    from conftest import make_image_folder
+    from helpers import make_image_folder
     from test_benchmarks import _folder_loader
     data = make_image_folder(str(tmp_path / 'held_out'), 2, 3)
     hooks = f'''custom_hooks = [
@@ -497,19 +498,18 @@ def test_a_finished_run_resumed_completes_its_missing_final_evaluation(
     cfg = tiny_config(
         tmp_path, body=TINY_RUN.format(keep=1, epochs=1), hooks=hooks)
     work = tmp_path / 'work'
-    run_train(cfg, work)
+    train(cfg, work)
     assert json.loads((work / 'knn.json').read_text())['epoch'] == 1
     # as a SIGTERM during the final evaluation leaves it
     os.remove(work / 'knn.json')
     shutil.rmtree(work / 'hard_patches')
-    _, out = run_train(cfg, work, '--resume')
+    out = train(cfg, work, resume=True)
     assert 'resumed after its last epoch without its final evaluation' in out
     knn = json.loads((work / 'knn.json').read_text())
     assert knn['epoch'] == 1 and knn['iter'] == 4
     assert (work / 'hard_patches' / 'epoch_1_img0.png').exists()
     # a finished run with its results: nothing runs again
-    _, out = run_train(cfg, work, '--resume')
-    assert 'without its final evaluation' not in out
+    assert 'without its final evaluation' not in train(cfg, work, resume=True)
 
 
 @pytest.mark.parametrize(
@@ -523,8 +523,6 @@ def test_a_resume_knows_the_whole_run_it_continues(tmp_path, change):
     config copy claimed the new one). Each change is one line."""
     import shutil
 
-    from hpm_mm.apis import train
-    from hpm_mm.errors import HPMError
     cfg = tiny_config(
         tmp_path, body=TINY_RUN.format(keep=1, epochs=1), num_images=8)
     work = str(tmp_path / 'work')

@@ -5,7 +5,7 @@ import sys
 import numpy as np
 import pytest
 import torch
-from conftest import NEEDS_FULL, REPO
+from helpers import NEEDS_FULL, REPO
 
 import hpm_mm  # noqa: F401  (applies the patches)
 
@@ -33,7 +33,7 @@ def test_unbound_qkv_attention_is_bit_identical():
     for a, b in zip(*results):
         assert torch.equal(a, b)
     # hpm_mm's ViT, decoder and loss predictor use it; mmpretrain's ViT not
-    from conftest import tiny_hpm
+    from helpers import tiny_hpm
     from mmpretrain.models import VisionTransformer
     model = tiny_hpm()
     kinds = {

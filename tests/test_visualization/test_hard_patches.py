@@ -4,7 +4,8 @@ import os.path as osp
 import numpy as np
 import pytest
 import torch
-from conftest import FMNIST_CFG, make_image_folder, run_tool, tiny_config
+from helpers import (FMNIST_CFG, make_image_folder, tiny_config, tool_main,
+                     train)
 from PIL import Image
 from scipy.stats import spearmanr
 
@@ -37,14 +38,13 @@ def test_saliency_iou():
 def test_tool_writes_grids(tmp_path, hpm_checkpoint):
     folder = make_image_folder(str(tmp_path / 'imgs'), 1, 3)
     out = tmp_path / 'vis'
-    proc = run_tool('tools/analysis_tools/visualize_hard_patches.py',
-                    FMNIST_CFG, hpm_checkpoint, '--images',
-                    osp.join(folder, 'class_0'), '--out-dir', str(out),
-                    '--saliency', '--num-masks', '2')
-    assert 'Spearman' in proc.stdout
-    # the teacher's scores are the trained teacher's, loaded in its place
-    assert '(whole): ' in proc.stdout and \
-        'backbone.*/neck.*/teacher.* tensors loaded, 0 missing' in proc.stdout
+    proc = tool_main('analysis_tools/visualize_hard_patches.py',
+                     FMNIST_CFG, hpm_checkpoint, '--images',
+                     osp.join(folder, 'class_0'), '--out-dir', out,
+                     '--saliency', '--num-masks', '2')
+    assert proc.returncode == 0 and 'Spearman' in proc.stdout, proc.stderr
+    # (the teacher's scores are the trained teacher's, loaded in its place:
+    # test_whole_load_puts_the_trained_teacher_in_place)
     pngs = sorted(out.glob('*.png'))
     assert [p.name for p in pngs] == ['000.png', '001.png', '002.png']
     w, h = Image.open(pngs[0]).size
@@ -110,7 +110,7 @@ def test_hook_writes_at_intervals(tmp_path):
         "default_hooks = dict(checkpoint=dict(by_epoch=False,"
         ' interval=3))')
     work = tmp_path / 'work'
-    run_tool('tools/train.py', cfg, '--work-dir', str(work))
+    train(cfg, work)
     names = sorted(p.name for p in (work / 'hard_patches').glob('*.png'))
     assert names == [
         'iter_2_img0.png', 'iter_2_img1.png', 'iter_3_img0.png',
@@ -122,15 +122,16 @@ def test_hook_writes_at_intervals(tmp_path):
 
 
 def test_saliency_against_ade20k_label_maps(tmp_path, hpm_checkpoint):
-    from conftest import make_ade20k
+    from helpers import make_ade20k
     root = make_ade20k(str(tmp_path / 'ade'), num_images=2)
     out = tmp_path / 'vis'
-    proc = run_tool('tools/analysis_tools/visualize_hard_patches.py',
-                    FMNIST_CFG, hpm_checkpoint, '--images',
-                    osp.join(root, 'images', 'validation'), '--masks',
-                    osp.join(root, 'annotations', 'validation'), '--saliency',
-                    '--num-masks', '1', '--out-dir', str(out))
-    assert 'saliency IoU' in proc.stdout
+    proc = tool_main('analysis_tools/visualize_hard_patches.py', FMNIST_CFG,
+                     hpm_checkpoint, '--images',
+                     osp.join(root, 'images', 'validation'), '--masks',
+                     osp.join(root, 'annotations', 'validation'), '--saliency',
+                     '--num-masks', '1', '--out-dir', out)
+    assert proc.returncode == 0 and 'saliency IoU' in proc.stdout, \
+        proc.stderr
     summary = json.loads((out / 'summary.json').read_text())
     assert 0 <= summary['saliency_iou'] <= 1
     assert len(list(out.glob('*.png'))) == 2

@@ -10,7 +10,6 @@ summary per dataset; exits 1 when anything is wrong. ``tools/train.py
 --check-data`` runs the same check before training.
 """
 import argparse
-import sys
 
 from hpm_mm.apis.config import CfgOptionsAction, merge_cfg_options
 
@@ -43,10 +42,11 @@ def run(argv=None):
 def main(argv=None):
     from hpm_mm.errors import HPMError
     try:
-        return run(argv)
+        code = run(argv)
     except HPMError as e:  # the library's one-line refusal: exit 1
         raise SystemExit(f'check_data.py: {e}') from None
+    raise SystemExit(code)  # 1: a problem found
 
 
 if __name__ == '__main__':
-    sys.exit(main())
+    main()

@@ -7,6 +7,7 @@ from mmengine.hooks import CheckpointHook
 from mmengine.registry import HOOKS  # root: every scope finds it
 
 from hpm_mm.engine.log_filter import drop_log_messages
+from hpm_mm.errors import HPMError
 
 # mmengine builds a deprecated FileClient in CheckpointHook.before_train and
 # in save_checkpoint even when it does not use it ("to avoid breaking
@@ -42,7 +43,7 @@ class AtomicCheckpointHook(CheckpointHook):
         unknown = sorted(set(kwargs) - known)
         if unknown:
             close = difflib.get_close_matches(unknown[0], sorted(known), 1)
-            raise TypeError(
+            raise HPMError(
                 f'{type(self).__name__} (default_hooks.checkpoint) has no '
                 f'option {unknown[0]!r}' +
                 (f'; did you mean {close[0]!r}?' if close else '.') +

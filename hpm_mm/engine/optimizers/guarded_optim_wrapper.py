@@ -6,6 +6,8 @@ from mmengine.logging import print_log
 from mmengine.optim import AmpOptimWrapper, OptimWrapper
 from mmengine.registry import OPTIM_WRAPPERS  # root: every scope finds it
 
+from hpm_mm.errors import HPMError
+
 
 def clip_grad_norm_per_param_(params: List[torch.Tensor],
                               max_norm: float,
@@ -33,7 +35,7 @@ def check_clip_grad(clip) -> None:
         return
     if isinstance(value, bool) or not isinstance(value, (int, float)) or \
             not value > 0:  # NaN is not > 0 either
-        raise ValueError(
+        raise HPMError(
             f'optim_wrapper.clip_grad.{key}={value!r} is not a positive '
             f'number (a negative one reverses the gradients). Fix: '
             f'optim_wrapper.clip_grad.{key}=5.0 (the recipes\' value), or '
@@ -162,7 +164,7 @@ class NonFiniteGuardMixin:
             logger='current',
             level=30)
         if self.consecutive_skips >= self.max_consecutive_skips:
-            raise RuntimeError(
+            raise HPMError(
                 f'{self.consecutive_skips} optimizer steps in a row had a '
                 'non-finite loss or non-finite gradients; training stopped. '
                 'No non-finite step was applied, but the finite steps before '
