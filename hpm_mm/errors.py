@@ -11,3 +11,25 @@ class HPMError(Exception):
     :class:`~hpm_mm.engine.work_dir.WorkDirBusy`,
     :class:`~hpm_mm.engine.checkpoint.UnsafeCheckpointError`.
     """
+
+
+def exit_status(prog: str, run, argv=None):
+    """A tool's ``main``: ``run(argv)`` turned into what ``sys.exit`` takes.
+
+    An int that ``run`` returns is the status (1: a check found a
+    problem); any other result is 0. An :class:`HPMError` becomes the line
+    ``'<prog>: <message>'``, which ``sys.exit`` writes to stderr with status
+    1. Anything else propagates with its traceback (a bug, not a refusal).
+    The process is the tool's to end: this only returns. ::
+
+        def main(argv=None):
+            return exit_status('train.py', run, argv)
+
+        if __name__ == '__main__':
+            sys.exit(main())
+    """
+    try:
+        result = run(argv)
+    except HPMError as e:
+        return f'{prog}: {e}'
+    return result if type(result) is int else 0

@@ -127,25 +127,13 @@ def tiny_mae(device='cpu', seed: int = 0, num_layers: int = 2):
     from mmpretrain.registry import MODELS
     hpm = tiny_hpm_cfg(num_layers=num_layers)
     torch.manual_seed(seed)
+    # the same encoder and decoder, as mmpretrain's classes (no predictor)
+    neck = {k: v for k, v in hpm['neck'].items() if k != 'predictor_depth'}
     model = MODELS.build(
         dict(
             type='MAE',
-            backbone=dict(
-                type='MAEViT',
-                arch=hpm['backbone']['arch'],
-                img_size=16,
-                patch_size=4,
-                patch_cfg=dict(in_channels=1),
-                mask_ratio=0.75),
-            neck=dict(
-                type='MAEPretrainDecoder',
-                num_patches=16,
-                patch_size=4,
-                in_chans=1,
-                embed_dim=32,
-                decoder_embed_dim=16,
-                decoder_depth=1,
-                decoder_num_heads=2),
+            backbone=dict(hpm['backbone'], type='MAEViT', mask_ratio=0.75),
+            neck=dict(neck, type='MAEPretrainDecoder'),
             head=dict(
                 type='MAEPretrainHead',
                 norm_pix=False,
@@ -210,6 +198,25 @@ def make_image_folder(root: str,
             Image.fromarray(img).save(
                 osp.join(root, f'class_{c}', f'{i:03d}.png'))
     return root
+
+
+def folder_loader(root: str, batch_size: int = 4, size: int = 28) -> dict:
+    """The config of an unshuffled loader over the labelled folder ``root``
+    of grayscale images (resized to ``size``; None: as they are)."""
+    resize = [dict(type='Resize', scale=size)] if size else []
+    return dict(
+        batch_size=batch_size,
+        num_workers=0,
+        sampler=dict(type='DefaultSampler', shuffle=False),
+        collate_fn=dict(type='default_collate'),
+        dataset=dict(
+            type='CustomDataset',
+            data_root=root,
+            pipeline=[
+                dict(type='LoadImageFromFile', color_type='grayscale'),
+                *resize,
+                dict(type='PackInputs')
+            ]))
 
 
 HPM_HOOKS = "custom_hooks = [dict(type='HPMScheduleHook')]"
@@ -401,9 +408,10 @@ def process(*args,
 
 def tool_main(script: str, *argv) -> subprocess.CompletedProcess:
     """``main(argv)`` of ``tools/<script>`` (imported from its file), its
-    output captured: its exit status (a refusal's message on stderr, as the
-    interpreter writes a ``SystemExit`` of a string), stdout and stderr.
-    Anything but ``SystemExit`` propagates (a traceback is a failure)."""
+    output captured: the status ``sys.exit`` would end the process with
+    (from what ``main`` returns or raises: a string is written to stderr,
+    status 1), stdout and stderr. Anything but ``SystemExit`` propagates (a
+    traceback is a failure)."""
     import contextlib
     import io
     name = osp.splitext(osp.basename(script))[0]
@@ -411,16 +419,17 @@ def tool_main(script: str, *argv) -> subprocess.CompletedProcess:
         f'tools_{name}', osp.join(REPO, 'tools', script))
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
+    from unittest import mock
     out, err = io.StringIO(), io.StringIO()
-    code = 0
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+    # (the environment it sets, e.g. LOCAL_RANK, is the tool's process's)
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), \
+            mock.patch.dict(os.environ):
         try:
-            module.main([str(a) for a in argv])
+            status = module.main([str(a) for a in argv])
         except SystemExit as e:
-            if isinstance(e.code, str):
-                print(e.code, file=sys.stderr)
-                code = 1
-            else:
-                code = e.code or 0
-    return subprocess.CompletedProcess([script, *argv], code, out.getvalue(),
-                                       err.getvalue())
+            status = e.code
+        if isinstance(status, str):
+            print(status, file=sys.stderr)
+            status = 1
+    return subprocess.CompletedProcess([script, *argv], status or 0,
+                                       out.getvalue(), err.getvalue())

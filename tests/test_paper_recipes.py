@@ -112,8 +112,10 @@ def test_recipe_matches_the_paper(name):
     warmup = cfg.param_scheduler[0]
     assert warmup.type == 'LinearLR' and warmup.by_epoch
     assert warmup.end == want['warmup']
-    assert cfg.param_scheduler[-1].type == 'CosineAnnealingLR'
-    assert cfg.param_scheduler[-1].end == want['epochs']
+    cosine = [s for s in cfg.param_scheduler if s.type == 'CosineAnnealingLR']
+    assert len(cosine) == 1 and cosine[0].begin == want['warmup']
+    # an unset end: mmengine ends the scheduler with the run
+    assert cosine[0].get('end', cfg.train_cfg.max_epochs) == want['epochs']
     pipeline = cfg.train_dataloader.dataset.pipeline
     types = [t.type for t in pipeline]
     for aug in want.get('augmentation', []):
@@ -322,11 +324,14 @@ def test_ibot_configs_follow_ibot(hpm):
         type='param_norm', max_norm=want['clip'])
     assert cfg.optim_wrapper.type == 'GuardedAmpOptimWrapper'  # fp16
     warmup, cosine, wd = cfg.param_scheduler
+    end = cfg.train_cfg.max_epochs  # an unset end: mmengine's, the run's
     assert (warmup.type, warmup.end) == ('LinearLR', want['warmup'])
-    assert (cosine.eta_min, cosine.end) == (want['min_lr'], want['epochs'])
+    assert (cosine.eta_min, cosine.begin,
+            cosine.get('end', end)) == (want['min_lr'], want['warmup'],
+                                        want['epochs'])
     assert (wd.type, opt.weight_decay, wd.eta_min,
-            wd.end) == ('CosineAnnealingWeightDecay', *want['weight_decay'],
-                        want['epochs'])
+            wd.get('end', end)) == ('CosineAnnealingWeightDecay',
+                                    *want['weight_decay'], want['epochs'])
     assert cfg.train_cfg.max_epochs == want['epochs']
     assert model.backbone.drop_path_rate == want['drop_path']
     teacher = model.teacher

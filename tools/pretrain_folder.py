@@ -28,8 +28,10 @@ Output: ``WORK_DIR/hard_patches/*.png`` (the hard-patch grids),
 ``WORK_DIR/knn.json`` (labelled folders), the checkpoints and the log.
 """
 import argparse
+import sys
 
 from hpm_mm.apis.config import CfgOptionsAction
+from hpm_mm.errors import exit_status
 
 
 def parse_args(argv=None):
@@ -98,12 +100,8 @@ def run(argv=None):
 
 
 def main(argv=None):
-    from hpm_mm.errors import HPMError
-    try:
-        return run(argv)
-    except HPMError as e:  # the library's one-line refusal: exit 1
-        raise SystemExit(f'pretrain_folder.py: {e}') from None
+    return exit_status('pretrain_folder.py', run, argv)
 
 
 if __name__ == '__main__':
-    main()
+    sys.exit(main())

@@ -12,9 +12,10 @@ initialisation). A checkpoint holding NaN/inf is refused either way, and
 ``--out`` is checked (format, folder) before the evaluation.
 """
 import argparse
-import os
+import sys
 
-from hpm_mm.apis.config import CfgOptionsAction
+from hpm_mm.apis.config import parse_launched
+from hpm_mm.errors import exit_status
 
 
 def parse_args(argv=None):
@@ -28,20 +29,7 @@ def parse_args(argv=None):
         '--partial-load',
         action='store_true',
         help='evaluate even when the checkpoint does not fill the model')
-    parser.add_argument(
-        '--cfg-options',
-        nargs='+',
-        action=CfgOptionsAction,
-        help='override settings of the config, key=value')
-    parser.add_argument(
-        '--launcher',
-        choices=['none', 'pytorch', 'slurm', 'mpi'],
-        default='none',
-        help='job launcher')
-    parser.add_argument('--local_rank', '--local-rank', type=int, default=0)
-    args = parser.parse_args(argv)
-    os.environ.setdefault('LOCAL_RANK', str(args.local_rank))
-    return args
+    return parse_launched(parser, argv)
 
 
 def run(argv=None):
@@ -58,12 +46,8 @@ def run(argv=None):
 
 
 def main(argv=None):
-    from hpm_mm.errors import HPMError
-    try:
-        return run(argv)
-    except HPMError as e:  # the library's one-line refusal: exit 1
-        raise SystemExit(f'tools/test.py: {e}') from None
+    return exit_status('tools/test.py', run, argv)
 
 
 if __name__ == '__main__':
-    main()
+    sys.exit(main())

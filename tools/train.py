@@ -10,9 +10,10 @@ checkpoint checks, skipped steps, CPU DDP) is hpm_mm's runner's
 :func:`hpm_mm.apis.train` get the same.
 """
 import argparse
-import os
+import sys
 
-from hpm_mm.apis.config import CfgOptionsAction
+from hpm_mm.apis.config import parse_launched
+from hpm_mm.errors import exit_status
 
 
 def parse_args(argv=None):
@@ -63,20 +64,7 @@ def parse_args(argv=None):
         '--no-persistent-workers',
         action='store_true',
         help='persistent_workers=False')
-    parser.add_argument(
-        '--cfg-options',
-        nargs='+',
-        action=CfgOptionsAction,
-        help='override settings of the config, key=value (xxx=[a,b] lists)')
-    parser.add_argument(
-        '--launcher',
-        choices=['none', 'pytorch', 'slurm', 'mpi'],
-        default='none',
-        help='job launcher')
-    parser.add_argument('--local_rank', '--local-rank', type=int, default=0)
-    args = parser.parse_args(argv)
-    os.environ.setdefault('LOCAL_RANK', str(args.local_rank))
-    return args
+    return parse_launched(parser, argv)
 
 
 def run(argv=None):
@@ -111,12 +99,8 @@ def run(argv=None):
 
 
 def main(argv=None):
-    from hpm_mm.errors import HPMError
-    try:
-        return run(argv)
-    except HPMError as e:  # the library's one-line refusal: exit 1
-        raise SystemExit(f'train.py: {e}') from None
+    return exit_status('train.py', run, argv)
 
 
 if __name__ == '__main__':
-    main()
+    sys.exit(main())

@@ -6,24 +6,20 @@ _base_ = [
     'mmpretrain::_base_/default_runtime.py',
 ]
 
-# schedule
-warmup_epochs = 40
-max_epochs = 200
+# schedule: the base's, warmup 40 epochs (the cosine ends with the run)
 param_scheduler = [
     dict(
         type='LinearLR',
         start_factor=1e-4,
         by_epoch=True,
         begin=0,
-        end=warmup_epochs,
+        end=40,
         convert_to_iter_based=True),
     dict(
         type='CosineAnnealingLR',
-        T_max=max_epochs - warmup_epochs,
         eta_min=0.,
         by_epoch=True,
-        begin=warmup_epochs,
-        end=max_epochs,
+        begin=40,
         convert_to_iter_based=True)
 ]
 

@@ -31,6 +31,27 @@ class CfgOptionsAction(DictAction):
         super().__call__(parser, namespace, values, option_string)
 
 
+def parse_launched(parser, argv=None):
+    """``parser``'s arguments with the options of a command that a launcher
+    starts (tools/train.py, tools/test.py): ``--cfg-options``,
+    ``--launcher`` and torch.distributed.launch's ``--local-rank``, which
+    becomes ``LOCAL_RANK`` unless the launcher set it."""
+    parser.add_argument(
+        '--cfg-options',
+        nargs='+',
+        action=CfgOptionsAction,
+        help='override settings of the config, key=value (xxx=[a,b] lists)')
+    parser.add_argument(
+        '--launcher',
+        choices=['none', 'pytorch', 'slurm', 'mpi'],
+        default='none',
+        help='job launcher')
+    parser.add_argument('--local_rank', '--local-rank', type=int, default=0)
+    args = parser.parse_args(argv)
+    os.environ.setdefault('LOCAL_RANK', str(args.local_rank))
+    return args
+
+
 def _step(node: Any, part: str) -> Any:
     """One level down a config: a list's element by index, a dict's
     value by key; ``_MISSING`` where there is none."""
@@ -217,7 +238,17 @@ def syntax_error(path: str, error: SyntaxError, _seen=None) -> str:
     return f'a syntax error in {path} or a file it inherits ({error})'
 
 
-def load_config(path: str) -> Config:
+def load_config(path: str, options: Optional[dict] = None) -> Config:
+    """``Config.fromfile(path)`` with its ``image`` spec applied, then the
+    ``key.sub=value`` ``options`` merged (checked: :func:`merge_cfg_options`).
+    """
+    cfg = _read_config(path)
+    if options:
+        merge_cfg_options(cfg, options)
+    return cfg
+
+
+def _read_config(path: str) -> Config:
     """``Config.fromfile(path)``, turning a det/seg config's failure on a
     pretraining-only install into one line: a ``_base_`` from a missing
     package (``mmdet::``), or a failed ``custom_imports``.

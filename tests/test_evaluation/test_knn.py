@@ -76,23 +76,11 @@ def test_pool_features_cls_token():
 
 def _gray_folder_loader(tmp_path, classes, per_class, batch_size):
     """A dataloader over a generated folder of grayscale images."""
-    from helpers import make_image_folder
+    from helpers import folder_loader, make_image_folder
     from mmengine.runner import Runner
     root = make_image_folder(str(tmp_path / 'imgs'), classes, per_class)
     return Runner.build_dataloader(
-        dict(
-            batch_size=batch_size,
-            num_workers=0,
-            sampler=dict(type='DefaultSampler', shuffle=False),
-            collate_fn=dict(type='default_collate'),
-            dataset=dict(
-                type='CustomDataset',
-                data_root=root,
-                pipeline=[
-                    dict(type='LoadImageFromFile', color_type='grayscale'),
-                    dict(type='PackInputs')
-                ])),
-        seed=0)
+        folder_loader(root, batch_size, size=None), seed=0)
 
 
 @pytest.mark.parametrize('feature', ['cls', 'avg'])

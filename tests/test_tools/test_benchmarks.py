@@ -4,7 +4,7 @@ import os.path as osp
 
 import pytest
 import torch
-from helpers import FMNIST_CFG, REPO, make_image_folder
+from helpers import FMNIST_CFG, REPO, folder_loader, make_image_folder
 from mmengine.config import Config
 from mmengine.runner import Runner
 
@@ -14,22 +14,6 @@ FINETUNE = osp.join(REPO, 'configs', 'benchmarks', 'classification', 'fmnist',
                     'vit-mini-p4_1xb128-coslr-10e_fmnist.py')
 
 
-def _folder_loader(root, batch_size=4):
-    return dict(
-        batch_size=batch_size,
-        num_workers=0,
-        sampler=dict(type='DefaultSampler', shuffle=False),
-        collate_fn=dict(type='default_collate'),
-        dataset=dict(
-            type='CustomDataset',
-            data_root=root,
-            pipeline=[
-                dict(type='LoadImageFromFile', color_type='grayscale'),
-                dict(type='Resize', scale=28),
-                dict(type='PackInputs')
-            ]))
-
-
 def test_knn_tool_on_imagenet_style_folder(tmp_path, hpm_checkpoint):
     train = make_image_folder(str(tmp_path / 'train'), 2, 6, seed=1)
     val = make_image_folder(str(tmp_path / 'val'), 2, 3, seed=2)
@@ -37,8 +21,8 @@ def test_knn_tool_on_imagenet_style_folder(tmp_path, hpm_checkpoint):
     cfg.write_text(f'''
 _base_ = [{FMNIST_CFG!r}]
 custom_hooks = [dict(type='KNNEvalHook', ks=(1, 3, 200),
-                     train_dataloader={_folder_loader(train)!r},
-                     val_dataloader={_folder_loader(val)!r})]
+                     train_dataloader={folder_loader(train)!r},
+                     val_dataloader={folder_loader(val)!r})]
 ''')
     from hpm_mm.apis import knn_eval
     from hpm_mm.errors import HPMError
@@ -82,8 +66,8 @@ custom_hooks = [dict(type='KNNEvalHook', ks=(1, 3, 200),
     same.write_text(f'''
 _base_ = [{FMNIST_CFG!r}]
 custom_hooks = [dict(type='KNNEvalHook', ks=(1, ),
-                     train_dataloader={_folder_loader(val)!r},
-                     val_dataloader={_folder_loader(val)!r})]
+                     train_dataloader={folder_loader(val)!r},
+                     val_dataloader={folder_loader(val)!r})]
 ''')
     lines.clear()
     res = knn_eval(str(same), hpm_checkpoint, log=lines.append)
@@ -96,10 +80,10 @@ def test_classification_benchmarks_load_every_encoder_key(
         tmp_path, hpm_checkpoint, config, frozen):
     data = make_image_folder(str(tmp_path / 'cls'), 2, 4, seed=3)
     cfg = Config.fromfile(config)
-    loader = _folder_loader(data)
+    loader = folder_loader(data)
     loader['sampler']['shuffle'] = True
     cfg.train_dataloader = loader
-    cfg.val_dataloader = cfg.test_dataloader = _folder_loader(data)
+    cfg.val_dataloader = cfg.test_dataloader = folder_loader(data)
     cfg.train_cfg = dict(by_epoch=False, max_iters=2, val_interval=2)
     cfg.param_scheduler = []
     cfg.work_dir = str(tmp_path / 'work')
@@ -165,8 +149,8 @@ def test_frozen_eval_gives_knn_and_linear_on_both_features_in_one_pass(
     path.write_text(f'''
 _base_ = [{FMNIST_CFG!r}]
 custom_hooks = [dict(type='KNNEvalHook', ks=(1, 3),
-                     train_dataloader={_folder_loader(train)!r},
-                     val_dataloader={_folder_loader(val)!r})]
+                     train_dataloader={folder_loader(train)!r},
+                     val_dataloader={folder_loader(val)!r})]
 ''')
     cfg = load_config(str(path))
     r = frozen_eval(cfg, hpm_checkpoint, ('avg', 'cls'), linear=True)

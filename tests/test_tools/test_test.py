@@ -12,14 +12,14 @@ def test_test_tool_refuses_a_checkpoint_that_does_not_fill_the_model(
     """A pretraining checkpoint (no classifier head) or a file of random
     tensors is not evaluated as a random model: one line, exit != 0, unless
     --partial-load."""
-    from helpers import make_image_folder
-    from test_benchmarks import LINEAR, _folder_loader
+    from helpers import folder_loader, make_image_folder
+    from test_benchmarks import LINEAR
     data = make_image_folder(str(tmp_path / 'val'), 2, 2)
     cfg = tmp_path / 'linear.py'
     cfg.write_text(f'''
 _base_ = [{LINEAR!r}]
 model = dict(backbone=dict(init_cfg=None))
-test_dataloader = {dict(_delete_=True, **_folder_loader(data))!r}
+test_dataloader = {dict(_delete_=True, **folder_loader(data))!r}
 ''')
     random = tmp_path / 'random.pth'
     torch.save(dict(state_dict={'a': torch.randn(3)}), random)

@@ -182,8 +182,7 @@ def test_pretrain_folder_maps_its_options_and_prints_the_result(record):
 def test_knn_eval_maps_its_options_prints_and_writes_the_table(
         record, tmp_path):
     cfg = Config(dict())
-    record('load_config', cfg)
-    merged = record('merge_cfg_options')
+    loaded = record('load_config', cfg)
     r = dict(
         acc={
             1: 40.,
@@ -216,7 +215,7 @@ def test_knn_eval_maps_its_options_prints_and_writes_the_table(
         amp=True,
         raw_pixels=False,
         layer=-2)
-    assert merged.calls == [((cfg, {'a': 1}), {})]
+    assert loaded.calls == [((FMNIST_CFG, {'a': 1}), {})]
     assert 'kNN top-1 (T=0.1, cls features, block -2, fp32), 12 train / ' \
         '6 test images' in proc.stdout
     assert '| 10 | 50.00 |' in proc.stdout and 'best: k=10, 50.00%' in \

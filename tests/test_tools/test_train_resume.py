@@ -485,16 +485,15 @@ def test_a_finished_run_resumed_completes_its_missing_final_evaluation(
     import os
     import shutil
 
-    from helpers import make_image_folder
-    from test_benchmarks import _folder_loader
+    from helpers import folder_loader, make_image_folder
     data = make_image_folder(str(tmp_path / 'held_out'), 2, 3)
     hooks = f'''custom_hooks = [
     dict(type='HPMScheduleHook'),
     dict(type='KNNEvalHook', ks=(1, ),
-         train_dataloader={_folder_loader(data)!r},
-         val_dataloader={_folder_loader(data)!r}),
+         train_dataloader={folder_loader(data)!r},
+         val_dataloader={folder_loader(data)!r}),
     dict(type='HardPatchVisHook', num_images=2, num_masks=1,
-         dataloader={_folder_loader(data)!r})]'''
+         dataloader={folder_loader(data)!r})]'''
     cfg = tiny_config(
         tmp_path, body=TINY_RUN.format(keep=1, epochs=1), hooks=hooks)
     work = tmp_path / 'work'

@@ -9,8 +9,10 @@ The memory bank and evaluated data come from the config's ``KNNEvalHook``
 """
 import argparse
 import json
+import sys
 
 from hpm_mm.apis.config import CfgOptionsAction
+from hpm_mm.errors import exit_status
 
 
 def parse_args(argv=None):
@@ -53,10 +55,8 @@ def parse_args(argv=None):
 
 def run(argv=None):
     args = parse_args(argv)
-    from hpm_mm.apis import knn_eval, load_config, merge_cfg_options
-    cfg = load_config(args.config)
-    if args.cfg_options:
-        merge_cfg_options(cfg, args.cfg_options)
+    from hpm_mm.apis import knn_eval, load_config
+    cfg = load_config(args.config, args.cfg_options)
     r = knn_eval(
         cfg,
         args.checkpoint,
@@ -97,12 +97,8 @@ def run(argv=None):
 
 
 def main(argv=None):
-    from hpm_mm.errors import HPMError
-    try:
-        return run(argv)
-    except HPMError as e:  # the library's one-line refusal: exit 1
-        raise SystemExit(f'knn_eval.py: {e}') from None
+    return exit_status('knn_eval.py', run, argv)
 
 
 if __name__ == '__main__':
-    main()
+    sys.exit(main())

@@ -18,8 +18,10 @@ annotations) or, without one, the non-background pixels (raw value >
 ``--fg-threshold``, right for Fashion-MNIST).
 """
 import argparse
+import sys
 
 from hpm_mm.apis.config import CfgOptionsAction
+from hpm_mm.errors import exit_status
 
 
 def parse_args(argv=None):
@@ -59,10 +61,8 @@ def parse_args(argv=None):
 
 def run(argv=None):
     args = parse_args(argv)
-    from hpm_mm.apis import hard_patches, load_config, merge_cfg_options
-    cfg = load_config(args.config)
-    if args.cfg_options:
-        merge_cfg_options(cfg, args.cfg_options)
+    from hpm_mm.apis import hard_patches, load_config
+    cfg = load_config(args.config, args.cfg_options)
     if args.out_dir is None:
         import os.path as osp
         stem = osp.splitext(osp.basename(args.checkpoint))[0]
@@ -93,12 +93,8 @@ def run(argv=None):
 
 
 def main(argv=None):
-    from hpm_mm.errors import HPMError
-    try:
-        return run(argv)
-    except HPMError as e:  # the library's one-line refusal: exit 1
-        raise SystemExit(f'visualize_hard_patches.py: {e}') from None
+    return exit_status('visualize_hard_patches.py', run, argv)
 
 
 if __name__ == '__main__':
-    main()
+    sys.exit(main())

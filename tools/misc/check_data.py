@@ -10,8 +10,10 @@ summary per dataset; exits 1 when anything is wrong. ``tools/train.py
 --check-data`` runs the same check before training.
 """
 import argparse
+import sys
 
-from hpm_mm.apis.config import CfgOptionsAction, merge_cfg_options
+from hpm_mm.apis.config import CfgOptionsAction
+from hpm_mm.errors import exit_status
 
 
 def run(argv=None):
@@ -27,9 +29,7 @@ def run(argv=None):
     import hpm_mm  # noqa: F401
     from hpm_mm.apis import load_config
     from hpm_mm.datasets.data_check import check_data
-    cfg = load_config(args.config)
-    if args.cfg_options:
-        merge_cfg_options(cfg, args.cfg_options)
+    cfg = load_config(args.config, args.cfg_options)
     result = check_data(cfg, args.max_images)
     for line in result['report']:
         print(line)
@@ -40,13 +40,8 @@ def run(argv=None):
 
 
 def main(argv=None):
-    from hpm_mm.errors import HPMError
-    try:
-        code = run(argv)
-    except HPMError as e:  # the library's one-line refusal: exit 1
-        raise SystemExit(f'check_data.py: {e}') from None
-    raise SystemExit(code)  # 1: a problem found
+    return exit_status('check_data.py', run, argv)
 
 
 if __name__ == '__main__':
-    main()
+    sys.exit(main())

@@ -10,6 +10,9 @@ from the working directory, which registers the class.
 """
 import argparse
 import json
+import sys
+
+from hpm_mm.errors import exit_status
 
 
 def run(argv=None) -> int:
@@ -26,13 +29,8 @@ def run(argv=None) -> int:
 
 
 def main(argv=None):
-    from hpm_mm.errors import HPMError
-    try:
-        code = run(argv)
-    except HPMError as e:  # the library's one-line refusal: exit 1
-        raise SystemExit(f'check_mask_generator.py: {e}') from None
-    raise SystemExit(code)
+    return exit_status('check_mask_generator.py', run, argv)
 
 
 if __name__ == '__main__':
-    main()
+    sys.exit(main())

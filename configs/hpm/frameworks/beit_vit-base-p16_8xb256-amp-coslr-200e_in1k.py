@@ -63,7 +63,6 @@ optim_wrapper = dict(
     type='GuardedAmpOptimWrapper',
     constructor='FrozenAwareOptimWrapperConstructor',
     paramwise_cfg=dict(custom_keys={'.mask_token': dict(decay_mult=0.0)}))
-max_epochs = 200
 param_scheduler = [
     dict(
         type='LinearLR',
@@ -72,15 +71,14 @@ param_scheduler = [
         begin=0,
         end=10,
         convert_to_iter_based=True),
-    dict(
+    dict(  # ends with the run (train_cfg.max_epochs)
         type='CosineAnnealingLR',
         eta_min=1e-5,
         by_epoch=True,
         begin=10,
-        end=max_epochs,
         convert_to_iter_based=True)
 ]
-train_cfg = dict(max_epochs=max_epochs)
+train_cfg = dict(max_epochs=200)
 find_unused_parameters = False
 default_hooks = dict(
     # the logged scalars read back from the GPU once per log interval

@@ -133,35 +133,30 @@ optim_wrapper = dict(
         weight_decay=0.04),
     paramwise_cfg=dict(norm_decay_mult=0., bias_decay_mult=0.))
 
-# schedule
-max_epochs = 50
-warmup_epochs = 10
+# schedule: 10 warmup epochs, then the lr's and the weight decay's cosines
+# end with the run (no `end` or `T_max`: mmengine's train_cfg.max_epochs)
 param_scheduler = [
     dict(
         type='LinearLR',
         start_factor=1e-9,
         by_epoch=True,
         begin=0,
-        end=warmup_epochs,
+        end=10,
         convert_to_iter_based=True),
     dict(
         type='CosineAnnealingLR',
-        T_max=max_epochs - warmup_epochs,
         eta_min=1e-6,
         by_epoch=True,
-        begin=warmup_epochs,
-        end=max_epochs,
+        begin=10,
         convert_to_iter_based=True),
     dict(
         type='CosineAnnealingWeightDecay',
         eta_min=0.4,
-        T_max=max_epochs,
         by_epoch=True,
         begin=0,
-        end=max_epochs,
         convert_to_iter_based=True),
 ]
-train_cfg = dict(type='EpochBasedTrainLoop', max_epochs=max_epochs)
+train_cfg = dict(type='EpochBasedTrainLoop', max_epochs=50)
 auto_scale_lr = dict(base_batch_size=1024)
 
 # runtime: the epoch for the teacher momentum, temperatures and the frozen

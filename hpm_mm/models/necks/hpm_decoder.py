@@ -141,12 +141,8 @@ class HPMPretrainDecoder(MAEPretrainDecoder):
             ids_restore: torch.Tensor,
             patch_resolution: Optional[Tuple[int,
                                              int]] = None) -> torch.Tensor:
-        """The loss-predictor path alone (the teacher's scoring pass).
-
-        Args:
-            x (torch.Tensor): Encoder output (B, 1 + N_visible, C_enc).
-            ids_restore (torch.Tensor): (B, N), from :class:`HPMViT`.
-            patch_resolution (tuple, optional): See :meth:`embed`.
+        """The loss-predictor path alone (the teacher's scoring pass), on
+        :meth:`embed`'s arguments (``ids_restore`` from :class:`HPMViT`).
 
         Returns:
             torch.Tensor: (B, N) predicted per-patch losses.
