@@ -115,9 +115,17 @@ def apply_image_spec(cfg):
             pre.update(
                 mean=list(spec['mean']), std=list(spec['std']), to_rgb=ch == 3)
     color = 'grayscale' if ch == 1 else 'color'
+    # the root replaces the training images' folder wherever a loader reads
+    # it, and fills a loader that names none; a loader of another folder
+    # (a held-out validation folder) keeps it: the kNN would otherwise
+    # score the training images against themselves
+    train_root = ((cfg.get('train_dataloader') or {}).get('dataset')
+                  or {}).get('data_root')
     for _, loader in _loaders(cfg):
         dataset = loader.get('dataset') or {}
-        if spec.get('root') is not None and 'data_root' in dataset:
+        if spec.get('root') is not None and dataset.get('data_root') in (
+                None, '', train_root) and 'dataset' not in dataset \
+                and 'datasets' not in dataset:
             dataset['data_root'] = spec['root']
         for t in dataset.get('pipeline') or []:
             kind = str(t.get('type', '')).split('.')[-1]

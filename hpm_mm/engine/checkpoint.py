@@ -435,11 +435,13 @@ def _checkpoint_step(name: str) -> Optional[int]:
 def find_resume_checkpoint(work_dir: str) -> Tuple[Optional[str], List[str]]:
     """The newest complete checkpoint of ``work_dir`` to resume from.
 
-    ``last_checkpoint`` first when it names a complete file of this work
-    dir, else the complete ``epoch_N.pth`` / ``iter_N.pth`` with the
-    largest N. mmengine writes an absolute path into ``last_checkpoint``: in
-    a copied or moved work dir it names the original folder's file, so a
-    path outside ``work_dir`` is read as the file of that name here.
+    The complete ``epoch_N.pth`` / ``iter_N.pth`` with the largest N, or
+    the file ``last_checkpoint`` names when it is not of that pattern (a
+    checkpoint saved after a failed write of ``last_checkpoint`` is not
+    trained again). mmengine writes an absolute path into
+    ``last_checkpoint``: in a copied or moved work dir it names the original
+    folder's file, so a path outside ``work_dir`` is read as the file of
+    that name here.
 
     Returns:
         tuple: (path or None, ['<path>: <why skipped>', ...]).
@@ -452,7 +454,8 @@ def find_resume_checkpoint(work_dir: str) -> Tuple[Optional[str], List[str]]:
         here = osp.realpath(work_dir)
         if osp.dirname(osp.realpath(named)) != here:
             named = osp.join(work_dir, osp.basename(named))
-        candidates.append(named)
+        if _checkpoint_step(osp.basename(named)) is None:
+            candidates.append(named)
     if osp.isdir(work_dir):
         found = [(s, n) for n in os.listdir(work_dir)
                  if (s := _checkpoint_step(n)) is not None]

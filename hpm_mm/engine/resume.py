@@ -198,6 +198,44 @@ def check_resumed_schedule(path: str, meta: Optional[dict], saved_schedulers,
     refuse_changes(path, changed, allowed, notes)
 
 
+def refit_schedulers(fresh, iters: int, iters_per_epoch: int) -> None:
+    """``resume_changed_run=True``: the resumed parameter schedulers follow
+    this run's schedule (its ends and lengths as configured), at the point
+    the checkpoint reached. mmengine's resume brings the checkpoint's
+    schedule back (a run made longer would spend its added epochs at the
+    minimum lr); the chained schedulers compute each value from the last
+    one, so their shapes are put back and their ``iters`` steps replayed
+    from the configured start, as the runner's ``ParamSchedulerHook`` steps
+    them (per iteration, and at each epoch's end those by epoch).
+
+    Args:
+        fresh (list): ``(scheduler, its state as built for this run)``
+            pairs, taken before the checkpoint was loaded into them.
+        iters (int): The iterations trained (the resumed ``runner.iter``).
+        iters_per_epoch (int): This run's.
+    """
+    for scheduler, _ in fresh:  # the optimizer's values at the start
+        for group in scheduler.optimizer.param_groups:
+            group[scheduler.
+                  param_name] = group[f'initial_{scheduler.param_name}']
+    import warnings
+    with warnings.catch_warnings():  # (steps before this process's first
+        warnings.simplefilter('ignore', UserWarning)  # optimizer step)
+        for scheduler, state in fresh:  # as built: its first step again
+            scheduler.load_state_dict(
+                dict(state, last_step=-1, _global_step=-1))
+            scheduler.step()
+        schedulers = [s for s, _ in fresh]
+        for i in range(iters):
+            for s in schedulers:
+                if not s.by_epoch:
+                    s.step()
+            if (i + 1) % iters_per_epoch == 0:
+                for s in schedulers:
+                    if s.by_epoch:
+                        s.step()
+
+
 def refuse_changes(path: str, changed: List[str], allowed: bool,
                    notes: List[Tuple[int, str]]) -> None:
     """Refuse (or, with ``resume_changed_run``, note) a resume of a run

@@ -64,7 +64,7 @@ from .log_filter import BareConsoleFormatter, QuietConsole
 from .precision import (Precision, choose_precision, decide, optim_wrapper_cfg,
                         run_precision, timed_train_step)
 from .resume import (check_load_from, check_resume_fits,
-                     check_resumed_schedule, check_same_run,
+                     check_resumed_schedule, check_same_run, refit_schedulers,
                      refuse_earlier_run, resolve_resume, run_signature)
 from .schedule import check_run_length
 from .work_dir import own_work_dir, release_work_dir
@@ -320,6 +320,7 @@ class RunPolicyMixin:
         from hpm_mm.models.data_preprocessor import watch_channels
         self._check_checkpoint_fits()
         watch_channels(getattr(self.model, 'module', self.model))
+        fresh = []
         if self._resume and self._hpm_resumed is not None:
             meta, saved = self._hpm_resumed
             schedulers = self.param_schedulers
@@ -332,7 +333,11 @@ class RunPolicyMixin:
                                    notes)
             for level, message in notes:
                 self.logger.log(level, message)
+            if self.cfg.get('resume_changed_run', False):
+                fresh = [(s, s.state_dict()) for s in schedulers or []]
         super().load_or_resume()
+        if fresh:
+            refit_schedulers(fresh, self.iter, len(self.train_dataloader))
 
     def save_checkpoint(self, *args, **kwargs):
         """mmengine's checkpoint, its meta holding this run's signature

@@ -103,3 +103,40 @@ def test_pretrain_folder_refuses_counts_before_reading(tmp_path, arg, match):
     with pytest.raises(HPMError, match=match):
         pretrain_folder(str(tmp_path / 'none'), str(tmp_path / 'w'), **arg)
     assert not (tmp_path / 'w').exists()  # nothing written before
+
+
+def test_the_image_spec_root_keeps_another_folder_and_fills_a_missing_one():
+    """``image.root`` replaces the training images' folder in every loader
+    that reads it and fills a loader without one; a loader of another
+    folder (the kNN's held-out images) keeps it (it was replaced: the kNN
+    scored the training images against themselves)."""
+    from mmengine.config import Config
+
+    from hpm_mm.datasets.image_spec import apply_image_spec
+
+    def loader(**dataset):
+        return dict(dataset=dict(type='CustomDataset', **dataset))
+
+    cfg = apply_image_spec(
+        Config(
+            dict(
+                image=dict(
+                    root='mine/',
+                    size=32,
+                    channels=1,
+                    patch_size=4,
+                    mean=[100.],
+                    std=[50.]),
+                train_dataloader=loader(data_root='data/my_images/'),
+                custom_hooks=[
+                    dict(
+                        type='KNNEvalHook',
+                        train_dataloader=loader(data_root='data/my_images/'),
+                        val_dataloader=loader(data_root='held_out/')),
+                    dict(type='HardPatchVisHook', dataloader=loader())
+                ])))
+    knn, vis = cfg.custom_hooks
+    assert cfg.train_dataloader.dataset.data_root == 'mine/'
+    assert knn.train_dataloader.dataset.data_root == 'mine/'
+    assert knn.val_dataloader.dataset.data_root == 'held_out/'
+    assert vis.dataloader.dataset.data_root == 'mine/'

@@ -1,6 +1,8 @@
 """AtomicCheckpointHook: a kill during a save keeps the previous checkpoint."""
+import os
 import sys
 
+import pytest
 from helpers import FMNIST_CFG, TINY_RUN, process, tiny_config, train
 
 import hpm_mm  # noqa: F401  (allow-lists the checkpoint types for torch.load)
@@ -62,3 +64,56 @@ def test_kill_during_a_save_keeps_the_previous_checkpoint(
     assert 'resumed epoch: 1, iter: 2' in train(cfg, work, resume=True)
     assert checkpoint_problem(str(work / 'epoch_2.pth')) is None
     assert not (work / 'epoch_1.pth').exists()  # rotated out after epoch 2
+
+
+@pytest.mark.parametrize('what', ['checkpoint', 'last_checkpoint'])
+def test_a_failed_write_is_one_line_and_resume_does_not_redo(
+        tmp_path, monkeypatch, what):
+    """A full disk while the checkpoint or the ``last_checkpoint`` pointer
+    is written: one line naming the file (it was a 44-line OSError); a
+    checkpoint whose pointer could not be written is still the one --resume
+    takes (it had gone back to the one before and trained the epoch
+    again)."""
+    import errno
+
+    import mmengine.runner.runner as runner_module
+
+    import hpm_mm.engine.hooks.atomic_checkpoint_hook as hook
+    from hpm_mm.engine.checkpoint import find_resume_checkpoint
+    from hpm_mm.errors import HPMError
+    cfg = tiny_config(
+        tmp_path, FMNIST_CFG, TINY_RUN.format(keep=2, epochs=2), num_images=8)
+    work = tmp_path / 'work'
+    replace, save = os.replace, runner_module.save_checkpoint
+    pointers = []
+
+    def pointer_fails(src, dst):  # the second pointer write
+        if str(dst).endswith('last_checkpoint'):
+            pointers.append(dst)
+            if len(pointers) == 2:
+                raise OSError(errno.ENOSPC, 'No space left on device')
+        replace(src, dst)
+
+    def checkpoint_fails(checkpoint, filename, *args, **kwargs):
+        if 'epoch_2' in str(filename):
+            with open(filename, 'wb') as f:
+                f.write(b'half')  # what a full disk leaves
+            raise OSError(errno.ENOSPC, 'No space left on device')
+        return save(checkpoint, filename, *args, **kwargs)
+
+    if what == 'checkpoint':
+        monkeypatch.setattr(runner_module, 'save_checkpoint', checkpoint_fails)
+    else:
+        monkeypatch.setattr(hook.os, 'replace', pointer_fails)
+    with pytest.raises(HPMError) as failed:
+        train(cfg, work)
+    message = str(failed.value)
+    assert '\n' not in message and 'No space left on device' in message
+    assert str(work / ('epoch_2.pth' if what == 'checkpoint' else
+                       'last_checkpoint')) in message, message
+    monkeypatch.undo()
+    assert not (work / 'epoch_2.pth.tmp').exists()
+    # the pointer names epoch 1; the newest complete checkpoint is resumed
+    assert (work / 'last_checkpoint').read_text() == str(work / 'epoch_1.pth')
+    newest = 'epoch_2.pth' if what == 'last_checkpoint' else 'epoch_1.pth'
+    assert find_resume_checkpoint(str(work))[0] == str(work / newest)

@@ -551,3 +551,32 @@ def test_a_resume_knows_the_whole_run_it_continues(tmp_path, change):
         train(cfg, work, resume=True, quiet=True, cfg_options=options)
     options['resume_changed_run'] = True  # continue anyway, said
     train(cfg, work, resume=True, quiet=True, cfg_options=options)
+
+
+def test_a_changed_run_resumed_follows_its_new_schedule(tmp_path):
+    """resume_changed_run=True after making a 1-epoch run 2 epochs long:
+    the learning rate of the added epoch is the one a 2-epoch run from the
+    start has at those iterations (mmengine's resume brought the
+    checkpoint's cosine back: it had ended, so the added epoch trained at
+    the minimum lr)."""
+    cfg = tiny_config(
+        tmp_path,
+        body=TINY_RUN.format(keep=2, epochs=2) +
+        'default_hooks = dict(logger=dict(interval=1))\n',
+        num_images=8)
+    straight, work = tmp_path / 'straight', tmp_path / 'work'
+    train(cfg, straight)
+    train(cfg, work, cfg_options={'train_cfg.max_epochs': 1})
+    train(cfg, work, resume=True, cfg_options=dict(resume_changed_run=True))
+    want = [r['lr'] for r in _scalars(straight) if 'loss' in r]
+    got = [r['lr'] for r in _scalars(work) if 'loss' in r]
+    assert len(want) == len(got) == 4
+    # (the first epoch was a 1-epoch run's; the resumed one the 2-epoch's)
+    assert got[2:] == pytest.approx(want[2:], rel=1e-9, abs=0)
+    assert got[2] > 10 * 1e-5  # not the cosine's minimum
+    # the schedulers end as the 2-epoch run's
+    ends = [
+        torch.load(w / 'epoch_2.pth', map_location='cpu')['param_schedulers']
+        for w in (straight, work)
+    ]
+    assert ends[1] == ends[0] and ends[1][-1]['end'] == 4

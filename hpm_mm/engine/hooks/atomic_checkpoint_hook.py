@@ -83,17 +83,30 @@ class AtomicCheckpointHook(CheckpointHook):
                     by_epoch=self.by_epoch,
                     backend_args=self.backend_args,
                     **self.args)
-        except BaseException:
+        except BaseException as e:
             if is_main_process() and osp.isfile(tmp):
                 os.remove(tmp)
+            if isinstance(e, OSError):  # a full disk, a read-only folder
+                raise HPMError(
+                    f'cannot write the checkpoint {self.last_ckpt} ({e}); '
+                    'the checkpoints before it are complete. Fix: free space '
+                    'or make the folder writable, then rerun with --resume.'
+                ) from None
             raise
         if not is_main_process():
             return
         os.replace(tmp, self.last_ckpt)
         pointer = osp.join(runner.work_dir, 'last_checkpoint')
-        with open(pointer + '.tmp', 'w') as f:
-            f.write(self.last_ckpt)
-        os.replace(pointer + '.tmp', pointer)
+        try:
+            with open(pointer + '.tmp', 'w') as f:
+                f.write(self.last_ckpt)
+            os.replace(pointer + '.tmp', pointer)
+        except OSError as e:
+            raise HPMError(
+                f'cannot write {pointer} ({e}); the checkpoint '
+                f'{self.last_ckpt} is complete, and --resume takes it. Fix: '
+                'free space or make the work dir writable, then rerun with '
+                '--resume.') from None
         for old in outdated:
             path = osp.join(self.out_dir, self.filename_tmpl.format(old))
             if osp.isfile(path):
