@@ -16,6 +16,7 @@ said otherwise):
   function), no final norm; relative-position bias tables start at zero;
 - ``timm``: ``timm.models.vision_transformer.VisionTransformer``.
 """
+import os
 import re
 from typing import Dict, Tuple
 
@@ -48,6 +49,24 @@ def _rename(key: str, to_timm: bool) -> str:
         if n:
             break
     return key
+
+
+def saved_config(checkpoint: dict):
+    """The config a checkpoint was trained with (its ``meta.cfg``), or None,
+    read without importing its ``custom_imports``: converting reads names
+    and sizes, none of a plugin's code, so a checkpoint of an out-of-tree
+    plugin converts where the plugin is not installed."""
+    import tempfile
+
+    from mmengine.config import Config
+    text = (checkpoint.get('meta') or {}).get('cfg')
+    if not text:
+        return None
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, 'saved_config.py')
+        with open(path, 'w') as f:
+            f.write(text)
+        return Config.fromfile(path, import_custom_modules=False)
 
 
 def encoder_state(checkpoint: dict, teacher: bool = False) -> dict:

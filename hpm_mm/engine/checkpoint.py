@@ -105,6 +105,14 @@ def load_file(path: str, map_location='cpu'):
     try:
         return torch.load(path, map_location=map_location, weights_only=True)
     except Exception as e:
+        # a damaged file first: its bytes, not its objects, are the problem
+        # (torch's legacy format, not a zip archive, is not damaged)
+        problem = download_problem(path) if isinstance(path, str) else None
+        if problem:  # cut short, byte-flipped, not a checkpoint at all
+            raise HPMError(
+                f'cannot load the checkpoint {path}: {problem}. Fix: give a '
+                'complete one (an earlier checkpoint of the run, or copy '
+                'the file again).') from None
         if type(e).__name__ == 'UnpicklingError' or \
                 'Weights only load failed' in str(e):
             found = re.search(r'GLOBAL ([\w.]+)', str(e))

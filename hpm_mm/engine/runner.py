@@ -179,6 +179,10 @@ class RunPolicyMixin:
                 kw['optim_wrapper'] = cfg.optim_wrapper = wrapper
             self._hpm_precision = precision
         model = kw.get('model')
+        teacher = model.get('teacher') if isinstance(model, dict) else None
+        if isinstance(teacher, dict) and teacher.get('score_source'):
+            from hpm_mm.models.teachers.score_sources import check_source
+            check_source(teacher['score_source'])  # before any file
         check_run_length(
             dict(
                 train_cfg=kw.get('train_cfg'),

@@ -239,3 +239,58 @@ def test_url_checkpoints_are_cached_by_their_whole_address(tmp_path):
     again = download_checkpoint((tmp_path / 'runA' / 'epoch_3.pth').as_uri(),
                                 cache)
     assert again == a and torch.load(again)['w'][0] == 1.
+
+
+def _member_offset(path: str, suffix: str) -> int:
+    """Where the data of the zip member ending in ``suffix`` starts."""
+    import struct
+    import zipfile
+    with zipfile.ZipFile(path) as zf:
+        info = next(i for i in zf.infolist() if i.filename.endswith(suffix))
+    with open(path, 'rb') as f:
+        f.seek(info.header_offset + 26)
+        name_len, extra_len = struct.unpack('<HH', f.read(4))
+    return info.header_offset + 30 + name_len + extra_len
+
+
+def test_a_damaged_checkpoint_is_one_line_naming_it(tmp_path, hpm_checkpoint):
+    """A checkpoint cut short or with a flipped byte in its pickle, given to
+    load_from, kNN, the pictures or the converters: one line naming the
+    file and why (it was an OSError or a UnicodeDecodeError naming none)."""
+    import re
+
+    from helpers import tiny_config, tool_main, train
+
+    from hpm_mm.apis import hard_patches, knn_eval, load_model
+    from hpm_mm.errors import HPMError
+    data = open(hpm_checkpoint, 'rb').read()
+    cut = tmp_path / 'cut.pth'
+    cut.write_bytes(data[:len(data) // 2])
+    flipped = bytearray(data)
+    start = _member_offset(hpm_checkpoint, 'data.pkl')
+    flipped[start + 2:start + 40] = b'\xff' * 38
+    flip = tmp_path / 'flip.pth'
+    flip.write_bytes(bytes(flipped))
+    cfg = tiny_config(tmp_path, FMNIST_CFG, num_images=8)
+    for bad in (cut, flip):
+        says = f'cannot load the checkpoint {bad}: '
+        for run in (lambda: load_model(FMNIST_CFG, str(bad)),
+                    lambda: knn_eval(FMNIST_CFG, str(bad)),
+                    lambda: hard_patches(FMNIST_CFG, str(
+                        bad), str(tmp_path / 'pics')), lambda: train(
+                            cfg,
+                            tmp_path / f'w_{bad.stem}',
+                            cfg_options=dict(load_from=str(bad)))):
+            with pytest.raises(HPMError, match=re.escape(says)) as refused:
+                run()
+            assert '\n' not in str(refused.value)
+        for args in ([
+                'model_converters/hpm2backbone.py', bad, tmp_path / 'o.pth',
+                '--target', 'mmpretrain'
+        ], [
+                'model_converters/target_weights.py', 'dino', bad,
+                tmp_path / 't.pth'
+        ]):
+            proc = tool_main(*args)
+            assert proc.returncode == 1 and says in proc.stderr.strip(
+            ).splitlines()[-1], proc.stderr[-2000:]

@@ -204,14 +204,26 @@ def test_an_outside_teacher_score_source_trains_as_written(tmp_path):
     hard = [r['num_hard'] for r in rows if 'num_hard' in r]
     assert hard and hard[-1] > 0  # masked by the token norms
     assert any(k.startswith('teacher.module.backbone.') for k in state)
+    # its checkpoint converts where the plugin is not importable (this
+    # process): converting reads none of its code (a raw ImportError)
+    import importlib.util
+
+    from helpers import tool_main
+    assert importlib.util.find_spec('token_norm') is None
+    ckpt = tmp_path / 'my_scores' / 'work_dirs' / 'smoke' / 'epoch_1.pth'
+    proc = tool_main('model_converters/hpm2backbone.py', ckpt,
+                     tmp_path / 'vit.pth', '--target', 'mmpretrain')
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert '0 missing, 0 unexpected' in proc.stdout
 
 
 def test_an_unknown_score_source_lists_the_registered_ones():
     from helpers import tiny_hpm
 
+    from hpm_mm.errors import HPMError
     from hpm_mm.models.teachers import TEACHER_SCORES
     model = tiny_hpm()
-    with pytest.raises(ValueError) as e:
+    with pytest.raises(HPMError) as e:
         model.teacher(torch.zeros(1, 3, 32, 32), scores='no_such_source')
     msg = str(e.value)
     assert "'no_such_source' is not a registered teacher score source" in msg

@@ -179,3 +179,19 @@ def test_bad_cfg_options_name_the_key_and_the_type():
     assert proc.returncode == 2
     err = proc.stderr.strip().splitlines()[-1]
     assert 'values cannot be dict(...) here. Fix:' in err
+
+
+def test_a_misspelt_score_source_is_refused_before_any_file(tmp_path):
+    """One line listing the registered sources, before the work dir or its
+    log folder exists (a ValueError in 21 frames after the log folder was
+    made)."""
+    cfg = tiny_config(tmp_path, FMNIST_CFG, num_images=8)
+    with pytest.raises(
+            HPMError,
+            match="score_source 'predicted_los' is "
+            'not a registered teacher score source'):
+        train(
+            cfg,
+            tmp_path / 'w',
+            cfg_options={'model.teacher.score_source': 'predicted_los'})
+    assert not (tmp_path / 'w').exists()

@@ -41,11 +41,11 @@ def arch_from_checkpoint(ckpt, enc, fallback):
         int(k.split('.')[1]) for k in enc if k.startswith('layers.'))
     ffn = enc['layers.0.ffn.layers.0.0.weight'].shape[0]
     heads = None
-    cfg_text = ckpt.get('meta', {}).get('cfg')
-    if cfg_text:
-        from mmengine.config import Config
+    from hpm_mm.apis.convert import saved_config
+    cfg = saved_config(ckpt)
+    if cfg is not None:
         try:
-            arch = Config.fromstring(cfg_text, '.py').model.backbone.arch
+            arch = cfg.model.backbone.arch
             heads = arch['num_heads'] if isinstance(arch, dict) else None
             if isinstance(arch, str):
                 heads = {
@@ -126,10 +126,9 @@ def timm_pretrained_cfg(ckpt, in_channels, img_size, src, teacher):
     """timm's pretrained config: the pretraining's normalisation (the
     config's data_preprocessor mean / std, in 0-1 units), input size."""
     mean, std = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
-    cfg_text = ckpt.get('meta', {}).get('cfg')
-    if cfg_text:
-        from mmengine.config import Config
-        cfg = Config.fromstring(cfg_text, '.py')
+    from hpm_mm.apis.convert import saved_config
+    cfg = saved_config(ckpt)
+    if cfg is not None:
         pre = cfg.get('data_preprocessor') or cfg.get(
             'model', {}).get('data_preprocessor') or {}
         if pre.get('mean') is not None and pre.get('std') is not None:
@@ -176,10 +175,11 @@ def main(argv=None):
     args = parser.parse_args(argv)
     import hpm_mm  # noqa: F401  (weights_only-safe loading of mmengine ckpts)
     from hpm_mm.apis.convert import convert, encoder_state
-    from hpm_mm.engine.checkpoint import UnsafeCheckpointError, load_file
-    try:
-        ckpt = load_file(args.src)  # weights_only=True, the allow-list
-    except UnsafeCheckpointError as e:
+    from hpm_mm.engine.checkpoint import load_file
+    from hpm_mm.errors import HPMError
+    try:  # weights_only=True, the allow-list; a damaged file named
+        ckpt = load_file(args.src)
+    except HPMError as e:
         raise SystemExit(f'hpm2backbone.py: {e}')
     try:
         enc = encoder_state(ckpt, args.teacher)

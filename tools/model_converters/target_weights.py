@@ -23,10 +23,11 @@ import torch
 
 def read_state(path: str) -> dict:
     """A state dict from a plain checkpoint or a TorchScript archive."""
-    from hpm_mm.engine.checkpoint import UnsafeCheckpointError, load_file
+    from hpm_mm.engine.checkpoint import load_file
+    from hpm_mm.errors import HPMError
     try:
         obj = load_file(path)  # weights_only=True, the allow-list
-    except UnsafeCheckpointError as e:
+    except HPMError as e:  # code in it, or a damaged file
         raise SystemExit(f'target_weights.py: {e}')
     except Exception:  # OpenAI's CLIP .pt files are TorchScript archives
         obj = torch.jit.load(path, map_location='cpu').state_dict()

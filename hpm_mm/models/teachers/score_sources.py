@@ -27,6 +27,8 @@ import torch
 import torch.nn as nn
 from mmengine.registry import Registry
 
+from hpm_mm.errors import HPMError
+
 TEACHER_SCORES = Registry(
     'teacher score source',
     scope='hpm_mm',
@@ -36,7 +38,7 @@ TEACHER_SCORES = Registry(
 def check_source(name: str) -> None:
     """Refuse a source nothing registered, naming the registered ones."""
     if TEACHER_SCORES.get(name) is None:
-        raise ValueError(
+        raise HPMError(
             f'score_source {name!r} is not a registered teacher score '
             f'source (registered: {sorted(TEACHER_SCORES.module_dict)}). '
             'Fix: name one of those, or register yours with '
