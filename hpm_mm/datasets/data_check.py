@@ -1,7 +1,9 @@
 """Pre-flight check of a config's image files (``tools/misc/check_data.py``,
 ``tools/train.py --check-data``)."""
+import os
+import os.path as osp
 from collections import Counter
-from typing import Dict, List, Tuple
+from typing import Dict, List, Optional, Tuple
 
 from mmengine.config import Config
 
@@ -88,3 +90,45 @@ def check_data(cfg: Config, max_images: int = 0) -> Dict[str, list]:
             f'{files} image files checked, {bad} unreadable ({kinds})'
             if files else 'in memory, no image files to check'))
     return dict(problems=problems, report=report)
+
+
+def check_data_roots(cfg, work_dir: Optional[str] = None) -> None:
+    """Refuse, in one line and before anything is written, what the
+    config's loaders cannot read: the training loader's and the hooks'
+    (kNN, pictures) ``data_root`` that does not exist (a traceback at the
+    first batch, or after training for a hook), and a work dir inside the
+    folder a ``CustomDataset`` without an annotation file scans for its
+    training images (its pictures would be training images of the next
+    run). The validation and test
+    loaders are the evaluation tools' to check."""
+    from hpm_mm.errors import HPMError
+    from .fashion_mnist import resolve_data_root
+    for name, loader in _loaders(cfg):
+        if name in ('val_dataloader', 'test_dataloader'):
+            continue
+        dataset = loader.get('dataset') if isinstance(loader, dict) else None
+        root = (dataset or {}).get('data_root')
+        if not isinstance(root, str) or not root or '://' in root:
+            continue
+        kind = str(dataset.get('type', '')).split('.')[-1]
+        found = resolve_data_root(root) if 'MNIST' in kind else root
+        if not osp.isdir(found):
+            raise HPMError(
+                f'{name}.dataset.data_root {root!r} is not a folder (from '
+                f'{os.getcwd()}). Fix: set it to the folder of the images, '
+                'e.g. --cfg-options '
+                f'{name if name.endswith("_dataloader") else "custom_hooks"}'
+                '...data_root=PATH, or image.root=PATH with an image spec.')
+        scans = kind == 'CustomDataset' and not dataset.get('ann_file')
+        if name == 'train_dataloader' and work_dir and scans and \
+                _inside(work_dir, found):
+            raise HPMError(
+                f'the work dir {work_dir} is inside the training images\' '
+                f'folder {root}: the hard-patch pictures written there '
+                'would be read as training images by the next run. Fix: '
+                '--work-dir outside it.')
+
+
+def _inside(path: str, folder: str) -> bool:
+    path, folder = osp.realpath(path), osp.realpath(folder)
+    return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)

@@ -58,6 +58,7 @@ from mmengine.dist import is_main_process
 from mmengine.registry import RUNNERS
 from mmengine.runner import FlexibleRunner, Runner
 
+from hpm_mm.datasets.data_check import check_data_roots
 from hpm_mm.errors import HPMError
 from .dist import setup_cpu_distributed
 from .log_filter import BareConsoleFormatter, QuietConsole
@@ -190,6 +191,7 @@ class RunPolicyMixin:
                 model=model if isinstance(model, dict) else {}))
         setup_cpu_distributed(kw.get('launcher'), cfg)
         work_dir = kw.get('work_dir') or 'work_dirs'
+        check_data_roots(cfg, work_dir)
         if os.environ.get('RANK', '0') == '0':  # one run per work dir
             self._hpm_lock = own_work_dir(work_dir)
         resume = kw.get('resume')

@@ -30,9 +30,11 @@ train_cfg = dict(max_epochs=1)
 
 
 def test_evaluation_failure_after_training_keeps_the_checkpoint(tmp_path):
-    """A kNN data path that is only found wrong after training: the final
-    checkpoint is already on disk, and the error says how to rerun only the
-    evaluation."""
+    """A kNN pipeline that is only found wrong after training (it loads no
+    image): the final checkpoint is already on disk, and the error says how
+    to rerun only the evaluation. A kNN folder that does not exist is
+    refused before training, in one line."""
+    from helpers import make_image_folder
     missing = str(tmp_path / 'no_such_knn_data')
     cfg = tiny_config(
         tmp_path,
@@ -40,8 +42,21 @@ def test_evaluation_failure_after_training_keeps_the_checkpoint(tmp_path):
         BROKEN_KNN.format(root=missing),
         num_images=8,
         hooks='')
+    with pytest.raises(
+            HPMError,
+            match="KNNEvalHook.train_dataloader.dataset"
+            f".data_root '{missing}' is not a folder"):
+        train(cfg, tmp_path / 'w0')
+    assert not (tmp_path / 'w0').exists()
+    knn = make_image_folder(str(tmp_path / 'knn'), 2, 2)
+    cfg = tiny_config(
+        tmp_path,
+        FMNIST_CFG,
+        BROKEN_KNN.format(root=knn),
+        num_images=8,
+        hooks='')
     work = tmp_path / 'work'
-    with pytest.raises(FileNotFoundError, match='no_such_knn_data'):
+    with pytest.raises(ValueError):  # no image loaded: no (H, W) to read
         train(cfg, work)
     out = open(next(work.glob('*/*.log'))).read()  # the run's log
     ckpt = work / 'epoch_1.pth'
@@ -195,3 +210,13 @@ def test_a_misspelt_score_source_is_refused_before_any_file(tmp_path):
             tmp_path / 'w',
             cfg_options={'model.teacher.score_source': 'predicted_los'})
     assert not (tmp_path / 'w').exists()
+
+
+def test_a_work_dir_inside_the_training_folder_is_refused(tmp_path):
+    """Its pictures would be the next run's training images: one line,
+    nothing written."""
+    cfg = tiny_config(tmp_path, FMNIST_CFG, num_images=8)
+    work = tmp_path / 'imgs' / 'runs' / 'a'
+    with pytest.raises(HPMError, match='is inside the training images'):
+        train(cfg, work)
+    assert not (tmp_path / 'imgs' / 'runs').exists()
