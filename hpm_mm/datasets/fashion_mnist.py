@@ -26,6 +26,57 @@ def resolve_data_root(data_root: str) -> str:
     return in_repo if osp.exists(in_repo) else data_root
 
 
+# file name -> number of bytes of the release's gunzipped idx file (header +
+# payload)
+FILES = {
+    'train-images-idx3-ubyte': 16 + 60000 * 28 * 28,
+    'train-labels-idx1-ubyte': 8 + 60000,
+    't10k-images-idx3-ubyte': 16 + 10000 * 28 * 28,
+    't10k-labels-idx1-ubyte': 8 + 10000,
+}
+# file name -> SHA-256 of the release's gunzipped idx file (Debian's
+# dataset-fashion-mnist, the Zalando release)
+SHA256 = {
+    'train-images-idx3-ubyte':
+    'c59f468a2f672dc815687fe0f83887768d799fd8a3f3276145d20f83aa44d888',
+    'train-labels-idx1-ubyte':
+    'bad3541b69d912435c50bb6ba87bec294ff4f6a2e1246121d8633921760443d9',
+    't10k-images-idx3-ubyte':
+    '5b4141f0afbad91edebe8549f8fcffe087ea10ca49f1dbef5c9a5cd8815ce37b',
+    't10k-labels-idx1-ubyte':
+    '0402a96d92fd2663957122ceb108a494c5af83dab82d92729df917d7dec38c34',
+}
+#: (path, size, mtime) of the files found to be the release's, this process
+_RELEASE_CHECKED = set()
+
+
+def release_problem(path: str, name: str, size_only: bool = False):
+    """What is wrong with ``path`` as the release's idx file ``name``
+    (None: its size and SHA-256 are the release's; with ``size_only``, its
+    SHA-256 only when its size is the release's: a smaller idx file of the
+    same name is a set of one's own). Each file is hashed once per process
+    while unchanged."""
+    import hashlib
+    if not osp.exists(path):
+        return 'missing'
+    stat = os.stat(path)
+    if stat.st_size != FILES[name]:
+        return None if size_only else (
+            f'{stat.st_size} bytes instead of {FILES[name]} (truncated or '
+            'altered)')
+    key = (osp.realpath(path), stat.st_size, stat.st_mtime_ns)
+    if key in _RELEASE_CHECKED:
+        return None
+    digest = hashlib.sha256()
+    with open(path, 'rb') as f:
+        for block in iter(lambda: f.read(1 << 20), b''):
+            digest.update(block)
+    if digest.hexdigest() != SHA256[name]:
+        return 'its SHA-256 is not the release\'s (altered)'
+    _RELEASE_CHECKED.add(key)
+    return None
+
+
 def idx_problem(path: str):
     """What makes ``path`` no idx file (None: its magic number, dimensions
     and size agree): a truncated or altered download would otherwise fail
@@ -100,6 +151,9 @@ class FashionMNISTSplit(FashionMNIST):
             for name, _ in files:
                 path = osp.join(root, name.replace('.gz', ''))
                 problem = idx_problem(path) if osp.exists(path) else None
+                if problem is None and osp.basename(path) in FILES:
+                    problem = release_problem(
+                        path, osp.basename(path), size_only=True)
                 if problem:
                     raise HPMError(
                         f'{path}: {problem}. Fix: python {REPO}/tools/'

@@ -87,8 +87,9 @@ def test_prepare_checks_every_file_and_prepares_a_bad_one_again(tmp_path):
     out = tmp_path / 'fm'
     prep.prepare(prep.DEBIAN_DIR, str(out))
     labels = out / 't10k-labels-idx1-ubyte'
+    from hpm_mm.datasets.fashion_mnist import SHA256
     assert hashlib.sha256(labels.read_bytes()).hexdigest() == \
-        prep.SHA256[labels.name]
+        SHA256[labels.name]
     labels.write_bytes(labels.read_bytes()[:100])
     assert 'truncated' in prep.problem(str(labels), labels.name)
     prep.prepare(prep.DEBIAN_DIR, str(out))
@@ -99,3 +100,37 @@ def test_prepare_checks_every_file_and_prepares_a_bad_one_again(tmp_path):
     labels.write_bytes(bytes(data))
     assert 'SHA-256' in prep.problem(str(labels), labels.name)
     shutil.rmtree(out)
+
+
+def test_an_altered_release_file_is_refused_on_every_path(tmp_path):
+    """A file of the release's size whose SHA-256 is not the release's (an
+    altered byte) is refused by the dataset itself, so tools/train.py and
+    the apis check it too (only install.sh and main_job.sh did); a smaller
+    idx file of the same name is a set of one's own."""
+    import shutil
+
+    import pytest
+
+    from hpm_mm.datasets import FashionMNISTSplit
+    from hpm_mm.datasets.fashion_mnist import REPO
+    from hpm_mm.errors import HPMError
+    prepared = osp.join(REPO, 'data', 'fashion_mnist')
+    if not osp.exists(osp.join(prepared, 't10k-labels-idx1-ubyte')):
+        pytest.skip('the embedded data is not prepared in this checkout')
+    root = tmp_path / 'fm'
+    root.mkdir()
+    for name in ('t10k-images-idx3-ubyte', 't10k-labels-idx1-ubyte'):
+        shutil.copy(osp.join(prepared, name), root / name)
+    for name in ('train-images-idx3-ubyte', 'train-labels-idx1-ubyte'):
+        (root / name).symlink_to(osp.join(prepared, name))
+    assert len(FashionMNISTSplit(data_root=str(root), split='test')) == 10000
+    labels = root / 't10k-labels-idx1-ubyte'
+    data = bytearray(labels.read_bytes())
+    data[50] = (data[50] + 1) % 10  # another class, same size
+    labels.write_bytes(bytes(data))
+    with pytest.raises(HPMError) as e:
+        FashionMNISTSplit(data_root=str(root), split='test')
+    msg = str(e.value)
+    assert '\n' not in msg and msg.startswith(str(labels))
+    assert "SHA-256 is not the release's" in msg and \
+        'prepare_fashion_mnist.py --out' in msg

@@ -11,33 +11,16 @@ Debian package first when it is missing and apt can be used.
 """
 import argparse
 import gzip
-import hashlib
 import os
 import os.path as osp
 import shutil
 import subprocess
 import sys
 
+# the release's sizes and SHA-256 sums, which the dataset checks too
+from hpm_mm.datasets.fashion_mnist import FILES, release_problem
+
 DEBIAN_DIR = '/usr/share/datasets/fashion-mnist'
-# file name -> number of bytes of the gunzipped idx file (header + payload)
-FILES = {
-    'train-images-idx3-ubyte': 16 + 60000 * 28 * 28,
-    'train-labels-idx1-ubyte': 8 + 60000,
-    't10k-images-idx3-ubyte': 16 + 10000 * 28 * 28,
-    't10k-labels-idx1-ubyte': 8 + 10000,
-}
-# file name -> SHA-256 of the gunzipped idx file (Debian's
-# dataset-fashion-mnist, the Zalando release)
-SHA256 = {
-    'train-images-idx3-ubyte':
-    'c59f468a2f672dc815687fe0f83887768d799fd8a3f3276145d20f83aa44d888',
-    'train-labels-idx1-ubyte':
-    'bad3541b69d912435c50bb6ba87bec294ff4f6a2e1246121d8633921760443d9',
-    't10k-images-idx3-ubyte':
-    '5b4141f0afbad91edebe8549f8fcffe087ea10ca49f1dbef5c9a5cd8815ce37b',
-    't10k-labels-idx1-ubyte':
-    '0402a96d92fd2663957122ceb108a494c5af83dab82d92729df917d7dec38c34',
-}
 APT_HINT = ('Fashion-MNIST is missing. Run (as root): '
             'apt-get update && apt-get install -y dataset-fashion-mnist, '
             'or put the four *-ubyte.gz files in --src.')
@@ -63,18 +46,7 @@ def _install_debian_package() -> bool:
 def problem(path: str, name: str):
     """What is wrong with ``path`` as the idx file ``name`` (None: it is
     the release's file, by size and SHA-256)."""
-    if not osp.exists(path):
-        return 'missing'
-    size = osp.getsize(path)
-    if size != FILES[name]:
-        return f'{size} bytes instead of {FILES[name]} (truncated or altered)'
-    digest = hashlib.sha256()
-    with open(path, 'rb') as f:
-        for block in iter(lambda: f.read(1 << 20), b''):
-            digest.update(block)
-    if digest.hexdigest() != SHA256[name]:
-        return 'its SHA-256 is not the release\'s (altered)'
-    return None
+    return release_problem(path, name)
 
 
 def prepare(src: str, out: str) -> str:
