@@ -2,6 +2,7 @@
 import json
 import os
 import os.path as osp
+from contextlib import contextmanager
 from statistics import median
 from typing import Callable, Dict, Optional
 
@@ -268,7 +269,10 @@ def pretrain_folder(folder: str,
         if not scan['files']:
             raise HPMError(f'no readable image in {folder}. Fix: point at the '
                            'folder that holds your images.')
-        resume = _resume_or_refuse(work_dir, scan['files'], resume, log)
+        resume = _resume_or_refuse(
+            work_dir, scan['files'], resume, log,
+            bool((cfg_options or {}).get('resume_changed_run')))
+        written = _WrittenFiles(work_dir)  # put back if the run is refused
         settings = choose_settings(scan, img_size, channels, batch_size,
                                    epochs)
         stats = channel_stats(folder, scan['files'], settings['img_size'],
@@ -313,13 +317,14 @@ def pretrain_folder(folder: str,
             grids=grids)
         if dry_run:
             return result
-        result['runner'] = train(
-            cfg_path,
-            work_dir,
-            amp=amp,
-            quiet=True,
-            resume=resume or None,
-            cfg_options=cfg_options)
+        with written.restored_on_refusal():
+            result['runner'] = train(
+                cfg_path,
+                work_dir,
+                amp=amp,
+                quiet=True,
+                resume=resume or None,
+                cfg_options=cfg_options)
     knn = osp.join(work_dir, 'knn.json')
     if osp.exists(knn):
         with open(knn) as f:
@@ -327,11 +332,54 @@ def pretrain_folder(folder: str,
     return result
 
 
-def _resume_or_refuse(work_dir: str, files: list, resume: Optional[bool],
-                      log) -> bool:
+class _WrittenFiles:
+    """The work dir's config and lists as they were before a run on the
+    folder rewrote them: put back when the run is refused before it trained
+    (a resume of another length, ...), so a refusal changes nothing."""
+
+    def __init__(self, work_dir: str) -> None:
+        import glob
+        self.work_dir = work_dir
+        self.before = {}
+        for path in glob.glob(osp.join(work_dir, '*.txt')) + glob.glob(
+                osp.join(work_dir, '*.py')):
+            with open(path, 'rb') as f:
+                self.before[path] = f.read()
+        self.checkpoints = self._checkpoints()
+
+    def _checkpoints(self) -> set:
+        import glob
+        return {(p, osp.getmtime(p))
+                for p in glob.glob(osp.join(self.work_dir, '*.pth'))}
+
+    @contextmanager
+    def restored_on_refusal(self):
+        import glob
+        try:
+            yield
+        except HPMError:
+            if self._checkpoints() == self.checkpoints:  # nothing trained
+                for path in glob.glob(osp.join(
+                        self.work_dir, '*.txt')) + glob.glob(
+                            osp.join(self.work_dir, '*.py')):
+                    if path not in self.before:
+                        os.remove(path)
+                for path, data in self.before.items():
+                    with open(path, 'wb') as f:
+                        f.write(data)
+            raise
+
+
+def _resume_or_refuse(work_dir: str,
+                      files: list,
+                      resume: Optional[bool],
+                      log,
+                      changed_run: bool = False) -> bool:
     """Whether to continue the work dir's earlier run: by default, yes when
     it trained on these same images (said in a line), refused when on
-    others; ``resume=False`` refuses any earlier run."""
+    others unless asked (``resume=True`` with ``resume_changed_run``:
+    its trained epochs continue on the folder as it is now);
+    ``resume=False`` refuses any earlier run."""
     import glob
 
     from hpm_mm.engine.resume import refuse_earlier_run
@@ -345,11 +393,18 @@ def _resume_or_refuse(work_dir: str, files: list, resume: Optional[bool],
     if before != files:
         added = len(set(files) - set(before or []))
         removed = len(set(before or []) - set(files))
+        what = (f'{len(before or [])} then, {len(files)} now: {added} added, '
+                f'{removed} removed')
+        if resume and changed_run:
+            log(f'{work_dir} holds a run on other images ({what}): '
+                'continuing its trained epochs on the folder as it is now, '
+                'as --resume with resume_changed_run=True asks')
+            return True
         raise HPMError(
-            f'{work_dir} holds a run on other images ({len(before or [])} '
-            f'then, {len(files)} now: {added} added, {removed} removed); '
-            'continuing it would mix the two. Fix: --work-dir NEW for a new '
-            'run on the folder as it is now.')
+            f'{work_dir} holds a run on other images ({what}); continuing '
+            'it would mix the two. Fix: --work-dir NEW for a new run on the '
+            'folder as it is now, or --resume --cfg-options '
+            'resume_changed_run=True to continue its trained epochs on it.')
     if resume is None:
         log(f'{work_dir} holds an interrupted run on these same images: '
             'continuing it (--work-dir NEW starts a new one)')

@@ -126,6 +126,24 @@ def test_own_images_one_per_class_trains_without_knn(tmp_path):
     # --new-run refuses any earlier run
     with pytest.raises(HPMError, match='checkpoints of an earlier run'):
         _pretrain(root, work, resume=False)
+    # the same images, another length: the resume refuses the change, and
+    # the config and lists it had rewritten are put back (nothing changed)
+    (root / 'cat' / 'c.png').unlink()
+    with pytest.raises(HPMError, match=r'train_cfg.max_epochs 1 -> 2'):
+        _pretrain(root, work, epochs=2)
+    assert (work / 'hpm_folder.py').read_text() == written
+    assert (work / 'images.txt').read_text() == images
+    # asked: its trained epoch continues on the folder as it is now
+    (root / 'cat' / 'c.png').write_bytes((root / 'cat' / 'a.png').read_bytes())
+    _, out = _pretrain(
+        root,
+        work,
+        epochs=2,
+        resume=True,
+        cfg_options=dict(resume_changed_run=True))
+    assert 'continuing its trained epochs on the folder as it is now' in out
+    assert (work / 'epoch_2.pth').exists()
+    assert len((work / 'images.txt').read_text().splitlines()) == 3
 
 
 def test_a_second_own_images_run_on_a_busy_work_dir_writes_nothing(tmp_path):
