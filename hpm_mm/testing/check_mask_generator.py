@@ -24,12 +24,16 @@ def _draw(gen, scores, progress, N, B, device):
 def check_invariants(gen: BaseMaskGenerator,
                      N: int,
                      device: str = 'cpu') -> List[str]:
-    """Exact count per row, 0/1 float, on the asked device, seed-
-    deterministic, float log values; top-K inclusion for HPM's rule."""
+    """Exact count per row (:meth:`num_masked`; with per-image ratios the
+    row's count that :meth:`counts` draws first under the same seed), 0/1
+    float, on the asked device, seed-deterministic, float log values; top-K
+    inclusion for HPM's rule."""
     problems, B = [], 32
     scores = torch.randn(B, N, device=device)
     for progress in (0., 0.5, 1.):
         at = f'N={N}, progress={progress}'
+        torch.manual_seed(0)
+        want = gen.counts(B, N, device)  # None for a fixed ratio
         torch.manual_seed(0)
         mask = _draw(gen, scores, progress, N, B, device)
         if mask.shape != (B, N) or mask.dtype != torch.float32:
@@ -41,9 +45,17 @@ def check_invariants(gen: BaseMaskGenerator,
             problems.append(f'{at}: mask on {mask.device}, asked {device}')
         if not set(mask.unique().tolist()) <= {0., 1.}:
             problems.append(f'{at}: values other than 0 and 1')
-        if not torch.all(mask.sum(1) == gen.num_masked(N)):
-            problems.append(f'{at}: rows mask {mask.sum(1).unique().tolist()}'
+        rows = mask.sum(1).long()
+        if want is None and not torch.all(rows == gen.num_masked(N)):
+            problems.append(f'{at}: rows mask {rows.unique().tolist()}'
                             f' patches, not num_masked={gen.num_masked(N)}')
+        elif want is not None and not torch.equal(rows, want.to(rows)):
+            wrong = (rows != want.to(rows)).nonzero().flatten()[:3].tolist()
+            problems.append(
+                f'{at}: rows {wrong} mask '
+                f'{[int(rows[i]) for i in wrong]} patches, not the '
+                f'{[int(want[i]) for i in wrong]} that counts() drew for '
+                'them (per-image ratios)')
         torch.manual_seed(0)
         if not torch.equal(mask, _draw(gen, scores, progress, N, B, device)):
             problems.append(f'{at}: not deterministic under a seed')
@@ -52,12 +64,18 @@ def check_invariants(gen: BaseMaskGenerator,
                 for v in gen.log_vars(N, progress).values()):
             problems.append(f'{at}: log_vars values are not floats')
         if isinstance(gen, HPMMaskGenerator):
+            # the K top-scored patches of each row are masked (with
+            # per-image ratios, row i's first floor(alpha_t * counts[i]))
             k = gen.num_hard(N, progress)
-            if k > 0 and not torch.all(
-                    mask.gather(1,
-                                scores.topk(k, dim=1).indices) == 1):
-                problems.append(f'{at}: the {k} top-scored patches are '
-                                'not all masked')
+            if k > 0:
+                top = mask.gather(1, scores.topk(k, dim=1).indices)
+                k_i = torch.full((B, ), k, device=top.device) if want is None \
+                    else torch.floor(gen.alpha(progress) * want.to(top.device)
+                                     + 1e-6)
+                hard = torch.arange(k, device=top.device) < k_i.unsqueeze(1)
+                if not torch.all(top[hard] == 1):
+                    problems.append(f'{at}: the top-scored patches chosen '
+                                    'by score are not all masked')
     return problems
 
 
@@ -87,12 +105,28 @@ def check_image_scores(gen: BaseMaskGenerator,
 
 
 def check_no_host_sync(gen: BaseMaskGenerator) -> List[str]:
-    """No read back to the host (on the meta device any would raise)."""
+    """No read back to the host (on the meta device any would raise); a
+    draw that fails on the CPU too is named as what it is."""
+    try:
+        _draw(gen, torch.randn(4, 64), 1., 64, 4, 'cpu')
+    except Exception as e:
+        return [
+            f'fails on the CPU already, so not for a read back to the '
+            f'host: {type(e).__name__}: {e}'
+        ]
     try:
         mask = _draw(gen, torch.randn(4, 64, device='meta'), 1., 64, 4, 'meta')
     except Exception as e:
         return [f'reads tensors back to the host ({type(e).__name__}: {e})']
     return [] if mask.device.type == 'meta' else ['mask left the device']
+
+
+def _failing(check_fn, *args) -> List[str]:
+    """``check_fn(*args)``'s violations; a draw that raises is one."""
+    try:
+        return check_fn(*args)
+    except Exception as e:
+        return [f'the draw fails: {type(e).__name__}: {e}']
 
 
 def check(cls, kwargs=None, device: str = 'cpu') -> Dict[str, List[str]]:
@@ -104,7 +138,19 @@ def check(cls, kwargs=None, device: str = 'cpu') -> Dict[str, List[str]]:
     gen = cls(mask_ratio=0.6, **kwargs)
     out: Dict[str, List[str]] = {}
     for N in (16, 64, 196):
-        out[f'invariants, {N} patches'] = check_invariants(gen, N, device)
+        out[f'invariants, {N} patches'] = _failing(check_invariants, gen, N,
+                                                   device)
+    per_image = [(0., 0.), (0.1, 0.5)]  # iBOT's: some images unmasked
+    try:
+        varied = cls(mask_ratio=per_image, **kwargs)
+    except Exception as e:
+        out['per-image ratios'] = [
+            f'mask_ratio={per_image} refused at construction: '
+            f'{type(e).__name__}: {e}'
+        ]
+    else:
+        out['invariants, per-image ratios, 64 patches'] = _failing(
+            check_invariants, varied, 64, device)
     if gen.score_source == IMAGE_SCORES:
         out['image scores'] = check_image_scores(gen, device)
     for ratio in (0.75, [(0., 0.), (0.1, 0.5)]):

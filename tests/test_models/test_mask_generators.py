@@ -140,7 +140,7 @@ def test_the_check_command_needs_no_pytest_and_finds_violations(
     out = '\n'.join(lines)
     assert bad
     assert 'FAIL invariants, 16 patches' in out and 'not num_masked=' in out
-    assert 'OneTooMany: 3 properties violated' in out
+    assert 'OneTooMany: 4 properties violated' in out
     with pytest.raises(HPMError, match='^cannot load bad_mask:torch'):
         load_generator('bad_mask:torch')
     # a command of its own, in a new interpreter, without pytest
@@ -333,3 +333,36 @@ def test_a_generator_that_breaks_the_contract_stops_the_first_step():
     good.set_progress(1.)
     good.loss(torch.randn(2, 1, 16, 16), [])
     assert good._mask_checked
+
+
+def test_the_checker_finds_per_image_faults_and_names_their_cause():
+    """docs/extending.md says the checker covers per-image ratios: a
+    generator one patch short only then fails exactly that property (it
+    passed); one that does not support them is named as such (it was
+    blamed for reading tensors back to the host)."""
+    from hpm_mm.models import RandomMaskGenerator
+    from hpm_mm.testing.check_mask_generator import check
+
+    class ShortPerImage(RandomMaskGenerator):
+
+        def forward(self, scores, progress, N, B, device):
+            mask = super().forward(scores, progress, N, B, device)
+            if self.varies:  # one patch too few in each masked row
+                mask[torch.arange(mask.shape[0]), mask.argmax(1)] = 0
+            return mask
+
+    bad = {k: v for k, v in check(ShortPerImage).items() if v}
+    assert list(bad) == ['invariants, per-image ratios, 64 patches'], bad
+    assert 'that counts() drew for them' in bad[list(bad)[0]][0]
+
+    class FixedOnly(RandomMaskGenerator):
+
+        def forward(self, scores, progress, N, B, device):
+            if self.varies:
+                raise NotImplementedError('no per-image ratios')
+            return super().forward(scores, progress, N, B, device)
+
+    problems = sum(check(FixedOnly).values(), [])
+    assert any('no per-image ratios' in p for p in problems), problems
+    assert any('fails on the CPU already' in p for p in problems)
+    assert not any('reads tensors back to the host' in p for p in problems)
