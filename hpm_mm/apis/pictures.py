@@ -74,6 +74,20 @@ def label_foreground(folder, names, size):
 
 
 @torch.no_grad()
+def _check_writable(out_dir: str) -> None:
+    """Refuse, in one line, a pictures folder that cannot be made or
+    written (read-only, or under a file), before any work."""
+    folder = osp.abspath(out_dir)
+    while not osp.exists(folder):
+        folder = osp.dirname(folder)
+    if not osp.isdir(folder) or not os.access(folder, os.W_OK):
+        raise HPMError(
+            f'the pictures cannot be written into {out_dir}: {folder} is '
+            f'{"not a folder" if not osp.isdir(folder) else "read-only"}. '
+            'Fix: --out-dir a folder you can write (by default they go '
+            'beside the checkpoint).')
+
+
 def hard_patches(config: Union[str, Config],
                  checkpoint: str,
                  out_dir: str,
@@ -117,6 +131,7 @@ def hard_patches(config: Union[str, Config],
     from .model import load_model
     cfg = load_config(config) if isinstance(config, str) else config
     init_default_scope(cfg.get('default_scope', 'mmpretrain'))
+    _check_writable(out_dir)  # before the work (it was a traceback after)
     model = load_model(cfg)
     if model.__class__.__name__ != 'HPM':
         raise HPMError(f'{cfg.filename or "the config"} builds a '

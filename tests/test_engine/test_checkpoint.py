@@ -294,3 +294,17 @@ def test_a_damaged_checkpoint_is_one_line_naming_it(tmp_path, hpm_checkpoint):
             proc = tool_main(*args)
             assert proc.returncode == 1 and says in proc.stderr.strip(
             ).splitlines()[-1], proc.stderr[-2000:]
+
+
+def test_a_checkpoint_re_saved_by_its_user_loads(tmp_path, hpm_checkpoint):
+    """``torch.load(weights_only=False)`` then ``torch.save`` (how a user
+    strips or edits one, and what the code refusal advises): its message
+    hub's history buffers are data, and it loads through the allow-list
+    (issue #58 reported it refused; not reproduced on this torch: pinned)."""
+    ckpt = torch.load(hpm_checkpoint, map_location='cpu', weights_only=False)
+    path = tmp_path / 're_saved.pth'
+    torch.save(ckpt, path)
+    again = load_file(str(path))
+    assert again['message_hub'].keys() == ckpt['message_hub'].keys()
+    for k, v in ckpt['state_dict'].items():
+        assert torch.equal(again['state_dict'][k], v), k

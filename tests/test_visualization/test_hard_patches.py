@@ -135,3 +135,22 @@ def test_saliency_against_ade20k_label_maps(tmp_path, hpm_checkpoint):
     summary = json.loads((out / 'summary.json').read_text())
     assert 0 <= summary['saliency_iou'] <= 1
     assert len(list(out.glob('*.png'))) == 2
+
+
+def test_a_pictures_folder_that_cannot_be_written_is_one_line(
+        tmp_path, hpm_checkpoint, monkeypatch):
+    """Under a file, or read-only (faked: root writes anywhere): one line
+    before any work (a traceback after the analysis, for a checkpoint in a
+    read-only folder: the pictures' default place)."""
+    import os
+
+    from hpm_mm.apis import hard_patches
+    from hpm_mm.errors import HPMError
+    (tmp_path / 'a_file').write_text('')
+    with pytest.raises(HPMError, match='is not a folder. Fix: --out-dir'):
+        hard_patches(FMNIST_CFG, hpm_checkpoint,
+                     str(tmp_path / 'a_file' / 'pics'))
+    monkeypatch.setattr(os, 'access', lambda path, mode: False)
+    with pytest.raises(HPMError, match='is read-only. Fix: --out-dir'):
+        hard_patches(FMNIST_CFG, hpm_checkpoint, str(tmp_path / 'pics'))
+    assert not (tmp_path / 'pics').exists()
