@@ -59,7 +59,6 @@ from mmengine.registry import RUNNERS
 from mmengine.runner import FlexibleRunner, Runner
 
 from hpm_mm.datasets.data_check import check_data_roots
-from hpm_mm.errors import HPMError
 from .dist import setup_cpu_distributed
 from .log_filter import BareConsoleFormatter, QuietConsole
 from .precision import (Precision, choose_precision, decide, optim_wrapper_cfg,
@@ -270,8 +269,8 @@ class RunPolicyMixin:
     def train(self):
         """mmengine's ``train`` (first, on a CPU that was asked for mixed
         precision, the timed decision: :meth:`_decide_precision`), then the
-        skipped-step check; the work dir is released when it ends, however
-        it ends."""
+        guard's check that the run trained (``check_trained``); the work
+        dir is released when it ends, however it ends."""
         try:
             if self._hpm_precision is None and isinstance(
                     self.optim_wrapper, dict):  # a CPU's AMP, undecided
@@ -279,7 +278,11 @@ class RunPolicyMixin:
             model = super().train()
         finally:
             self.release_work_dir()
-        self._check_skipped_steps()
+        wrapper = self.optim_wrapper  # one, or one per optimizer
+        for w in (wrapper.values()
+                  if hasattr(wrapper, 'values') else [wrapper]):
+            if hasattr(w, 'check_trained'):  # the non-finite guard's
+                w.check_trained()
         return model
 
     def _maybe_compile(self, target: str) -> None:
@@ -372,25 +375,6 @@ class RunPolicyMixin:
             check_resume_fits(model, self._load_from, ckpt)
         else:
             check_load_from(model, self._load_from)
-
-    def _check_skipped_steps(self) -> None:
-        """A run that ends having skipped more optimizer steps (non-finite
-        loss or gradients) than it applied trained on almost nothing: fail
-        it in one line instead of returning normally (runs shorter than
-        the guard's limit of consecutive skips would otherwise pass)."""
-        wrapper = self.optim_wrapper
-        wrappers = wrapper.values() if hasattr(wrapper,
-                                               'values') else [wrapper]
-        for w in wrappers:
-            skipped = getattr(w, 'skipped_steps', 0)
-            applied = getattr(w, 'applied_steps', 0)
-            if skipped and skipped >= applied:
-                raise HPMError(
-                    f'{skipped} of {skipped + applied} optimizer steps were '
-                    'skipped (non-finite loss or gradients): the checkpoints '
-                    'hold a model that barely trained. Fix: lower '
-                    'optimizer.lr or set clip_grad, check the data, and '
-                    'train again.')
 
 
 @RUNNERS.register_module()

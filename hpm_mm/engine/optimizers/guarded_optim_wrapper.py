@@ -175,6 +175,20 @@ class NonFiniteGuardMixin:
                 'back the scheduler\'s old learning rate), or raise '
                 'optim_wrapper.max_consecutive_skips.')
 
+    def check_trained(self) -> None:
+        """At the end of a run: refuse, in one line, one that skipped more
+        optimizer steps (non-finite loss or gradients) than it applied: its
+        checkpoints hold a model that barely trained (a run shorter than
+        ``max_consecutive_skips`` would otherwise end normally)."""
+        skipped, applied = self.skipped_steps, self.applied_steps
+        if skipped and skipped >= applied:
+            raise HPMError(
+                f'{skipped} of {skipped + applied} optimizer steps were '
+                'skipped (non-finite loss or gradients): the checkpoints '
+                'hold a model that barely trained. Fix: lower '
+                'optimizer.lr or set clip_grad, check the data, and '
+                'train again.')
+
 
 @OPTIM_WRAPPERS.register_module()
 class GuardedOptimWrapper(NonFiniteGuardMixin, OptimWrapper):
