@@ -323,9 +323,10 @@ def test_a_generator_that_breaks_the_contract_stops_the_first_step():
             first = mask.argmax(1, keepdim=True)
             return mask.scatter(1, first, 0.)
 
+    from hpm_mm.errors import HPMError
     model = tiny_hpm(mask_generator=dict(type='OneTooFew', mask_ratio=0.75))
     with pytest.raises(
-            ValueError,
+            HPMError,
             match=r'OneTooFew masked \[11\] patches '
             r'per image where its ratio 0.75 asks for 12'):
         model.loss(torch.randn(2, 1, 16, 16), [])

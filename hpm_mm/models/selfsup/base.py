@@ -6,6 +6,7 @@ from mmengine.logging import print_log
 from mmpretrain.models.selfsup import BaseSelfSupervisor
 from mmpretrain.registry import MODELS
 
+from hpm_mm.errors import HPMError
 from ..mask_generators import IMAGE_SCORES
 
 
@@ -281,11 +282,11 @@ class HPMBase(BaseSelfSupervisor):
         gen = self.mask_generator
         name = type(gen).__name__
         if tuple(mask.shape) != (B, N):
-            raise ValueError(f'{name} gave a mask of shape {tuple(mask.shape)}'
-                             f', not ({B}, {N}) (images, patches). Fix: '
-                             'its forward must return one row per image '
-                             '(python tools/misc/check_mask_generator.py '
-                             'MODULE:CLASS checks the contract).')
+            raise HPMError(f'{name} gave a mask of shape {tuple(mask.shape)}'
+                           f', not ({B}, {N}) (images, patches). Fix: '
+                           'its forward must return one row per image '
+                           '(python tools/misc/check_mask_generator.py '
+                           'MODULE:CLASS checks the contract).')
         rows = mask.detach().float().sum(1).cpu()
         binary = bool(((mask == 0) | (mask == 1)).all())
         if gen.varies:
@@ -296,7 +297,7 @@ class HPMBase(BaseSelfSupervisor):
             want = str(gen.num_masked(N))
         if not (binary and ok):
             got = sorted({int(r) for r in rows.tolist()})
-            raise ValueError(
+            raise HPMError(
                 f'{name} masked {got} patches per image where its ratio '
                 f'{gen.mask_ratio!r} asks for {want}' +
                 ('' if binary else ', with values other than 0 and 1') +
