@@ -35,26 +35,24 @@ def test_evaluation_failure_after_training_keeps_the_checkpoint(tmp_path):
     to rerun only the evaluation. A kNN folder that does not exist is
     refused before training, in one line."""
     from helpers import make_image_folder
+
+    def knn_on(root):
+        return tiny_config(
+            tmp_path,
+            FMNIST_CFG,
+            BROKEN_KNN.format(root=root),
+            num_images=8,
+            hooks='')
+
     missing = str(tmp_path / 'no_such_knn_data')
-    cfg = tiny_config(
-        tmp_path,
-        FMNIST_CFG,
-        BROKEN_KNN.format(root=missing),
-        num_images=8,
-        hooks='')
+    cfg = knn_on(missing)
     with pytest.raises(
             HPMError,
             match="KNNEvalHook.train_dataloader.dataset"
             f".data_root '{missing}' is not a folder"):
         train(cfg, tmp_path / 'w0')
     assert not (tmp_path / 'w0').exists()
-    knn = make_image_folder(str(tmp_path / 'knn'), 2, 2)
-    cfg = tiny_config(
-        tmp_path,
-        FMNIST_CFG,
-        BROKEN_KNN.format(root=knn),
-        num_images=8,
-        hooks='')
+    cfg = knn_on(make_image_folder(str(tmp_path / 'knn'), 2, 2))
     work = tmp_path / 'work'
     with pytest.raises(ValueError):  # no image loaded: no (H, W) to read
         train(cfg, work)
