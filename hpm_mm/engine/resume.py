@@ -214,10 +214,11 @@ def refit_schedulers(fresh, iters: int, iters_per_epoch: int) -> None:
         iters (int): The iterations trained (the resumed ``runner.iter``).
         iters_per_epoch (int): This run's.
     """
-    for scheduler, _ in fresh:  # the optimizer's values at the start
-        for group in scheduler.optimizer.param_groups:
-            group[scheduler.
-                  param_name] = group[f'initial_{scheduler.param_name}']
+    for scheduler, state in fresh:  # this run's values at its start (the
+        name = scheduler.param_name  # optimizer state brought the old ones)
+        for group, value in zip(scheduler.optimizer.param_groups,
+                                state['base_values']):
+            group[f'initial_{name}'] = group[name] = value
     import warnings
     with warnings.catch_warnings():  # (steps before this process's first
         warnings.simplefilter('ignore', UserWarning)  # optimizer step)

@@ -554,11 +554,11 @@ def test_a_resume_knows_the_whole_run_it_continues(tmp_path, change):
 
 
 def test_a_changed_run_resumed_follows_its_new_schedule(tmp_path):
-    """resume_changed_run=True after making a 1-epoch run 2 epochs long:
-    the learning rate of the added epoch is the one a 2-epoch run from the
-    start has at those iterations (mmengine's resume brought the
-    checkpoint's cosine back: it had ended, so the added epoch trained at
-    the minimum lr)."""
+    """resume_changed_run=True after making a 1-epoch run 2 epochs long (and
+    its base lr the configured one): the learning rate of the added epoch
+    is the one a 2-epoch run from the start has at those iterations
+    (mmengine's resume brought the checkpoint's cosine back: it had ended,
+    so the added epoch trained at the minimum lr)."""
     cfg = tiny_config(
         tmp_path,
         body=TINY_RUN.format(keep=2, epochs=2) +
@@ -566,7 +566,14 @@ def test_a_changed_run_resumed_follows_its_new_schedule(tmp_path):
         num_images=8)
     straight, work = tmp_path / 'straight', tmp_path / 'work'
     train(cfg, straight)
-    train(cfg, work, cfg_options={'train_cfg.max_epochs': 1})
+    # the first run also had another base lr: the configured one is taken
+    train(
+        cfg,
+        work,
+        cfg_options={
+            'train_cfg.max_epochs': 1,
+            'optim_wrapper.optimizer.lr': 3e-3
+        })
     train(cfg, work, resume=True, cfg_options=dict(resume_changed_run=True))
     want = [r['lr'] for r in _scalars(straight) if 'loss' in r]
     got = [r['lr'] for r in _scalars(work) if 'loss' in r]
