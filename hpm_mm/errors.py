@@ -14,19 +14,17 @@ class HPMError(Exception):
 
 
 def exit_status(prog: str, run, argv=None):
-    """A tool's ``main``: ``run(argv)`` turned into what ``sys.exit`` takes.
+    """A tool's ``main``: ``run(argv)`` turned into an exit status, which
+    the tool (``tools/*.py``), not the library, hands to the interpreter.
 
     An int that ``run`` returns is the status (1: a check found a
     problem); any other result is 0. An :class:`HPMError` becomes the line
-    ``'<prog>: <message>'``, which ``sys.exit`` writes to stderr with status
-    1. Anything else propagates with its traceback (a bug, not a refusal).
-    The process is the tool's to end: this only returns. ::
+    ``'<prog>: <message>'`` (given to the interpreter's exit, it is written
+    to stderr with status 1). Anything else propagates with its traceback
+    (a bug, not a refusal). This only returns::
 
         def main(argv=None):
             return exit_status('train.py', run, argv)
-
-        if __name__ == '__main__':
-            sys.exit(main())
     """
     try:
         result = run(argv)
