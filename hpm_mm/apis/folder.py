@@ -338,30 +338,30 @@ class _WrittenFiles:
     (a resume of another length, ...), so a refusal changes nothing."""
 
     def __init__(self, work_dir: str) -> None:
-        import glob
         self.work_dir = work_dir
         self.before = {}
-        for path in glob.glob(osp.join(work_dir, '*.txt')) + glob.glob(
-                osp.join(work_dir, '*.py')):
+        for path in self._files('*.txt', '*.py'):
             with open(path, 'rb') as f:
                 self.before[path] = f.read()
         self.checkpoints = self._checkpoints()
 
-    def _checkpoints(self) -> set:
+    def _files(self, *patterns: str) -> list:
         import glob
-        return {(p, osp.getmtime(p))
-                for p in glob.glob(osp.join(self.work_dir, '*.pth'))}
+        return [
+            p for pattern in patterns
+            for p in glob.glob(osp.join(self.work_dir, pattern))
+        ]
+
+    def _checkpoints(self) -> set:
+        return {(p, osp.getmtime(p)) for p in self._files('*.pth')}
 
     @contextmanager
     def restored_on_refusal(self):
-        import glob
         try:
             yield
         except HPMError:
             if self._checkpoints() == self.checkpoints:  # nothing trained
-                for path in glob.glob(osp.join(
-                        self.work_dir, '*.txt')) + glob.glob(
-                            osp.join(self.work_dir, '*.py')):
+                for path in self._files('*.txt', '*.py'):
                     if path not in self.before:
                         os.remove(path)
                 for path, data in self.before.items():

@@ -73,7 +73,6 @@ def label_foreground(folder, names, size):
     return np.stack(masks)
 
 
-@torch.no_grad()
 def _check_writable(out_dir: str) -> None:
     """Refuse, in one line, a pictures folder that cannot be made or
     written (read-only, or under a file), before any work."""
@@ -88,6 +87,7 @@ def _check_writable(out_dir: str) -> None:
             'beside the checkpoint).')
 
 
+@torch.no_grad()
 def hard_patches(config: Union[str, Config],
                  checkpoint: str,
                  out_dir: str,

@@ -7,6 +7,7 @@ from typing import Dict, List, Optional, Tuple
 
 from mmengine.config import Config
 
+from hpm_mm.errors import HPMError
 from .image_folder import reads_image_files
 
 
@@ -101,7 +102,6 @@ def check_data_roots(cfg, work_dir: Optional[str] = None) -> None:
     training images (its pictures would be training images of the next
     run). The validation and test
     loaders are the evaluation tools' to check."""
-    from hpm_mm.errors import HPMError
     from .fashion_mnist import resolve_data_root
     for name, loader in _loaders(cfg):
         if name in ('val_dataloader', 'test_dataloader'):

@@ -4,8 +4,8 @@ import os.path as osp
 import numpy as np
 import pytest
 import torch
-from helpers import (FMNIST_CFG, make_image_folder, tiny_config, tool_main,
-                     train)
+from helpers import (FMNIST_CFG, folder_loader, make_image_folder, tiny_config,
+                     tool_main, train)
 from PIL import Image
 from scipy.stats import spearmanr
 
@@ -82,20 +82,8 @@ def test_whole_load_puts_the_trained_teacher_in_place(hpm_checkpoint):
 
 def test_hook_writes_at_intervals(tmp_path):
     folder = make_image_folder(str(tmp_path / 'held_out'), 1, 4, seed=5)
-    loader = dict(
-        batch_size=1,
-        num_workers=0,
-        sampler=dict(type='DefaultSampler', shuffle=False),
-        collate_fn=dict(type='default_collate'),
-        dataset=dict(
-            type='CustomDataset',
-            data_root=folder,
-            with_label=False,
-            pipeline=[
-                dict(type='LoadImageFromFile', color_type='grayscale'),
-                dict(type='Resize', scale=28),
-                dict(type='PackInputs')
-            ]))
+    loader = folder_loader(folder, batch_size=1)
+    loader['dataset']['with_label'] = False
     hooks = ("custom_hooks = [dict(type='HPMScheduleHook'), "
              f"dict(type='HardPatchVisHook', dataloader={loader!r}, "
              "num_images=2, interval=2, by_epoch=False, num_masks=2)]")
@@ -154,3 +142,25 @@ def test_a_pictures_folder_that_cannot_be_written_is_one_line(
     with pytest.raises(HPMError, match='is read-only. Fix: --out-dir'):
         hard_patches(FMNIST_CFG, hpm_checkpoint, str(tmp_path / 'pics'))
     assert not (tmp_path / 'pics').exists()
+
+
+def test_the_pictures_run_without_autograd(tmp_path, hpm_checkpoint,
+                                           monkeypatch):
+    """The analysis builds no autograd graph (hard_patches is no_grad)."""
+    import hpm_mm.visualization as vis
+    from hpm_mm.apis import hard_patches
+    seen, real = [], vis.analyze_hard_patches
+
+    def spy(*args, **kwargs):
+        seen.append(torch.is_grad_enabled())
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(vis, 'analyze_hard_patches', spy)
+    folder = make_image_folder(str(tmp_path / 'imgs'), 1, 2)
+    hard_patches(
+        FMNIST_CFG,
+        hpm_checkpoint,
+        str(tmp_path / 'vis'),
+        images=osp.join(folder, 'class_0'),
+        num_masks=1)
+    assert seen == [False]
