@@ -75,7 +75,7 @@ if __name__ == '__main__':
         # pretraining, or mmcv with compiled ops for detection/segmentation
         # (tools/install.sh pretrain|full; hpm_mm checks the imported one)
         # torch >= 2.4: the one checkpoint loader's allow-list
-        # (hpm_mm.engine.checkpoint.load_file, torch.serialization.
+        # (hpm_mm.engine.safe_load.load_file, torch.serialization.
         # add_safe_globals)
         install_requires=['torch>=2.4', 'torchvision'] +
         parse_requirements('requirements/runtime.txt') + [

@@ -2,30 +2,14 @@
 loss scale and the loss curve, fp16 and bf16 side by side.
 
     python .dev_scripts/amp_stability.py [CONFIG] [--amp fp16 bf16] \
-        [--steps 300] [--batch 64] [--work-dir DIR] [--out amp.json] \
-        [--cfg-options KEY=VALUE ...]
+        [--steps 300] [--batch 64] [--work-dir DIR] [--out amp.json]
 
-Each run is ``CONFIG`` (default: ``.dev_scripts/configs/amp-stability_hpm-
-vit-base-p16_fmnist-224px.py``, the ImageNet ViT-B/16 HPM recipe on
-Fashion-MNIST at 224 px) trained by mmengine's Runner, as ``tools/train.py``
-trains, with:
-
-- the precision forced to ``fp16`` (``GuardedAmpOptimWrapper``, dynamic loss
-  scale; CUDA) or ``bf16`` (``AutocastOptimWrapper``), whatever the speed
-  rule of ``tools/train.py --amp`` would pick: this run is about numerics;
-- ``--steps`` optimizer steps as 10 epochs of ``steps / 10`` batches of the
-  first images, scaled by the package's one rule
-  (:func:`hpm_mm.engine.schedule.scale_recipe`: 1 epoch of warm-up, cosine to
-  the end, the teacher's momentum over the run); the lr scaled to
-  ``--batch`` by the recipe's ``auto_scale_lr`` base (1.5e-4 x batch / 256).
-
-alpha grows 0 -> 0.5 over the run, so the teacher starts scoring after the
-first steps. A hook records, at every step, loss_rec, loss_pred, rank_acc,
-alpha, whether the step was skipped (non-finite), the loss scale (fp16) and
-the gradient norm; at the first step it checks that the per-patch losses,
-L_rec and the relative L_pred are fp32 while the student runs in the AMP
-dtype.
-"""
+Each run is ``CONFIG`` (default: the ViT-B/16 HPM recipe on Fashion-MNIST
+at 224 px, ``.dev_scripts/configs/``) trained by mmengine's Runner with the
+precision forced (fp16 with a dynamic loss scale on CUDA, or bf16) and the
+recipe scaled to ``--steps`` (``scale_recipe``; the lr to ``--batch``).
+A hook records every step's losses, alpha, skips, loss scale and gradient
+norm, and checks at the first step that the losses are fp32."""
 import argparse
 import json
 import math
@@ -134,7 +118,7 @@ def run_config(config, amp, steps, batch, work_dir, options=None):
     cfg.optim_wrapper.optimizer.lr *= batch / cfg.auto_scale_lr.base_batch_size
     scale_recipe(cfg, EPOCHS, per_epoch)
     device = 'cuda' if torch.cuda.is_available() else 'cpu'
-    precision = Precision(amp, DTYPES[amp], device, '-',
+    precision = Precision(amp, DTYPES[amp], device,
                           'forced by amp_stability.py')
     cfg.optim_wrapper = optim_wrapper_cfg(cfg.optim_wrapper, precision)
     if amp == 'bf16':

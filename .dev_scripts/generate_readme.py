@@ -1,16 +1,11 @@
 """The generated tables of configs/hpm/README.md, from the metafile and the
-results json (as mmpretrain's .dev_scripts generate its READMEs).
+results jsons (as mmpretrain's .dev_scripts generate its READMEs).
 
     python .dev_scripts/generate_readme.py
 
-Models and results: one row per model of configs/hpm/metafile.yml (the
-paper's fine-tune number where the config encodes a paper recipe, what was
-measured here with its command). The main job's kNN: docs/results/
-main_job_knn.json (the main job's knn.json with its machine and command)
-beside kNN on raw pixels (docs/results/knn_raw_pixels_28px.json). By CPU
-class and precision: the runs of .dev_scripts/precision_study.py
-(docs/results/precision/*.json) and their paired bf16 - fp32 difference.
-"""
+Models and results (configs/hpm/metafile.yml), the main job's kNN beside
+raw pixels', and the precision study's runs by CPU class with their paired
+bf16 - fp32 difference (docs/results/)."""
 import glob
 import json
 import os.path as osp

@@ -6,11 +6,36 @@ CPU class (AVX2 / AVX512-BF16 / AMX / CUDA), torch threads and the fp32
 GFLOP/s of a 2048-square matmul (best of 3 after a warm-up): machines of
 one CPU class differ ~2x, so a timing is comparable only beside this.
 """
+import platform
 import time
 
 import torch
 
-from hpm_mm.engine.precision import cpu_class
+
+def cpu_class() -> str:
+    """What torch reports of the CPU's vector units: ``'AMX'``,
+    ``'AVX512-BF16'``, ``'AVX512'``, ``'AVX2'`` or torch's capability
+    string (e.g. ``'DEFAULT'`` on an Arm CPU)."""
+    for name, cls in (('_is_amx_tile_supported', 'AMX'),
+                      ('_is_avx512_bf16_supported', 'AVX512-BF16')):
+        try:
+            if getattr(torch.cpu, name)():
+                return cls
+        except Exception:  # a private probe that changed or is missing
+            pass
+    return torch.backends.cpu.get_cpu_capability() or '?'
+
+
+def cpu_name() -> str:
+    """The CPU's model name (``/proc/cpuinfo``), else the platform's."""
+    try:
+        with open('/proc/cpuinfo') as f:
+            for line in f:
+                if line.startswith('model name'):
+                    return line.split(':', 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
 
 
 def gemm_gflops(n: int = 2048, repeats: int = 3) -> float:

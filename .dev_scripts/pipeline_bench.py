@@ -1,34 +1,16 @@
-"""The ImageNet pretraining input pipeline: images/s per core, its shares,
-and through the real dataloader, mmpretrain's against hpm_mm's.
+"""The ImageNet pretraining input pipeline, mmpretrain's against hpm_mm's:
+images/s per core, the transforms' shares, and the real dataloader.
 
     python .dev_scripts/pipeline_bench.py [--images 300] [--workers 1 2] \
-        [--config configs/hpm/hpm_vit-base-p16_8xb512-amp-coslr-200e_in1k.py] \
-        [--data DIR] [--out docs/results/pipeline/pipeline_<cpu>.json]
+        [--config CONFIG] [--data DIR] [--out FILE.json]
 
-The images are made by the script (kept in ``--data``, default
-``work_dirs/pipeline_bench_images``, and reused): ImageNet-like JPEGs, 85%
-with a long side of 300-520 px and 15% of 800-2,100 px, aspect ratios
-drawn from 4:3, 3:4, 1:1, 16:9 and 3:2, quality 75-95, 2% grayscale and
-1% CMYK; their content is a smooth random field with edges and grain, so
-that they compress at a photo's rate (about 1.5-3 bits per pixel).
-
-Two pipelines, each built from the config's ``train_dataloader`` (the
-dataset swapped for a ``CustomDataset`` over the images, unlabelled):
-
-- ``mmpretrain``: mmpretrain's MAE pipeline as the ImageNet configs had it
-  (``LoadImageFromFile`` full decode with OpenCV, ``RandomResizedCrop(224,
-  (0.2, 1.0), pillow, bicubic)``, ``RandomFlip``, ``PackInputs``);
-- ``hpm_mm``: the config's own (``LoadAndRandomResizedCrop``: the box drawn
-  from the header, the JPEG decoded at the strongest DCT reduction that
-  still serves it, then ``RandomFlip``, ``PackInputs``).
-
-Measured: (1) one process, each transform timed on its own (the shares:
-decode + crop + resize, flip, pack), images/s per core; (2) the dataloader
-of the config (batch 64, its collate) with each ``--workers`` count,
-images/s after a warm-up epoch; (3) how many such cores one GPU needs at
-the step rates measured on an H200 (docs/speed.md): 1,598 (faithful HPM,
-bf16, batch 256), 2,587 (fast), 3,274 (MAE), 3,500 (the target).
-"""
+The images are generated ImageNet-like JPEGs (85% of 300-520 px, 15% of
+800-2,100 px, quality 75-95, 2% grayscale, 1% CMYK; a photo's bits per
+pixel), kept in ``--data``. Both pipelines are built from the config's
+``train_dataloader`` over them: mmpretrain's MAE pipeline (full decode,
+``RandomResizedCrop``) and the config's own (``LoadAndRandomResizedCrop``).
+Reported: each transform timed alone, the dataloader per ``--workers``
+count, and the cores one GPU needs at the H200's step rates."""
 import argparse
 import copy
 import json
@@ -149,11 +131,11 @@ def main(argv=None):
     parser.add_argument('--out')
     args = parser.parse_args(argv)
     import torch
+    from machine import cpu_class, cpu_name
     from mmengine.registry import init_default_scope
 
     import hpm_mm  # noqa: F401
     from hpm_mm.apis.config import load_config
-    from hpm_mm.engine.precision import cpu_class, cpu_name
     init_default_scope('mmpretrain')
     torch.set_num_threads(1)
     cfg = load_config(osp.join(ROOT, args.config))

@@ -1,25 +1,12 @@
-"""Where bf16 autocast changes HPM's step, part by part (issue #50.2).
+"""Where bf16 autocast changes HPM's step, part by part, each part fed the
+same fp32 inputs from a trained checkpoint (forward only).
 
     python .dev_scripts/precision_numerics.py CHECKPOINT [--config C] \
         [--images 1024] [--out docs/results/precision/numerics.json]
 
-On the first ``--images`` training images of Fashion-MNIST (the kNN hook's
-unaugmented loader), a trained HPM checkpoint (student and EMA teacher) runs
-each part of its training step in fp32 and under bf16 autocast, and the
-script reports what bf16 changes, each part fed the same fp32 inputs:
-
-- **teacher scores**: Spearman correlation of the bf16 and fp32 scores per
-  image; the share of the K hardest patches (K at the end of the schedule)
-  that bf16 picks as fp32 does; the share of patches whose score ties
-  another of its image (bf16 has an 8-bit mantissa);
-- **student** on the mask fp32's scores choose (same random part): the
-  reconstruction loss ``loss_rec``, the relative loss ``loss_pred`` and the
-  predictor's ``rank_acc`` (share of pairs ordered as the true losses), each
-  in fp32 and in bf16; the losses themselves always run in fp32.
-
-Forward only: no training, one checkpoint, a few seconds per part in fp32
-(on a CPU without native bf16 its bf16 passes are many times slower).
-"""
+Reported: the teacher's scores (Spearman with fp32's per image, the share
+of the K hardest picked alike, ties), and the student on fp32's mask
+(``loss_rec``, ``loss_pred``, ``rank_acc``) in fp32 and in bf16."""
 import argparse
 import json
 import os
@@ -112,11 +99,11 @@ def measure(model, batches, k):
 
 
 def main(argv=None):
+    from machine import cpu_class
     from mmengine.registry import init_default_scope
     from mmengine.runner import Runner
 
     from hpm_mm.apis import load_config, load_model
-    from hpm_mm.engine.precision import cpu_class
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument('checkpoint')
     parser.add_argument('--config', default=CONFIG)

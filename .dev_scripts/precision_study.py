@@ -1,30 +1,16 @@
-"""bf16 autocast (issue #50) and the fused AdamW kernel (issue #55)
-against fp32 on the main job, paired by seed.
+"""bf16 autocast and the fused AdamW kernel against fp32 on the main job,
+paired by seed.
 
     python .dev_scripts/precision_study.py run [--seeds 0 1 2] [--epochs 2] \
         [--precisions fp32 bf16 fused] [--results DIR]
     python .dev_scripts/precision_study.py report [--results DIR]
 
-``run``: for each seed, the main job's config (fast HPM on Fashion-MNIST,
-10k images per epoch) scaled to ``--epochs`` by the package's one rule
-(``scale_recipe``) is trained twice from the same seed: in fp32
-(``GuardedOptimWrapper``) and under bf16 autocast (``AutocastOptimWrapper``);
-the precision is fixed by the config here, not by the runner's rule; or in
-fp32 with AdamW's fused kernel (``fused``: what a CUDA run takes now, a
-different rounding of the same update) against torch's default AdamW. Both
-encoders are then evaluated the same way, in fp32 (kNN, DINO protocol, and
-the cached linear probe on the patch-average features,
-:func:`hpm_mm.apis.frozen_eval`), and the last logged ``loss_rec`` and
-``rank_acc`` are read from the run's scalars. One json per run:
-``docs/results/precision/{fp32,bf16}_{E}e_seed{S}.json`` with the CPU class
-and the wall times. A run whose json exists is skipped, so the command goes
-on where it stopped.
-
-``report``: the paired difference of each variant (bf16, fused) minus fp32
-of each metric over the seeds both finished: mean and 95% t interval.
-``--results`` keeps another study's jsons apart (default
-``docs/results/precision``).
-"""
+``run``: per seed, the main job's config scaled to ``--epochs``
+(``scale_recipe``) trained in each precision from the same seed (fixed by
+the config), then evaluated alike in fp32 (kNN and the cached linear
+probe); one json per run in ``--results`` (default
+``docs/results/precision``); a run whose json exists is skipped.
+``report``: each variant minus fp32 per metric: mean and 95% t interval."""
 import argparse
 import glob
 import json
@@ -66,9 +52,9 @@ def run_config(precision, seed, epochs):
 
 def run_one(precision, seed, epochs, results=RESULTS):
     import torch
+    from machine import cpu_class
 
     from hpm_mm.apis import frozen_eval, train
-    from hpm_mm.engine.precision import cpu_class
     name = f'{precision}_{epochs}e_seed{seed}'
     out = osp.join(results, name + '.json')
     if osp.exists(out):

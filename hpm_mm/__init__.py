@@ -1,12 +1,6 @@
 """hpm_mm: Hard Patches Mining for Masked Image Modeling on OpenMMLab.
-
-Importing the package checks that the pretraining stack (mmengine, mmcv or
-mmcv-lite, mmpretrain) is in the supported ranges (:mod:`hpm_mm.compat`) and
-registers the pretraining components into mmpretrain's registries. Detection
-and segmentation modules live in :mod:`hpm_mm.det` and :mod:`hpm_mm.seg`,
-imported only by the downstream configs; they also need mmdet / mmseg and
-mmcv's compiled ops (``bash tools/install.sh full``).
-"""
+Importing it checks the pretraining stack and registers the components;
+:mod:`hpm_mm.det` / :mod:`hpm_mm.seg` need the full install."""
 import warnings
 
 # Two import-time warnings of the stack that every run would print, these
@@ -24,7 +18,7 @@ warnings.filterwarnings(
 # yapf: disable
 from .compat import (SUPPORTED, MissingCompiledOpsError,  # noqa: E402
                      check_versions, fix_mmcv_adjust_hue,
-                     register_checkpoint_safe_globals, register_config_scope,
+                     register_checkpoint_loader, register_config_scope,
                      require_compiled_ops, scopeless_collate_fn)
 from .version import __version__, version_info  # noqa: E402
 
@@ -32,7 +26,7 @@ check_versions()  # mmengine, mmcv (lite is enough), mmpretrain
 fix_mmcv_adjust_hue()  # NumPy 2 (e.g. a GPU image's): ColorJitter's hue
 scopeless_collate_fn()  # package-scoped configs' collate_fn dicts build
 register_config_scope()  # hpm_mm:: config paths, editable installs too
-register_checkpoint_safe_globals()  # every checkpoint load: weights_only
+register_checkpoint_loader()  # every checkpoint load: weights_only
 
 from . import datasets, engine, evaluation, models  # noqa: E402,F401
 from .errors import HPMError  # noqa: E402

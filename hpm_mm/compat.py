@@ -1,18 +1,12 @@
-"""Which OpenMMLab stack hpm_mm runs on, judged by what Python imports.
+"""Which OpenMMLab stack hpm_mm runs on, and what ``import hpm_mm`` changes
+in it for the whole process (each change, why and until when:
+docs/install.md, "what import hpm_mm changes").
 
-Each library is judged by the ``__version__`` its imported module reports,
-not by the name of the distribution that installed it: ``mmcv-lite`` (the
-pure-Python build of mmcv, enough for pretraining) and community forks that
-keep the import names pass when their version is in range.
-
-Two install profiles (``tools/install.sh pretrain|full``):
-
-- pretraining needs mmengine, mmcv (lite is enough: mmpretrain never imports
-  ``mmcv.ops``) and mmpretrain; checked when ``hpm_mm`` is imported;
-- detection and segmentation (:mod:`hpm_mm.det`, :mod:`hpm_mm.seg`) also
-  need mmdet / mmseg and mmcv's compiled ops; checked when those modules are
-  imported, with one line naming what is missing and the install command.
-"""
+Libraries are judged by the ``__version__`` their modules report, so
+``mmcv-lite`` and forks that keep the import names pass. Pretraining needs
+mmengine, mmcv (lite) and mmpretrain (checked on ``import hpm_mm``);
+:mod:`hpm_mm.det` / :mod:`hpm_mm.seg` also need mmdet / mmseg and mmcv's
+compiled ops (checked when imported)."""
 import functools
 import importlib
 from importlib.metadata import packages_distributions
@@ -46,14 +40,9 @@ def distribution_of(module: str) -> str:
 
 
 def check_versions(modules: Optional[Sequence[str]] = None) -> None:
-    """Raise ImportError naming found vs required versions when a library is
-    missing or out of range.
-
-    Args:
-        modules (Sequence[str], optional): Import names to check (keys of
-            :data:`SUPPORTED`). Defaults to the pretraining stack
-            (:data:`PRETRAIN`).
-    """
+    """Raise ImportError naming found vs required versions of ``modules`` (keys
+    of :data:`SUPPORTED`; default :data:`PRETRAIN`) when one is missing or out
+    of range."""
     for name in modules or PRETRAIN:
         low, high = SUPPORTED[name]
         try:
@@ -74,12 +63,8 @@ def check_versions(modules: Optional[Sequence[str]] = None) -> None:
 
 
 def require_compiled_ops(user: str) -> None:
-    """Raise :class:`MissingCompiledOpsError` in one line when mmcv's
-    compiled ops do not import.
-
-    Args:
-        user (str): What needs them (named in the message).
-    """
+    """Raise :class:`MissingCompiledOpsError` in one line naming ``user`` when
+    mmcv's compiled ops do not import."""
     try:
         importlib.import_module('mmcv._ext')
     except (ImportError, OSError) as e:
@@ -93,15 +78,8 @@ def require_compiled_ops(user: str) -> None:
 
 
 class _CyclicHue(float):
-    """A hue factor whose ``* 255`` is the hue shift as an int in 0..255.
-
-    mmcv 2.1's ``adjust_hue`` shifts the uint8 hue channel by
-    ``np.uint8(hue_factor * 255)``: NumPy 1 wraps a negative factor around
-    (-0.06 -> 241, i.e. a shift of -15 modulo 256), NumPy 2 raises
-    ``OverflowError: Python integer -15 out of bounds for uint8``. Handed
-    this float instead, that line computes ``int(f * 255) % 256``: NumPy 1's
-    value, on either NumPy. Everything else (the [-0.5, 0.5] check, both
-    backends) sees the plain float.
+    """A hue factor whose ``* 255`` is ``int(f * 255) % 256``: mmcv 2.1's
+    ``adjust_hue`` casts it to uint8, which NumPy 1 wraps and NumPy 2 refuses.
     """
 
     def __mul__(self, other):
@@ -109,9 +87,8 @@ class _CyclicHue(float):
 
 
 def fix_mmcv_adjust_hue() -> None:
-    """Make mmcv's ``adjust_hue`` (mmpretrain's ``ColorJitter``, used by the
-    BEiT and iBOT recipes) work under NumPy 2 as under NumPy 1 (same
-    images): the factor goes in as :class:`_CyclicHue`. Idempotent."""
+    """mmcv's ``adjust_hue`` (mmpretrain's ``ColorJitter``: BEiT, iBOT) under
+    NumPy 2 as under NumPy 1. Idempotent."""
     import mmcv
     from mmcv import image
     from mmcv.image import photometric
@@ -129,20 +106,10 @@ def fix_mmcv_adjust_hue() -> None:
 
 
 def scopeless_collate_fn() -> None:
-    """Let mmengine's ``Runner.build_dataloader`` build a ``collate_fn`` dict
-    that carries ``_scope_``.
-
-    A config that inherits a package's base (``'mmpretrain::...'``,
-    ``'hpm_mm::...'``) gets ``_scope_`` in each of its dicts; mmengine 0.10.7
-    builds a dataloader's ``collate_fn`` as ``partial(fn, **rest_of_dict)``,
-    so that key became an argument and the first batch failed
-    (``default_collate() got an unexpected keyword argument '_scope_'``:
-    every ImageNet pretraining config, and any ``hpm_mm::`` config built by
-    mmengine's own Runner). Collate functions resolve in mmengine's
-    ``FUNCTIONS`` whatever the scope, so the key is dropped. Can go when
-    mmengine pops ``_scope_`` there (not as of 0.10.7 / onedl-mmengine
-    0.10.12). Idempotent.
-    """
+    """mmengine 0.10.7 builds a ``collate_fn`` dict as ``partial(fn, **rest)``,
+    so the ``_scope_`` key of an inherited config (``mmpretrain::``,
+    ``hpm_mm::``) became an argument and the first batch failed: it is
+    dropped. Idempotent."""
     from mmengine.runner import Runner
     original = Runner.__dict__['build_dataloader'].__func__
     if getattr(original, '_hpm_scopeless', False):
@@ -164,30 +131,18 @@ def scopeless_collate_fn() -> None:
 
 
 def register_config_scope() -> None:
-    """Let mmengine resolve ``_base_ = 'hpm_mm::...'``.
-
-    mmengine only resolves ``pkg::`` config paths of packages listed in its
-    ``MODULE2PACKAGE``; the configs themselves ship in ``hpm_mm/.mim``.
-    Also :func:`resolve_editable_installs`. Idempotent.
-    """
+    """Let mmengine resolve ``_base_ = 'hpm_mm::...'`` (its
+    ``MODULE2PACKAGE``), also from an editable install. Idempotent."""
     from mmengine.config import utils
     utils.MODULE2PACKAGE.setdefault('hpm_mm', 'hpm_mm')
     resolve_editable_installs()
 
 
 def resolve_editable_installs() -> None:
-    """Let ``pkg::`` config paths work for editable installs (``pip
-    install -e``, PEP 660).
-
-    mmengine 0.10.7's ``get_installed_path`` assumes a package lives in its
-    distribution's folder (``site-packages/<pkg>``); an editable install
-    keeps only its metadata there, so ``hpm_mm::...`` resolved to a path
-    that does not exist (opencompass #1220 reports the same). When the path
-    mmengine computes does not exist, take the imported package's folder;
-    a path that exists is never changed. Can go when mmengine finds
-    editable installs (not as of 0.10.7 / onedl-mmengine 0.10.12).
-    Idempotent.
-    """
+    """mmengine 0.10.7's ``get_installed_path`` looks for a package in
+    ``site-packages/<pkg>``, where an editable install keeps only metadata:
+    where that path does not exist, the imported package's folder is taken.
+    Idempotent."""
     import importlib.util
     import os.path as osp
 
@@ -213,10 +168,7 @@ _DEFAULT_STATS = ('mean', 'min', 'max', 'current')
 
 
 def _history_buffer_getstate(self) -> dict:
-    """``HistoryBuffer.__getstate__`` without the built-in methods.
-
-    Unlike mmengine's version it does not write into ``self.__dict__``.
-    """
+    """``HistoryBuffer.__getstate__`` without its built-in methods."""
     from mmengine.logging import HistoryBuffer
     custom = {
         name: fn
@@ -232,46 +184,37 @@ def _history_buffer_getstate(self) -> dict:
 
 
 def picklable_history_buffer() -> None:
-    """Checkpoints that load with ``weights_only=True``: mmengine 0.10.7's
-    ``HistoryBuffer`` (in every checkpoint's message hub) pickles its four
-    built-in statistics methods (``getattr(HistoryBuffer, 'min')`` etc.),
-    which would need the builtin ``getattr`` allow-listed, i.e. arbitrary
-    attribute access on load. Its state is written without them (they are
-    re-added on load by its ``__setstate__``). Can go when mmengine's
-    checkpoints load with ``weights_only=True`` by themselves (not as of
-    0.10.7 / onedl-mmengine 0.10.12). Idempotent."""
+    """mmengine's ``HistoryBuffer`` pickles its four built-in statistics
+    methods by ``getattr``, which a weights-only load would have to allow
+    (arbitrary attribute access): its state is written without them (its
+    ``__setstate__`` adds them back). Idempotent."""
     from mmengine.logging import HistoryBuffer
     HistoryBuffer.__getstate__ = _history_buffer_getstate
 
 
-def register_checkpoint_safe_globals() -> None:
-    """Every checkpoint load of mmengine (resume, ``load_from``, test,
-    ``init_cfg=dict(type='Pretrained')``; local paths, http(s) URLs and the
-    model-zoo schemes that resolve to them) through hpm_mm's one loader,
-    :func:`hpm_mm.engine.checkpoint.load_file` (``weights_only=True`` and
-    an allow-list of the types mmengine writes): mmengine 0.10.7 calls
-    ``torch.load`` without ``weights_only``. Also
-    :func:`picklable_history_buffer`, so that new checkpoints hold nothing
-    outside the allow-list. Can go when mmengine loads with
-    ``weights_only=True`` by itself (not as of 0.10.7 / onedl-mmengine
-    0.10.12). Idempotent."""
+def register_checkpoint_loader() -> None:
+    """Every mmengine checkpoint load of a local file, an http(s) URL or an
+    ``open-mmlab://`` name through hpm_mm's one loader,
+    :func:`hpm_mm.engine.safe_load.load_file` (mmengine 0.10.7 calls
+    ``torch.load`` without ``weights_only``, and its own checkpoints fail
+    to resume under torch >= 2.6's default: HistoryBuffer is not
+    allow-listed). Other schemes (``s3://``, ``petrel://``, ``pavi://``)
+    stay mmengine's. Idempotent."""
     import torch
-    add = getattr(torch.serialization, 'add_safe_globals', None)
-    if add is None:
-        return  # load_file refuses to load, in one line
     from mmengine.runner import checkpoint
     from mmengine.runner.checkpoint import CheckpointLoader
 
-    from hpm_mm.engine.checkpoint import (checkpoint_safe_globals,
-                                          load_from_local, load_from_openmmlab,
-                                          load_from_url, refuse_scheme)
+    from hpm_mm.engine.safe_load import (checkpoint_safe_globals,
+                                         load_from_local, load_from_openmmlab,
+                                         load_from_url)
     picklable_history_buffer()
-    add(checkpoint_safe_globals())
+    add = getattr(torch.serialization, 'add_safe_globals', None)
+    if add is not None:  # torch < 2.4: tensors-only files load
+        add(checkpoint_safe_globals())
     for prefixes, loader in (('', load_from_local), (('http://', 'https://'),
                                                      load_from_url),
                              (('open-mmlab://', 'openmmlab://'),
-                              load_from_openmmlab), (('pavi://', 's3://'),
-                                                     refuse_scheme)):
+                              load_from_openmmlab)):
         CheckpointLoader.register_scheme(
             prefixes=prefixes, loader=loader, force=True)
     # torchvision:// and mmcls:// resolve a name to a URL and call this

@@ -2,30 +2,24 @@
 
 
 class HPMError(Exception):
-    """A run, an evaluation or an input that hpm_mm refuses.
+    """A run, an evaluation or an input that hpm_mm refuses, in one line naming
+    the problem and the fix; the tools turn it into that line and exit 1.
+    Re-raised by torch from a dataloader worker (the worker's traceback as
+    the message), it keeps its own line."""
 
-    Its message is one line that names the problem and the fix. Library
-    code raises it and never ends the process; the tools (``tools/``) turn
-    it into the line on stderr and exit code 1. Subclasses say
-    what was refused, for callers that handle one case:
-    :class:`~hpm_mm.engine.work_dir.WorkDirBusy`,
-    :class:`~hpm_mm.engine.checkpoint.UnsafeCheckpointError`.
-    """
+    def __init__(self, *args) -> None:
+        if args and isinstance(args[0], str) and \
+                '\nOriginal Traceback' in args[0]:
+            last = args[0].rstrip().splitlines()[-1]
+            args = (last.split(': ', 1)[-1], ) + args[1:]
+        super().__init__(*args)
 
 
 def exit_status(prog: str, run, argv=None):
-    """A tool's ``main``: ``run(argv)`` turned into an exit status, which
-    the tool (``tools/*.py``), not the library, hands to the interpreter.
-
-    An int that ``run`` returns is the status (1: a check found a
-    problem); any other result is 0. An :class:`HPMError` becomes the line
-    ``'<prog>: <message>'`` (given to the interpreter's exit, it is written
-    to stderr with status 1). Anything else propagates with its traceback
-    (a bug, not a refusal). This only returns::
-
-        def main(argv=None):
-            return exit_status('train.py', run, argv)
-    """
+    """A tool's ``main``: ``run(argv)`` as an exit status for the tool to hand
+    to the interpreter: an int result is the status, any other 0; an
+    :class:`HPMError` becomes the line ``'<prog>: <message>'`` (status 1);
+    anything else propagates (a bug, not a refusal)."""
     try:
         result = run(argv)
     except HPMError as e:

@@ -1,15 +1,6 @@
-"""The ``hpm_mm`` registry scope: ``_base_ = 'hpm_mm::...'`` configs.
-
-hpm_mm registers its modules into mmpretrain's registries (the OpenMMLab
-project convention). A config that inherits ours through ``hpm_mm::`` gets
-``_scope_='hpm_mm'`` in every dict it inherits, and mmengine then builds
-them from the registry of scope ``hpm_mm`` (found by importing this module
-and searching the registry tree). These are those registries: empty
-children of mmpretrain's, so every lookup in the ``hpm_mm`` scope resolves
-through them to mmpretrain's registries (where our modules are) and on to
-mmengine's root. Nothing is registered here, and a module registered
-into this scope may not hide one of mmpretrain's (:class:`ScopeRegistry`).
-"""
+"""The ``hpm_mm`` registry scope, for ``_base_ = 'hpm_mm::...'`` configs:
+empty children of mmpretrain's registries (where hpm_mm's modules are
+registered), so every lookup in the scope resolves through them."""
 from mmengine.registry import Registry
 from mmpretrain import registry as mmpretrain_registry
 

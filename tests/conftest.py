@@ -39,13 +39,6 @@ def device(request) -> torch.device:
         yield torch.device(request.param)
 
 
-@pytest.fixture(autouse=True, scope='session')
-def timing_cache(tmp_path_factory):
-    """The precision rule's step timings (hpm_mm.engine.precision) go to
-    the test session's cache, not the user's."""
-    os.environ['HPM_CACHE_DIR'] = str(tmp_path_factory.mktemp('hpm_cache'))
-
-
 @pytest.fixture(autouse=True)
 def default_scope():
     """Every test starts in mmpretrain's registry scope, whatever scope an

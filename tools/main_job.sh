@@ -2,11 +2,9 @@
 # README command 1: set up (idempotent; the pretraining profile: no compiler),
 # pretrain HPM on the embedded Fashion-MNIST data, evaluate the encoder with
 # kNN (DINO protocol) after training and draw the hard-patch grids; print the
-# table and the paths. Precision: --amp, i.e. mixed precision only where it
-# makes the run faster (fp16 on CUDA; on a CPU bf16 where the run's own
-# training step, timed in both first, is clearly faster in bf16, else fp32):
-# the choice and the step times are a console line and
-# WORK_DIR/precision.json.
+# table and the paths. Precision: --amp (precision='auto': bf16 autocast on a
+# GPU with bf16, fp16 with a loss scale on one without, fp32 on a CPU): a
+# console line and WORK_DIR/precision.json.
 # The console shows one line per epoch; the full log is in the work dir.
 #   bash tools/main_job.sh [extra tools/train.py args, e.g. --cfg-options ...]
 # Env: CONFIG (default: HPM with the fast settings, half-resolution teacher
@@ -32,7 +30,7 @@ fi
 case ${HPM_PRECISION:-amp} in
   amp) AMP=(--amp) ;;
   fp32) AMP=() ;;
-  *) echo "main_job.sh: HPM_PRECISION=$HPM_PRECISION is not a precision it knows. Fix: HPM_PRECISION=amp (mixed precision where the hardware computes it faster, the default) or HPM_PRECISION=fp32." >&2; exit 2 ;;
+  *) echo "main_job.sh: HPM_PRECISION=$HPM_PRECISION is not a precision it knows. Fix: HPM_PRECISION=amp (--amp, the default) or HPM_PRECISION=fp32." >&2; exit 2 ;;
 esac
 cd "$ROOT"
 [[ -f data/fashion_mnist/train-images-idx3-ubyte ]] || "$PY" tools/dataset_converters/prepare_fashion_mnist.py
@@ -43,14 +41,15 @@ start=$(date +%s)
 echo "== pretraining and evaluation took $(( $(date +%s) - start )) s"
 
 "$PY" - "$WORK_DIR/knn.json" "$WORK_DIR/precision.json" "$NAME" <<'PYEOF'
-import json, sys
+import json, sys, torch
 r = json.load(open(sys.argv[1]))
 p = json.load(open(sys.argv[2]))
 fmnist = sys.argv[3].endswith('_fmnist')  # the embedded data's configs
 print(f"\n== kNN top-1 of the encoder (T={r.get('temperature', 0.07)}; "
       f"{r['num_train']} train / {r['num_val']} test images"
       f"{' of Fashion-MNIST' if fmnist else ''}; trained in "
-      f"{p['precision']} on a {p['cpu_class']} {p['device'].upper()})")
+      f"{p['precision']} on " + (f"a {torch.backends.cpu.get_cpu_capability()} CPU"
+      if p['device'] == 'cpu' else 'a GPU') + ")")
 print('| k | top-1 (%) |\n|---|---|')
 for k, v in r['acc'].items():
     print(f'| {k} | {v:.2f} |')

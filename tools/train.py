@@ -30,10 +30,9 @@ def parse_args(argv=None):
     parser.add_argument(
         '--amp',
         action='store_true',
-        help='mixed precision where it makes the run faster: fp16 with a '
-        'dynamic loss scale on CUDA; on a CPU bf16 autocast where the run\'s '
-        'own training step, timed in both before training, is clearly '
-        'faster in bf16, else fp32 (the console line gives the step times)')
+        help="precision='auto': bf16 autocast on a GPU with bf16, fp16 with a "
+        'dynamic loss scale on one without, fp32 on a CPU (over the '
+        "config's precision key, with a warning)")
     parser.add_argument(
         '--quiet',
         action='store_true',

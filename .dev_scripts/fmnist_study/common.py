@@ -4,6 +4,7 @@ import json
 import os
 import os.path as osp
 import subprocess
+import sys
 import time
 
 import yaml
@@ -27,7 +28,8 @@ def machine():
     """What every wall time is recorded beside."""
     import torch
 
-    from hpm_mm.engine.precision import cpu_class
+    sys.path.insert(0, osp.dirname(osp.dirname(osp.abspath(__file__))))
+    from machine import cpu_class
     return dict(
         cpu_class=cpu_class(),
         threads=torch.get_num_threads(),

@@ -15,17 +15,20 @@ image = dict(
     mean=[123.675, 116.28, 103.53],  # 0..255, per channel
     std=[58.395, 57.12, 57.375])
 
-load = dict(type='LoadImageFromFileChecked', color_type='color')
+# the pipelines' sizes, roots and colour read the spec (a config that
+# inherits this one and changes `image` gets them changed by hpm_mm)
+size, color = image['size'], 'color' if image['channels'] == 3 else 'grayscale'
+load = dict(type='LoadImageFromFileChecked', color_type=color)
 # the load and random resized crop in one: a JPEG larger than the crop
 # needs is decoded at 1/2, 1/4 or 1/8 of its size (docs/speed.md)
 train_pipeline = [
     dict(
         type='LoadAndRandomResizedCrop',
-        scale=32,
+        scale=size,
         crop_ratio_range=(0.2, 1.0),
         backend='pillow',
         interpolation='bicubic',
-        color_type='color'),
+        color_type=color),
     dict(type='RandomFlip', prob=0.5),
     dict(type='PackInputs')
 ]
@@ -33,15 +36,14 @@ eval_pipeline = [
     load,
     dict(
         type='ResizeEdge',
-        scale=32,
+        scale=size,
         edge='short',
         backend='pillow',
         interpolation='bicubic'),
-    dict(type='CenterCrop', crop_size=32),
+    dict(type='CenterCrop', crop_size=size),
     dict(type='PackInputs')
 ]
-folder = dict(
-    type='CustomDataset', data_root='data/my_images/', with_label=False)
+folder = dict(type='CustomDataset', data_root=image['root'], with_label=False)
 train_dataloader = dict(
     dataset=dict(_delete_=True, pipeline=train_pipeline, **folder))
 # the pictures of the first images; kNN needs labels (one subfolder per

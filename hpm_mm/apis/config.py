@@ -28,7 +28,13 @@ class CfgOptionsAction(DictAction):
                              'dict(...) here. Fix: set the keys one by one '
                              '(a.b=1 a.c=2), or write a config that inherits '
                              'this one (_base_ = ...) and changes it.')
-        super().__call__(parser, namespace, values, option_string)
+        options = copy.copy(getattr(namespace, self.dest, None) or {})
+        for kv in values:  # a plain value keeps its spaces (a path)
+            key, val = kv.split('=', maxsplit=1)
+            options[key] = self._parse_iterable(val) if re.search(
+                r'[\[(,]', val) else self._parse_int_float_bool(
+                    val.strip('\'"'))
+        setattr(namespace, self.dest, options)
 
 
 def parse_launched(parser, argv=None):
@@ -85,26 +91,31 @@ def _fits(old: Any, new: Any) -> bool:
 
 
 def _runner_keys() -> frozenset:
-    """The top-level config keys mmengine's runners (``Runner``,
-    ``FlexibleRunner``: their arguments) and hpm_mm's runners and tools
-    read. Any other top-level key is a variable of the config file, used
-    only while the file is parsed (e.g. the schedules' ``max_epochs``), or a
-    typo."""
+    """The top-level config keys a run reads, derived: the arguments of
+    mmengine's runners, and every ``cfg.get('key')`` / ``cfg['key']`` of
+    the modules that read a run's config (mmengine's runners and builder,
+    hpm_mm's runner and image spec). Any other top-level key is a variable
+    of the config file, used only while the file is parsed (e.g. the
+    schedules' ``max_epochs``), or a typo."""
     import inspect
+    import re
 
-    from mmengine.runner import FlexibleRunner, Runner
+    import mmengine.config.config as mm_config
+    import mmengine.registry.build_functions as mm_build
+    import mmengine.runner._flexible_runner as mm_flexible
+    import mmengine.runner.runner as mm_runner
+
+    import hpm_mm.datasets.image_spec as image_spec
+    import hpm_mm.engine.runner as hpm_runner
     keys = set()
-    for runner in (Runner, FlexibleRunner):
+    for runner in (mm_runner.Runner, mm_flexible.FlexibleRunner):
         keys |= set(inspect.signature(runner.__init__).parameters)
-    # read from cfg by mmengine's Runner (wrap_model, train) and config
-    # loading; by hpm_mm's runners (console, precision)
-    keys |= {
-        'model_wrapper_cfg', 'find_unused_parameters',
-        'activation_checkpointing', 'efficient_conv_bn_eval', 'runner_type',
-        'custom_imports', 'console', 'precision', 'resume_changed_run',
-        'image', 'compile'
-    }
-    return frozenset(keys - {'self', 'cfg'})
+    for module in (mm_runner, mm_flexible, mm_build, mm_config, hpm_runner,
+                   image_spec):
+        keys |= set(
+            re.findall(r"(?:cfg\w*|args)(?:\.get\(|\[)\s*['\"](\w+)['\"]",
+                       inspect.getsource(module)))
+    return frozenset(keys - {'self', 'cfg', 'type'})
 
 
 RUNNER_KEYS = _runner_keys()
@@ -249,15 +260,9 @@ def load_config(path: str, options: Optional[dict] = None) -> Config:
 
 
 def _read_config(path: str) -> Config:
-    """``Config.fromfile(path)``, turning a det/seg config's failure on a
-    pretraining-only install into one line: a ``_base_`` from a missing
-    package (``mmdet::``), or a failed ``custom_imports``.
-
-    mmengine re-raises a failed custom import as a message about
-    ``sys.path``; the real cause (mmdet/mmseg missing or out of range, or
-    mmcv's compiled ops absent, from :mod:`hpm_mm.compat`) is further down
-    the exception chain: report that one.
-    """
+    """``Config.fromfile(path)``, a det/seg config's failure on a pretraining
+    install in one line: a ``_base_`` of a missing package, or the real cause
+    of a failed ``custom_imports`` (mmengine names ``sys.path`` instead)."""
     import re
 
     from hpm_mm.compat import FULL_INSTALL, MissingCompiledOpsError
@@ -265,7 +270,9 @@ def _read_config(path: str) -> Config:
     if '::' not in str(path) and not osp.isfile(path):
         near = ''
         folder = osp.dirname(path) or '.'
-        if osp.isdir(folder):
+        if osp.isdir(path):
+            near = ' as a file: it is a folder'
+        elif osp.isdir(folder):
             import difflib
             close = difflib.get_close_matches(
                 osp.basename(path), os.listdir(folder), n=1)

@@ -1,21 +1,8 @@
-"""Move an HPM (or mmpretrain MAE) pretraining checkpoint into the backbone
-each downstream codebase expects. All key conversion lives here.
-
-Targets (keys are the backbone's own, without a ``backbone.`` prefix unless
-said otherwise):
-
-- ``mmpretrain``: :class:`mmpretrain.models.VisionTransformer`, keys under
-  ``backbone.`` (what ``init_cfg=dict(type='Pretrained', prefix='backbone.')``
-  in mmpretrain's fine-tune/linear configs reads);
-- ``mmdet``: :class:`mmpretrain.models.ViTSAM` (the ViTDet backbone used by
-  the detection configs): no cls token, position embedding (1, H, W, C)
-  interpolated to the detection grid, no final norm; the relative-position
-  tables start from zero (as ViTDet);
-- ``mmseg``: mmseg's ``MAE`` backbone (UperNet configs): position embedding
-  interpolated, layer-scale ``gamma_1/2`` set to 1 (exactly the pretrained
-  function), no final norm; relative-position bias tables start at zero;
-- ``timm``: ``timm.models.vision_transformer.VisionTransformer``.
-"""
+"""An HPM (or MAE) pretraining checkpoint as the backbone each downstream
+codebase expects: ``mmpretrain`` (``VisionTransformer``, keys under
+``backbone.``), ``mmdet`` (``ViTSAM``: no cls token, position embedding
+interpolated to the detection grid), ``mmseg`` (its ``MAE``: layer scale
+1), ``timm`` (a ``local-dir:`` folder). docs/transfer.md."""
 import os
 import re
 from typing import Dict, Tuple
@@ -120,15 +107,8 @@ def resize_grid(grid: torch.Tensor, size: Tuple[int, int]) -> torch.Tensor:
 def convert(enc: Dict[str, torch.Tensor],
             target: str,
             grid_size: Tuple[int, int] = None) -> Dict[str, torch.Tensor]:
-    """Convert encoder keys to ``target``'s (see the module docstring).
-
-    Args:
-        enc (dict): From :func:`encoder_state`.
-        target (str): One of :data:`TARGETS`.
-        grid_size (tuple, optional): Patch grid (H/p, W/p) of the target;
-            the position embedding is interpolated to it. Defaults to the
-            pretraining grid.
-    """
+    """``enc`` (:func:`encoder_state`) in ``target``'s keys, the position
+    embedding interpolated to ``grid_size`` (default: the pretraining grid)."""
     if target not in TARGETS:
         raise ValueError(f'target must be one of {TARGETS}, got {target!r}')
     cls_pos, grid = _grid(enc['pos_embed'], 1)
@@ -184,23 +164,10 @@ TIMM_FOLDER_PACKAGES = ('timm', 'safetensors')
 
 def timm_folder(state: Dict[str, torch.Tensor], out_dir: str, model_args: dict,
                 pretrained_cfg: dict) -> Dict[str, str]:
-    """Write ``state`` (timm keys, from ``convert(..., 'timm')``) as a timm
-    model folder that ``timm.create_model('local-dir:OUT_DIR',
-    pretrained=True)`` loads: ``model.safetensors``, ``config.json``
-    (``architecture``, ``model_args``, ``pretrained_cfg`` with mean / std /
-    input size / channels), ``pytorch_model.pth`` (the state dict alone, for
-    ``torch.load(weights_only=True)``) and ``SHA256SUMS`` of the three.
-
-    Args:
-        state (dict): The encoder's tensors in timm's names.
-        out_dir (str): The folder (created; its files are replaced).
-        model_args (dict): ``timm.models.VisionTransformer`` arguments.
-        pretrained_cfg (dict): timm's pretrained config (``mean``,
-            ``std``, ``input_size``, ...).
-
-    Returns:
-        dict: file name -> SHA-256.
-    """
+    """Write ``state`` (timm keys) as a folder ``timm.create_model('local-dir:
+    OUT_DIR', pretrained=True)`` loads: ``model.safetensors``,
+    ``config.json``, ``pytorch_model.pth`` and their ``SHA256SUMS``. Returns
+    file name -> SHA-256."""
     import hashlib
     import json
     import os

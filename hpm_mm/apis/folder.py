@@ -23,16 +23,10 @@ def choose_settings(scan: Dict,
                     channels: Optional[int] = None,
                     batch_size: Optional[int] = None,
                     epochs: Optional[int] = None) -> Dict:
-    """Defaults from the images, each overridable.
-
-    - input size: the largest of 32/64/96/128/224 not above the median short
-      side (at least 32); patch size: an 8 x 8 grid up to 128 px, 16 px
-      patches at 224;
-    - channels: 1 when every image is single-channel, else 3 (grayscale
-      files are then read as RGB);
-    - batch size: 256, or an eighth of the images for small folders (>= 8);
-    - epochs: about the main job's 400 optimizer steps, within 10..200.
-    """
+    """Defaults from the images, each overridable: the largest of
+    :data:`SIZES` not above the median short side, an 8 x 8 patch grid (16 px
+    patches at 224), 1 channel when every image is, batch 256 or an eighth
+    of the images, about :data:`TARGET_STEPS` steps in 10..200 epochs."""
     n = len(scan['files'])
     short = median(min(s) for s in scan['sizes'])
     size = img_size if img_size is not None else max(
@@ -206,41 +200,15 @@ def pretrain_folder(folder: str,
                     dry_run: bool = False,
                     cfg_options: Optional[dict] = None,
                     log: Optional[Callable[[str], None]] = None) -> dict:
-    """Pretrain HPM (the main job's model and recipe, scaled to the folder)
-    on a folder of unlabelled images.
-
-    Every file is opened first; an unreadable one is refused with its name
-    unless ``skip_unreadable`` (then listed in ``WORK_DIR/unreadable.txt``).
-    Input size, channels, patch size, batch size and epochs are chosen from
-    the images (each argument overrides its choice). When the folder holds
-    one subfolder per class, a fifth of each class is held out and the
-    encoder is evaluated with kNN after training.
-
-    Args:
-        folder (str): The images (nested folders allowed).
-        work_dir (str, optional): Defaults to ``work_dirs/folder_<name>``.
-        epochs, img_size, channels, batch_size (int, optional): Overrides.
-        amp (bool): Mixed precision where it makes the run faster (the
-            runner times its step in both).
-        resume (bool, optional): None (the default): a work dir that holds
-            an earlier run on the same images is continued from its newest
-            complete checkpoint, and one on other images refused; True:
-            continue it; False: refuse a work dir with an earlier run. The
-            work dir is locked before anything is written into it.
-        skip_unreadable (bool): Leave unreadable files out.
-        dry_run (bool): Write the config only.
-        cfg_options (dict, optional): ``key=value`` config overrides.
-        log (callable, optional): Called with each line worth showing.
-
-    Returns:
-        dict: ``config`` (the config written to the work dir: an ordinary
-        config for ``tools/train.py``), ``settings`` (the choices),
-        ``runner`` (None for a dry run), ``knn`` (the kNN result, or None)
-        and ``grids`` (the hard-patch pictures' folder).
-
-    Raises:
-        HPMError: No image, an unreadable one, a setting that cannot work.
-    """
+    """Pretrain HPM (the main job's model and recipe, scaled) on a folder of
+    images (docs/own_data.md). Every file is opened first (an unreadable one
+    refused, or left out with ``skip_unreadable``); size, channels, patch,
+    batch and epochs are chosen from the images (each argument overrides);
+    one subfolder per class: a fifth held out for kNN. ``resume`` None
+    continues an earlier run on the same images and refuses one on others;
+    True continues; False refuses any. ``dry_run`` writes the config only.
+    Returns ``config`` (an ordinary config for ``tools/train.py``),
+    ``settings``, ``runner``, ``knn`` and ``grids``; refusals are HPMErrors."""
     from hpm_mm.datasets.image_folder import channel_stats, scan_folder
     from .config import load_config, merge_cfg_options
     from .train import train
@@ -380,10 +348,8 @@ def _resume_or_refuse(work_dir: str,
     others unless asked (``resume=True`` with ``resume_changed_run``:
     its trained epochs continue on the folder as it is now);
     ``resume=False`` refuses any earlier run."""
-    import glob
-
-    from hpm_mm.engine.resume import refuse_earlier_run
-    if not glob.glob(osp.join(work_dir, '*_*.pth')):
+    from hpm_mm.engine.resume import checkpoints_in, refuse_earlier_run
+    if not checkpoints_in(work_dir):
         return bool(resume)
     if resume is False:
         refuse_earlier_run(work_dir)

@@ -48,46 +48,22 @@ def frozen_eval(config: Union[str, Config],
                 layer: Optional[int] = None,
                 log=None) -> dict:
     """kNN (DINO protocol) and, with ``linear``, linear-probe top-1 of
-    ``checkpoint``'s frozen encoder, for each of ``features``, from one
-    feature pass over the labelled data of the config's ``KNNEvalHook``
-    (memory bank / probe training set and evaluated set), so this and the
-    evaluation during training agree.
-
-    Args:
-        config (str | Config): The pretraining config.
-        checkpoint (str, optional): Its checkpoint (not needed with
-            ``raw_pixels``).
-        features (Sequence[str]): ``'avg'`` (patch tokens averaged) and/or
-            ``'cls'`` (the CLS token).
-        ks (Sequence[int], optional): Neighbour counts (positive); default:
-            the hook's.
-        temperature (float, optional): The vote's temperature (positive);
-            default: the hook's.
-        linear (bool): Also train the linear probe of the linear-probe
-            configs on the cached features
-            (:func:`~hpm_mm.evaluation.linear_probe`).
-        seed (int): The linear probe's seed.
-        teacher (bool): Evaluate the EMA teacher's encoder.
-        amp (bool): Mixed precision where it makes the pass faster (its
-            forward timed in fp32 and bf16: :func:`~hpm_mm.evaluation.
-            feature_precision`).
-        raw_pixels (bool): The baseline of the normalised pixels.
-        layer (int, optional): Read the tokens out of this encoder block
-            (0-based, negative from the end); default: the hook's, else the
-            encoder's output after its final norm.
-        log (callable, optional): Called with each progress line.
+    ``checkpoint``'s frozen encoder for each of ``features``, from one pass
+    over the labelled data of the config's ``KNNEvalHook`` (so this and the
+    evaluation during training agree). ``ks``, ``temperature`` and ``layer``
+    default to the hook's; ``teacher`` evaluates the EMA teacher's encoder;
+    ``amp`` is ``precision='auto'``; ``raw_pixels`` the normalised pixels'
+    baseline; ``log`` gets each progress line.
 
     Returns:
-        dict: ``knn`` ({feature: {k: top-1 %}}), ``linear`` ({feature:
-        top-1 %}, with ``linear``), ``temperature``, ``precision``,
-        ``num_train``, ``num_val``.
-    """
+        dict: ``knn`` ({feature: {k: top-1 %}}), ``linear``, ``temperature``,
+        ``precision``, ``num_train``, ``num_val``."""
     from mmengine.registry import init_default_scope
     from mmengine.runner import Runner
 
-    from hpm_mm.engine.precision import feature_precision
+    from hpm_mm.engine.precision import run_precision
     from hpm_mm.evaluation import (SAME_SET, extract_features, knn_classify,
-                                   linear_probe, same_images)
+                                   linear_probe, model_device, same_images)
     from .model import load_model
     log = log or (lambda line: None)
     cfg = load_config(config) if isinstance(config, str) else config
@@ -116,7 +92,8 @@ def frozen_eval(config: Union[str, Config],
         split: Runner.build_dataloader(hook[f'{split}_dataloader'], seed=0)
         for split in ('train', 'val')
     }
-    precision = feature_precision(model, loaders['train'], amp)
+    precision = run_precision(
+        dict(precision='auto' if amp else 'fp32'), model_device(model))
     log(precision.line())
     feats = {}
     for split, loader in loaders.items():
@@ -171,29 +148,10 @@ def knn_eval(config: Union[str, Config],
              raw_pixels: bool = False,
              layer: Optional[int] = None,
              log=None) -> dict:
-    """kNN top-1 accuracy of ``checkpoint``'s encoder on one feature
-    (:func:`frozen_eval`'s kNN part).
-
-    Args:
-        config (str | Config): The pretraining config.
-        checkpoint (str, optional): Its checkpoint (not needed with
-            ``raw_pixels``).
-        ks (Sequence[int], optional): Neighbour counts.
-        temperature (float, optional): The vote's temperature.
-        feature (str, optional): ``'avg'`` (patch tokens averaged) or
-            ``'cls'``; default: the hook's.
-        teacher (bool): Evaluate the EMA teacher's encoder.
-        amp (bool): Mixed precision where it makes the pass faster (its
-            forward timed in fp32 and bf16: :func:`~hpm_mm.evaluation.
-            feature_precision`).
-        raw_pixels (bool): The baseline of the normalised pixels.
-        layer (int, optional): Read this encoder block's tokens.
-        log (callable, optional): Called with each progress line.
-
-    Returns:
-        dict: ``acc`` ({k: top-1 %}), ``best_k``, ``best``, ``feature``,
-        ``temperature``, ``precision``, ``num_train``, ``num_val``.
-    """
+    """kNN top-1 of ``checkpoint``'s encoder on one feature
+    (:func:`frozen_eval`'s kNN part). Returns ``acc`` ({k: top-1 %}),
+    ``best_k``, ``best``, ``feature``, ``temperature``, ``precision``,
+    ``num_train``, ``num_val``."""
     cfg = load_config(config) if isinstance(config, str) else config
     feature = 'avg' if raw_pixels else (
         feature or _knn_hook(cfg).get('feature', 'avg'))

@@ -99,36 +99,18 @@ def hard_patches(config: Union[str, Config],
                  saliency: bool = False,
                  fg_threshold: float = 10.,
                  masks: Optional[str] = None) -> dict:
-    """Draw the hard-patch grid of each image into ``out_dir`` (one PNG per
-    image, and ``summary.json``).
-
-    Args:
-        config (str | Config): The pretraining config.
-        checkpoint (str): Its checkpoint, with the trained loss predictor
-            (and teacher, unless ``student``).
-        out_dir (str): Where the pictures go.
-        images (str, optional): A folder of images; default: the evaluated
-            split of the config's ``KNNEvalHook`` (else its train data).
-        num_samples (int): Images drawn from the config's data.
-        progress (float): Training progress t/T of the drawn mask.
-        num_masks (int): Random masks the true per-patch loss averages.
-        student (bool): The student's loss predictor, not the teacher's.
-        saliency (bool): Also the IoU of the predicted-loss map (above the
-            median) against the foreground: label maps ``masks/<stem>.png``
-            (label > 0), or raw pixel values above ``fg_threshold``.
-
-    Returns:
-        dict: ``spearman_mean``, ``spearman_per_image``, ``shown`` (which
-        scores the grids show), ``num_images``, and with ``saliency``
-        ``saliency_iou`` and ``random_iou`` (a mask of the same size at
-        random).
-    """
+    """Draw the hard-patch grid of each image into ``out_dir`` (a PNG each and
+    ``summary.json``) from ``checkpoint`` (its loss predictor, and teacher
+    unless ``student``): ``images`` (a folder) or ``num_samples`` of the
+    config's evaluated data, the mask at ``progress``, the true loss averaged
+    over ``num_masks`` masks; ``saliency`` adds the IoU of the predicted-loss
+    map with the foreground (``masks/<stem>.png``, or pixels above
+    ``fg_threshold``). Returns the Spearman statistics (and IoUs)."""
     from mmengine.registry import init_default_scope
 
-    from hpm_mm.engine.checkpoint import load_checkpoint_strict
     from hpm_mm.visualization import (analyze_hard_patches, draw_hard_patches,
                                       foreground_iou, saliency_mask)
-    from .model import load_model
+    from .model import load_checkpoint_strict, load_model
     cfg = load_config(config) if isinstance(config, str) else config
     init_default_scope(cfg.get('default_scope', 'mmpretrain'))
     _check_writable(out_dir)  # before the work (it was a traceback after)

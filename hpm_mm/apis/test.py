@@ -10,22 +10,21 @@ from .config import run_config
 
 
 def check_out(path: str) -> None:
-    """Refuse an ``out`` file that could not be written, before the
-    evaluation (mmengine's dump fails only after it): a format dump does not
-    know, a folder that does not exist or cannot be written."""
+    """Refuse an ``out`` file that could not be written, by opening it,
+    before the evaluation (mmengine's dump fails only after it)."""
     ext = osp.splitext(path)[1].lower()
     if ext not in ('.json', '.yaml', '.yml', '.pkl', '.pickle'):
         raise HPMError(f'--out {path}: unknown format {ext or "(none)"}. '
                        'Fix: end it in .json, .yaml or .pkl.')
-    folder = osp.dirname(osp.abspath(path))
-    if not osp.isdir(folder):
-        raise HPMError(f'--out {path}: the folder {folder} does not exist. '
-                       'Fix: create it, or write elsewhere.')
-    if not os.access(folder, os.W_OK) or (osp.exists(path)
-                                          and not os.access(path, os.W_OK)):
-        raise HPMError(f'--out {path}: {path if osp.exists(path) else folder}'
-                       ' cannot be written. Fix: write elsewhere, or give '
-                       'yourself write permission.')
+    existed = osp.exists(path)
+    try:
+        with open(path, 'a'):
+            pass
+    except OSError as e:
+        raise HPMError(f'--out {path} cannot be written ({e.strerror or e}).'
+                       ' Fix: write it into a folder you can write.') from None
+    if not existed:
+        os.remove(path)
 
 
 def test(config: Union[str, Config],
@@ -36,33 +35,14 @@ def test(config: Union[str, Config],
          partial_load: bool = False,
          launcher: str = 'none',
          cfg_options: Optional[dict] = None) -> dict:
-    """The metrics of ``checkpoint`` on the config's test loop (as
-    ``tools/test.py``).
-
-    The checkpoint must fill the model (every tensor present, with its
-    shape): a pretraining checkpoint tested with a classifier config is
-    refused instead of evaluating a partly random model, unless
-    ``partial_load``. A checkpoint holding NaN/inf is refused either way;
-    ``out`` is checked before the evaluation. The runner is hpm_mm's, built
-    without training parts: no work-dir lock, no run checks, no resume.
-
-    Args:
-        config (str | Config): A config file or a loaded config.
-        checkpoint (str): The checkpoint (a path or an http(s) URL).
-        work_dir (str, optional): Logs; defaults to the config's, else
-            ``work_dirs/<config name>``.
-        out (str, optional): Also dump the metrics here (.json/.yaml/.pkl).
-        partial_load (bool): Evaluate although the checkpoint does not fill
-            the model (missing tensors keep their initialisation).
-        launcher (str): ``'none'``, ``'pytorch'``, ``'slurm'`` or ``'mpi'``.
-        cfg_options (dict, optional): ``key.sub=value`` overrides, checked.
-
-    Returns:
-        dict: The evaluator's metrics.
+    """The metrics of ``checkpoint`` on the config's test loop
+    (``tools/test.py``). The checkpoint must fill the model (else refused
+    unless ``partial_load``) and hold no NaN/inf; ``out`` (.json/.yaml/.pkl) is
+    checked before the evaluation. The runner is built without training parts
+    (no lock, no resume checks).
 
     Raises:
-        HPMError: A checkpoint or ``out`` that cannot work, in one line.
-    """
+        HPMError: A checkpoint or ``out`` that cannot work, in one line."""
     cfg = run_config(config, work_dir, launcher, cfg_options)
     if out:
         check_out(out)
@@ -80,9 +60,9 @@ def test(config: Union[str, Config],
     cfg.load_from = checkpoint
     from mmpretrain.utils import get_ori_model
 
-    from hpm_mm.engine.checkpoint import (checkpoint_mismatch,
-                                          checkpoint_state, nonfinite_tensors)
     from hpm_mm.engine.dist import setup_cpu_distributed
+    from hpm_mm.engine.resume import checkpoint_mismatch
+    from hpm_mm.engine.safe_load import checkpoint_state, nonfinite_tensors
     from .train import build_runner
     setup_cpu_distributed(cfg.launcher, cfg)  # gloo + DDP without a GPU
     # an evaluation: no training parts, so hpm_mm's runner takes no work-dir

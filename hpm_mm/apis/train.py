@@ -1,4 +1,5 @@
 """Training from Python: a config in, a trained runner out."""
+import logging
 from typing import Optional, Union
 
 from mmengine.config import Config
@@ -18,33 +19,16 @@ def train_config(config: Union[str, Config],
                  launcher: str = 'none',
                  cfg_options: Optional[dict] = None,
                  **overrides) -> Config:
-    """The config of a training run, as ``tools/train.py`` makes it.
-
-    Args:
-        config (str | Config): A config file or a loaded config.
-        work_dir (str, optional): Defaults to the config's, else
-            ``work_dirs/<config name>``.
-        resume (bool | str, optional): True: the newest complete checkpoint
-            of the work dir (from scratch when there is none); a path: that
-            checkpoint.
-        amp (bool): Mixed precision where it makes the run faster:
-            ``precision='auto'`` (the runner's precision rule decides, on a
-            CPU by timing the run's own step; an AMP config asks by itself).
-        quiet (bool): Console of one line per epoch, the precision line and
-            warnings (``console='quiet'``); the log file keeps everything.
-        tensorboard (bool): Also log to TensorBoard.
-        validate (bool): False drops the validation loop.
-        auto_scale_lr (bool): Scale the lr by the total batch.
-        launcher (str): ``'none'``, ``'pytorch'``, ``'slurm'`` or ``'mpi'``.
-        cfg_options (dict, optional): ``key.sub=value`` overrides (as
-            ``--cfg-options``), checked: a key nothing reads or a value of
-            the wrong type is refused.
-        **overrides: Top-level keys merged into the config (dicts merge key
-            by key, e.g. ``train_cfg=dict(max_epochs=2)``).
+    """The config of a training run, as ``tools/train.py`` makes it: ``config``
+    (a file or a Config) with ``cfg_options`` (checked) and ``overrides``
+    (top-level keys merged) and the tool's flags: ``resume`` (True: the
+    work dir's newest checkpoint of this run; a path), ``amp``
+    (``precision='auto'`` over the config's, with a warning), ``quiet``
+    (``console='quiet'``), ``tensorboard``, ``validate``, ``auto_scale_lr``,
+    ``launcher``.
 
     Raises:
-        HPMError: A config or option that cannot work, in one line.
-    """
+        HPMError: A config or option that cannot work, in one line."""
     check_arguments(
         dict(
             amp=amp,
@@ -60,7 +44,14 @@ def train_config(config: Union[str, Config],
         cfg.resume, cfg.load_from = True, None
     elif resume:
         cfg.resume, cfg.load_from = True, resume
-    if amp:  # the runner's rule chooses what the hardware computes fastest
+    if amp:  # the command line wins over the config, as --cfg-options
+        if cfg.get('precision') not in (None, 'auto'):
+            from mmengine.logging import print_log
+            print_log(
+                f"--amp sets precision='auto' over the config's "
+                f"precision={cfg.precision!r}",
+                logger='current',
+                level=logging.WARNING)
         cfg.precision = 'auto'
     if auto_scale_lr:
         cfg.auto_scale_lr.enable = True
@@ -117,16 +108,9 @@ POLICY_RUNNERS = dict(Runner='HPMRunner', FlexibleRunner='HPMFlexibleRunner')
 
 
 def build_runner(cfg: Config):
-    """The runner of ``cfg`` as mmengine builds it (``RUNNERS.build``).
-    A config without ``runner_type`` gets :class:`~hpm_mm.engine.HPMRunner`
-    (:class:`~hpm_mm.engine.HPMFlexibleRunner` with a ``strategy``), so
-    every config gets hpm_mm's run policy; an explicit ``runner_type`` is
-    left as it is, except mmengine's own two, which would run without the
-    policy and are refused in one line naming hpm_mm's twin.
-
-    Raises:
-        HPMError: ``runner_type='Runner'`` or ``'FlexibleRunner'``.
-    """
+    """The runner of ``cfg`` as mmengine builds it (``RUNNERS.build``),
+    hpm_mm's runner where the config names none; mmengine's own two runners
+    (without the run's policy) are refused in one line naming hpm_mm's twin."""
     from mmengine.registry import RUNNERS
 
     import hpm_mm.engine  # noqa: F401  (registers the runners)
@@ -151,22 +135,15 @@ def train(config: Union[str, Config],
           quiet: bool = False,
           cfg_options: Optional[dict] = None,
           **overrides):
-    """Train from a config file or a loaded config; return the runner
-    after training (its ``work_dir``, ``model``, ``message_hub``, the hooks'
-    results).
+    """Train from a config file or a loaded config (:func:`train_config`'s
+    arguments) and return the runner after training::
 
-    The arguments are :func:`train_config`'s. Example::
-
-        from hpm_mm.apis import train
-        runner = train(
-            'configs/hpm/hpm_vit-mini-p4_1xb256-coslr-10e_fmnist.py',
-            work_dir='work_dirs/try', train_cfg=dict(max_epochs=1))
+        runner =
+        train('configs/hpm/hpm_vit-mini-p4_1xb256-coslr-10e_fmnist.py',
+        work_dir='work_dirs/try', train_cfg=dict(max_epochs=1))
 
     Raises:
-        HPMError: A refusal of the run's policy (a busy work dir, a run
-            length the schedule does not fit, a checkpoint that does not
-            fit, ...), in one line.
-    """
+        HPMError: A refusal of the run's policy, in one line."""
     cfg = train_config(
         config,
         work_dir,

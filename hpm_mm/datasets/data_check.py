@@ -94,14 +94,9 @@ def check_data(cfg: Config, max_images: int = 0) -> Dict[str, list]:
 
 
 def check_data_roots(cfg, work_dir: Optional[str] = None) -> None:
-    """Refuse, in one line and before anything is written, what the
-    config's loaders cannot read: the training loader's and the hooks'
-    (kNN, pictures) ``data_root`` that does not exist (a traceback at the
-    first batch, or after training for a hook), and a work dir inside the
-    folder a ``CustomDataset`` without an annotation file scans for its
-    training images (its pictures would be training images of the next
-    run). The validation and test
-    loaders are the evaluation tools' to check."""
+    """Refuse, before anything is written, a training or hook loader's
+    ``data_root`` that does not exist, and a work dir inside the folder a
+    ``CustomDataset`` scans for its training images."""
     from .fashion_mnist import resolve_data_root
     for name, loader in _loaders(cfg):
         if name in ('val_dataloader', 'test_dataloader'):

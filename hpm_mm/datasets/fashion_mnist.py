@@ -104,23 +104,11 @@ def idx_problem(path: str):
 
 @DATASETS.register_module()
 class FashionMNISTSplit(FashionMNIST):
-    """mmpretrain's :class:`FashionMNIST` whose ``split`` chooses the files.
-
-    mmpretrain 1.2 reads the test files only when ``test_mode=True``; with
-    ``split='test'`` alone it silently returns the 60k training images, so an
-    evaluation can leak the training set into the test set. Here ``split``
-    alone decides ('train': 60k, 'test': 10k) and ``test_mode`` keeps its
-    mmengine meaning.
-
-    Args:
-        data_root (str): Folder with the gunzipped idx files
-            (``tools/dataset_converters/prepare_fashion_mnist.py``); a
-            relative one is looked for in the working directory, then in
-            the checkout (:func:`resolve_data_root`).
-        split (str): ``'train'`` or ``'test'``. Defaults to ``'train'``.
-        download (bool): Never possible here; defaults to False.
-        **kwargs: Other arguments of :class:`FashionMNIST`.
-    """
+    """mmpretrain's :class:`FashionMNIST` whose ``split`` alone chooses the
+    files ('train': 60k, 'test': 10k): mmpretrain 1.2 reads the test files only
+    with ``test_mode=True`` and silently returns the training set otherwise.
+    ``data_root`` (relative: the working directory, then the checkout) holds
+    the gunzipped idx files."""
 
     def __init__(self,
                  data_root: str = '',

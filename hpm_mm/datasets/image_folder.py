@@ -1,13 +1,6 @@
-"""A folder of your own images, read and scanned (``tools/pretrain_folder.py``
-makes a run of it: :mod:`hpm_mm.apis.folder`).
-
-:func:`scan_folder` finds every image under a folder (nested folders, JPEG /
-PNG / BMP / WebP / TIFF, any size, grayscale or colour), opens each one,
-names the unreadable ones, tells whether the folder is labelled (one
-subfolder per class) and measures what the defaults are chosen from.
-The run's settings and config are chosen from the scan in
-:mod:`hpm_mm.apis.folder` (``choose_settings``, ``folder_config``).
-"""
+"""A folder of your own images, read and scanned (:func:`scan_folder`: every
+image, the unreadable ones named, labelled or not); the run is made of it
+in :mod:`hpm_mm.apis.folder`."""
 import os
 import os.path as osp
 import random
@@ -29,22 +22,12 @@ DEEP_MODES = ('I', 'I;16', 'I;16B', 'I;16L', 'I;16N', 'F', 'RGB;16', 'RGBA;16')
 def load_image(path: str,
                color_type: str = 'color',
                backend_args: Optional[dict] = None):
-    """Read and decode ``path``: hpm_mm's one image reader, used by the
-    training pipeline (:class:`LoadImageFromFileChecked`), the data checks
-    (``tools/misc/check_data.py``, ``--check-data``) and the own-folder
-    scan and statistics, so what is checked is what is trained.
-
-    mmcv's ``imfrombytes`` with its pillow backend decodes (``color_type``:
-    ``'color'`` (BGR, as mmcv's loaders), ``'grayscale'``, ``'unchanged'``);
-    the file's header is read first for what the pipeline cannot use.
-
-    Returns:
-        tuple: (the image as an array, the file's PIL mode).
+    """hpm_mm's one image reader (training, the data checks, the own-folder
+    scan): mmcv's pillow decoder, after the header is read for what the
+    pipeline cannot use. Returns (array, PIL mode).
 
     Raises:
-        ValueError: The reason the file cannot be trained on: undecodable,
-            empty, or more than 8 bits per channel.
-    """
+        ValueError: Undecodable, empty, or more than 8 bits per channel."""
     import io
 
     import mmcv
@@ -107,17 +90,9 @@ def is_work_dir(path: str) -> bool:
 
 
 def scan_folder(root: str) -> Dict:
-    """Every image file under ``root``, opened and decoded.
-
-    Returns:
-        dict: ``files`` (readable, paths relative to root, sorted),
-        ``unreadable`` (``(path, reason)``), ``sizes`` ((w, h) per readable
-        file), ``gray`` (all readable files single-channel), ``classes``
-        (sorted class names when labelled, else None).
-
-    Raises:
-        HPMError: ``root`` is not a folder or holds no image file.
-    """
+    """Every image file under ``root``, opened: ``files`` (readable, relative,
+    sorted), ``unreadable`` ((path, reason)), ``sizes``, ``gray`` and
+    ``classes`` (when labelled). Raises HPMError without images."""
     if not osp.isdir(root):
         raise HPMError(f'{root} is not a folder. Fix: pass the folder that '
                        'holds your images.')

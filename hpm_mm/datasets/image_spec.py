@@ -1,21 +1,11 @@
-"""An image folder's few numbers, set once in a config and applied to every
-part that depends on them.
-
-A config's top-level ``image`` key::
+"""An image folder's few numbers, set once in a config's ``image`` key::
 
     image = dict(root='path/to/images', size=32, channels=3, patch_size=4,
                  mean=[123.7, 116.3, 103.5], std=[58.4, 57.1, 57.4])
 
-sets the encoder's input size, channels and patch size, the decoder's and
-head's patch grid and channels, the data preprocessor's mean / std (0..255)
-and colour order, and in every dataloader of the config (training, and the
-kNN and picture hooks') the images' root, their loading (grayscale or
-colour) and the sizes of the resizing and cropping transforms. Without it
-nothing changes. hpm_mm applies it where configs are loaded
-(:func:`hpm_mm.apis.load_config`) and built (``HPMRunner.from_cfg``);
-``configs/hpm/hpm-fast_vit-mini-p4_1xb256-coslr-10e_image-folder.py`` is
-the base for a folder of your own images (docs/own_data.md).
-"""
+and applied to every part that depends on them: the encoder, decoder and
+head, the data preprocessor (0..255 units, colour order) and every
+loader's root, colour and transform sizes (docs/own_data.md)."""
 from hpm_mm.errors import HPMError
 from .data_check import _loaders
 from .image_folder import reads_image_files
@@ -64,12 +54,16 @@ def _check(spec: dict) -> None:
         raise HPMError(f"image.std={list(spec['std'])}: every std must be "
                        '> 0 (the pixels are divided by it). Fix: the '
                        "images' own std per channel, in 0..255 units.")
-    if max(spec['mean']) <= 1 and max(spec['std']) <= 1:
+    small_mean, small_std = max(spec['mean']) <= 1, max(spec['std']) <= 1
+    if small_mean or small_std:
+        which = 'both look' if small_mean == small_std else \
+            f"image.{'mean' if small_mean else 'std'} looks"
         raise HPMError(f"image.mean={list(spec['mean'])}, image.std="
-                       f"{list(spec['std'])} look like 0..1 units, but the "
-                       'images are read as 0..255. Fix: multiply both by '
-                       '255 (e.g. mean=[123.675, 116.28, 103.53], '
-                       'std=[58.395, 57.12, 57.375]).')
+                       f"{list(spec['std'])}: {which} like 0..1 units, but "
+                       'the images are read as 0..255. Fix: give both in '
+                       '0..255 (multiply 0..1 values by 255, e.g. mean='
+                       '[123.675, 116.28, 103.53], std=[58.395, 57.12, '
+                       '57.375]).')
     if ch not in (1, 3):
         raise HPMError(f'image.channels={ch}: 1 (grayscale) or 3 (RGB).')
     if size % patch:
@@ -83,13 +77,8 @@ def _check(spec: dict) -> None:
 
 
 def apply_image_spec(cfg):
-    """Apply ``cfg.image`` (see the module) to ``cfg`` in place; return it.
-
-    Raises:
-        HPMError: A spec that cannot work (a size that is not a multiple
-            of the patch size, mean / std of another length than the
-            channels), in one line.
-    """
+    """Apply ``cfg.image`` (see the module) to ``cfg`` in place and return it;
+    a spec that cannot work is one HPMError line."""
     spec = cfg.get('image')
     if not spec:
         return cfg

@@ -36,23 +36,15 @@ class _Unreadable:
 
 @TRANSFORMS.register_module()
 class LoadImageFromFileChecked(_Unreadable, LoadImageFromFile):
-    """mmcv's :class:`LoadImageFromFile`, reading through hpm_mm's one image
-    reader (:func:`~hpm_mm.datasets.image_folder.load_image`: mmcv's pillow
-    decoder, whatever ``imdecode_backend`` says), so that the data checks
-    open each file as training does; an unreadable image is named.
-
-    mmcv raises the decoder's own error for an empty or corrupt file (for a
-    0-byte PNG, an OpenCV assertion that names no file). Here the error names
-    the file and the fix; with ``skip_unreadable=True`` the file is skipped
-    instead: the transform returns None, mmengine's dataset draws another
-    sample, and every skip is logged with the running count of this worker.
-    (A test-mode dataset cannot skip: mmengine refuses None there.)
+    """mmcv's :class:`LoadImageFromFile` through hpm_mm's one image reader
+    (:func:`~hpm_mm.datasets.image_folder.load_image`), so the data checks
+    open files as training does; an unreadable file is one line naming it,
+    or skipped (``skip_unreadable=True``: None, mmengine draws another
+    sample; logged).
 
     Args:
-        skip_unreadable (bool): Skip unreadable files instead of stopping.
-            Defaults to False.
-        **kwargs: The arguments of :class:`LoadImageFromFile`.
-    """
+        skip_unreadable (bool): Defaults to False.
+        **kwargs: The arguments of :class:`LoadImageFromFile`."""
 
     def __init__(self, skip_unreadable: bool = False, **kwargs) -> None:
         super().__init__(**kwargs)
@@ -84,41 +76,13 @@ JPEG_REDUCTIONS = (8, 4, 2)
 
 @TRANSFORMS.register_module()
 class LoadAndRandomResizedCrop(_Unreadable, RandomResizedCrop):
-    """Load an image and take mmpretrain's random resized crop of it,
-    decoding a JPEG only at the resolution the crop needs.
-
-    mmpretrain's pretraining pipeline decodes every image at full size
-    (``LoadImageFromFile``), keeps a random 20-100% of its area and resizes
-    that to 224 px: most decoded pixels are thrown away or averaged down.
-    Here the crop box is drawn first, from the file's header size (with
-    :meth:`RandomResizedCrop.rand_crop_params`, so the same random state
-    gives the same box as the two transforms), then the JPEG is decoded at
-    the strongest DCT reduction (1/8, 1/4, 1/2: Pillow's ``draft``) under
-    which the box still spans at least the output size on both sides (so
-    nothing is upsampled that the full decode would have downsampled), and
-    the box, in the reduced image's coordinates, is resampled to the output
-    size (Pillow, the same interpolation). A crop that the reduction cannot
-    serve (a small image or box, a PNG) is the full decode and mmpretrain's
-    crop and resize exactly.
-
-    The image is read as :class:`LoadImageFromFileChecked` reads it (mmcv's
-    pillow decoder: EXIF orientation applied, grayscale and CMYK converted
-    to colour, BGR; 16-bit and float images refused) and an unreadable file
-    is the same one line (or skipped with ``skip_unreadable``).
-
-    Args:
-        scale, crop_ratio_range, aspect_ratio_range, max_attempts,
-            interpolation: :class:`RandomResizedCrop`'s (the crop).
-        backend (str): The resize backend of the full-decode crop
-            (:class:`RandomResizedCrop`). Defaults to ``'pillow'``.
-        reduce (bool): Decode JPEGs at the reduced size. False: exactly
-            ``LoadImageFromFileChecked`` + ``RandomResizedCrop`` (mmcv's
-            pillow decoder). Defaults to True.
-        color_type (str): ``'color'`` (BGR) or ``'grayscale'`` (H x W), as
-            the checked loader's. Defaults to ``'color'``.
-        skip_unreadable (bool): See :class:`LoadImageFromFileChecked`.
-        backend_args (dict, optional): mmengine file backend arguments.
-    """
+    """Load an image and take mmpretrain's random resized crop of it, decoding
+    a JPEG only at the resolution the crop needs: the box is drawn from the
+    header size (the same random state gives the same box), the JPEG decoded at
+    the strongest DCT reduction (Pillow ``draft``) under which the box still
+    spans the output size, and the box resampled. Other files, crops and
+    ``reduce=False`` are exactly :class:`LoadImageFromFileChecked` and
+    :class:`RandomResizedCrop` (whose arguments it takes; docs/speed.md)."""
 
     def __init__(self,
                  scale,

@@ -9,20 +9,11 @@ from mmengine.optim import DefaultOptimWrapperConstructor
 
 @OPTIM_WRAPPER_CONSTRUCTORS.register_module()
 class LayerDecayOptimWrapperConstructor(DefaultOptimWrapperConstructor):
-    """Layer-wise lr decay for a plain-ViT backbone in mmdet.
-
-    mmdet 3.3 has no such constructor. A parameter of block ``i`` of
-    ``backbone.layers`` gets ``lr * decay ** (num_layers - i)``; the patch
-    embedding, position embeddings and tokens get
-    ``decay ** (num_layers + 1)``; everything else (the neck, the heads and
-    any other backbone parameter, e.g. a final norm) gets the full lr, as
-    ViTDet's ``get_vit_lr_decay_rate``. Weight decay as ViTDet's detectron2
-    optimizer (``weight_decay_norm=0``, ``pos_embed`` overridden to 0):
-    none for the parameters of normalisation layers and the position
-    embedding; biases and the relative-position tables are decayed.
-
-    ``paramwise_cfg``: ``layer_decay_rate`` (float) and ``num_layers`` (int).
-    """
+    """Layer-wise lr decay for a plain-ViT backbone in mmdet (ViTDet's
+    ``get_vit_lr_decay_rate``): block ``i`` gets ``decay ** (num_layers -
+    i)``, the embeddings ``decay ** (num_layers + 1)``, the rest the full lr;
+    no weight decay on norms and the position embedding.
+    ``paramwise_cfg``: ``layer_decay_rate``, ``num_layers``."""
 
     NORMS = (nn.modules.batchnorm._NormBase, nn.LayerNorm, nn.GroupNorm,
              nn.LocalResponseNorm)

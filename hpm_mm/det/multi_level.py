@@ -10,23 +10,14 @@ from mmengine.model import BaseModule
 @MODELS.register_module()
 class MultiLevelViTAdapter(BaseModule):
     """The MAE paper's multi-scale adaptation of a plain ViT for Mask R-CNN
-    (the variant the HPM paper's text describes): the blocks are split into
-    4 subsets, the feature map at the end of each subset (the backbone's
-    ``out_indices``, all at stride 16) is brought to stride 4, 8, 16 and 32
-    by 2 transposed convs (norm + GELU between), 1 transposed conv, the
-    identity and max pooling; an FPN is built on the 4 maps (use this neck
-    followed by mmdet's ``FPN``). Unlike ViTDet's simple feature pyramid
-    (:class:`SimpleFeaturePyramid`, from the LAST map only), every level
-    comes from its own depth; channels stay the ViT's width.
+    (the HPM paper's text): the maps at the ends of 4 block subsets
+    (``out_indices``, stride 16) brought to strides 4, 8, 16, 32 (2 transposed
+    convs, 1, identity, max pooling), for mmdet's ``FPN``.
 
     Args:
         in_channels (int): The ViT's width.
-        scale_factors (Sequence[float]): Up/down-sampling of the maps, in
-            order. Defaults to (4.0, 2.0, 1.0, 0.5).
-        norm_cfg (dict): Norm between the two transposed convs of the x4
-            branch. Defaults to SyncBN (the benchmarking recipe of the MAE
-            paper); ``BN`` on one device.
-    """
+        scale_factors (Sequence[float]): Defaults to (4.0, 2.0, 1.0, 0.5).
+        norm_cfg (dict): Between the x4 branch's convs. Defaults to SyncBN."""
 
     def __init__(self,
                  in_channels: int,

@@ -10,23 +10,17 @@ from mmengine.model import BaseModule
 
 @MODELS.register_module()
 class SimpleFeaturePyramid(BaseModule):
-    """ViTDet's simple feature pyramid (Li et al., ECCV 2022).
-
-    From the last (stride-16) feature map of a plain ViT: scale 4 by two
-    2x2 transposed convs (norm + GELU between), 2 by one, 1 as is, 0.5 by
-    max pooling; each level then gets a 1x1 and a 3x3 conv with norm to
-    ``out_channels``; ``num_outs=5`` adds P6 by max-pooling the last level.
-    Output strides 4/8/16/32(/64) match mmdet's FPN, so Mask R-CNN heads plug
-    in unchanged.
+    """ViTDet's simple feature pyramid (Li et al., ECCV 2022): from the last
+    stride-16 map, scales 4 / 2 / 1 / 0.5 (transposed convs, identity, max
+    pooling), each then a 1x1 and a 3x3 conv with norm; ``num_outs=5`` adds
+    P6. Strides match mmdet's FPN.
 
     Args:
-        in_channels (int): Channels of the ViT feature map.
-        out_channels (int): Channels of every output level. Defaults to 256.
+        in_channels (int): Channels of the ViT map.
+        out_channels (int): Defaults to 256.
         scale_factors (Sequence[float]): Defaults to (4.0, 2.0, 1.0, 0.5).
-        num_outs (int): 4, or 5 with the extra P6. Defaults to 5.
-        norm_cfg (dict): Defaults to mmpretrain's channel LayerNorm
-            (``mmpretrain.LN2d``).
-    """
+        num_outs (int): 4 or 5. Defaults to 5.
+        norm_cfg (dict): Defaults to ``mmpretrain.LN2d``."""
 
     def __init__(self,
                  in_channels: int,

@@ -25,16 +25,10 @@ def die_with_launcher() -> None:
 
 
 def setup_cpu_distributed(launcher: str, cfg: Config) -> None:
-    """Make ``launcher='pytorch'`` work on machines without a GPU.
-
-    mmengine's ``init_dist`` calls ``torch.cuda.set_device`` and its DDP
-    wrapper passes ``device_ids=[LOCAL_RANK]``; both fail on a CPU. Without
-    CUDA this joins the process group with gloo first (mmengine then skips
-    its own ``init_dist``) and sets ``cfg.model_wrapper_cfg`` to wrap the
-    model with ``device_ids=None``. Nothing of that changes where CUDA is
-    available. On any device, a torchrun worker ends with its launcher
-    (:func:`die_with_launcher`).
-    """
+    """``launcher='pytorch'`` without a GPU: join the process group with gloo
+    (mmengine's ``init_dist`` sets a CUDA device) and wrap the model with
+    ``device_ids=None``; a torchrun worker ends with its launcher
+    (:func:`die_with_launcher`)."""
     import torch
     import torch.distributed as dist
     if (launcher or 'none') == 'none':

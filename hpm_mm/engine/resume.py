@@ -1,118 +1,29 @@
-"""What a resumed or warm-started run is checked against, before it
-trains: the checkpoint it continues (complete, the newest of the work dir),
-the run that wrote it (same iteration schedule), and the model it must fill;
-and a new run's work dir (no earlier run's checkpoints). Each refusal is an
-:class:`~hpm_mm.errors.HPMError` in one line."""
+"""The resume room: which checkpoint a training run continues, whether it is
+this run's, whether it fits, and what a changed run continues as.
+:class:`RunResume` is asked by the runner before it writes anything, once
+the model is built (the fit) and around mmengine's ``load_or_resume``;
+every checkpoint carries the run's signature and id. The rules:
+docs/reliability.md."""
 import logging
 import os
 import os.path as osp
+import re
+import uuid
 from typing import List, Optional, Tuple
 
+import torch
+
 from hpm_mm.errors import HPMError
-from .checkpoint import (checkpoint_mismatch, checkpoint_problem,
-                         checkpoint_state, download_checkpoint,
-                         find_resume_checkpoint, share_of_model)
+from .download import download_checkpoint
+from .safe_load import checkpoint_problem, checkpoint_state, load_file
 
-
-def resolve_resume(work_dir: str, load_from: Optional[str],
-                   notes: List[Tuple[int, str]]) -> Optional[str]:
-    """The checkpoint a resumed run starts from, checked.
-
-    Without ``load_from``: the newest complete checkpoint of ``work_dir``
-    (``last_checkpoint`` when it names a complete file, else the newest
-    complete ``epoch_N/iter_N.pth``), each file skipped noted; None (train
-    from scratch, noted) when there is none. With ``load_from``: that file,
-    which must be a complete checkpoint (an http(s) URL: its download).
-
-    Raises:
-        HPMError: The file given is incomplete, or the work dir holds only
-            incomplete checkpoints.
-    """
-    if load_from:
-        if load_from.startswith(('http://', 'https://')):
-            # checked like a path: the download is what is resumed
-            url, load_from = load_from, download_checkpoint(load_from)
-            notes.append((logging.INFO, f'resume: {url} is {load_from}'))
-        problem = checkpoint_problem(load_from)
-        if problem:
-            newest, _ = find_resume_checkpoint(osp.dirname(load_from) or '.')
-            hint = (f' The newest complete one there: --resume {newest}'
-                    if newest else '')
-            raise HPMError(f'cannot resume from {load_from}: {problem}.{hint}')
-        return load_from
-    path, skipped = find_resume_checkpoint(work_dir)
-    notes += [(logging.WARNING, f'resume: skipped {line}') for line in skipped]
-    if path:
-        notes.append((logging.INFO, f'resume: from {path}'))
-    elif skipped:
-        raise HPMError(
-            f'--resume found no complete checkpoint in {work_dir} '
-            f'({"; ".join(skipped)}) and will not train from scratch over '
-            'them. Fix: move them away, or pass --resume PATH.')
-    else:
-        notes.append((logging.WARNING, f'resume: no checkpoint in {work_dir} '
-                      'yet: training from scratch'))
-    return path
-
-
-def run_signature(kw: dict) -> dict:
-    """What defines the run a checkpoint continues, from the runner's
-    arguments: its length, the batch per process, the number of processes,
-    the base lr and the parameter schedulers (the iteration schedule), the
-    data it reads, the mask generator and the optimizer's other
-    hyper-parameters (a resumed optimizer state brings back the old ones).
-    Saved in every checkpoint's meta (``hpm_run``, with the iterations per
-    epoch the run had) and compared when it is resumed; keys a checkpoint
-    lacks (written by an earlier hpm_mm) are not compared."""
-    train_cfg = kw.get('train_cfg') or {}
-    loader = kw.get('train_dataloader')
-    optim = kw.get('optim_wrapper')
-    optimizer = optim.get('optimizer', {}) if isinstance(optim, dict) else {}
-    schedulers = kw.get('param_scheduler') or []
-    if isinstance(schedulers, dict):
-        schedulers = [schedulers]
-    dataset = loader.get('dataset') if isinstance(loader, dict) else None
-    model = kw.get('model')
-    return dict(
-        data={
-            k: dataset.get(k)
-            for k in DATA_KEYS if dataset.get(k) is not None
-        } if isinstance(dataset, dict) else None,
-        mask_generator=_plain(model.get('mask_generator')) if isinstance(
-            model, dict) else None,
-        optimizer={
-            k: _plain(v)
-            for k, v in dict(optimizer).items() if k not in ('lr', '_scope_')
-        } if isinstance(optimizer, dict) else None,
-        max_epochs=train_cfg.get('max_epochs'),
-        max_iters=train_cfg.get('max_iters'),
-        batch_size=loader.get('batch_size')
-        if isinstance(loader, dict) else None,
-        world_size=int(os.environ.get('WORLD_SIZE', '1')),
-        lr=optimizer.get('lr') if isinstance(optimizer, dict) else None,
-        param_scheduler=[{
-            k: v
-            for k, v in dict(s).items() if k != '_scope_'
-        } for s in schedulers if isinstance(s, dict)])
-
-
+#: the work dir's file holding the id of the run that owns its checkpoints
+RUN_ID_FILE = 'run_id'
 #: the dataset keys that say which data a run reads
 DATA_KEYS = ('type', 'data_root', 'ann_file', 'data_prefix', 'split',
              'indices', 'subset')
-
-
-def _plain(value):
-    """``value`` with tuples as lists and configs as dicts (as a
-    checkpoint's meta keeps it), for comparing."""
-    if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items() if k != '_scope_'}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    return value
-
-
 #: how each part of the signature reads in a refusal
-_SIGNATURE_NAMES = dict(
+_NAMES = dict(
     data='train_dataloader.dataset',
     mask_generator='model.mask_generator',
     optimizer='optim_wrapper.optimizer (other than lr)',
@@ -125,38 +36,111 @@ _SIGNATURE_NAMES = dict(
     param_scheduler='param_scheduler')
 
 
-def check_same_run(path: str, ckpt: dict, signature: dict, allowed: bool,
-                   notes: List[Tuple[int, str]]) -> None:
-    """Refuse to resume ``path`` when the run it was written by differs
-    from this one in what defines the iteration schedule (mmengine would
-    continue the old schedule: a cosine left at its minimum or cut
-    half-way, while alpha and the teacher's ramp follow the new length).
+# --------------------------------------------------------- the work dir
+def checkpoints_in(work_dir: str) -> List[Tuple[int, str]]:
+    """The work dir's ``epoch_N.pth`` / ``iter_N.pth``, newest first."""
+    if not osp.isdir(work_dir):
+        return []
+    found = []
+    for name in os.listdir(work_dir):
+        m = re.fullmatch(r'(?:epoch|iter)_(\d+)\.pth', name)
+        if m:
+            found.append((int(m.group(1)), osp.join(work_dir, name)))
+    return sorted(found, reverse=True)
 
-    Args:
-        path (str): The checkpoint (named in the messages).
-        ckpt (dict): It, loaded.
-        allowed (bool): ``resume_changed_run=True`` in the config: continue
-            anyway, with the differences noted.
 
-    Raises:
-        HPMError: The differences, and the fix.
-    """
-    meta = ckpt.get('meta') or {}
-    then = meta.get('hpm_run')
-    if then is None:
-        notes.append((logging.WARNING,
-                      f'resume: {path} records no run signature (written '
-                      'before hpm_mm 1.1 or by another runner): its '
-                      "schedulers' saved ends are compared with this run's"))
-        return
-    changed = [
-        _change(k, then.get(k), v) for k, v in signature.items() if k in then
-        and _plain(then.get(k)) != _plain(v) and k != 'param_scheduler'
-    ]
-    if 'param_scheduler' in then and _plain(then['param_scheduler']) != \
-            _plain(signature['param_scheduler']):
-        changed.append('param_scheduler (its types, ends or values)')
-    refuse_changes(path, changed, allowed, notes)
+def refuse_earlier_run(work_dir: str) -> None:
+    """Refuse a new run in a work dir holding another run's checkpoints:
+    they would mix, and a later ``--resume`` would continue the newest."""
+    found = [osp.basename(p) for _, p in checkpoints_in(work_dir)][::-1]
+    if found:
+        raise HPMError(
+            f'{work_dir} holds the checkpoints of an earlier run '
+            f'({", ".join(found[:3])}{", ..." if len(found) > 3 else ""}); a '
+            'new run there would mix its checkpoints with them. Fix: --resume '
+            'to continue that run, or give this run its own --work-dir.')
+
+
+def _run_id(path: str) -> Optional[str]:
+    try:
+        return ((load_file(path).get('meta') or {}).get('hpm_run')
+                or {}).get('run_id')
+    except Exception:
+        return None
+
+
+def find_resume_checkpoint(work_dir: str) -> Tuple[Optional[str], List[str]]:
+    """The checkpoint ``--resume`` continues: the newest complete one of
+    ``work_dir`` at or before the one ``last_checkpoint`` names (a pointer into
+    another folder read as the file of that name here); a newer one only when
+    its run id is the work dir's. Returns (path or None, skipped lines)."""
+    pointer, pointed = osp.join(work_dir, 'last_checkpoint'), None
+    if osp.isfile(pointer):
+        with open(pointer) as f:
+            pointed = osp.join(work_dir, osp.basename(f.read().strip()))
+    found = checkpoints_in(work_dir)
+    limit = next((s for s, p in found if p == pointed), None)
+    candidates = [(pointed, False)] if pointed and limit is None else []
+    candidates += [(p, limit is not None and s > limit) for s, p in found]
+    own = None
+    if osp.isfile(osp.join(work_dir, RUN_ID_FILE)):
+        with open(osp.join(work_dir, RUN_ID_FILE)) as f:
+            own = f.read().strip()
+    skipped = []
+    for path, newer in candidates:
+        problem = checkpoint_problem(path)
+        if problem is None and newer and (own is None or _run_id(path) != own):
+            problem = (f'newer than {pointer} and not of this run (its run '
+                       f'id is not {own})')
+        if problem is None:
+            return path, skipped
+        skipped.append(f'{path}: {problem}')
+    return None, skipped
+
+
+# ------------------------------------------------------- the signature
+def _plain(value):
+    """``value`` with tuples as lists and configs as dicts (as a
+    checkpoint's meta keeps it), for comparing."""
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items() if k != '_scope_'}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def run_signature(kw: dict) -> dict:
+    """What defines the run a checkpoint continues, from the runner's
+    arguments: its length, batch, processes, lr and schedulers (the
+    iteration schedule), data, mask generator and other optimizer
+    hyper-parameters."""
+    train_cfg = kw.get('train_cfg') or {}
+    loader = kw.get('train_dataloader')
+    loader = loader if isinstance(loader, dict) else {}
+    optim = kw.get('optim_wrapper')
+    optimizer = optim.get('optimizer', {}) if isinstance(optim, dict) else {}
+    optimizer = optimizer if isinstance(optimizer, dict) else {}
+    schedulers = kw.get('param_scheduler') or []
+    schedulers = [schedulers] if isinstance(schedulers, dict) else schedulers
+    dataset = loader.get('dataset')
+    model = kw.get('model')
+    return dict(
+        data={
+            k: dataset.get(k)
+            for k in DATA_KEYS if dataset.get(k) is not None
+        } if isinstance(dataset, dict) else None,
+        mask_generator=_plain(model.get('mask_generator')) if isinstance(
+            model, dict) else None,
+        optimizer={
+            k: _plain(v)
+            for k, v in optimizer.items() if k not in ('lr', '_scope_')
+        },
+        max_epochs=train_cfg.get('max_epochs'),
+        max_iters=train_cfg.get('max_iters'),
+        batch_size=loader.get('batch_size'),
+        world_size=int(os.environ.get('WORLD_SIZE', '1')),
+        lr=optimizer.get('lr'),
+        param_scheduler=[_plain(s) for s in schedulers if isinstance(s, dict)])
 
 
 def _change(key: str, old, new) -> str:
@@ -165,64 +149,229 @@ def _change(key: str, old, new) -> str:
         keys = sorted(
             k for k in set(old) | set(new)
             if _plain(old.get(k)) != _plain(new.get(k)))
-        return '; '.join(f'{_SIGNATURE_NAMES[key]}.{k} {old.get(k)!r} -> '
+        return '; '.join(f'{_NAMES[key]}.{k} {old.get(k)!r} -> '
                          f'{new.get(k)!r}' for k in keys)
-    return f'{_SIGNATURE_NAMES[key]} {old!r} -> {new!r}'
+    if key == 'param_scheduler':
+        return 'param_scheduler (its types, ends or values)'
+    return f'{_NAMES[key]} {old!r} -> {new!r}'
 
 
-def check_resumed_schedule(path: str, meta: Optional[dict], saved_schedulers,
-                           iters_per_epoch: int, schedulers, allowed: bool,
-                           notes: List[Tuple[int, str]]) -> None:
-    """The checks that need the built run (``load_or_resume``): the
-    iterations per epoch (a folder that grew, another ``indices``: the
-    restored cosine would end early), and, for a checkpoint without a run
-    signature, its schedulers' saved ends against this run's.
+# -------------------------------------------------------------- the room
+class RunResume:
+    """What a training run starts from (``kw``: the runner's arguments, its
+    ``load_from`` set to the checkpoint found), checked before the runner
+    writes anything: an incomplete checkpoint, another run's, a changed run
+    (unless ``allowed``: ``resume_changed_run=True``) and a new run in a work
+    dir holding an earlier run's checkpoints are refused in one line."""
 
-    Raises:
-        HPMError: The differences, and the fix.
-    """
-    then = (meta or {}).get('hpm_run')
-    changed = []
-    if then is not None:
-        old = then.get('iters_per_epoch')
-        if old is not None and old != iters_per_epoch:
-            changed.append(_change('iters_per_epoch', old, iters_per_epoch))
-    elif saved_schedulers:
-        for i, (s,
-                state) in enumerate(zip(schedulers or [], saved_schedulers)):
-            for key in ('end', 'T_max'):
-                mine, saved = getattr(s, key, None), (state or {}).get(key)
-                if mine is not None and saved is not None and mine != saved:
-                    changed.append(f'param_scheduler.{i} ({type(s).__name__})'
-                                   f' {key} {saved} -> {mine} iterations')
-    refuse_changes(path, changed, allowed, notes)
+    def __init__(self, kw: dict, work_dir: str, allowed: bool) -> None:
+        self.notes: List[Tuple[int, str]] = []
+        self.signature = run_signature(kw)
+        self.allowed = allowed
+        self.run_id = uuid.uuid4().hex[:12]
+        self.work_dir = work_dir
+        self.resume = bool(kw.get('resume'))
+        self.then = None  # the resumed checkpoint's hpm_run meta
+        self.ckpt = None  # loaded once, for the fit check
+        self.path = kw.get('load_from')
+        if not self.resume:
+            refuse_earlier_run(work_dir)
+            return
+        self.path = kw['load_from'] = self._find(kw.get('load_from'))
+        if self.path:
+            self.ckpt = load_file(self.path)
+            if not isinstance(self.ckpt.get('meta'), dict):
+                raise HPMError(
+                    f'--resume {self.path}: it holds no training state (no '
+                    'meta; weights only), so there is no run to continue. '
+                    f'Fix: --cfg-options load_from={self.path} in a new work '
+                    'dir to start from its weights.')
+            meta = self.ckpt['meta']
+            self.then = meta.get('hpm_run')
+            self.saved = self.ckpt.get('param_schedulers') or []
+            self.run_id = (self.then or {}).get('run_id') or self.run_id
+            self._check_same_run(meta)
+
+    def _find(self, load_from: Optional[str]) -> Optional[str]:
+        if load_from:
+            if load_from.startswith(('http://', 'https://')):
+                url, load_from = load_from, download_checkpoint(load_from)
+                self.notes.append((logging.INFO, f'resume: {url} is '
+                                   f'{load_from}'))
+            problem = checkpoint_problem(load_from)
+            if problem:
+                newest, _ = find_resume_checkpoint(
+                    osp.dirname(load_from) or '.')
+                hint = (f' The newest complete one there: --resume {newest}'
+                        if newest else '')
+                raise HPMError(
+                    f'cannot resume from {load_from}: {problem}.{hint}')
+            return load_from
+        path, skipped = find_resume_checkpoint(self.work_dir)
+        self.notes += [(logging.WARNING, f'resume: skipped {s}')
+                       for s in skipped]
+        if path:
+            self.notes.append((logging.INFO, f'resume: from {path}'))
+        elif skipped:
+            raise HPMError(
+                f'--resume found no complete checkpoint of this run in '
+                f'{self.work_dir} ({"; ".join(skipped)}) and will not train '
+                'from scratch over them. Fix: move them away, or pass '
+                '--resume PATH.')
+        else:
+            self.notes.append((logging.WARNING, 'resume: no checkpoint in '
+                               f'{self.work_dir} yet: training from scratch'))
+        return path
+
+    def _check_same_run(self, meta: dict) -> None:
+        if self.then is None:
+            self.notes.append(
+                (logging.WARNING, f'resume: {self.path} records no run '
+                 'signature (another runner wrote it): its schedulers\' '
+                 "saved ends are compared with this run's"))
+            return
+        changed = [
+            _change(k, self.then[k], v) for k, v in self.signature.items()
+            if k in self.then and _plain(self.then[k]) != _plain(v)
+        ]
+        self._refuse(changed, self.notes)
+        for key, done in (('max_epochs', meta.get('epoch')),
+                          ('max_iters', meta.get('iter'))):
+            length = self.signature[key]
+            if changed and length is not None and done and length < done:
+                raise HPMError(
+                    f'--resume {self.path}: it trained {done} '
+                    f'{key[4:]}, more than train_cfg.{key}={length}; a '
+                    'changed run cannot continue it. Fix: '
+                    f'train_cfg.{key} >= {done}, or a new work dir with '
+                    f'--cfg-options load_from={self.path}.')
+
+    def _refuse(self, changed: List[str], notes: list) -> None:
+        if not changed:
+            return
+        what = '; '.join(changed)
+        if self.allowed:
+            notes.append(
+                (logging.WARNING, f'resume: the run changed since '
+                 f'{self.path} ({what}); continuing as the new config, as '
+                 'resume_changed_run=True asks'))
+            return
+        raise HPMError(
+            f'--resume {self.path}: the run changed since it was written '
+            f'({what}); resuming keeps the checkpoint\'s iteration schedule '
+            'and optimizer state, so the run would not be the one '
+            'configured. Fix: resume with the config, data and number of '
+            'processes it was trained with (its config copy is in the work '
+            'dir), or start a new work dir with --cfg-options load_from='
+            'CKPT, or pass --cfg-options resume_changed_run=True to continue '
+            'it as the new config.')
+
+    def check_fits(self, model) -> None:
+        """Refuse a checkpoint that does not fit ``model``: a resumed one
+        that does not fill it, a ``load_from`` that fills less than half
+        of it (another architecture, trained almost from scratch)."""
+        if not self.path:
+            return
+        if self.resume:
+            ckpt, self.ckpt = self.ckpt, None
+            problem = checkpoint_mismatch(model, checkpoint_state(model, ckpt),
+                                          f'--resume {self.path}')
+            if problem:
+                raise HPMError(
+                    f'{problem}: the config changed since the checkpoint was '
+                    'written. Fix: resume with the config it was trained '
+                    'with (its copy is in the work dir), or start a new work '
+                    'dir with --cfg-options load_from=CKPT.')
+            return
+        share = share_of_model(model, checkpoint_state(model, self.path))
+        if share < 0.5:
+            raise HPMError(
+                f'load_from={self.path} fills {100 * share:.1f}% of this '
+                "model's weights (by name and shape): a checkpoint of "
+                'another architecture, and training would start almost '
+                'from scratch. Fix: a checkpoint of this architecture, or '
+                'convert it (tools/model_converters/hpm2backbone.py) and '
+                "load it through the backbone's init_cfg.")
+
+    def load(self, runner, load) -> None:
+        """Run mmengine's ``load_or_resume`` (``load``) for ``runner``; for a
+        resumed run, first refuse a changed number of iterations per epoch
+        (or, for a checkpoint without a signature, changed scheduler ends),
+        and with ``resume_changed_run`` continue as the new config from the
+        epoch reached: the iteration count, the optimizer's hyper-parameters
+        and the parameter schedulers are this config's at that epoch."""
+        if not (runner._resume and self.path):
+            return load()
+        schedulers = runner.param_schedulers or []
+        if isinstance(schedulers, dict):  # per optimizer: the first
+            schedulers = next(iter(schedulers.values()), [])
+        iters_per_epoch = len(runner.train_dataloader)
+        changed = []
+        if self.then is not None:
+            old = self.then.get('iters_per_epoch')
+            if old is not None and old != iters_per_epoch:
+                changed.append(
+                    _change('iters_per_epoch', old, iters_per_epoch))
+        else:
+            for i, (s, state) in enumerate(zip(schedulers, self.saved)):
+                for key in ('end', 'T_max'):
+                    mine, then = getattr(s, key, None), (state or {}).get(key)
+                    if mine is not None and then is not None and mine != then:
+                        changed.append(f'param_scheduler.{i} '
+                                       f'({type(s).__name__}) {key} {then} -> '
+                                       f'{mine} iterations')
+        notes = []
+        self._refuse(changed, notes)
+        for level, message in notes:
+            runner.logger.log(level, message)
+        if not self.allowed:
+            return load()
+        wrapper = runner.optim_wrapper
+        wrappers = list(wrapper.values()) if hasattr(wrapper,
+                                                     'values') else [wrapper]
+        groups = [[{
+            k: v
+            for k, v in g.items() if k != 'params'
+        } for g in w.optimizer.param_groups] for w in wrappers]
+        fresh = [(s, s.state_dict()) for s in schedulers]
+        load()
+        for w, built in zip(wrappers, groups):  # this config's values
+            for group, values in zip(w.optimizer.param_groups, built):
+                group.update(values)
+        iters = runner.iter
+        from mmengine.runner import EpochBasedTrainLoop
+        if isinstance(runner.train_loop, EpochBasedTrainLoop):
+            iters = runner.epoch * iters_per_epoch  # this run's iterations
+            runner.train_loop._iter = iters
+        _replay(fresh, iters, iters_per_epoch)
+
+    def meta(self, iters_per_epoch: int) -> dict:
+        """What every checkpoint records of the run (``meta['hpm_run']``);
+        the run's id goes into the work dir too, where ``--resume`` reads
+        which newer checkpoints are its own."""
+        from mmengine.dist import is_main_process
+        if is_main_process() and osp.isdir(self.work_dir):
+            with open(osp.join(self.work_dir, RUN_ID_FILE), 'w') as f:
+                f.write(self.run_id)
+        return dict(
+            self.signature,
+            iters_per_epoch=iters_per_epoch,
+            run_id=self.run_id)
 
 
-def refit_schedulers(fresh, iters: int, iters_per_epoch: int) -> None:
-    """``resume_changed_run=True``: the resumed parameter schedulers follow
-    this run's schedule (its ends and lengths as configured), at the point
-    the checkpoint reached. mmengine's resume brings the checkpoint's
-    schedule back (a run made longer would spend its added epochs at the
-    minimum lr); the chained schedulers compute each value from the last
-    one, so their shapes are put back and their ``iters`` steps replayed
-    from the configured start, as the runner's ``ParamSchedulerHook`` steps
-    them (per iteration, and at each epoch's end those by epoch).
-
-    Args:
-        fresh (list): ``(scheduler, its state as built for this run)``
-            pairs, taken before the checkpoint was loaded into them.
-        iters (int): The iterations trained (the resumed ``runner.iter``).
-        iters_per_epoch (int): This run's.
-    """
-    for scheduler, state in fresh:  # this run's values at its start (the
-        name = scheduler.param_name  # optimizer state brought the old ones)
-        for group, value in zip(scheduler.optimizer.param_groups,
-                                state['base_values']):
-            group[f'initial_{name}'] = group[name] = value
+def _replay(fresh, iters: int, iters_per_epoch: int) -> None:
+    """Put each scheduler back as built for this run and step it through
+    ``iters`` iterations, as the runner's ``ParamSchedulerHook`` does (per
+    iteration, and at each epoch's end those by epoch): chained schedulers
+    compute each value from the last one."""
     import warnings
-    with warnings.catch_warnings():  # (steps before this process's first
-        warnings.simplefilter('ignore', UserWarning)  # optimizer step)
-        for scheduler, state in fresh:  # as built: its first step again
+    with warnings.catch_warnings():  # (steps before any optimizer step)
+        warnings.simplefilter('ignore', UserWarning)
+        for scheduler, state in fresh:  # from the base values, as built
+            for group, value in zip(scheduler.optimizer.param_groups,
+                                    state['base_values']):
+                group[scheduler.param_name] = value
+        for scheduler, state in fresh:
             scheduler.load_state_dict(
                 dict(state, last_step=-1, _global_step=-1))
             scheduler.step()
@@ -237,75 +386,46 @@ def refit_schedulers(fresh, iters: int, iters_per_epoch: int) -> None:
                         s.step()
 
 
-def refuse_changes(path: str, changed: List[str], allowed: bool,
-                   notes: List[Tuple[int, str]]) -> None:
-    """Refuse (or, with ``resume_changed_run``, note) a resume of a run
-    that changed."""
-    if not changed:
-        return
-    what = '; '.join(changed)
-    if allowed:
-        notes.append((logging.WARNING,
-                      f'resume: the run changed since {path} ({what}); '
-                      'continuing as resume_changed_run=True asks'))
-        return
-    raise HPMError(
-        f'--resume {path}: the run changed since it was written ({what}); '
-        'resuming keeps the checkpoint\'s iteration schedule and optimizer '
-        'state, so the run would not be the one configured. Fix: resume '
-        'with the config, data and number of processes it was trained with '
-        '(its config copy is in the work dir), or start a new work dir '
-        'with --cfg-options load_from=CKPT, or pass --cfg-options '
-        'resume_changed_run=True to continue anyway.')
+# -------------------------------------------------------------- the fit
+def share_of_model(model: torch.nn.Module, state_dict: dict) -> float:
+    """The fraction of ``model``'s floating-point weights that
+    ``state_dict`` holds under the same name (``module.`` dropped) and
+    shape."""
+    own = {
+        k: v
+        for k, v in model.state_dict().items() if v.is_floating_point()
+    }
+    shared = 0
+    for k, v in state_dict.items():
+        k = k[len('module.'):] if k.startswith('module.') else k
+        if k in own and torch.is_tensor(v) and \
+                tuple(v.shape) == tuple(own[k].shape):
+            shared += own[k].numel()
+    return shared / max(sum(v.numel() for v in own.values()), 1)
 
 
-def refuse_earlier_run(work_dir: str) -> None:
-    """Refuse a new run in a work dir that holds another run's checkpoints:
-    they would mix, and a later ``--resume`` would continue whichever is
-    newest."""
-    import re
-    if not osp.isdir(work_dir):
-        return
-    found = sorted(
-        n for n in os.listdir(work_dir)
-        if re.fullmatch(r'(epoch|iter)_\d+\.pth', n))
-    if not found:
-        return
-    raise HPMError(
-        f'{work_dir} holds the checkpoints of an earlier run '
-        f'({", ".join(found[:3])}{", ..." if len(found) > 3 else ""}); a new '
-        'run there would mix its checkpoints with them, and a later --resume '
-        'would continue whichever is newest. Fix: --resume to continue that '
-        'run, or give this run its own --work-dir.')
-
-
-def check_load_from(model, path: str) -> None:
-    """Refuse a ``load_from`` checkpoint that fills less than half of
-    ``model``'s weights (by name and shape): a checkpoint of another
-    architecture, which mmengine would load with a warning and then train
-    from scratch. (A pretraining checkpoint fine-tuned through load_from
-    fills the whole encoder; only a small head stays new.)"""
-    share = share_of_model(model, checkpoint_state(model, path))
-    if share < 0.5:
-        raise HPMError(
-            f'load_from={path} fills {100 * share:.1f}% of this model\'s '
-            'weights (by name and shape): it is a checkpoint of another '
-            'architecture, and training would start almost from '
-            'scratch. Fix: a checkpoint of this architecture, or '
-            'convert it (tools/model_converters/hpm2backbone.py) and '
-            'load it through the backbone\'s init_cfg.')
-
-
-def check_resume_fits(model, path: str, ckpt: Optional[dict] = None) -> None:
-    """Refuse to resume a checkpoint that does not fill ``model`` (the
-    architecture changed since it was written), in one line, before
-    mmengine fails on unrelated tensor errors."""
-    problem = checkpoint_mismatch(model, checkpoint_state(model, ckpt or path),
-                                  f'--resume {path}')
-    if problem:
-        raise HPMError(
-            f'{problem}: the config changed since the checkpoint was '
-            'written. Fix: resume with the config it was trained with '
-            '(its copy is in the work dir), or start a new work dir, '
-            'with --cfg-options load_from=CKPT to start from its '
-            'weights.')
+def checkpoint_mismatch(model: torch.nn.Module,
+                        state_dict: dict,
+                        name: str = 'the checkpoint') -> Optional[str]:
+    """One line saying how ``state_dict`` fails to fill ``model`` (missing
+    keys, other shapes; keys the model lacks are only counted), or None."""
+    own = model.state_dict()
+    missing = [k for k in own if k not in state_dict]
+    shapes = [
+        k for k in own if k in state_dict
+        and tuple(state_dict[k].shape) != tuple(own[k].shape)
+    ]
+    if not missing and not shapes:
+        return None
+    extra = sum(1 for k in state_dict if k not in own)
+    parts = []
+    if missing:
+        parts.append(f'{len(missing)} of the model\'s {len(own)} tensors are '
+                     f'missing (e.g. {", ".join(missing[:3])})')
+    if shapes:
+        k = shapes[0]
+        parts.append(f'{len(shapes)} have another shape (e.g. {k}: '
+                     f'{tuple(state_dict[k].shape)} in the file, '
+                     f'{tuple(own[k].shape)} in the model)')
+    return (f'{name} does not fill the model: ' + '; '.join(parts) +
+            f'; {extra} keys of the file are not in the model')

@@ -32,20 +32,10 @@ def teacher_momentum(steps: int) -> Tuple[float, float]:
 
 
 def scale_recipe(cfg, epochs: int, steps_per_epoch: int):
-    """The config's recipe for an ``epochs``-epoch run of ``steps_per_epoch``
-    steps, in place (and returned): ``train_cfg.max_epochs``; the lr
-    schedule as a linear warm-up (:func:`warmup_epochs`) chained with a
-    cosine over the whole run (the config's two schedulers, by epoch,
-    converted to iterations, as the Fashion-MNIST schedule); the EMA
-    teacher's momentum ramp over the whole run with the lag rule of
-    :func:`teacher_momentum`, when the model has a teacher.
-
-    Args:
-        cfg (Config): A pretraining config with the Fashion-MNIST recipe's
-            two schedulers (``LinearLR`` then ``CosineAnnealingLR``).
-        epochs (int): Epochs of the run.
-        steps_per_epoch (int): Optimizer steps per epoch.
-    """
+    """The Fashion-MNIST recipe (``LinearLR`` warm-up then a cosine over the
+    run, by epoch, as iterations) for ``epochs`` epochs of ``steps_per_epoch``
+    steps, in place: ``train_cfg.max_epochs``, the schedulers, the teacher's
+    momentum ramp (:func:`teacher_momentum`)."""
     if epochs < 1 or steps_per_epoch < 1:
         raise ValueError(f'a run needs epochs >= 1 and steps per epoch >= 1, '
                          f'got {epochs} and {steps_per_epoch}.')
@@ -84,16 +74,10 @@ def steps_per_epoch(num_images: int,
 
 
 def check_run_length(cfg) -> None:
-    """Refuse, in one line, a config whose parts disagree on the run's
-    length (after ``--cfg-options``): a parameter scheduler that ends after
-    the run (its decay never finishes) or a last one that ends before it
-    (the run goes on at the final value), and an EMA teacher whose momentum
-    ramp is longer than the run. Schedulers without ``end`` and a teacher
-    ramp of ``momentum_epochs=None`` follow the run and always fit.
-
-    Raises:
-        HPMError: The mismatch, and the fix.
-    """
+    """Refuse, in one line, parts that disagree on the run's length: a
+    scheduler ending after the run or a last one before it, a teacher ramp
+    longer than the run (schedulers without ``end`` and
+    ``momentum_epochs=None`` follow the run)."""
     train_cfg = cfg.get('train_cfg') or {}
     by_epoch = 'max_epochs' in train_cfg
     length = train_cfg.get('max_epochs', train_cfg.get('max_iters'))

@@ -65,23 +65,21 @@ def hand_over(handle: IO, work_dir: str):
 
 
 def own_work_dir(work_dir: str) -> IO:
-    """Take the work dir for this process, or refuse in one line.
-
-    An advisory ``flock`` on ``work_dir/.run.lock``: the operating system
-    drops it when the owner exits, however it exits (``kill -9`` too), so a
-    dead run never blocks the next one. The file names the owner (pid, host,
-    start time, command) for the refusal. Keep the returned file open for
-    the whole run.
-
-    Raises:
-        WorkDirBusy: A live run holds the lock.
-    """
+    """Take the work dir for this process (an ``flock`` on ``.run.lock``, which
+    the OS drops however the owner exits; the file names the owner), or
+    raise :class:`WorkDirBusy` in one line. Keep the file open for the run."""
     item = getattr(_HANDOVER, 'item', None)
     if item is not None and item[0] == osp.realpath(work_dir):
         _HANDOVER.item = None  # taken over (hand_over)
         return item[1]
-    os.makedirs(work_dir, exist_ok=True)
-    handle = open(osp.join(work_dir, LOCK_NAME), 'a+')
+    try:
+        os.makedirs(work_dir, exist_ok=True)
+        handle = open(osp.join(work_dir, LOCK_NAME), 'a+')
+    except OSError as e:  # read-only, under a file, ...
+        raise HPMError(
+            f'cannot make the work dir {work_dir} ({e.strerror or e}). Fix: '
+            '--work-dir a folder you can write (without it, work_dirs/ of '
+            'the current folder).') from None
     try:
         fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:

@@ -1,10 +1,6 @@
-"""DINO-style weighted kNN evaluation of frozen features.
-
-Features are L2-normalised; each test sample's k nearest training samples
-(cosine similarity) vote for their class with weight ``exp(sim / T)``; the
-class with the largest total wins. All ks are answered from one top-k search
-per chunk of test samples, so memory stays ``chunk_size x num_train``.
-"""
+"""DINO-style weighted kNN on L2-normalised frozen features: the k nearest
+training samples vote with ``exp(sim / T)``; every k from one top-k
+search per chunk of test samples."""
 from typing import Dict, Optional, Sequence, Union
 
 import torch
@@ -22,22 +18,9 @@ def knn_classify(train_feats: torch.Tensor,
                  temperature: float = 0.07,
                  num_classes: Optional[int] = None,
                  chunk_size: int = 256) -> Dict[int, float]:
-    """Top-1 accuracy (%) of the weighted kNN classifier for each k.
-
-    Args:
-        train_feats (torch.Tensor): (N_train, D) features.
-        train_labels (torch.Tensor): (N_train,) int labels.
-        test_feats (torch.Tensor): (N_test, D) features.
-        test_labels (torch.Tensor): (N_test,) int labels.
-        ks (Sequence[int]): Neighbourhood sizes; those above N_train are
-            clipped to N_train. Defaults to DINO's (10, 20, 100, 200).
-        temperature (float): T in ``exp(sim / T)``. Defaults to 0.07.
-        num_classes (int, optional): Defaults to max label + 1.
-        chunk_size (int): Test samples per similarity block.
-
-    Returns:
-        dict: ``{k: top-1 accuracy in percent}``.
-    """
+    """Top-1 accuracy (%) of DINO's weighted kNN classifier for each k
+    (``exp(sim / temperature)`` votes; k clipped to the bank), computed in
+    blocks of ``chunk_size`` test samples. Returns ``{k: top-1}``."""
     if train_feats.shape[0] != train_labels.shape[0]:
         raise ValueError('train_feats and train_labels differ in length: '
                          f'{train_feats.shape[0]} vs {train_labels.shape[0]}')
@@ -69,15 +52,9 @@ FEATURES = ('avg', 'cls')
 def pool_features(feats,
                   num_extra_tokens: int = 1,
                   feature: str = 'avg') -> torch.Tensor:
-    """(B, D) image features from a backbone's output.
-
-    Token sequences (B, L, D): ``feature='avg'`` averages the patch tokens
-    (global average pooling, the paper's text for kNN and linear probing);
-    ``'cls'`` takes the CLS token (what the authors' kNN and linear scripts
-    read, MAE's ``global_pool=False``). Feature maps (B, D, H, W) are
-    averaged over space; (B, D) passes through. A tuple uses its last
-    element.
-    """
+    """(B, D) features of a backbone's output: token sequences averaged over
+    the patches (``'avg'``, the paper) or the CLS token (``'cls'``, the
+    authors' scripts); maps averaged over space; a tuple's last element."""
     if feature not in FEATURES:
         raise ValueError(f'feature must be one of {FEATURES}, got '
                          f'{feature!r}.')
@@ -146,29 +123,12 @@ def extract_features(model,
                      feature: Union[str, Sequence[str]] = 'avg',
                      amp: Union[bool, torch.dtype, None] = False,
                      layer: Optional[int] = None) -> Dict[str, torch.Tensor]:
-    """Pooled features and labels of a whole dataloader (all ranks).
-
-    Args:
-        model: An mmpretrain model with ``data_preprocessor`` and
-            ``extract_feat`` (HPM, MAE, an ImageClassifier).
-        dataloader: Yields mmpretrain batches with ``gt_label``.
-        progress (bool): Show a progress bar. Defaults to True.
-        feature (str | Sequence[str]): ``'avg'`` (patch tokens averaged) or
-            ``'cls'`` (the CLS token); see :func:`pool_features`. Several
-            (``('avg', 'cls')``) come from one pass. Defaults to ``'avg'``.
-        amp (torch.dtype, optional): Autocast in this dtype (the run's
-            precision, or :func:`hpm_mm.engine.precision.feature_precision`'s
-            choice); None/False: fp32. Features are returned in fp32.
-            Defaults to False.
-        layer (int, optional): Read the tokens out of this encoder block
-            (0-based; negative from the end) instead of the encoder's output
-            after its final norm: MIM features are often better in an
-            intermediate block. Defaults to None (the output).
-
-    Returns:
-        dict: ``feats`` (N, D) float32 on CPU (for several features, a dict
-        of them by name), ``labels`` (N,) int64.
-    """
+    """Pooled features (fp32, CPU) and labels of a whole dataloader (all ranks)
+    through ``model.extract_feat``: ``feature`` ``'avg'`` and/or ``'cls'``
+    (:func:`pool_features`) from one pass, under autocast in ``amp`` (a dtype;
+    None: fp32), from encoder block ``layer`` (default: the output), with a
+    progress bar unless ``progress=False``. Returns ``feats`` (N, D) (a dict
+    by name for several) and ``labels`` (N,)."""
     names = [feature] if isinstance(feature, str) else list(feature)
     was_training = model.training
     model.eval()
@@ -182,7 +142,8 @@ def extract_features(model,
     if amp is True:
         raise TypeError(
             'extract_features(amp=True): pass the dtype, e.g. '
-            'hpm_mm.engine.precision.feature_precision(model, loader).dtype')
+            "hpm_mm.engine.precision.run_precision(dict(precision='auto'))"
+            '.dtype')
     dtype = amp or None
     for batch in dataloader:
         data = model.data_preprocessor(batch, False)

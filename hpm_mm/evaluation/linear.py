@@ -1,13 +1,5 @@
-"""Linear probing on cached frozen features.
-
-The linear-probe configs (``configs/benchmarks/classification/fmnist/``)
-train ``BatchNorm1d(affine=False)`` + a linear layer on a frozen encoder,
-re-running the encoder over the data every epoch. With the encoder frozen,
-its features can be extracted once (the pass that kNN also reads) and the
-same head trained on them in seconds: :func:`linear_probe`. The Fashion-MNIST
-probe configs train without augmentation, so the two are one protocol
-(85.93 config-driven against 85.98 cached on one encoder: docs/study.md).
-"""
+"""Linear probing on cached frozen features: the linear-probe configs' head
+and recipe, trained on features extracted once (the pass kNN reads)."""
 import math
 from typing import Dict
 
@@ -25,24 +17,9 @@ def linear_probe(train_feats: torch.Tensor,
                  warmup_epochs: int = 1,
                  seed: int = 0) -> Dict[str, float]:
     """Top-1 (%) of ``BatchNorm1d(affine=False)`` + ``Linear`` trained on
-    frozen features: the linear-probe configs' head and recipe (SGD,
-    momentum 0.9, no weight decay, a linear warm-up from 1e-3 x lr over
-    ``warmup_epochs`` then a cosine to 0, per iteration).
-
-    Args:
-        train_feats (torch.Tensor): (N, D) features of the training images.
-        train_labels (torch.Tensor): (N,) int labels.
-        test_feats (torch.Tensor): (M, D).
-        test_labels (torch.Tensor): (M,).
-        epochs (int): Defaults to 10 (the configs').
-        lr (float): Defaults to 0.1 (the configs').
-        batch_size (int): Defaults to 256.
-        warmup_epochs (int): Defaults to 1.
-        seed (int): Initialisation and data order. Defaults to 0.
-
-    Returns:
-        dict: ``top1`` on the test features and ``train_top1``.
-    """
+    frozen features with the linear-probe configs' recipe (SGD, momentum 0.9,
+    no decay, linear warm-up then cosine, per iteration). Returns ``top1`` and
+    ``train_top1``."""
     gen = torch.Generator().manual_seed(seed)
     num_classes = int(max(train_labels.max(), test_labels.max())) + 1
     dim = train_feats.shape[1]

@@ -33,8 +33,18 @@ def watch_channels(model) -> None:
     """Check every batch's channels (:func:`check_channels`) at the built
     model's data preprocessor, whichever class it is and whichever config
     key set it (``model.data_preprocessor`` or the top-level one): a forward
-    pre-hook, added once. The runners call it on the model they build."""
+    pre-hook, added once; a mean/std of another length than the encoder's
+    input channels is refused at once. The runners call it."""
     pre = getattr(model, 'data_preprocessor', None)
+    embed = getattr(getattr(model, 'backbone', None), 'patch_embed', None)
+    want = getattr(getattr(embed, 'projection', None), 'in_channels', None)
+    mean = getattr(pre, 'mean', None)
+    if want and torch.is_tensor(mean) and getattr(
+            pre, '_enable_normalize', False) and mean.shape[0] != want:
+        raise HPMError(
+            f'data_preprocessor mean/std have {mean.shape[0]} value(s) but '
+            f'the model takes {want}-channel images. Fix: one mean and one '
+            "std value per channel (the model's patch_cfg.in_channels).")
     if not isinstance(pre, torch.nn.Module) or \
             getattr(pre, '_hpm_channels_watched', False) or \
             isinstance(pre, ChannelCheckedDataPreprocessor):

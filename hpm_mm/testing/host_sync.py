@@ -1,25 +1,11 @@
-"""Count what would make a GPU wait for the host, on any device.
+"""Count what would make a GPU wait for the host, on any device: ``.item()``,
+``bool(tensor)``, data-dependent shapes (``nonzero``, boolean indexing)
+and host/device copies, seen by the dispatcher on a CPU as on CUDA, so
+the CPU tests hold a step's count::
 
-On CUDA a training step runs ahead of the host until something needs a
-value back: ``.item()`` and ``bool(tensor)`` (``aten._local_scalar_dense``,
-``aten.is_nonzero``), an output whose size depends on the data
-(``nonzero``, ``masked_select``, boolean indexing, ``unique``), or a copy
-between the host and the device (a Python number made into a device
-tensor, ``.cpu()``). Each of those is a synchronisation. The dispatcher sees
-the same ops on a CPU, so :class:`HostSyncCounter` counts them there too:
-the CPU tests hold the count of a step, and on CUDA the same step runs
-under ``torch.cuda.set_sync_debug_mode('error')``.
-
-    >>> with HostSyncCounter() as syncs:
-    ...     model.train_step(data, optim_wrapper)
-    >>> syncs.count, syncs.ops  # e.g. 1, {'aten._local_scalar_dense': 1}
-
-A copy between devices counts only on a machine that has both (on a CPU,
-``new_tensor`` and ``.to(device)`` are no copies); a step that builds a
-Python number into a tensor on the device of its inputs counts as one
-``aten._to_copy``/``aten.copy_`` where the source is on the CPU and the
-destination is not, or the other way round.
-"""
+    with HostSyncCounter() as syncs:
+        model.train_step(data, optim_wrapper)
+    syncs.count, syncs.ops  # e.g. 1, {'aten._local_scalar_dense': 1}"""
 from collections import Counter
 from typing import Dict, List
 
@@ -51,21 +37,12 @@ def _device_of(x):
 
 
 class HostSyncCounter(TorchDispatchMode):
-    """Record the ops of the code run under it that synchronise a GPU with
-    the host (:data:`SYNC_OPS`, cross-device copies).
+    """Record the ops run under it that synchronise a GPU with the host.
 
     Args:
         keep_stacks (bool): Keep where each happened (:attr:`calls`).
-        device (str, optional): On a machine with a GPU, the step's device:
-            only reads of tensors there count (a read of a host tensor,
-            e.g. a non-fused optimizer's step count, makes no GPU wait).
-            Defaults to None: every read counts (the CPU's stand-in).
-
-    Attributes:
-        ops (Counter): op name -> times.
-        count (int): All of them.
-        calls (list): ``(op, stack)`` of each, with ``keep_stacks=True``.
-    """
+        device (str, optional): Only reads of tensors on this device count
+            (default: every read, the CPU's stand-in)."""
 
     def __init__(self, keep_stacks: bool = False, device=None) -> None:
         super().__init__()

@@ -1,12 +1,6 @@
-"""See the hard patches: true vs predicted per-patch losses, HPM's mask and
-the reconstruction (paper Fig. 2, S1, S2; HPM issue #3).
-
-The heatmaps follow the paper: the *predicted* loss is the teacher's loss
-predictor on the full, unmasked image; the *true* loss of a patch is its
-reconstruction error averaged over several random masks in which it was
-masked. Both are min-max normalised per image and upsampled to pixels
-(red = hard, blue = easy).
-"""
+"""The hard patches: the teacher's predicted loss on the full image against
+the true loss (averaged over random masks), the mask and the
+reconstruction, as the paper's Fig. 2 / S1 / S2."""
 from typing import Dict, Optional
 
 import numpy as np
@@ -44,30 +38,11 @@ def analyze_hard_patches(model,
                          num_masks: int = 8,
                          use_teacher: bool = True,
                          seed: Optional[int] = 0) -> Dict[str, torch.Tensor]:
-    """Everything the figure shows, for a batch of normalised images.
-
-    Args:
-        model (HPM): The pretrained model.
-        inputs (torch.Tensor): (B, C, H, W) after the data preprocessor.
-        progress (float): Training progress t/T at which the model's mask
-            generator draws the mask (for HPM's default schedule, 1.0 is
-            alpha_T = 0.5). Defaults to 1.0.
-        num_masks (int): Random masks averaged for the true loss.
-        use_teacher (bool): Scores from the EMA teacher (as in training)
-            when the model has one, else from the student's predictor.
-        seed (int, optional): Seed of the random masks.
-
-    Returns:
-        dict: ``true_loss`` (B, N); ``pred_loss`` (B, N), the predicted
-        losses, None without a loss predictor; ``scores`` (B, N), what the
-        mask generator read at ``progress`` (None when it reads none);
-        ``shown`` and ``shown_name``, the map the figure shows (the scores
-        read, else the predicted loss) and its name; ``mask`` (B, N), 1 =
-        masked; ``recon`` (B, C, H, W) with the visible patches pasted back
-        (in the normalised input space); ``spearman`` (B,), of ``shown``
-        against the true loss; ``mask_info`` (the mask generator's log
-        scalars at ``progress``).
-    """
+    """What the figure shows, for a batch of normalised images at ``progress``:
+    ``true_loss`` (B, N, averaged over ``num_masks`` random masks),
+    ``pred_loss``, ``scores`` (what the mask read), ``shown`` /
+    ``shown_name``, ``mask``, ``recon``, ``spearman`` (B,) and ``mask_info``.
+    ``use_teacher``: the EMA teacher's scores, as in training."""
     was_training = model.training
     model.eval()
     B = inputs.shape[0]
@@ -210,14 +185,9 @@ def draw_hard_patches(result: Dict[str, torch.Tensor],
                       std,
                       out_file: Optional[str] = None,
                       dpi: int = 100) -> np.ndarray:
-    """One row of five panels with a colour bar; returns the RGB array.
-
-    Panels: input | true loss (avg over random masks) | the scores the mask
-    read (the teacher's predicted loss for HPM; else what the generator
-    reads, or the predicted loss where it reads none) | the mask (masked
-    patches dimmed; titled with the mask generator's scalars, e.g. alpha
-    and K) | reconstruction with the visible patches pasted back.
-    """
+    """One row of five panels and a colour bar (input, true loss, the scores
+    the mask read, the mask with its scalars, the reconstruction); returns
+    RGB."""
     import matplotlib
     matplotlib.use('Agg')
     import matplotlib.pyplot as plt

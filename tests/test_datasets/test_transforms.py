@@ -63,14 +63,19 @@ def test_check_data_reads_every_hooks_loader():
     ]
 
 
-@pytest.mark.parametrize('change,match', [
-    (dict(chanels=3), 'image.chanels: not a key.*did you mean channels'),
-    (dict(size=0), r'image.size=0: give a positive'),
-    (dict(std=[0., 1., 1.]), r'every std must be > 0'),
-    (dict(std=[-5., 1., 1.]), r'every std must be > 0'),
-    (dict(mean=[0.485, 0.456, 0.406], std=[0.229, 0.224, 0.225
-                                           ]), 'look like 0..1 units'),
-])
+@pytest.mark.parametrize(
+    'change,match',
+    [
+        (dict(chanels=3), 'image.chanels: not a key.*did you mean channels'),
+        (dict(size=0), r'image.size=0: give a positive'),
+        (dict(std=[0., 1., 1.]), r'every std must be > 0'),
+        (dict(std=[-5., 1., 1.]), r'every std must be > 0'),
+        (dict(mean=[0.485, 0.456, 0.406], std=[0.229, 0.224, 0.225
+                                               ]), 'look like 0..1 units'),
+        # mixed units: each refused (a 0..1 std trained at loss_rec 1.4e5)
+        (dict(std=[0.229, 0.224, 0.225]), r'image.std looks like 0..1 units'),
+        (dict(mean=[0.485, 0.456, 0.406]), r'image.mean looks like 0..1'),
+    ])
 def test_the_image_spec_refuses_what_cannot_train(change, match):
     """An image spec that would train on nothing sensible is one line
     (0..1 mean/std trained at loss_rec 3.8e5; std 0 skipped every step; a
@@ -140,3 +145,22 @@ def test_the_image_spec_root_keeps_another_folder_and_fills_a_missing_one():
     assert knn.train_dataloader.dataset.data_root == 'mine/'
     assert knn.val_dataloader.dataset.data_root == 'held_out/'
     assert vis.dataloader.dataset.data_root == 'mine/'
+
+
+def test_an_unreadable_image_in_a_worker_is_its_own_line(tmp_path):
+    """An unreadable file met in a dataloader worker: the HPMError torch
+    re-raises in the main process is the worker's one line (it was the
+    worker's 57-line traceback as the message)."""
+    from helpers import folder_loader, make_image_folder
+    from mmengine.runner import Runner
+
+    from hpm_mm.errors import HPMError
+    data = make_image_folder(str(tmp_path / 'imgs'), 1, 2)
+    first = sorted((tmp_path / 'imgs').rglob('*.png'))[0]
+    first.write_bytes(b'not an image')
+    loader = dict(folder_loader(data), num_workers=1)
+    loader['dataset']['pipeline'][0]['type'] = 'LoadImageFromFileChecked'
+    with pytest.raises(HPMError) as refused:
+        for _ in Runner.build_dataloader(loader, seed=0):
+            pass
+    assert '\n' not in str(refused.value) and first.name in str(refused.value)

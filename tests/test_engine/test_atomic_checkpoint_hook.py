@@ -56,7 +56,7 @@ def test_kill_during_a_save_keeps_the_previous_checkpoint(
     assert not (work / 'epoch_2.pth').exists()
     assert (work / 'epoch_2.pth.tmp').exists()  # the half-written file
     assert (work / 'last_checkpoint').read_text() == str(work / 'epoch_1.pth')
-    from hpm_mm.engine.checkpoint import checkpoint_problem
+    from hpm_mm.engine.safe_load import checkpoint_problem
     assert checkpoint_problem(str(work / 'epoch_1.pth')) is None
     (tmp_path / 'kill_in_save.py').write_text('')  # no more kills
     monkeypatch.syspath_prepend(str(tmp_path))
@@ -79,7 +79,7 @@ def test_a_failed_write_is_one_line_and_resume_does_not_redo(
     import mmengine.runner.runner as runner_module
 
     import hpm_mm.engine.hooks.atomic_checkpoint_hook as hook
-    from hpm_mm.engine.checkpoint import find_resume_checkpoint
+    from hpm_mm.engine.resume import find_resume_checkpoint
     from hpm_mm.errors import HPMError
     cfg = tiny_config(
         tmp_path, FMNIST_CFG, TINY_RUN.format(keep=2, epochs=2), num_images=8)

@@ -35,7 +35,7 @@ custom_hooks = [dict(type='KNNEvalHook', ks=(1, 3, 200),
     assert (res['num_train'], res['num_val'], res['warnings']) == (12, 6, [])
     # every key of the checkpoint's encoder loads (student and teacher)
     from hpm_mm.apis import load_model
-    from hpm_mm.engine.checkpoint import load_checkpoint_strict
+    from hpm_mm.apis.model import load_checkpoint_strict
     assert load_checkpoint_strict(load_model(str(cfg)),
                                   hpm_checkpoint) == dict(
                                       missing=[], unexpected=[])

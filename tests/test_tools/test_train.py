@@ -218,3 +218,88 @@ def test_a_work_dir_inside_the_training_folder_is_refused(tmp_path):
     with pytest.raises(HPMError, match='is inside the training images'):
         train(cfg, work)
     assert not (tmp_path / 'imgs' / 'runs').exists()
+
+
+def test_loud_but_raw_inputs_are_one_line(tmp_path, monkeypatch, capsys):
+    """Issue #63's list, each one line naming the file or value and the
+    fix (each was a raw traceback or a wrong "did you mean"): a folder as
+    the config or as load_from; a work dir that cannot be made (under a
+    file; a read-only current folder without --work-dir); a missing
+    checkpoint for kNN, the pictures and a converter; a converter
+    destination that is a folder; a 1-long mean for a 3-channel model."""
+    import os
+    import stat
+
+    from hpm_mm.apis import hard_patches, knn_eval
+    cfg = tiny_config(tmp_path, FMNIST_CFG, num_images=8)
+    (tmp_path / 'dir').mkdir()
+    (tmp_path / 'file').write_text('x')
+    checks = [
+        (lambda: train(str(tmp_path / 'dir'), tmp_path / 'w'), 'a folder'),
+        (lambda: train(
+            cfg,
+            tmp_path / 'w1',
+            cfg_options=dict(load_from=str(tmp_path / 'dir'))), 'a folder'),
+        (lambda: train(cfg, tmp_path / 'file' / 'w'), 'cannot make the work'),
+        (lambda: knn_eval(FMNIST_CFG, str(tmp_path / 'no.pth')),
+         'no such file'),
+        (lambda: hard_patches(FMNIST_CFG, str(tmp_path / 'no.pth'),
+                              str(tmp_path / 'p')), 'no such file'),
+        (lambda: train(
+            cfg,
+            tmp_path / 'w2',
+            cfg_options={
+                'model.data_preprocessor.mean': [0.5],
+                'model.data_preprocessor.std': [0.5],
+                'model.backbone.patch_cfg.in_channels': 3
+            }), '1 value'),
+    ]
+    for run, words in checks:
+        with pytest.raises(HPMError, match=words) as refused:
+            run()
+        assert '\n' not in str(refused.value)
+    for args in ([
+            'model_converters/hpm2backbone.py', tmp_path / 'no.pth',
+            tmp_path / 'o.pth', '--target', 'mmpretrain'
+    ], [
+            'model_converters/hpm2backbone.py', tmp_path / 'no.pth',
+            tmp_path / 'dir', '--target', 'mmpretrain'
+    ]):
+        proc = tool_main(*args)
+        assert proc.returncode == 1 and len(
+            proc.stderr.strip().splitlines()) == 1, proc.stderr
+    readonly = tmp_path / 'ro'
+    readonly.mkdir()
+    monkeypatch.chdir(readonly)
+    os.chmod(readonly, stat.S_IRUSR | stat.S_IXUSR)
+    monkeypatch.setattr(os, 'makedirs', lambda *a, **k: (_ for _ in ()).throw(
+        PermissionError(13, 'Permission denied')))  # (root writes anyway)
+    try:
+        from hpm_mm.apis import train as api_train
+        with pytest.raises(HPMError, match='cannot make the work dir'):
+            api_train(cfg)  # no --work-dir: work_dirs/ of the cwd
+    finally:
+        os.chmod(readonly, stat.S_IRWXU)
+
+
+def test_amp_over_a_precision_key_says_so_and_load_from_keeps_spaces(
+        tmp_path, hpm_checkpoint):
+    """--amp and an explicit precision key: the command line wins, with a
+    warning naming both (it won silently); a load_from path with a space
+    reaches the run (mmengine's option parser deleted the space)."""
+    import shutil
+    cfg = tiny_config(
+        tmp_path,
+        FMNIST_CFG,
+        num_images=8,
+        body="precision = 'bf16'\ntrain_cfg = dict(max_epochs=1)")
+    spaced = tmp_path / 'a b' / 'c d.pth'
+    spaced.parent.mkdir()
+    shutil.copy(hpm_checkpoint, spaced)
+    proc = tool_main('train.py', cfg, '--work-dir', tmp_path / 'w', '--amp',
+                     '--cfg-options', f'load_from={spaced}')
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-3000:]
+    assert "--amp sets precision='auto' over the config's " \
+        "precision='bf16'" in out
+    assert f'Load checkpoint from {spaced}' in out, out[-3000:]

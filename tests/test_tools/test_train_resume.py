@@ -189,7 +189,7 @@ def test_teacher_of_a_v0_checkpoint_loads_into_the_student(tmp_path):
     student's decoder (neck.predictor.blocks...), nothing required
     missing."""
     from hpm_mm.apis import load_model
-    from hpm_mm.engine.checkpoint import load_checkpoint_strict
+    from hpm_mm.apis.model import load_checkpoint_strict
     cfg = tiny_config(
         tmp_path, FMNIST_CFG, TINY_HPM, num_images=8, transform=CROP_32)
     model = load_model(Config.fromfile(cfg))
@@ -377,7 +377,7 @@ PAPER_ROWS = ['hpm/hpm_vit-base-p16_8xb512-amp-coslr-200e_in1k.py'] + sorted(
 def test_paper_row_configs_train(tmp_path, name):
     """Each of these ImageNet configs itself, only its sizes shrunk (and 2
     local crops for iBOT): its pipeline, dataloader, model, optimizer
-    wrapper (AMP -> bf16 or fp32 on a CPU by the precision rule),
+    wrapper (AMP -> fp32 on a CPU by the precision rule),
     schedulers and hooks run 2
     iterations through tools/train.py on generated data in ImageNet's
     layout (train/<class>/, meta/train.txt). (Their collate_fn, inherited
@@ -398,10 +398,10 @@ def test_paper_row_configs_train(tmp_path, name):
     cfg.dump(path)
     work = str(tmp_path / 'work')
     log = train(path, work)
-    # the AMP config on a CPU: the precision rule times the run's own step
+    # the AMP config on a CPU: the precision rule's fp32
     line = next(
         x.split(' - ')[-1] for x in log.splitlines() if ' - precision: ' in x)
-    assert 'a training step takes' in line and 'fp16' not in line, line
+    assert line.startswith('precision: fp32 (CPU: fp32'), line
     rows = [r for r in _scalars(work) if 'loss_rec' in r]
     assert len(rows) == 2 and all(
         torch.isfinite(torch.tensor(r['loss'])) for r in rows)
@@ -587,3 +587,81 @@ def test_a_changed_run_resumed_follows_its_new_schedule(tmp_path):
         for w in (straight, work)
     ]
     assert ends[1] == ends[0] and ends[1][-1]['end'] == 4
+
+
+def test_a_changed_run_resumed_trains_as_the_new_config(tmp_path):
+    """resume_changed_run=True after the batch size (iterations per epoch
+    2 -> 4) and the weight decay changed: from the resumed epoch on, every
+    step's lr and the optimizer's weight decay are a fresh run's of the new
+    config (the refit replayed the old run's iterations as the new run's,
+    and the restored optimizer kept the old weight decay); fewer epochs than
+    trained is refused in one line (it logged "continuing" and trained
+    nothing)."""
+    cfg = tiny_config(
+        tmp_path,
+        body=TINY_RUN.format(keep=4, epochs=4) +
+        'default_hooks = dict(logger=dict(interval=1))\n',
+        num_images=8)
+    new = {
+        'train_dataloader.batch_size': 2,
+        'optim_wrapper.optimizer.weight_decay': 0.1,
+        'resume_changed_run': True
+    }
+    straight, work = tmp_path / 'straight', tmp_path / 'work'
+    train(cfg, straight, cfg_options=new)
+    old = {
+        'train_cfg.max_epochs': 2,
+        'train_dataloader.batch_size': 4,
+        'optim_wrapper.optimizer.weight_decay': 0.05
+    }
+    train(cfg, work, cfg_options=old)
+    with pytest.raises(HPMError) as refused:
+        train(
+            cfg,
+            work,
+            resume=True,
+            cfg_options=dict(new, **{'train_cfg.max_epochs': 1}))
+    assert 'it trained 2 epochs, more than train_cfg.max_epochs=1' in \
+        str(refused.value) and '\n' not in str(refused.value)
+    train(cfg, work, resume=True, cfg_options=new)
+    want = {r['step']: r['lr'] for r in _scalars(straight) if 'loss' in r}
+    got = {r['step']: r['lr'] for r in _scalars(work) if 'loss' in r}
+    later = sorted(s for s in want if s > 8)  # epochs 3-4 of the new run
+    assert later == list(range(9, 17)) and all(s in got for s in later), got
+    assert [got[s] for s in later] == pytest.approx([want[s] for s in later],
+                                                    rel=1e-9,
+                                                    abs=0)
+    ends = [
+        torch.load(w / 'epoch_4.pth', map_location='cpu')
+        for w in (straight, work)
+    ]
+    decays = [{g['weight_decay']
+               for g in e['optimizer']['param_groups']} for e in ends]
+    assert decays[0] == decays[1] == {0.0, 0.1}
+    assert ends[0]['meta']['iter'] == ends[1]['meta']['iter'] == 16
+
+
+def test_resume_continues_only_this_runs_checkpoints(tmp_path):
+    """An epoch_3.pth of another run of the same config (another seed)
+    copied beside this run's epoch_2 and last_checkpoint: --resume skips
+    it with a warning naming it and continues this run's epoch 2 (it took
+    the newest file and continued the other run, silently); a bare
+    state_dict named as a checkpoint is one line (KeyError: 'meta')."""
+    import shutil
+    cfg = tiny_config(
+        tmp_path, FMNIST_CFG, TINY_RUN.format(keep=3, epochs=3), num_images=8)
+    other, work = tmp_path / 'other', tmp_path / 'work'
+    train(cfg, other, cfg_options={'randomness.seed': 1})
+    train(cfg, work, cfg_options={'train_cfg.max_epochs': 2})
+    shutil.copy(other / 'epoch_3.pth', work / 'epoch_3.pth')
+    out = train(
+        cfg, work, resume=True, cfg_options={'train_cfg.max_epochs': 2})
+    assert f'resume: skipped {work}/epoch_3.pth: newer than' in out and \
+        'not of this run' in out, out[-3000:]
+    assert f'resume: from {work}/epoch_2.pth' in out
+    bare = tmp_path / 'bare' / 'epoch_9.pth'
+    bare.parent.mkdir()
+    torch.save(torch.load(work / 'epoch_2.pth')['state_dict'], bare)
+    with pytest.raises(HPMError, match='holds no training state') as e:
+        train(cfg, tmp_path / 'w2', resume=str(bare))
+    assert '\n' not in str(e.value) and 'load_from=' in str(e.value)

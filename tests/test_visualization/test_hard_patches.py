@@ -62,7 +62,7 @@ def test_whole_load_puts_the_trained_teacher_in_place(hpm_checkpoint):
     from mmengine.config import Config
 
     from hpm_mm.apis import load_model
-    from hpm_mm.engine.checkpoint import load_checkpoint_strict
+    from hpm_mm.apis.model import load_checkpoint_strict
     saved = torch.load(hpm_checkpoint, map_location='cpu')['state_dict']
     key = next(
         k for k in saved if k.startswith('teacher.module.backbone.')

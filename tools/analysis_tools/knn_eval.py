@@ -31,9 +31,8 @@ def parse_args(argv=None):
     parser.add_argument(
         '--amp',
         action='store_true',
-        help='mixed precision where it makes the feature pass faster: fp16 '
-        'on CUDA; on a CPU bf16 where the forward of the first batch, timed '
-        'in both, is clearly faster in bf16, else fp32')
+        help="precision='auto' for the pass: bf16 (fp16) autocast on a GPU, "
+        'fp32 on a CPU')
     parser.add_argument(
         '--teacher',
         action='store_true',

@@ -173,9 +173,13 @@ def main(argv=None):
         default='b',
         help='s/b/l/h, used when the checkpoint has no config')
     args = parser.parse_args(argv)
+    if args.target != 'timm' and osp.isdir(args.dst):
+        raise SystemExit(f'hpm2backbone.py: {args.dst} is a folder, and the '
+                         'converted backbone is one file. Fix: a file path, '
+                         f'e.g. {osp.join(args.dst, "backbone.pth")}')
     import hpm_mm  # noqa: F401  (weights_only-safe loading of mmengine ckpts)
     from hpm_mm.apis.convert import convert, encoder_state
-    from hpm_mm.engine.checkpoint import load_file
+    from hpm_mm.engine.safe_load import load_file
     from hpm_mm.errors import HPMError
     try:  # weights_only=True, the allow-list; a damaged file named
         ckpt = load_file(args.src)
@@ -185,7 +189,7 @@ def main(argv=None):
         enc = encoder_state(ckpt, args.teacher)
     except ValueError as e:
         raise SystemExit(f'{args.src}: {e}')
-    from hpm_mm.engine.checkpoint import nonfinite_tensors
+    from hpm_mm.engine.safe_load import nonfinite_tensors
     problem = nonfinite_tensors(enc, args.src)
     if problem:
         raise SystemExit(f'hpm2backbone.py: {problem}: its training '

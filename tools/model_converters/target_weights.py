@@ -23,7 +23,7 @@ import torch
 
 def read_state(path: str) -> dict:
     """A state dict from a plain checkpoint or a TorchScript archive."""
-    from hpm_mm.engine.checkpoint import load_file
+    from hpm_mm.engine.safe_load import load_file
     from hpm_mm.errors import HPMError
     try:
         obj = load_file(path)  # weights_only=True, the allow-list
@@ -101,6 +101,9 @@ def main(argv=None):
     parser.add_argument('src')
     parser.add_argument('dst')
     args = parser.parse_args(argv)
+    if osp.isdir(args.dst):
+        raise SystemExit(f'target_weights.py: {args.dst} is a folder. Fix: '
+                         f'a file path, e.g. {osp.join(args.dst, "t.pth")}')
     out, target = convert(args.kind, read_state(args.src))
     own = target.load_target_state(out)
     missing, unexpected = target.network.load_state_dict(own, strict=False)

@@ -18,23 +18,11 @@ FILE_CLIENT_DEPRECATION = ('"FileClient" will be deprecated',
 
 @HOOKS.register_module()
 class AtomicCheckpointHook(CheckpointHook):
-    """mmengine's :class:`CheckpointHook`, but a kill never loses the last
-    good checkpoint.
-
-    mmengine deletes the checkpoint that falls out of ``max_keep_ckpts``
-    *before* writing the new one, and writes the new one in place: a kill
-    during the save leaves a truncated file and, with ``max_keep_ckpts=1``,
-    nothing to resume from. Here, on a local file system, the new checkpoint
-    is written to ``<name>.tmp`` and renamed (``os.replace``, atomic) once
-    complete, ``last_checkpoint`` is rewritten the same way, and only then
-    are the checkpoints beyond ``max_keep_ckpts`` removed. At any moment of
-    a save, the previous complete checkpoint is on disk and
-    ``last_checkpoint`` names a complete file. Other storage backends keep
-    mmengine's behaviour. All arguments are :class:`CheckpointHook`'s; an
-    argument it does not name (a typo such as ``max_keep_ckpt``) is refused
-    when the hook is built, in one line with the closest name (mmengine
-    would pass it on to the first save, an epoch later, and fail there).
-    """
+    """mmengine's :class:`CheckpointHook`, but a kill never loses the last good
+    checkpoint: on a local disk the new one is written to ``<name>.tmp`` and
+    renamed once complete, ``last_checkpoint`` likewise, and only then are
+    old ones removed (mmengine removes first and writes in place). An unknown
+    argument (``max_keep_ckpt``) is refused at build with the closest name."""
 
     def __init__(self, *args, **kwargs) -> None:
         import difflib

@@ -12,23 +12,12 @@ def _duration(seconds: float) -> str:
 
 @HOOKS.register_module()
 class ConsoleProgressHook(Hook):
-    """One console line per epoch: the epoch's mean of a few logged values
-    and the time left, for runs whose console is quiet
-    (``console='quiet'`` in the config, ``tools/train.py --quiet``; the
-    full log stays in the work dir).
+    """One console line per epoch for a quiet console (``--quiet``): the
+    epoch's mean of ``keys`` (``train/<key>``, when logged) and the time left
+    (iteration loops: every ``max_iters // 10`` iterations)::
 
-    Example line::
-
-        epoch  3/10  loss_rec 0.5301  rank_acc 0.7074  alpha 0.100  |  \
-            42s/epoch, ~4m54s left
-
-    Iteration-based loops get a line every ``max_iters // 10`` iterations.
-
-    Args:
-        keys (Sequence[str]): Logged training values (``train/<key>`` in the
-            message hub) to show when present. Defaults to
-            ``('loss_cls', 'loss_rec', 'loss_pred', 'rank_acc', 'alpha')``
-            (``loss_cls``: iBOT's CLS distillation).
+        epoch  3/10  loss_rec 0.5301  rank_acc 0.7074  alpha 0.100  |
+        42s/epoch
     """
 
     priority = 'LOW'

@@ -7,32 +7,14 @@ from mmengine.registry import HOOKS
 
 @HOOKS.register_module()
 class DeferredRuntimeInfoHook(RuntimeInfoHook):
-    """mmengine's :class:`~mmengine.hooks.RuntimeInfoHook` that reads the
-    step's logged scalars back from the GPU once per logging interval
-    instead of once per scalar per iteration.
-
-    mmengine's hook puts every ``log_vars`` value of every iteration into
-    the message hub with ``.item()``: on CUDA each is a synchronisation
-    that stops the host from queueing the next step while the GPU works
-    (HPM logs six scalars, MAE two). This one keeps each iteration's device
-    values as one small stacked tensor and moves everything gathered to the
-    host in one copy when a reader needs it: at the logger's interval (the
-    :class:`~mmengine.hooks.LoggerHook` found at ``before_train``), at the
-    end of an epoch (before the epoch's checkpoint), before validation and
-    at the end of training. The message hub then receives the same values, in
-    the same order, iteration by iteration, as mmengine's hook gives it, so
-    the log, its smoothing windows and the hooks reading ``train/*`` after
-    those points see what they saw before. Values already on the host (CPU
-    tensors, numbers) cost no device copy.
-
-    Name it in a config's ``default_hooks``::
-
-        default_hooks = dict(runtime_info=dict(type='DeferredRuntimeInfoHook'))
+    """mmengine's :class:`~mmengine.hooks.RuntimeInfoHook` reading the logged
+    scalars back from the GPU once per logging interval (one copy) instead of
+    one ``.item()`` sync per scalar per iteration; the message hub receives
+    the same values in the same order before anyone reads them (the logger's
+    interval, an epoch's end, validation, the end of training).
 
     Args:
-        interval (int, optional): Read back every this many iterations.
-            Defaults to None: the logger hook's interval (1 without one).
-    """
+        interval (int, optional): Defaults to the logger hook's interval."""
 
     def __init__(self, interval: Optional[int] = None) -> None:
         if interval is not None and (isinstance(interval, bool)

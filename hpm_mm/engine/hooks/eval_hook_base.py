@@ -4,19 +4,10 @@ from mmengine.hooks import Hook
 
 
 class AfterCheckpointEvalHook(Hook):
-    """Base of the evaluation hooks that run at the end of an epoch.
-
-    They run after mmengine's :class:`CheckpointHook` (priority ``LOWEST``
-    vs its ``VERY_LOW``), so the epoch's checkpoint is on disk before a
-    minutes-long evaluation starts: an error or a Ctrl-C in the evaluation
-    loses no training. A failure is re-raised after one line that names the
-    checkpoint and the command that reruns only this evaluation.
-
-    A run stopped during its final evaluation (after its last checkpoint)
-    and resumed trains nothing more; the hook then runs that evaluation at
-    the end of ``train`` where its result is missing
-    (:meth:`final_done` / :meth:`run_final`), and says so.
-    """
+    """Base of the end-of-epoch evaluation hooks: they run after the
+    checkpoint hook, so a failure (re-raised after a line naming the rerun
+    command) loses no training; a run stopped during its final evaluation
+    and resumed runs it where its result is missing (:meth:`run_final`)."""
 
     priority = 'LOWEST'
     #: the tool that reruns this evaluation from a config and a checkpoint

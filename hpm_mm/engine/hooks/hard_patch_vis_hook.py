@@ -13,29 +13,11 @@ from .eval_hook_base import AfterCheckpointEvalHook
 
 @HOOKS.register_module()
 class HardPatchVisHook(AfterCheckpointEvalHook):
-    """Save hard-patch grids of fixed images and log the predictor's
-    Spearman correlation during training.
-
-    Every ``interval`` epochs (or iterations) and after the last one, the
-    same ``num_images`` held-out images are drawn as in
-    ``tools/analysis_tools/visualize_hard_patches.py`` into
-    ``{work_dir}/hard_patches/`` and sent to the visualizer backends
-    (``add_image``; TensorBoard when configured). ``hpm/spearman``, the mean
-    rank correlation between the teacher's predicted and the true per-patch
-    losses, is logged as a scalar.
-
-    Args:
-        dataloader (dict): Dataloader config of the held-out images.
-        num_images (int): Images drawn (spread over the dataset). Defaults
-            to 4.
-        interval (int): Defaults to 1.
-        by_epoch (bool): Count ``interval`` in epochs. Defaults to True.
-        progress (float, optional): Training progress t/T at which the
-            model's mask generator draws the mask; defaults to the model's
-            current progress.
-        num_masks (int): Random masks averaged for the true loss.
-            Defaults to 4.
-    """
+    """Draw the hard-patch grids of ``num_images`` fixed held-out images
+    (``dataloader``) into ``{work_dir}/hard_patches/`` (and the visualizer)
+    every ``interval`` and after the last epoch, as the pictures tool does
+    (the mask at ``progress``, default the model's; the true loss over
+    ``num_masks`` masks), and log ``hpm/spearman``."""
 
     rerun_tool = 'tools/analysis_tools/visualize_hard_patches.py'
 

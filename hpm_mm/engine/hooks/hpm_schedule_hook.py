@@ -13,23 +13,11 @@ _WARNED_RUNNER = False
 
 @HOOKS.register_module()
 class HPMScheduleHook(Hook):
-    """Feed HPM its training progress before every iteration.
-
-    The mask schedule uses ``p = t / T``: by default ``t`` is the current
-    epoch (0-based) and ``T`` the number of epochs, the paper's
-    ``alpha_t = alpha_0 + t / T (alpha_T - alpha_0)`` stepped once per epoch
-    (the authors' code uses ``(t + 1) / T``, one epoch later). With
-    ``by_epoch=False`` it is ``iter / max_iters``, updated every iteration.
-    Under an iteration-based loop, epochs are counted as
-    ``iter // len(train_dataloader)``. The teacher momentum ramp always counts
-    whole epochs. The optimizer steps applied so far (counted by the guarded
-    optimizer wrappers; None for others) go along, so that the EMA teacher
-    moves once per applied step. State is derived from the runner each
-    iteration, so resume needs nothing extra.
-
-    Args:
-        by_epoch (bool): Step the schedule per epoch. Defaults to True.
-    """
+    """Feed HPM its progress before every iteration: ``p = t / T`` in epochs
+    (the paper's alpha_t, stepped per epoch; ``by_epoch=False``: iterations),
+    the epochs done (teacher momentum) and the optimizer steps applied (the
+    teacher moves once per applied step). Derived from the runner each
+    iteration, so a resume needs nothing extra."""
 
     priority = 'NORMAL'
 

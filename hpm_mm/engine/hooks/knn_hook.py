@@ -9,47 +9,22 @@ from mmpretrain.registry import HOOKS
 from mmpretrain.utils import get_ori_model
 
 from hpm_mm.engine.optimizers.autocast_optim_wrapper import run_dtype
-from hpm_mm.engine.precision import feature_precision
+from hpm_mm.engine.precision import run_precision
 from hpm_mm.evaluation import (FEATURES, SAME_SET, extract_features,
-                               knn_classify, same_images)
+                               knn_classify, model_device, same_images)
 from .eval_hook_base import AfterCheckpointEvalHook
 
 
 @HOOKS.register_module()
 class KNNEvalHook(AfterCheckpointEvalHook):
-    """Periodic DINO-style kNN evaluation of the encoder during pretraining.
-
-    Every ``interval`` epochs (or iterations) and after the last one, pooled
-    features of ``train_dataloader`` (the labelled memory bank) and
-    ``val_dataloader`` are extracted with the model's ``extract_feat``, and
-    the top-1 accuracy for each k is logged as ``knn/top1_k{k}`` (and
-    ``knn/top1_best``) through the message hub, the logger and the
-    visualizer backends, and written to ``{work_dir}/knn.json``.
-    ``tools/analysis_tools/knn_eval.py`` reads the same hook config, so the
-    tool and the hook always evaluate alike. It runs after the epoch's
-    checkpoint is saved (:class:`AfterCheckpointEvalHook`).
-
-    Args:
-        train_dataloader (dict): Dataloader config of the memory bank.
-        val_dataloader (dict): Dataloader config of the evaluated samples.
-        interval (int): Evaluate every this many epochs/iterations; 0 only
-            after training. Defaults to 0.
-        by_epoch (bool): Count ``interval`` in epochs. Defaults to True.
-        ks (Sequence[int]): Defaults to (10, 20, 100, 200).
-        temperature (float): Defaults to 0.07.
-        feature (str): ``'avg'``: the patch tokens averaged (the paper's
-            text); ``'cls'``: the CLS token (the authors' kNN and linear
-            scripts). Defaults to ``'avg'``.
-        amp (bool, optional): True: mixed precision where it makes the
-            feature pass faster (:func:`~hpm_mm.evaluation.
-            feature_precision`); False: fp32. Defaults to None: the
-            training step's precision (the optimizer wrapper's autocast
-            dtype: ``tools/train.py --amp`` where it pays, the AMP
-            configs).
-        layer (int, optional): Read the tokens out of this encoder block
-            (0-based, negative from the end) instead of the encoder's output
-            (recorded in knn.json). Defaults to None (the output).
-    """
+    """DINO-style kNN evaluation of the encoder during pretraining, every
+    ``interval`` (0: only after training) and after the last epoch, after the
+    epoch's checkpoint: ``knn/top1_k{k}`` and ``knn/top1_best`` logged,
+    ``{work_dir}/knn.json`` written. ``knn_eval.py`` reads the same hook
+    config. ``train_dataloader`` is the labelled bank, ``val_dataloader`` the
+    evaluated images; ``feature`` ``'avg'`` (the paper) or ``'cls'`` (the
+    authors' scripts); ``amp`` True/False overrides the run's precision
+    (None); ``layer`` reads an encoder block's tokens instead of the output."""
 
     rerun_tool = 'tools/analysis_tools/knn_eval.py'
 
@@ -90,9 +65,12 @@ class KNNEvalHook(AfterCheckpointEvalHook):
             else self.amp
         if asked is None:  # a runner without hpm_mm's precision
             dtype = run_dtype(runner.optim_wrapper)
+        elif isinstance(asked, bool):
+            dtype = run_precision(
+                dict(precision='auto' if asked else 'fp32'),
+                model_device(model)).dtype
         else:
-            dtype = feature_precision(model, self.loaders['train'],
-                                      asked).dtype
+            dtype = asked.dtype
         train = extract_features(model, self.loaders['train'], False,
                                  self.feature, dtype, self.layer)
         val = extract_features(model, self.loaders['val'], False, self.feature,

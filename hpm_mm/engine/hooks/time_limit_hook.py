@@ -7,32 +7,15 @@ from mmpretrain.registry import HOOKS
 
 @HOOKS.register_module()
 class TimeLimitHook(Hook):
-    """Stop training cleanly at the last checkpointed epoch that fits in a
-    time limit, so that a run given a wall-clock allowance (a preemptible
-    job, a session on a shared machine) ends with its newest checkpoint on
-    disk instead of being killed in the middle of an epoch; ``--resume``
-    continues it.
-
-    After each epoch whose checkpoint is written (every epoch that
-    :class:`~mmengine.hooks.CheckpointHook` saves), the hook compares the
-    time left with what the next checkpointed epochs take at this run's
-    pace (the mean wall time of its epochs so far, evaluations included)
-    and sets ``runner.train_loop.stop_training`` where they do not fit.
-    The training loop then ends after this epoch: the epoch-end hooks of
-    this epoch have run, nothing of it is lost. It runs last (priority
-    ``LOWEST``, after the checkpoint and evaluation hooks).
+    """Stop training cleanly at the last checkpointed epoch that fits a time
+    limit (a preemptible job): after each checkpointed epoch, if the next ones
+    do not fit at this run's pace, the loop stops after this epoch, its hooks
+    done; ``--resume`` continues. Runs last (``LOWEST``).
 
     Args:
-        minutes (float, optional): The allowance, counted from the start
-            of training (``before_train``).
-        deadline (float, optional): The allowance's end as a Unix time
-            (``time.time()``); ``minutes`` and ``deadline`` are
-            exclusive.
-
-    Example::
-
-        custom_hooks = [dict(type='TimeLimitHook', minutes=50)]
-    """
+        minutes (float, optional): The allowance from ``before_train``.
+        deadline (float, optional): Its end as a Unix time (exclusive with
+            ``minutes``)."""
 
     priority = 'LOWEST'
 

@@ -14,13 +14,8 @@ def _fsdp_clip_grad_norm(fsdp: 'HPMFullyShardedDataParallel',
                          max_norm: float,
                          norm_type: float = 2.0,
                          **kwargs):
-    """``clip_grad_norm_`` for an :class:`OptimWrapper`, over all shards.
-
-    mmengine's optimizer wrappers clip with
-    ``torch.nn.utils.clip_grad_norm_`` on the parameters they hold, which
-    under FSDP are this rank's shards: every rank would clip by its own
-    partial norm. FSDP's own method reduces the norm over the ranks.
-    """
+    """``clip_grad_norm_`` over all shards (FSDP's own), not mmengine's
+    per-rank norm of this rank's shards."""
     return fsdp.clip_grad_norm_(max_norm, norm_type)
 
 
@@ -37,41 +32,20 @@ def _broadcast_from_rank0(module: nn.Module) -> None:
 
 @MODEL_WRAPPERS.register_module()
 class HPMFullyShardedDataParallel(MMFullyShardedDataParallel):
-    """mmengine's FSDP wrapper, made correct for HPM (and usable on a CPU).
-
-    - The EMA teacher is an *ignored* module: replicated on every rank, not
-      sharded, never all-gathered. Every rank updates it from the student
-      inside the forward, where the (single, root) FSDP unit has gathered
-      the full student parameters, so the teacher stays identical on all
-      ranks with no communication of its own. Gradients and optimizer
-      states of the student are sharded (ZeRO-2-like memory).
-    - The student is therefore one FSDP unit: an ``auto_wrap_policy`` would
-      leave block parameters sharded during the EMA update, and is refused.
-    - ``use_orig_params=True`` (the student's parameters keep their names,
-      which the EMA update and mmengine's paramwise optimizer configs need).
-    - Gradient clipping of the optimizer wrapper goes through
-      :meth:`FullyShardedDataParallel.clip_grad_norm_` (the norm over all
-      shards), not the per-rank norm mmengine would compute.
-    - Every rank starts from rank 0's weights, teacher included, as under
-      DDP (ranks seeded differently would otherwise shard different
-      initialisations); ``sync_module_states=False`` turns this off.
-    - With the guarded optimizer wrappers, a non-finite loss or gradient
-      shard on any rank skips the step on all ranks.
-    - Without CUDA, ``device_id`` becomes the CPU (gloo process group).
-
-    Use it through mmengine's ``FlexibleRunner``::
-
-        runner_type = 'FlexibleRunner'
-        strategy = dict(type='FSDPStrategy',
-                        model_wrapper=dict(type='HPMFullyShardedDataParallel'))
+    """mmengine's FSDP wrapper, correct for HPM and usable on a CPU: the EMA
+    teacher is an ignored module (replicated, updated inside the forward
+    while the single root unit holds the full student, so it needs no
+    communication); the student is one unit (an ``auto_wrap_policy`` is
+    refused); ``use_orig_params=True``; clipping by FSDP's global norm; every
+    rank starts from rank 0's weights; without CUDA the device is the CPU.
+    Use it through ``FlexibleRunner`` with ``strategy=dict(type='FSDPStrategy',
+    model_wrapper=dict(type='HPMFullyShardedDataParallel'))`` (docs/
+    distributed.md).
 
     Args:
-        module (nn.Module): The model (an :class:`HPM` or any model; the
-            ``teacher`` submodule, when there is one, is ignored).
-        device_id (int | torch.device, optional): As FSDP's; replaced by
-            the CPU when CUDA is not available.
-        **kwargs: The arguments of :class:`MMFullyShardedDataParallel`.
-    """
+        module (nn.Module): The model; its ``teacher`` is ignored.
+        device_id (int | torch.device, optional): As FSDP's.
+        **kwargs: The arguments of :class:`MMFullyShardedDataParallel`."""
 
     def __init__(self, module: nn.Module, device_id=None, **kwargs) -> None:
         if kwargs.get('auto_wrap_policy') is not None:

@@ -10,21 +10,14 @@ from .guarded_optim_wrapper import NonFiniteGuardMixin
 
 @OPTIM_WRAPPERS.register_module()
 class AutocastOptimWrapper(NonFiniteGuardMixin, OptimWrapper):
-    """Mixed precision by autocast alone, on any device, CPU included.
-
-    mmengine's :class:`AmpOptimWrapper` refuses to build without a GPU
-    (mmpretrain #1556). bf16 has fp32's exponent range, so it needs no loss
-    scaling; this wrapper only runs the forward under ``torch.autocast``.
-    HPM computes its losses in fp32 whatever the autocast. Guarded against
-    non-finite steps like :class:`GuardedOptimWrapper`.
+    """Mixed precision by autocast alone, on any device (mmengine's
+    :class:`AmpOptimWrapper` needs a GPU): bf16 needs no loss scale; the
+    losses are fp32 whatever the autocast. Guarded like
+    :class:`GuardedOptimWrapper`.
 
     Args:
-        dtype (str): ``'bfloat16'`` (default) or ``'float16'`` (GPU only;
-            prefer :class:`AmpOptimWrapper` there, which scales the loss).
-        device_type (str, optional): ``'cpu'`` or ``'cuda'``. Defaults to
-            CUDA when available, else CPU.
-        **kwargs: The arguments of :class:`GuardedOptimWrapper`.
-    """
+        dtype (str): ``'bfloat16'`` or ``'float16'`` (GPU). Defaults to bf16.
+        device_type (str, optional): Defaults to CUDA when available."""
 
     def __init__(self,
                  dtype: Union[str, torch.dtype] = 'bfloat16',

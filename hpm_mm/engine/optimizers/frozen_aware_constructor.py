@@ -30,18 +30,9 @@ def frozen_summary(model: nn.Module) -> str:
 
 @OPTIM_WRAPPER_CONSTRUCTORS.register_module()
 class FrozenAwareOptimWrapperConstructor(DefaultOptimWrapperConstructor):
-    """mmengine's default constructor (``paramwise_cfg`` and all), naming
-    the frozen parameters in one line instead of one warning each.
-
-    With a ``paramwise_cfg`` the default constructor warns once per
-    parameter that does not require gradients ("... is skipped since its
-    requires_grad=False"): 116 lines for the mini ViT's HPM (its EMA teacher
-    and the fixed sin-cos position embeddings), hundreds for a ViT-B. The
-    parameter groups are exactly the default constructor's (tested); only
-    those warnings are replaced, while this constructor runs, by one INFO
-    line in the log: "not optimised (requires_grad=False): teacher (114
-    tensors, ...), backbone.pos_embed, neck.decoder_pos_embed".
-    """
+    """mmengine's default constructor, its one warning per frozen parameter
+    (hundreds for a ViT-B's teacher) replaced by one INFO line naming them;
+    the parameter groups are exactly the default's."""
 
     def __call__(self, model: nn.Module) -> OptimWrapper:
         with drop_log_messages('is skipped since its requires_grad=False'):

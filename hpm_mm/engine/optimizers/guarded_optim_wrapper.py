@@ -45,40 +45,20 @@ def check_clip_grad(clip) -> None:
 class NonFiniteGuardMixin:
     """Skip an optimizer step whose loss or gradients are not finite.
 
-    Mixed into an :class:`OptimWrapper` class, it checks, at every real
-    update (after the backward, before clipping and the optimizer step),
-    whether the loss of this update or any gradient is NaN/inf. One flag is
-    max-reduced over the process group, so every rank takes the same
-    decision: under DDP and FSDP (whose ranks hold different gradient
-    shards) alike. A bad step is skipped: gradients zeroed, weights and
-    optimizer state untouched (so the EMA teacher, which follows the
-    student's weights, is not updated either); with a loss scaler (fp16 AMP)
-    the scaler still lowers its scale. ``train/nonfinite_skipped`` (1 or 0)
-    is logged every update, and each skip as a warning. :attr:`applied_steps`
-    counts the optimizer steps taken (the EMA teacher follows it).
-
-    ``max_consecutive_skips`` skips in a row stop training with one error
-    (a run that only skips would otherwise go on saving unchanged
-    checkpoints and exit 0). No non-finite step reaches the weights, but
-    finite steps before it may already have wrecked them (a runaway
-    learning rate): the error says so and names the way back (an earlier
-    checkpoint through ``load_from`` with a lower lr; ``--resume`` would
-    restore the scheduler's old lr). ``tools/train.py`` also fails a run
-    that ends with more steps skipped than applied.
-
-    It also takes ``clip_grad=dict(type='param_norm', max_norm=...)``:
-    each parameter's gradient clipped on its own
-    (:func:`clip_grad_norm_per_param_`, DINO/iBOT), besides mmengine's
-    ``'norm'`` (global) and ``'value'``.
+    At every real update (after the backward, before clipping) one flag,
+    max-reduced over the ranks (DDP and FSDP alike), says whether the loss or
+    a gradient is NaN/inf; a bad step is skipped on every rank: gradients
+    zeroed, weights, optimizer state and EMA teacher untouched (a loss scaler
+    still lowers its scale). ``train/nonfinite_skipped`` is logged;
+    :attr:`applied_steps` counts the steps taken. ``max_consecutive_skips``
+    in a row stop training in one line naming the way back; a run that ends
+    with more steps skipped than applied fails (:meth:`check_trained`). Also
+    ``clip_grad=dict(type='param_norm')``: per-parameter clipping (DINO).
 
     Args:
-        skip_nonfinite (bool): Defaults to True. False: the wrapped
-            wrapper's plain behaviour.
-        max_consecutive_skips (int): Defaults to 20 (also well above the
-            few consecutive overflows of a dynamic fp16 loss scale finding
-            its level).
-        **kwargs: The arguments of the wrapped optimizer wrapper.
-    """
+        skip_nonfinite (bool): Defaults to True.
+        max_consecutive_skips (int): Defaults to 20.
+        **kwargs: The arguments of the wrapped optimizer wrapper."""
 
     def __init__(self,
                  *args,
@@ -199,13 +179,9 @@ class GuardedOptimWrapper(NonFiniteGuardMixin, OptimWrapper):
 
 @OPTIM_WRAPPERS.register_module()
 class GuardedAmpOptimWrapper(NonFiniteGuardMixin, AmpOptimWrapper):
-    """mmengine's :class:`AmpOptimWrapper` (CUDA mixed precision with a loss
-    scaler) with the non-finite guard of :class:`NonFiniteGuardMixin`.
-
-    Like mmengine's, it needs a GPU: on a CPU, hpm_mm's runner
-    (:class:`~hpm_mm.engine.HPMRunner`) replaces it by what the precision
-    rule chooses before it is built; built any other way there, it refuses
-    in one line naming that runner."""
+    """mmengine's :class:`AmpOptimWrapper` (CUDA, a loss scaler) with the
+    non-finite guard; on a CPU built outside hpm_mm's runner it refuses in one
+    line naming that runner."""
 
     def __init__(self, *args, **kwargs) -> None:
         try:

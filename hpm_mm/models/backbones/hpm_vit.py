@@ -10,30 +10,10 @@ from ..utils import unbind_qkv
 
 @MODELS.register_module()
 class HPMViT(MAEViT):
-    """MAE ViT whose mask is chosen outside the backbone.
-
-    HPM picks the mask from the teacher's predicted losses, so unlike
-    :class:`mmpretrain.models.MAEViT` this backbone never draws a mask itself.
-    Mask convention (as in MAE): ``mask`` is (B, N), **1 = masked (removed),
-    0 = visible**, with the same number of visible patches in every row.
-
-    Args:
-        All arguments of :class:`mmpretrain.models.MAEViT`, except that
-        ``mask_ratio`` is unused (the mask generator owns it) and ``out_type``
-        defaults to ``'raw'`` so pretraining builds no unused parameters.
-
-    Example:
-        >>> import torch
-        >>> from hpm_mm.models import HPMViT
-        >>> vit = HPMViT(arch=dict(embed_dims=32, num_layers=1, num_heads=2,
-        ...              feedforward_channels=64), img_size=32, patch_size=8)
-        >>> vit.init_weights()
-        >>> mask = torch.zeros(2, 16)
-        >>> mask[:, :12] = 1
-        >>> x, ids_restore = vit(torch.rand(2, 3, 32, 32), mask, 4)
-        >>> tuple(x.shape), tuple(ids_restore.shape)
-        ((2, 5, 32), (2, 16))
-    """
+    """MAE's ViT (:class:`mmpretrain.models.MAEViT`) whose mask is chosen
+    outside it (HPM's mask generator): ``mask`` (B, N), 1 = masked (removed),
+    the same count per row. ``mask_ratio`` is unused; ``out_type`` defaults to
+    ``'raw'`` (no unused parameters in pretraining)."""
 
     #: Whether masked patches are dropped (so every image needs the same
     #: number masked) rather than kept as a mask token.
@@ -49,26 +29,12 @@ class HPMViT(MAEViT):
         mask: Optional[torch.Tensor] = None,
         num_visible: Optional[int] = None,
     ) -> Union[Tuple[torch.Tensor, ...], Tuple[torch.Tensor, torch.Tensor]]:
-        """Encode the visible patches, or the whole image.
-
-        Args:
-            x (torch.Tensor): Images, (B, C, H, W). With a mask, H and W may
-                differ from ``img_size`` (multiples of the patch size): the
-                position embedding is then interpolated to the patch grid,
-                as for HPM's low-resolution teacher.
-            mask (torch.Tensor, optional): (B, N), 1 = masked. ``None`` runs
-                the plain ViT forward (feature extraction, ``out_type``).
-            num_visible (int, optional): Visible patches per image. Pass it
-                when known (the mask generator knows it) to avoid reading the
-                mask back to the host. Defaults to counting row 0 of ``mask``.
-
-        Returns:
-            With ``mask``: ``(latent, ids_restore)`` where latent is
-            (B, 1 + num_visible, C) (cls token first, after the final norm)
-            and ids_restore (B, N) restores raster order for the decoder
-            (MAE's convention: visible tokens first, then mask tokens).
-            Without ``mask``: the tuple of :class:`VisionTransformer`.
-        """
+        """Encode the visible patches (``mask``, 1 = masked; ``num_visible``
+        saves reading it back), or, without a mask, the plain ViT forward.
+        Images of another size than ``img_size`` get an interpolated position
+        embedding (the low-resolution teacher). Returns ``(latent (B, 1 +
+        visible, C), ids_restore (B, N))`` (MAE's convention), else the ViT's
+        tuple."""
         if mask is None:
             return super(MAEViT, self).forward(x)
         tokens, pos_embed = self.embed_patches(x, mask)
@@ -125,30 +91,10 @@ class HPMViT(MAEViT):
 
 @MODELS.register_module()
 class MaskTokenViT(HPMViT):
-    """The same ViT for frameworks that keep masked patches as a learnt
-    mask token (SimMIM, BEiT, iBOT) instead of dropping them.
-
-    Masked patch tokens are replaced by ``mask_token`` before the position
-    embedding is added (as BEiT/SimMIM), and every token runs through the
-    blocks. Apart from ``mask_token`` the parameters are
-    :class:`HPMViT`'s (absolute sin-cos position embedding, no layer scale,
-    no relative position bias), so every framework's encoder goes through
-    the same converters and fine-tune configs.
-
-    Args:
-        All arguments of :class:`HPMViT`.
-
-    Example:
-        >>> import torch
-        >>> from hpm_mm.models import MaskTokenViT
-        >>> vit = MaskTokenViT(arch=dict(embed_dims=32, num_layers=1,
-        ...     num_heads=2, feedforward_channels=64), img_size=32,
-        ...     patch_size=8)
-        >>> vit.init_weights()
-        >>> x, _ = vit(torch.rand(2, 3, 32, 32), torch.ones(2, 16))
-        >>> tuple(x.shape)
-        (2, 17, 32)
-    """
+    """:class:`HPMViT` for the frameworks that keep masked patches as a learnt
+    ``mask_token`` (SimMIM, BEiT, iBOT): it replaces them before the position
+    embedding and every token runs through the blocks; the other parameters
+    are :class:`HPMViT`'s, so every framework's encoder converts alike."""
 
     drops_masked = False
 
@@ -165,19 +111,8 @@ class MaskTokenViT(HPMViT):
                 x: torch.Tensor,
                 mask: Optional[torch.Tensor] = None,
                 num_visible: Optional[int] = None):
-        """Encode every patch, the masked ones as ``mask_token``.
-
-        Args:
-            x (torch.Tensor): Images, (B, C, H, W).
-            mask (torch.Tensor, optional): (B, N), 1 = masked; None runs the
-                plain ViT forward (feature extraction, ``out_type``).
-            num_visible (int, optional): Unused (every token is kept).
-
-        Returns:
-            With ``mask``: ``(latent, None)``, latent (B, 1 + N, C) in raster
-            order after the final norm. Without: :class:`VisionTransformer`'s
-            tuple.
-        """
+        """Encode every patch, the masked ones as ``mask_token``: ``(latent (B,
+        1 + N, C), None)``; without a mask the ViT's tuple."""
         if mask is None:
             return super(MAEViT, self).forward(x)
         tokens, pos_embed = self.embed_patches(x, mask, self.mask_token)

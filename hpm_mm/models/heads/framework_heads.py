@@ -1,11 +1,6 @@
-"""HPM heads for frameworks whose encoder keeps mask tokens (SimMIM, BEiT,
-iBOT).
-
-Each computes its framework's own loss **per patch**, so the loss predictor
-learns from exactly what the framework minimises: the mean of the per-patch
-losses over the masked patches is the framework's loss (tested against
-mmpretrain's heads).
-"""
+"""HPM heads for the mask-token frameworks (SimMIM, BEiT, iBOT): each
+computes its framework's loss per patch, whose mean over the masked
+patches is the framework's loss (tested against mmpretrain's heads)."""
 from typing import Dict, Optional, Tuple
 
 import torch
@@ -20,20 +15,9 @@ from ..losses import hpm_losses
 
 @MODELS.register_module()
 class HPMSimMIMHead(SimMIMHead):
-    """SimMIM's L1 pixel loss per masked patch, plus HPM's predicting loss.
-
-    A patch's loss is the mean absolute error over its ``p x p x C``
-    pixels; their mean over the masked patches equals mmpretrain's
-    :class:`SimMIMHead` loss (``PixelReconstructionLoss``, L1) with the
-    mask upsampled to pixels.
-
-    Args:
-        patch_size (int): Patch size (the encoder stride). Defaults to 16.
-        in_channels (int): Image channels. Defaults to 3.
-        loss_pred (dict, optional): The predicting loss; None trains no
-            predictor (plain SimMIM). Defaults to
-            ``dict(type='HPMRelativeLoss')``.
-    """
+    """SimMIM's L1 pixel loss per masked patch (the mean over a patch's pixels;
+    their mean is mmpretrain's :class:`SimMIMHead` loss), plus HPM's
+    predicting loss (``loss_pred``; None: plain SimMIM)."""
 
     def __init__(
         self,
@@ -60,14 +44,8 @@ class HPMSimMIMHead(SimMIMHead):
     def loss(self, pred: torch.Tensor, scores: Optional[torch.Tensor],
              imgs: torch.Tensor,
              mask: torch.Tensor) -> Dict[str, torch.Tensor]:
-        """``loss_rec`` (SimMIM's loss), ``loss_pred``, ``rank_acc``.
-
-        Args:
-            pred (torch.Tensor): (B, C, H, W) reconstruction.
-            scores (torch.Tensor, optional): (B, N) predicted losses.
-            imgs (torch.Tensor): (B, C, H, W) input images.
-            mask (torch.Tensor): (B, N), 1 = masked.
-        """
+        """``loss_rec`` (SimMIM's), ``loss_pred``, ``rank_acc`` of ``pred`` and
+        ``imgs`` (B, C, H, W) over ``mask`` (B, N)."""
         with torch.autocast(device_type=mask.device.type, enabled=False):
             return hpm_losses(
                 self.patch_losses(pred, imgs), mask, scores, self.loss_pred)
@@ -75,20 +53,10 @@ class HPMSimMIMHead(SimMIMHead):
 
 @MODELS.register_module()
 class HPMBEiTHead(BEiTV1Head):
-    """BEiT's masked visual-token cross-entropy per masked patch, plus HPM's
-    predicting loss.
-
-    The linear classifier runs on the masked tokens only (as
-    :class:`BEiTV1Head`); a patch's loss is its token's cross-entropy, and
-    their mean over the masked patches is BEiT's loss.
-
-    Args:
-        embed_dims (int): Encoder width. Defaults to 768.
-        num_embed (int): Tokenizer vocabulary. Defaults to 8192 (DALL-E).
-        loss_pred (dict, optional): The predicting loss; None trains no
-            predictor (plain BEiT). Defaults to
-            ``dict(type='HPMRelativeLoss')``.
-    """
+    """BEiT's masked visual-token cross-entropy per masked patch (the
+    classifier on the masked tokens only, as :class:`BEiTV1Head`), plus HPM's
+    predicting loss (``loss_pred``; None: plain BEiT). ``num_embed``: the
+    tokenizer's vocabulary (8192, DALL-E)."""
 
     def __init__(
         self,
@@ -106,13 +74,8 @@ class HPMBEiTHead(BEiTV1Head):
 
     def patch_losses(self, feats: torch.Tensor, target: torch.Tensor,
                      mask: torch.Tensor) -> torch.Tensor:
-        """Per-patch token cross-entropy, (B, N) fp32, 0 where visible.
-
-        Args:
-            feats (torch.Tensor): Encoder output (B, 1 + N, C).
-            target (torch.Tensor): Tokenizer logits (B, V, h, w).
-            mask (torch.Tensor): (B, N), 1 = masked.
-        """
+        """Per-patch token cross-entropy (B, N) fp32, 0 where visible, of the
+        encoder output (B, 1 + N, C) against the tokenizer's logits."""
         m = mask.bool()
         ids = target.argmax(1).flatten(1)
         logits = self.cls_head(feats[:, 1:][m])
@@ -130,41 +93,15 @@ class HPMBEiTHead(BEiTV1Head):
 
 @MODELS.register_module()
 class HPMiBOTHead(BaseModule):
-    """iBOT's two self-distillation losses, the masked-patch one per patch,
-    plus HPM's predicting loss.
-
-    As ``iBOTLoss`` of iBOT's ``main_ibot.py``: the teacher's outputs are
-    centred (an EMA of their batch mean, all-reduced over the ranks) and
-    sharpened (temperature warmed up linearly from ``warmup_teacher_temp``
-    over ``warmup_teacher_temp_epochs`` epochs, per epoch), the student's
-    divided by ``student_temp``; cross-entropies between their softmaxes:
-
-    - ``loss_cls``: the student's CLS of every view against the teacher's
-      CLS of every *other* global view, averaged over the pairs (DINO);
-    - ``loss_rec``: each masked patch of a global view against the
-      teacher's same patch of the same (unmasked) view -- the per-patch
-      loss the predictor learns; its mean per image over its masked
-      patches, averaged over the images (an unmasked image counts 0), is
-      iBOT's patch loss.
-
-    Args:
-        out_channels (int): Prototypes K (the neck's). Defaults to 8192.
-        student_temp (float): Defaults to 0.1.
-        teacher_temp (float): CLS temperature after warmup. Defaults to 0.07
-            (iBOT's ViT recipes).
-        teacher_patch_temp (float): Patch temperature after warmup.
-            Defaults to 0.07.
-        warmup_teacher_temp (float): Defaults to 0.04.
-        warmup_teacher_patch_temp (float): Defaults to 0.04.
-        warmup_teacher_temp_epochs (int): Defaults to 30.
-        center_momentum (float): Of the CLS center. Defaults to 0.9.
-        patch_center_momentum (float): Defaults to 0.9.
-        lambda_cls (float): Weight of ``loss_cls``. Defaults to 1.0.
-        lambda_patch (float): Weight of ``loss_rec``. Defaults to 1.0.
-        loss_pred (dict, optional): The predicting loss; None trains no
-            predictor (plain iBOT). Defaults to
-            ``dict(type='HPMRelativeLoss')``.
-    """
+    """iBOT's two self-distillation losses (``iBOTLoss`` of ``main_ibot.py``),
+    the masked-patch one per patch, plus HPM's predicting loss. The teacher's
+    outputs are centred (EMA of the batch mean, all-reduced) and sharpened
+    (temperatures warmed up per epoch); ``loss_cls``: each view's CLS against
+    the teacher's CLS of every other global view; ``loss_rec``: each masked
+    patch against the teacher's same patch, averaged per image (an unmasked
+    image 0). The arguments are iBOT's (temperatures, their warm-up, the
+    centers' momenta, ``lambda_cls`` / ``lambda_patch``); ``loss_pred`` None:
+    plain iBOT."""
 
     def __init__(
         self,
@@ -208,15 +145,9 @@ class HPMiBOTHead(BaseModule):
     def patch_losses(self, student_patch: torch.Tensor,
                      teacher_patch: torch.Tensor,
                      mask: torch.Tensor) -> torch.Tensor:
-        """Per-patch distillation cross-entropy, (G * B, N) fp32, 0 where
-        visible.
-
-        Args:
-            student_patch (torch.Tensor): (M, K) student logits of the
-                masked patches (``mask`` order).
-            teacher_patch (torch.Tensor): (G, B, N, K) teacher logits.
-            mask (torch.Tensor): (G * B, N), 1 = masked.
-        """
+        """Per-patch distillation cross-entropy (G * B, N) fp32, 0 where
+        visible: ``student_patch`` (M, K) in ``mask`` order against
+        ``teacher_patch`` (G, B, N, K)."""
         m = mask.bool()
         temp = self.teacher_temps()[1]
         target = F.softmax(
@@ -230,19 +161,10 @@ class HPMiBOTHead(BaseModule):
     def loss(self, student_cls: torch.Tensor, student_patch: torch.Tensor,
              teacher_out: torch.Tensor, scores: Optional[torch.Tensor],
              mask: torch.Tensor) -> Dict[str, torch.Tensor]:
-        """``loss_cls``, ``loss_rec`` and, with a predictor, ``loss_pred``
-        and ``rank_acc``; then the centers move.
-
-        Args:
-            student_cls (torch.Tensor): (V, B, K) student CLS logits of the
-                V views, the G global ones first.
-            student_patch (torch.Tensor): (M, K) student logits of the
-                masked patches of the global views (``mask`` order).
-            teacher_out (torch.Tensor): (G, B, 1 + N, K) teacher logits of
-                the unmasked global views, CLS first.
-            scores (torch.Tensor, optional): (G * B, N) predicted losses.
-            mask (torch.Tensor): (G * B, N), 1 = masked.
-        """
+        """``loss_cls``, ``loss_rec`` and, with ``scores``, ``loss_pred`` and
+        ``rank_acc``; then the centers move. ``student_cls`` (V, B, K), the G
+        global views first; ``student_patch`` (M, K) in ``mask`` order;
+        ``teacher_out`` (G, B, 1 + N, K); ``mask`` (G * B, N)."""
         with torch.autocast(device_type=mask.device.type, enabled=False):
             # the patches stay in the step's precision: fp32 copies of the
             # masked ones only (patch_losses) and fp32 sums (the center)

@@ -15,28 +15,19 @@ PIXEL_L2 = dict(type='PixelReconstructionLoss', criterion='L2')
 
 @MODELS.register_module()
 class HPMPretrainHead(MAEPretrainHead):
-    """HPM head: per-patch reconstruction loss plus the predicting loss.
-
-    The reconstruction loss is kept as a (B, N) matrix (the ``loss``
-    criterion averaged over the pixels of each patch, in fp32) because it is
-    the target of the loss predictor; ``loss_rec`` is its mean over masked
-    patches, ``loss_pred`` comes from the ``loss_pred`` config
-    (:class:`HPMRelativeLoss` by default).
+    """HPM head: the per-patch reconstruction loss (B, N) in fp32, the loss
+    predictor's target; ``loss_rec`` its mean over the masked patches, plus
+    ``loss_pred`` and the log-only ``rank_acc``.
 
     Args:
-        loss_pred (dict, optional): Config of the predicting loss. ``None``
-            trains no loss predictor (plain MAE). Defaults to
-            ``dict(type='HPMRelativeLoss')``.
-        norm_pix (bool): Normalise each target patch by its mean and std
-            (MAE's ``norm_pix_loss``). The authors' HPM scripts use False.
+        loss_pred (dict, optional): The predicting loss; None: plain MAE.
+            Defaults to ``dict(type='HPMRelativeLoss')``.
+        norm_pix (bool): MAE's ``norm_pix_loss`` (the authors: False).
             Defaults to False.
-        patch_size (int): Patch size. Defaults to 16.
-        in_channels (int): Image channels. Defaults to 3.
-        loss (dict): The reconstruction criterion, as
-            :class:`MAEPretrainHead`'s: mmpretrain's
-            ``PixelReconstructionLoss``, whose ``penalty`` (L2 or L1) gives
-            the per-patch losses. Defaults to L2 (MAE's and the authors').
-    """
+        patch_size (int): Defaults to 16.
+        in_channels (int): Defaults to 3.
+        loss (dict): mmpretrain's ``PixelReconstructionLoss`` (its
+            ``penalty``). Defaults to L2."""
 
     def __init__(self,
                  loss_pred: Optional[dict] = RELATIVE_LOSS,
@@ -53,35 +44,17 @@ class HPMPretrainHead(MAEPretrainHead):
 
     def patch_losses(self, pred: torch.Tensor,
                      imgs: torch.Tensor) -> torch.Tensor:
-        """Per-patch loss (the ``loss`` criterion: MSE by default) in fp32.
-
-        Args:
-            pred (torch.Tensor): (B, N, p*p*C) reconstruction.
-            imgs (torch.Tensor): (B, C, H, W) input images.
-
-        Returns:
-            torch.Tensor: (B, N) mean squared error of every patch.
-        """
+        """Per-patch loss (B, N) in fp32 of ``pred`` (B, N, p*p*C) against the
+        images (B, C, H, W), by the ``loss`` criterion (MSE by default)."""
         target = self.construct_target(imgs).float()
         return self.loss_module.penalty(pred.float(), target).mean(-1)
 
     def loss(self, pred: torch.Tensor, scores: Optional[torch.Tensor],
              target: torch.Tensor,
              mask: torch.Tensor) -> Dict[str, torch.Tensor]:
-        """Compute the losses and the predictor's ranking accuracy.
-
-        Args:
-            pred (torch.Tensor): (B, N, D) reconstruction.
-            scores (torch.Tensor, optional): (B, N) predicted losses of the
-                student's loss predictor.
-            target (torch.Tensor): What :meth:`patch_losses` compares
-                ``pred`` with: the (B, C, H, W) input images here.
-            mask (torch.Tensor): (B, N), 1 = masked.
-
-        Returns:
-            dict: ``loss_rec``, and with a predictor ``loss_pred`` and
-            ``rank_acc`` (log only).
-        """
+        """``loss_rec`` and, with ``scores`` (B, N) of the student's predictor,
+        ``loss_pred`` and ``rank_acc``; ``pred`` (B, N, D) against ``target``
+        (the images), over ``mask`` (B, N, 1 = masked)."""
         with torch.autocast(device_type=mask.device.type, enabled=False):
             per_patch = self.patch_losses(pred, target)
             return hpm_losses(per_patch, mask, scores, self.loss_pred)
@@ -89,18 +62,9 @@ class HPMPretrainHead(MAEPretrainHead):
 
 @MODELS.register_module()
 class HPMFeaturePretrainHead(HPMPretrainHead):
-    """HPM head for feature targets (paper Tab. 1): the reconstructor
-    predicts a target network's patch features.
-
-    As the paper: both the prediction and the target are l2-normalised over
-    the channels, then compared with the MSE; a patch's loss is the mean
-    over its C channels, ``||p/|p| - t/|t|||^2 / C = (2 - 2 cos) / C``
-    (MILAN's ``CosineSimilarityLoss(shift_factor=2, scale_factor=2)`` per
-    patch, divided by C). The loss predictor learns from it.
-
-    Args:
-        loss_pred (dict, optional): See :class:`HPMPretrainHead`.
-    """
+    """HPM head for feature targets (paper Tab. 1): prediction and target
+    l2-normalised over channels, a patch's loss their MSE averaged over C,
+    ``(2 - 2 cos) / C``."""
 
     def __init__(self, loss_pred: Optional[dict] = RELATIVE_LOSS) -> None:
         super().__init__(loss_pred=loss_pred)

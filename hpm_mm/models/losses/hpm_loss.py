@@ -1,10 +1,6 @@
-"""Losses that train HPM's loss predictor (paper Eq. 3 and Eq. 4).
-
-All take ``pred`` (B, N) predicted scores, ``target`` (B, N) true per-patch
-reconstruction losses and ``mask`` (B, N) with 1 = masked; only masked
-patches count. Targets are detached and everything is computed in fp32
-whatever the autocast context.
-"""
+"""The losses that train HPM's loss predictor (Eq. 3 and 4): ``pred`` (B, N)
+scores against the detached ``target`` (B, N) losses over ``mask``
+(1 = masked), in fp32 whatever the autocast."""
 from typing import Dict, Optional
 
 import torch
@@ -14,14 +10,8 @@ from mmpretrain.registry import MODELS
 
 
 def _pairs(pred: torch.Tensor, target: torch.Tensor, mask: torch.Tensor):
-    """Ordered pairs (i, j) of masked patches of one image.
-
-    Returns:
-        tuple: ``diff`` (B, N, N) = s_j - s_i, ``label`` (B, N, N) =
-        [l_j > l_i]
-        and ``valid`` (B, N, N): both masked, i != j, l_i != l_j (ties and
-        the diagonal are excluded).
-    """
+    """Ordered pairs of masked patches of one image: ``diff`` = s_j - s_i,
+    ``label`` = [l_j > l_i], ``valid`` (both masked, i != j, no tie)."""
     pred, target = pred.float(), target.detach().float()
     m = mask.bool()
     diff = pred.unsqueeze(1) - pred.unsqueeze(2)
@@ -32,24 +22,14 @@ def _pairs(pred: torch.Tensor, target: torch.Tensor, mask: torch.Tensor):
 
 @MODELS.register_module()
 class HPMRelativeLoss(nn.Module):
-    """Relative (pairwise ranking) BCE loss, the HPM default (Eq. 4).
-
-    For masked patches i != j of the same image with l_i != l_j, label
-    y_ij = [l_j > l_i] and the logit is s_j - s_i; the BCE is summed over the
-    valid ordered pairs of the whole batch and divided by their number. This
-    is the authors' ``-log(sigmoid(.) + 1e-6)`` formulation computed with
-    ``binary_cross_entropy_with_logits`` (no epsilon needed).
+    """Relative (pairwise ranking) BCE loss, the HPM default (Eq. 4): for
+    masked patches i != j of an image with l_i != l_j, the logit s_j - s_i
+    against y_ij = [l_j > l_i], summed over the valid ordered pairs of the
+    batch and divided by their number (the authors' formulation, computed with
+    ``binary_cross_entropy_with_logits``).
 
     Args:
-        loss_weight (float): Multiplier of the loss. Defaults to 1.0.
-
-    Example:
-        >>> import torch
-        >>> loss = HPMRelativeLoss()
-        >>> target, mask = torch.rand(2, 8), torch.ones(2, 8)
-        >>> bool(loss(target, target, mask) < loss(-target, target, mask))
-        True
-    """
+        loss_weight (float): Defaults to 1.0."""
 
     def __init__(self, loss_weight: float = 1.0) -> None:
         super().__init__()
@@ -67,16 +47,9 @@ class HPMRelativeLoss(nn.Module):
 
 @MODELS.register_module()
 class HPMAbsoluteLoss(nn.Module):
-    """Absolute MSE loss on standardised targets (Eq. 3, the ablation).
-
-    Targets are standardised per image over its masked patches,
-    ``(l - mean) / sqrt(var + eps)`` (unbiased variance), and the loss is the
-    mean of ``(s - l_std)^2`` over masked patches.
-
-    Args:
-        eps (float): Added to the variance. Defaults to 1e-6.
-        loss_weight (float): Multiplier of the loss. Defaults to 1.0.
-    """
+    """Absolute MSE on standardised targets (Eq. 3, the ablation): targets
+    standardised per image over its masked patches, the mean of
+    ``(s - l_std)^2`` over them."""
 
     def __init__(self, eps: float = 1e-6, loss_weight: float = 1.0) -> None:
         super().__init__()
@@ -100,15 +73,9 @@ class HPMAbsoluteLoss(nn.Module):
 @torch.no_grad()
 def pairwise_rank_accuracy(pred: torch.Tensor, target: torch.Tensor,
                            mask: torch.Tensor) -> torch.Tensor:
-    """Fraction of valid masked pairs the predictor orders correctly.
-
-    0.5 is chance; 1.0 means ``pred`` sorts the masked patches exactly as the
-    true losses do (pairs with tied targets are excluded; tied predictions
-    count as half right).
-
-    Returns:
-        torch.Tensor: scalar in [0, 1] (0.5 when no pair is valid).
-    """
+    """Fraction of valid masked pairs ``pred`` orders as the true losses (tied
+    targets excluded, tied predictions half right; 0.5 is chance and the
+    value without pairs)."""
     diff, label, valid = _pairs(pred, target, mask)
     correct = torch.where(diff == 0, 0.5, ((diff > 0) == label).float())
     n = valid.sum()
@@ -121,24 +88,11 @@ def hpm_losses(per_patch: torch.Tensor,
                scores: Optional[torch.Tensor] = None,
                loss_pred: Optional[nn.Module] = None,
                per_image: bool = False) -> Dict[str, torch.Tensor]:
-    """What every HPM head returns, from its per-patch losses.
-
-    Args:
-        per_patch (torch.Tensor): (B, N) fp32 loss of every patch (only
-            masked ones are read) under the framework's own loss.
-        mask (torch.Tensor): (B, N), 1 = masked.
-        scores (torch.Tensor, optional): (B, N) the student's predicted
-            losses.
-        loss_pred (nn.Module, optional): The predicting loss.
-        per_image (bool): ``loss_rec`` is the mean over the images of each
-            image's mean over its masked patches (an image without any
-            counts 0, as iBOT), instead of the mean over all masked
-            patches. Defaults to False.
-
-    Returns:
-        dict: ``loss_rec`` and, with a predictor, ``loss_pred`` and
-        ``rank_acc`` (log only).
-    """
+    """What every HPM head returns from its per-patch losses ``per_patch``
+    (B, N, fp32) over ``mask``: ``loss_rec`` (the mean over masked patches;
+    ``per_image``: the mean of each image's mean, an unmasked image 0, as
+    iBOT) and, with ``scores`` and ``loss_pred``, ``loss_pred`` and the
+    log-only ``rank_acc``."""
     m = mask.float()
     if per_image:
         loss_rec = ((per_patch * m).sum(1) / m.sum(1).clamp(min=1.)).mean()

@@ -20,48 +20,23 @@ MaskRatio = Union[float, Sequence[Tuple[float, float]]]
 
 @MODELS.register_module()
 class BaseMaskGenerator(nn.Module):
-    """The mask-generator contract: every caller goes through these methods.
+    """The mask-generator contract (docs/extending.md, with a worked example).
 
-    A mask generator decides, at a training progress ``p = t / T`` in
-    [0, 1], which patches of each image are hidden from the student.
-
-    **What it needs.** :attr:`score_source` names the per-patch scores it
-    reads (``None``: none; ``'predicted_loss'``: the EMA teacher's loss
-    predictor on the full image, HPM; ``'cls_attention'``: the teacher's
-    last-block CLS attention over the patches; any other name registered
-    in :data:`~hpm_mm.models.teachers.TEACHER_SCORES`: that function of the
-    teacher's pass; ``'image'``: its own :meth:`image_scores` of the
-    images, e.g. their contrast or a frozen network's saliency, with no
-    teacher). :attr:`uses_scores` says whether
-    it ever reads them (the algorithm builds a teacher only for the
-    teacher's sources) and :meth:`needs_scores` whether it reads them at a
-    given progress (the scoring is skipped when not).
-
-    **What it returns.** :meth:`forward` gives a (B, N) float mask,
-    **1 = masked (hidden), 0 = visible**, on the scores' (or the given)
-    device, without reading anything back to the host. With a fixed
-    ``mask_ratio`` every row has exactly :meth:`num_masked` ones; with
-    per-image ranges (iBOT) row ``i`` has ``counts[i]`` ones, drawn by
-    :meth:`counts` (only encoders that keep mask tokens take those).
-
-    **What it logs.** :meth:`log_vars` returns the scalars worth logging at
-    a progress (e.g. HPM's ``alpha`` and ``num_hard``); the algorithm adds
-    them to its losses dict (their names contain no ``loss``, so they are
-    logged, not optimised).
-
-    Subclasses implement :meth:`forward` and set :attr:`score_source`. See
-    ``docs/extending.md`` for a worked example.
+    At progress ``p = t / T`` a generator hides patches of each image:
+    :meth:`forward` gives a (B, N) float mask, **1 = masked**, on the device,
+    with no read back to the host; :meth:`num_masked` ones per row
+    (per-image ranges, iBOT: ``counts[i]`` in row i). :attr:`score_source`
+    names the scores it reads (None; a teacher source of
+    :data:`~hpm_mm.models.teachers.TEACHER_SCORES`; ``'image'``: its own
+    :meth:`image_scores`); :meth:`needs_scores` says when; :meth:`log_vars`
+    gives scalars to log (``alpha``, ``num_hard``).
 
     Args:
-        mask_ratio (float | list): gamma, the fraction of the N patches
-            masked: ``N - int(N * (1 - gamma))`` patches (as the authors'
-            code and mmpretrain's MAE count them). Or per-image ranges
-            ``[(low, high), ...]``: each image picks one range uniformly,
-            then gamma uniformly in it, and is masked the same way (iBOT's
-            ``pred_ratio 0 0.3 --pred_ratio_var 0 0.2`` is
-            ``[(0, 0), (0.1, 0.5)]``: half of the images unmasked, the
-            others 10-50%). Defaults to 0.75.
-    """
+        mask_ratio (float | list): gamma: ``N - int(N * (1 - gamma))``
+            patches masked (as the authors and mmpretrain's MAE count), or
+            per-image ranges ``[(low, high), ...]`` (each image picks a range,
+            then gamma in it: iBOT's ``[(0, 0), (0.1, 0.5)]``). Defaults to
+            0.75."""
 
     #: None, a teacher score source (registered in ``TEACHER_SCORES``), or
     #: :data:`IMAGE_SCORES` (:meth:`image_scores`).
@@ -162,20 +137,10 @@ class BaseMaskGenerator(nn.Module):
 
     def image_scores(self, inputs: torch.Tensor,
                      patch_resolution: Tuple[int, int]) -> torch.Tensor:
-        """Per-patch scores computed from the images themselves, for
-        ``score_source = 'image'`` (called under ``no_grad`` when
-        :meth:`needs_scores`; the result goes to :meth:`forward`).
-
-        Args:
-            inputs (torch.Tensor): The normalised images (B, C, H, W) the
-                student sees.
-            patch_resolution (tuple): The (h, w) patch grid; a patch is
-                ``H // h`` x ``W // w`` pixels.
-
-        Returns:
-            torch.Tensor: (B, h * w) scores, raster order, higher = masked
-            first by the score-ranked rules (``mode='argmax'``).
-        """
+        """Per-patch scores of the images themselves
+        (``score_source='image'``), (B, h * w) in raster order, higher masked
+        first; called under ``no_grad`` with the normalised images and the (h,
+        w) patch grid."""
         raise NotImplementedError(
             f"{type(self).__name__} has score_source='image' but no "
             'image_scores(inputs, patch_resolution).')
@@ -186,21 +151,10 @@ class BaseMaskGenerator(nn.Module):
                 num_patches: Optional[int] = None,
                 batch_size: Optional[int] = None,
                 device: Optional[torch.device] = None) -> torch.Tensor:
-        """Draw a (B, N) mask, 1 = masked.
-
-        Args:
-            scores (torch.Tensor, optional): (B, N) per-patch scores from
-                :attr:`score_source`; None when :meth:`needs_scores` is
-                False, and then ``num_patches``, ``batch_size`` and
-                ``device`` give the shape.
-            progress (float): t / T in [0, 1].
-
-        Returns:
-            torch.Tensor: (B, N) float, exactly :meth:`num_masked` ones per
-            row (``counts[i]`` in row i when the ratio varies).
-
-        The default serves generators that need no scores: the largest of
-        their :meth:`keys`. Score-ranked generators override it.
+        """A (B, N) mask, 1 = masked, at ``progress`` t/T, from ``scores`` (B,
+        N) or, without them, of ``num_patches`` x ``batch_size`` on ``device``.
+        The default serves score-free generators: the largest of their
+        :meth:`keys`.
         """
         B, N, device = self._shape(scores, num_patches, batch_size, device)
         counts = self.counts(B, N, device)
@@ -249,18 +203,13 @@ class BaseMaskGenerator(nn.Module):
 
 @MODELS.register_module()
 class RandomMaskGenerator(BaseMaskGenerator):
-    """MAE's random masking: :meth:`num_masked` patches per image, uniformly
-    at random. Needs no scores (so HPM builds no teacher with it).
-
-    Args:
-        mask_ratio (float): gamma. Defaults to 0.75.
+    """MAE's random masking: :meth:`num_masked` patches per image, uniformly at
+    random; no scores (HPM builds no teacher with it).
 
     Example:
-        >>> import torch
         >>> gen = RandomMaskGenerator(mask_ratio=0.75)
         >>> gen(None, 0., num_patches=16, batch_size=2).sum(1).tolist()
-        [12.0, 12.0]
-    """
+        [12.0, 12.0]"""
 
     def keys(self,
              batch_size,

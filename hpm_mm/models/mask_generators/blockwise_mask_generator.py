@@ -8,39 +8,20 @@ from .base import BaseMaskGenerator
 
 @MODELS.register_module()
 class BlockwiseMaskGenerator(BaseMaskGenerator):
-    """BEiT's block-wise masking on the patch grid, on the device.
-
-    As in BEiT (and mmpretrain's ``BEiTMaskGenerator``), rectangles of
-    ``s`` patches, ``s`` uniform in ``[min_num_patches, max_num_patches]``
-    and aspect ratio log-uniform in ``[min_aspect, 1 / min_aspect]``, are
-    laid on the ``h x w`` grid at random positions until
-    :meth:`num_masked` patches are masked. Vectorised: each image draws
-    ``num_blocks`` rectangles at once; every patch's key is the index of
-    the first rectangle covering it (plus a random fraction), so sorting the
-    keys adds whole rectangles in order. The last rectangle is cut (its top
-    rows kept) to reach the exact count, where BEiT would retry smaller
-    ones, and patches no rectangle covers fill up any remainder at random.
-    Needs no scores. With per-image ratios (iBOT's block-wise masking,
-    ``mask_ratio=[(0, 0), (0.1, 0.5)]``) each image lays rectangles up to
-    its own count.
+    """BEiT's block-wise masking, vectorised on the device: each image draws
+    ``num_blocks`` rectangles (area uniform in ``[min_num_patches,
+    max_num_patches]``, aspect log-uniform); a patch's key is the index of
+    the first rectangle covering it, so sorting adds whole rectangles until
+    :meth:`num_masked` (the last one cut; uncovered patches fill any rest).
+    Needs no scores; per-image ratios (iBOT) lay up to each image's count.
 
     Args:
-        mask_ratio (float | list): gamma, or per-image ranges (see
-            :class:`BaseMaskGenerator`). Defaults to 0.4 (BEiT's 75 of 196).
-        input_size (int | tuple, optional): Patch grid (h, w); defaults to
-            the square grid of N.
-        min_num_patches (int): Smallest rectangle. Defaults to 4.
-        max_num_patches (int, optional): Largest rectangle; defaults to the
-            number masked (of each image).
+        mask_ratio (float | list): Defaults to 0.4 (BEiT's 75 of 196).
+        input_size (int | tuple, optional): Patch grid; defaults to square.
+        min_num_patches (int): Defaults to 4.
+        max_num_patches (int, optional): Defaults to the count masked.
         min_aspect (float): Defaults to 0.3.
-        num_blocks (int): Rectangles drawn per image. Defaults to 32.
-
-    Example:
-        >>> import torch
-        >>> gen = BlockwiseMaskGenerator(mask_ratio=0.4)
-        >>> gen(None, 0., num_patches=196, batch_size=2).sum(1).tolist()
-        [79.0, 79.0]
-    """
+        num_blocks (int): Defaults to 32."""
 
     def __init__(self,
                  mask_ratio: float = 0.4,

@@ -11,47 +11,15 @@ from .base import BaseMaskGenerator, MaskRatio
 class HPMMaskGenerator(BaseMaskGenerator):
     """Easy-to-hard mask generation (paper Sec. 3.3, Alg. S1), vectorised.
 
-    At training progress ``p = t / T`` in [0, 1],
-    ``alpha = alpha_0 + p * (alpha_T - alpha_0)``. Of the
-    :meth:`num_masked` masked patches, ``K = floor(alpha * num_masked)`` are
-    those with the highest scores (``mode='argmax'``; the lowest with
-    ``'argmin'``) and the other ``num_masked - K`` are drawn uniformly from
-    the remaining patches (or by the ``rest`` generator, e.g. BEiT's
-    block-wise masking). Everything stays on the device: the top-K patches
-    get key 2 and the rest a key in [0, 1] (uniform, or ``rest.keys``); an
-    argsort then masks the largest keys.
-
-    With per-image ratios (``mask_ratio=[(low, high), ...]``, iBOT) image
-    i has ``counts[i]`` masked patches (:meth:`counts`), of which
-    ``floor(alpha * counts[i])`` are its hardest; the rest generator lays
-    the others for that count.
-
-    The scores are the EMA teacher's predicted losses
-    (``score_source = 'predicted_loss'``). Special cases:
-    ``alpha_0 = alpha_T = 0`` is MAE's random masking (no scores needed, so
-    no teacher is built); ``alpha_0 > alpha_T`` is hard-to-easy.
-
-    Args:
-        mask_ratio (float | list): gamma, the fraction of patches masked,
-            or per-image ranges (see :class:`BaseMaskGenerator`).
-            Defaults to 0.75.
-        alpha_0 (float): alpha at the start of training. Defaults to 0.
-        alpha_T (float): alpha at the end of training. Defaults to 0.5.
-        mode (str): ``'argmax'`` masks the highest-scored patches,
-            ``'argmin'`` the lowest. Defaults to ``'argmax'``.
-        rest (dict, optional): A score-free mask generator (one with
-            :meth:`~BaseMaskGenerator.keys`, e.g.
-            ``dict(type='BlockwiseMaskGenerator')``) that picks the
-            ``num_masked - K`` non-hard patches. Defaults to None: uniform
-            at random, as in the paper.
-
-    Example:
-        >>> import torch
-        >>> gen = HPMMaskGenerator(mask_ratio=0.75, alpha_0=0, alpha_T=1)
-        >>> mask = gen(torch.rand(2, 16), progress=1.0)
-        >>> mask.sum(1).tolist()
-        [12.0, 12.0]
-    """
+    At progress ``p = t / T``, ``alpha = alpha_0 + p * (alpha_T - alpha_0)``;
+    of the :meth:`num_masked` patches, ``K = floor(alpha * num_masked)`` are
+    the highest-scored (``mode='argmin'``: lowest) and the rest uniform at
+    random (or laid by ``rest``, a score-free generator with
+    :meth:`~BaseMaskGenerator.keys`, e.g. BEiT's block-wise). All on the
+    device: the top-K get key 2, the others a key in [0, 1], an argsort
+    masks the largest. Per-image ratios (iBOT): ``floor(alpha * counts[i])``
+    of image i's ``counts[i]``. ``alpha_0 = alpha_T = 0`` is MAE (no teacher
+    is built). Defaults: gamma 0.75, alpha 0 -> 0.5, as the paper."""
 
     score_source = 'predicted_loss'
 
@@ -151,21 +119,14 @@ class HPMMaskGenerator(BaseMaskGenerator):
 
 @MODELS.register_module()
 class AttentionMaskGenerator(HPMMaskGenerator):
-    """Mask the patches the teacher's CLS token attends to most, mixed with
-    random ones on HPM's easy-to-hard schedule (SBAM / AttMask style).
-
-    The same rule as :class:`HPMMaskGenerator`, with the EMA teacher's
-    last-block CLS-to-patch attention (mean over heads) as the score instead
-    of its predicted loss. The teacher computes it during its full-image
-    pass, so no extra forward pass runs (and its loss predictor does not
-    run at all).
+    """:class:`HPMMaskGenerator`'s rule on the teacher's last-block
+    CLS-to-patch attention (mean over heads) instead of its predicted loss
+    (SBAM / AttMask): read off the teacher's pass, no predictor run.
 
     Args:
         mask_ratio (float): gamma. Defaults to 0.75.
         alpha_0 (float): Defaults to 0.
         alpha_T (float): Defaults to 0.5.
-        mode (str): ``'argmax'`` masks the most attended patches (AttMask's
-            hard variant), ``'argmin'`` the least. Defaults to ``'argmax'``.
-    """
+        mode (str): ``'argmax'`` (most attended) or ``'argmin'``."""
 
     score_source = 'cls_attention'

@@ -11,39 +11,21 @@ from .loss_predictor import HPMLossPredictor
 
 @MODELS.register_module()
 class HPMPretrainDecoder(MAEPretrainDecoder):
-    """HPM's two decoders: the image reconstructor and the loss predictor.
-
-    The reconstructor is exactly :class:`MAEPretrainDecoder`. The loss
-    predictor (:attr:`predictor`, an :class:`HPMLossPredictor`) is a second,
-    separate Transformer trunk with its own norm and projection that
-    **shares** ``decoder_embed``, ``mask_token`` and the fixed sin-cos
-    ``decoder_pos_embed`` with the reconstructor, as in the authors' code.
-    Its projection outputs ``p*p*C`` values averaged into one score per
-    patch (again as the authors do). A predictor narrower than the
-    reconstructor gets a linear projection after the shared embedding.
+    """HPM's two decoders: the reconstructor (exactly
+    :class:`MAEPretrainDecoder`) and the loss predictor (:attr:`predictor`,
+    an :class:`HPMLossPredictor`), a separate trunk that shares
+    ``decoder_embed``, ``mask_token`` and ``decoder_pos_embed`` with it, as
+    the authors' code; its ``p*p*C`` outputs averaged per patch.
 
     Args:
-        predictor_depth (int, optional): Blocks in the loss predictor; 0
-            builds none (the plain-MAE rows with feature targets, Tab. 1).
-            Defaults to ``decoder_depth``.
-        predictor_embed_dim (int, optional): Width of the loss predictor.
-            Defaults to ``decoder_embed_dim``.
-        predictor_num_heads (int, optional): Heads of the loss predictor.
-            Defaults to ``decoder_num_heads``.
-        **kwargs: The arguments of :class:`MAEPretrainDecoder`.
-
-    Example:
-        >>> import torch
-        >>> from hpm_mm.models import HPMPretrainDecoder
-        >>> dec = HPMPretrainDecoder(num_patches=16, patch_size=8,
-        ...     embed_dim=32, decoder_embed_dim=16, decoder_depth=1,
-        ...     decoder_num_heads=2)
-        >>> dec.init_weights()
-        >>> ids = torch.arange(16).repeat(2, 1)
-        >>> rec, score = dec(torch.rand(2, 5, 32), ids)
-        >>> tuple(rec.shape), tuple(score.shape)
-        ((2, 16, 192), (2, 16))
-    """
+        predictor_depth (int, optional): 0 builds none (Tab. 1's plain-MAE
+            rows). Defaults to ``decoder_depth``.
+        predictor_embed_dim (int, optional): Defaults to
+            ``decoder_embed_dim`` (narrower: a projection after the shared
+            embedding).
+        predictor_num_heads (int, optional): Defaults to
+            ``decoder_num_heads``.
+        **kwargs: The arguments of :class:`MAEPretrainDecoder`."""
 
     def __init__(self,
                  num_patches: int = 196,
@@ -98,19 +80,9 @@ class HPMPretrainDecoder(MAEPretrainDecoder):
             ids_restore: torch.Tensor,
             patch_resolution: Optional[Tuple[int,
                                              int]] = None) -> torch.Tensor:
-        """Shared part: embed, add mask tokens, restore order, add pos embed.
-
-        Args:
-            x (torch.Tensor): Encoder output (B, 1 + N_visible, C_enc).
-            ids_restore (torch.Tensor): (B, N).
-            patch_resolution (tuple, optional): (h, w) patch grid of the
-                input when it is not the square grid of ``num_patches`` (the
-                low-resolution teacher); the fixed position embedding is
-                then interpolated to it. Defaults to None.
-
-        Returns:
-            torch.Tensor: (B, 1 + N, C_dec), cls token first.
-        """
+        """The shared part: embed, add mask tokens, restore the order, add the
+        position embedding (interpolated to ``patch_resolution`` where it is
+        not the square grid of ``num_patches``). Returns (B, 1 + N, C_dec)."""
         x = self.decoder_embed(x)
         B, L, C = x.shape
         mask_tokens = self.mask_token.expand(B, ids_restore.shape[1] + 1 - L,
@@ -152,16 +124,9 @@ class HPMPretrainDecoder(MAEPretrainDecoder):
     def forward(
             self, x: torch.Tensor,
             ids_restore: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
-        """Both trunks on the student's encoder output.
-
-        Args:
-            x (torch.Tensor): Encoder output (B, 1 + N_visible, C_enc).
-            ids_restore (torch.Tensor): (B, N), from :class:`HPMViT`.
-
-        Returns:
-            tuple: ``(pred, scores)``: the reconstruction (B, N, p*p*C) and
-            the predicted per-patch losses (B, N), None without a predictor.
-        """
+        """Both trunks on the encoder output (B, 1 + visible, C) with
+        ``ids_restore`` (B, N): ``(pred (B, N, p*p*C), scores (B, N) or
+        None)``."""
         x = self.embed(x, ids_restore)
         scores = self.predictor(x) if self.with_predictor else None
         return self.reconstruct(x), scores

@@ -9,40 +9,12 @@ from mmpretrain.registry import MODELS
 
 @MODELS.register_module()
 class iBOTNeck(BaseModule):
-    """iBOT's projection head, shared by the CLS and the patch tokens.
-
-    As iBOT's ``iBOTHead`` with ``shared_head=True`` (DINO's head): an MLP
-    (``num_layers`` linear layers, GELU between them, to a
-    ``bottleneck_channels`` bottleneck), l2 normalisation, then a
-    weight-normalised linear layer without bias to ``out_channels``
-    prototypes. Every token is projected on its own, so the student
-    projects only what its losses read (CLS tokens and masked patches).
-
-    The last layer's weight is ``scale * v / ||v||`` per output row;
-    ``norm_last_layer=True`` fixes ``scale`` to 1 (no parameter), as iBOT
-    recommends for ViT-B. During the first ``freeze_last_layer`` epochs
-    (:meth:`set_epoch`) the last layer's gradients are zeroed (iBOT sets
-    them to None after clipping: here they count as zeros in the clipping
-    norm, and AdamW's decay only rescales ``v``, which the normalisation
-    undoes).
-
-    Args:
-        in_channels (int): Encoder width. Defaults to 768.
-        hidden_channels (int): MLP width. Defaults to 2048.
-        bottleneck_channels (int): Defaults to 256.
-        out_channels (int): Prototypes K. Defaults to 8192.
-        num_layers (int): Linear layers of the MLP (>= 1). Defaults to 3.
-        norm_last_layer (bool): Fix the last layer's row norms to 1.
-            Defaults to True.
-        freeze_last_layer (int): Epochs with the last layer fixed.
-            Defaults to 1.
-
-    Example:
-        >>> import torch
-        >>> neck = iBOTNeck(in_channels=32, hidden_channels=64,
-        ...                 bottleneck_channels=16, out_channels=128)
-        >>> tuple(neck(torch.rand(2, 5, 32)).shape)
-        (2, 5, 128)
+    """iBOT's projection head shared by the CLS and patch tokens (``iBOTHead``,
+    ``shared_head=True``): an MLP of ``num_layers`` to a bottleneck, l2
+    normalisation, a weight-normalised linear layer without bias to
+    ``out_channels`` prototypes, each token on its own. ``norm_last_layer``
+    fixes its row norms to 1; its gradients are zeroed during the first
+    ``freeze_last_layer`` epochs (:meth:`set_epoch`). Defaults: iBOT's ViT-B.
     """
 
     def __init__(

@@ -13,40 +13,12 @@ from ..utils import unbind_qkv
 
 @MODELS.register_module()
 class HPMLossPredictor(BaseModule):
-    """HPM's loss predictor: per-patch predicted reconstruction losses from a
-    token sequence in raster order, CLS token first.
-
-    The one loss-predictor module of hpm_mm. :class:`HPMPretrainDecoder`
-    holds one over its shared embedding (the encoder output with mask tokens
-    and the decoder's position embedding: the authors' second decoder
-    trunk); the frameworks whose encoder keeps every token (SimMIM, BEiT,
-    iBOT: masked patches enter as a mask token) put one straight on the
-    encoder output. A linear embedding (``in_proj``; identity without it),
-    ``predictor_depth`` Transformer blocks, a norm, a linear layer to
-    ``out_dims`` values per patch, averaged into one score (the authors'
-    decoder predicts ``p * p * C`` values per patch and averages them).
-
-    Args:
-        embed_dim (int): Width of the tokens it reads. Defaults to 768.
-        predictor_embed_dim (int): Width. Defaults to 512.
-        predictor_depth (int): Blocks. Defaults to 2.
-        predictor_num_heads (int): Heads. Defaults to 16.
-        mlp_ratio (float): Defaults to 4.
-        out_dims (int): Values per patch before the average. Defaults to 1.
-        in_proj (bool): A linear embedding from ``embed_dim`` to
-            ``predictor_embed_dim``; False needs the two equal (HPM's decoder
-            when the predictor is as wide as the reconstructor). Defaults to
-            True.
-        norm_cfg (dict): Defaults to ``dict(type='LN', eps=1e-6)``.
-
-    Example:
-        >>> import torch
-        >>> from hpm_mm.models import HPMLossPredictor
-        >>> predictor = HPMLossPredictor(embed_dim=32, predictor_embed_dim=16,
-        ...     predictor_depth=1, predictor_num_heads=2)
-        >>> tuple(predictor(torch.rand(2, 17, 32)).shape)
-        (2, 16)
-    """
+    """HPM's loss predictor: one score per patch from a token sequence (raster
+    order, CLS first): a linear embedding (``in_proj``; False needs the widths
+    equal), ``predictor_depth`` Transformer blocks, a norm and a linear layer
+    to ``out_dims`` values per patch, averaged (the authors predict
+    ``p * p * C`` and average). HPM's decoder holds one over its shared
+    embedding; the mask-token frameworks put one on the encoder output."""
 
     def __init__(self,
                  embed_dim: int = 768,

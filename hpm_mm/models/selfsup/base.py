@@ -11,49 +11,19 @@ from ..mask_generators import IMAGE_SCORES
 
 
 class HPMBase(BaseSelfSupervisor):
-    """What every hard-patch-mining algorithm shares: the mask generator,
-    the EMA teacher, the training schedule, the loss-predictor slot and the
-    mask logging. :class:`HPM` (MAE's pretext task) and :class:`HPMSimMIM`,
-    :class:`HPMBEiT`, :class:`HPMiBOT` subclass it and write their own
-    ``loss``, each in the paper's order: :meth:`teach` (the scores, and
-    the teacher's features when they are a target), :meth:`choose_mask`,
-    the student, the head, :meth:`with_mask_log`.
-
-    **The student** (:meth:`student`) is what the EMA teacher averages:
-    ``ModuleDict(backbone=, predictor=)``, the encoder and the module whose
-    ``predict_scores`` gives the loss predictor's scores
-    (:attr:`score_module`: a framework's :class:`HPMLossPredictor`, HPM's
-    decoder, which holds its predictor over the shared embedding).
-
-    **The scores** the mask generator reads come from the generator's
-    ``score_source``: the teacher's pass (``'predicted_loss'`` or
-    ``'cls_attention'``; :meth:`teach` asks the teacher once for the scores
-    and, when they are a target, its features), or the generator's own
-    :meth:`~BaseMaskGenerator.image_scores` (``score_source='image'``: no
-    teacher is built for them). :meth:`mask_scores` gives the same scores
-    outside training (the hard-patch pictures).
-
-    **The teacher** is built when the mask reads teacher scores at some
-    progress or its features are a target (:attr:`teacher_features`).
-
-    **The schedule**: :class:`HPMScheduleHook` pushes t/T, the epoch and the
-    optimizer steps applied through :meth:`set_progress`; the model never
-    reads the runner.
-
-    Args:
-        backbone (dict): The encoder.
-        neck (dict, optional): Defaults to None.
-        head (dict, optional): Defaults to None.
-        mask_generator (dict): Defaults to ``dict(type='HPMMaskGenerator')``.
-        teacher (dict): :class:`EMATeacher` config. Defaults to
-            ``dict(type='EMATeacher')``.
-        target_generator (dict, optional): Defaults to None.
-        predictor (dict, optional): An :class:`HPMLossPredictor` on the
-            encoder output (mask-token encoders). Defaults to None.
-        pretrained (str, optional): Defaults to None.
-        data_preprocessor (dict, optional): Defaults to None.
-        init_cfg (dict, optional): Defaults to None.
-    """
+    """What every hard-patch-mining algorithm shares: the mask generator, the
+    EMA teacher, the schedule, the loss-predictor slot and the mask log.
+    :class:`HPM`, :class:`HPMSimMIM`, :class:`HPMBEiT` and :class:`HPMiBOT`
+    write their own ``loss`` in the paper's order: :meth:`teach`,
+    :meth:`choose_mask`, the student, the head, :meth:`with_mask_log`. The
+    teacher averages :meth:`student` (the encoder and the module that
+    predicts the scores) and is built only when the mask reads its scores or
+    its features are a target; :class:`HPMScheduleHook` pushes the progress
+    (:meth:`set_progress`). The arguments are mmpretrain's
+    ``BaseSelfSupervisor``'s, plus ``mask_generator`` (default
+    ``HPMMaskGenerator``), ``teacher`` (an :class:`EMATeacher` config) and
+    ``predictor`` (an :class:`HPMLossPredictor` on the encoder output, for
+    mask-token encoders). docs/extending.md says more."""
 
     #: The teacher's features the algorithm trains on, whatever the mask:
     #: False, True (its tokens), or the name of an averaged part applied to
@@ -150,16 +120,9 @@ class HPMBase(BaseSelfSupervisor):
                      epoch: float = 0,
                      optim_steps: Optional[int] = None,
                      max_epochs: Optional[float] = None) -> None:
-        """Set t/T for the mask schedule, the epoch for the teacher momentum
-        and the optimizer steps applied so far for the teacher update.
-
-        Args:
-            progress (float): t/T in [0, 1].
-            epoch (float): Epochs done, with the fraction of the current
-                one (the teacher's momentum schedule).
-            optim_steps (int, optional): See :meth:`EMATeacher.update`.
-            max_epochs (float, optional): The run's length in epochs (a
-                teacher ramp over the whole run reads it).
+        """Set t/T (mask schedule), the epochs done (teacher momentum), the
+        optimizer steps applied (teacher update) and the run's length in
+        epochs.
         """
         self.progress = float(progress)
         self.optim_steps = optim_steps
@@ -168,17 +131,12 @@ class HPMBase(BaseSelfSupervisor):
             self.teacher.set_epoch(epoch, max_epochs)
 
     def compile_parts(self, **options) -> List[str]:
-        """``torch.compile`` the parts of a step that are pure tensor work:
-        the student's encoder, its neck (HPM: the reconstructor and the
-        loss predictor), the head's losses and the teacher's encoder and
-        loss predictor (module- and method-wise, so weights, state-dict
-        keys and the EMA update are untouched). The teacher
-        update, the mask generator and the optimizer step stay eager: they
-        hold host-side state (step counts, the schedule) that a compiled
-        graph would guard on and recompile for. mmengine's runner config
-        ``compile=True`` (or a dict of ``torch.compile`` options) asks for
-        it (:meth:`HPMRunner._maybe_compile`). Returns the parts compiled.
-        """
+        """``torch.compile`` the step's pure tensor work, module- and
+        method-wise (weights and state-dict keys untouched): the student's
+        encoder and neck, the head's losses, the teacher's encoder and
+        predictor. The teacher update, the mask and the optimizer step stay
+        eager (host-side state a graph would recompile for). Returns the parts
+        compiled."""
         parts = dict(backbone=self.backbone, neck=self.neck)
         if self.teacher is not None:
             parts['teacher.backbone'] = self.teacher.module['backbone']
@@ -211,13 +169,9 @@ class HPMBase(BaseSelfSupervisor):
     def teach(
         self, inputs: torch.Tensor
     ) -> Tuple[Optional[torch.Tensor], Optional[torch.Tensor]]:
-        """Before the student: the teacher follows the student, then the
-        scores the mask reads now and the teacher's features when they are
-        a target, in one pass.
-
-        Returns:
-            tuple: ``(scores, features)``, each None when not needed.
-        """
+        """Before the student: the teacher follows it, then gives the scores
+        the mask reads now and its features when a target, in one pass:
+        ``(scores, features)``."""
         gen = self.mask_generator
         if self.teacher is not None or gen.uses_scores:
             self._warn_without_schedule()

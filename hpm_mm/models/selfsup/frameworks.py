@@ -1,15 +1,8 @@
-"""Hard-patch mining on frameworks whose encoder keeps mask tokens.
-
-The same parts as :class:`HPM` (:class:`HPMBase`: mask generator, EMA
-teacher, schedule, loss predictor, relative loss) around another
-framework's pretext task: the encoder (:class:`MaskTokenViT`) sees every
-patch, the masked ones as a mask token; an :class:`HPMLossPredictor` reads
-its output; the framework's head computes its own loss per patch, which the
-predictor learns to rank. With ``predictor=None``, ``head.loss_pred=None``
-and a score-free mask generator each class is the plain framework (no
-teacher is built; iBOT always has its own EMA teacher, which then also
-scores the patches).
-"""
+"""Hard-patch mining on frameworks whose encoder keeps mask tokens
+(:class:`MaskTokenViT`): :class:`HPMBase`'s parts around SimMIM's, BEiT's
+and iBOT's pretext tasks, an :class:`HPMLossPredictor` on the encoder
+output ranking each framework's per-patch loss. Without a predictor and
+with a score-free mask each is the plain framework (docs/targets.md)."""
 from typing import Dict, List, Optional, Tuple
 
 import torch
@@ -22,22 +15,16 @@ from .base import HPMBase
 
 @MODELS.register_module()
 class HPMSimMIM(HPMBase):
-    """SimMIM with hard-patch mining.
-
-    SimMIM (Xie et al., CVPR 2022): the encoder output of every patch goes
-    through a linear decoder (1x1 conv + pixel shuffle,
-    :class:`HPMSimMIMDecoder`) to pixels; the L1 loss over the masked
-    pixels (:class:`HPMSimMIMHead`, per patch).
+    """SimMIM with hard-patch mining: a linear decoder
+    (:class:`HPMSimMIMDecoder`) to pixels, L1 per masked patch
+    (:class:`HPMSimMIMHead`).
 
     Args:
         backbone (dict): :class:`MaskTokenViT` config.
         neck (dict): :class:`HPMSimMIMDecoder` config.
         head (dict): :class:`HPMSimMIMHead` config.
-        predictor (dict, optional): :class:`HPMLossPredictor` config; None
-            for plain SimMIM.
-        **kwargs: The other arguments of :class:`HPMBase`
-            (``mask_generator``, ``teacher``, ...).
-    """
+        predictor (dict, optional): None for plain SimMIM.
+        **kwargs: The other arguments of :class:`HPMBase`."""
 
     def loss(self, inputs: torch.Tensor, data_samples: List[DataSample],
              **kwargs) -> Dict[str, torch.Tensor]:
@@ -59,23 +46,16 @@ class HPMSimMIM(HPMBase):
 
 @MODELS.register_module()
 class HPMBEiT(HPMBase):
-    """BEiT (v1) with hard-patch mining.
-
-    BEiT (Bao et al., ICLR 2022): the inputs are two views of each image
-    (``TwoNormDataPreprocessor``): the encoder's at 224 px and the
-    tokenizer's at 112 px; the frozen DALL-E tokenizer (mmpretrain's
-    ``DALL-E``, weights from a local checkpoint) gives a visual token per
-    patch; :class:`HPMBEiTHead` classifies the masked patches' tokens (the
-    cross-entropy per patch). No neck.
+    """BEiT (v1) with hard-patch mining: two views per image
+    (``TwoNormDataPreprocessor``); the frozen DALL-E tokenizer gives a token
+    per patch; :class:`HPMBEiTHead` classifies the masked ones. No neck.
 
     Args:
         backbone (dict): :class:`MaskTokenViT` config.
         head (dict): :class:`HPMBEiTHead` config.
         target_generator (dict): The tokenizer, ``dict(type='DALL-E', ...)``.
-        predictor (dict, optional): :class:`HPMLossPredictor`; None for
-            plain BEiT.
-        **kwargs: The other arguments of :class:`HPMBase`.
-    """
+        predictor (dict, optional): None for plain BEiT.
+        **kwargs: The other arguments of :class:`HPMBase`."""
 
     def __init__(self,
                  backbone: dict,
@@ -124,37 +104,20 @@ IBOT_TEACHER = dict(
 
 @MODELS.register_module()
 class HPMiBOT(HPMBase):
-    """iBOT with hard-patch mining.
-
-    iBOT (Zhou et al., ICLR 2022): the inputs are multi-crop views
-    (mmpretrain's ``MultiView``: 2 global crops, then L local ones); the
-    EMA teacher (encoder + projection head, :class:`EMATeacher`) sees the
-    global crops whole, the student sees them with block-wise masks (mask
-    tokens, :class:`MaskTokenViT`) and the local crops whole; one projection
-    head (:class:`iBOTNeck`) maps the CLS and patch tokens to prototypes;
-    :class:`HPMiBOTHead` distils the teacher's CLS of each global view into
-    the student's CLS of every other view (``loss_cls``) and the teacher's
-    patches into the student's masked ones (``loss_rec``, per patch).
-
-    With a ``predictor`` (:class:`HPMLossPredictor`) on the encoder output
-    of the masked global crops, the predictor learns to rank the per-patch
-    ``loss_rec``, and the same teacher scores the patches with its copy of
-    the predictor in its pass over the global crops (no extra pass); the
-    mask generator then masks the hardest (e.g. :class:`HPMMaskGenerator`
-    with iBOT's per-image ratios and ``rest=`` block-wise masking).
+    """iBOT with hard-patch mining: multi-crop views; the EMA teacher (encoder
+    + :class:`iBOTNeck`) sees the global crops whole, the student masked
+    (block-wise) plus the local crops; :class:`HPMiBOTHead` distils CLS
+    (``loss_cls``) and masked patches (``loss_rec``, per patch). A predictor
+    ranks ``loss_rec``; the same teacher pass scores the patches.
 
     Args:
         backbone (dict): :class:`MaskTokenViT` config.
         neck (dict): :class:`iBOTNeck` config.
         head (dict): :class:`HPMiBOTHead` config.
-        mask_generator (dict): Defaults to iBOT's block-wise masking
-            (:data:`IBOT_MASK`).
-        teacher (dict): Defaults to iBOT's (:data:`IBOT_TEACHER`, its ramp
-            over the whole run).
-        predictor (dict, optional): :class:`HPMLossPredictor`; None for
-            plain iBOT.
-        **kwargs: The other arguments of :class:`HPMBase`.
-    """
+        mask_generator (dict): Defaults to :data:`IBOT_MASK`.
+        teacher (dict): Defaults to :data:`IBOT_TEACHER`.
+        predictor (dict, optional): None for plain iBOT.
+        **kwargs: The other arguments of :class:`HPMBase`."""
 
     #: The teacher's projected tokens are the targets, so it is always
     #: built: its pass gives its projection head's output on them.

@@ -38,45 +38,19 @@ def upgrade_hpm_state_dict(state: dict, prefix: str = '') -> dict:
 
 @MODELS.register_module()
 class HPM(HPMBase):
-    """Hard Patches Mining for Masked Image Modeling.
+    """`Hard Patches Mining for Masked Image Modeling
+    <https://arxiv.org/abs/2304.05919>`_ (CVPR 2023).
 
-    Implementation of `Hard Patches Mining for Masked Image Modeling
-    <https://arxiv.org/abs/2304.05919>`_ (CVPR 2023). Each training step
-    (paper Fig. 2): the EMA teacher scores every patch of the full image;
-    the mask generator hides the hardest-scored patches mixed with random
-    ones; the student encodes the visible patches; its two decoders
-    reconstruct the image and predict the per-patch reconstruction losses;
-    the head returns ``loss_rec`` + ``loss_pred`` (and, for the log only,
-    ``rank_acc`` and the mask generator's scalars such as ``alpha`` and
-    ``num_hard``).
-
-    The parts are separate registered modules: the teacher
-    (:class:`EMATeacher`), the mask generator (any
-    :class:`BaseMaskGenerator`), backbone, neck and head; what every
-    hard-mining algorithm shares is :class:`HPMBase`. HPM's loss predictor
-    lives in its decoder (:class:`HPMPretrainDecoder`), over the embedding
-    it shares with the reconstructor, so the decoder is the student's score
-    module. Non-finite steps are skipped by the optimizer wrapper
-    (:class:`GuardedOptimWrapper`).
-
-    Args:
-        backbone (dict): :class:`HPMViT` config.
-        neck (dict): :class:`HPMPretrainDecoder` config.
-        head (dict): :class:`HPMPretrainHead` config.
-        mask_generator (dict): Mask generator config. Defaults to
-            ``dict(type='HPMMaskGenerator')`` (gamma 0.75, alpha 0 -> 0.5).
-        teacher (dict): :class:`EMATeacher` config, built only when the mask
-            generator reads the teacher's scores or the target is its
-            features. Defaults to ``dict(type='EMATeacher')`` (momentum
-            1e-3 -> 1e-4 over 100 epochs, as the authors).
-        target_generator (dict, optional): What is reconstructed: None for
-            the pixels; a feature target (paper Tab. 1):
-            :class:`EMATeacherTarget`, :class:`ViTFeatureTarget` (DINO) or
-            :class:`CLIPFeatureTarget`, with
-            :class:`HPMFeaturePretrainHead`. Defaults to None.
-        data_preprocessor (dict, optional): Defaults to None.
-        init_cfg (dict, optional): Defaults to None.
-    """
+    Each step (paper Fig. 2): the EMA teacher scores every patch of the full
+    image; the mask hides the hardest mixed with random ones; the student
+    encodes the visible patches (:class:`HPMViT`); the decoder
+    (:class:`HPMPretrainDecoder`) reconstructs them and predicts the
+    per-patch losses over the embedding it shares with the reconstructor;
+    the head (:class:`HPMPretrainHead`) returns ``loss_rec`` + ``loss_pred``
+    (and, logged only, ``rank_acc``, ``alpha``, ``num_hard``). A
+    ``target_generator`` replaces the pixels by features (paper Tab. 1, with
+    :class:`HPMFeaturePretrainHead`); the other arguments are
+    :class:`HPMBase`'s."""
 
     @staticmethod
     def upgrade_state_dict(state_dict: dict, prefix: str = '') -> dict:
@@ -100,16 +74,9 @@ class HPM(HPMBase):
 
     def loss(self, inputs: torch.Tensor, data_samples: List[DataSample],
              **kwargs) -> Dict[str, torch.Tensor]:
-        """One HPM training step (paper Fig. 2).
-
-        Args:
-            inputs (torch.Tensor): Normalised images, (B, C, H, W).
-            data_samples (List[DataSample]): Unused.
-
-        Returns:
-            dict: ``loss_rec``, ``loss_pred`` and the log-only ``rank_acc``
-            and mask-generator scalars.
-        """
+        """One HPM training step (paper Fig. 2) on normalised images:
+        ``loss_rec``, ``loss_pred`` and the log-only ``rank_acc`` and mask
+        scalars."""
         scores, teacher_features = self.teach(inputs)
         mask = self.choose_mask(scores, inputs)
         latent, ids_restore = self.backbone(inputs, mask, self.num_visible)

@@ -1,14 +1,7 @@
-"""Feature targets for HPM (paper Tab. 1): what the reconstructor predicts
-instead of pixels.
-
-Every generator maps normalised images (B, C, H, W) to per-patch target
-features (B, N, C_t) of the full image, without gradients. The EMA target
-comes from the EMA teacher's own full-image pass (no extra network); the
-DINO and CLIP targets are frozen pretrained networks loaded from a local
-checkpoint in :meth:`init_weights` (nothing is downloaded; see
-``docs/targets.md`` for where the weights come from and how to convert
-them).
-"""
+"""Feature targets for HPM (paper Tab. 1): normalised images to per-patch
+features (B, N, C_t) without gradients. The EMA target is the teacher's
+own pass; DINO and CLIP are frozen networks loaded from a local
+checkpoint in :meth:`init_weights` (docs/targets.md)."""
 import os.path as osp
 from typing import Optional
 
@@ -21,16 +14,10 @@ from mmpretrain.registry import MODELS
 
 @MODELS.register_module()
 class EMATeacherTarget(nn.Module):
-    """The EMA teacher's encoder features of the full image (BootMAE's
-    target, paper Tab. 1 "EMA features").
-
-    Has no parameters: the algorithm binds it to its EMA teacher at build
-    (:meth:`bind`; the teacher stays the algorithm's module, not this
-    one's). In a training step the algorithm takes the patch tokens from
-    the pass in which the teacher scores the patches, so the target costs
-    nothing extra when HPM masks by score; :meth:`forward` runs that pass on
-    its own (the pictures, a step whose mask needs no scores).
-    """
+    """The EMA teacher's encoder features of the full image (BootMAE's target,
+    Tab. 1): bound to the algorithm's teacher at build (:meth:`bind`), read
+    off the pass that scores the patches (no extra cost); :meth:`forward`
+    runs that pass on its own."""
 
     uses_teacher = True
 
@@ -55,18 +42,9 @@ class EMATeacherTarget(nn.Module):
 
 
 class FrozenFeatureTarget(BaseModule):
-    """A frozen pretrained network as the target: no gradients, always in
-    eval mode, its weights loaded from ``checkpoint`` by
-    :meth:`init_weights` (after the model's own initialisation, which
-    mmengine runs parents-first).
-
-    Args:
-        checkpoint (str, optional): Local path of the converted weights
-            (see ``docs/targets.md``). None keeps the random initialisation
-            and says so (for tests only).
-        prefix (str): Key prefix of the network's weights in the
-            checkpoint. Defaults to ''.
-    """
+    """A frozen pretrained network as the target (eval mode, no gradients), its
+    weights loaded from ``checkpoint`` (under ``prefix``) by
+    :meth:`init_weights`; None keeps the random weights and says so (tests)."""
 
     uses_teacher = False
     #: how to get the weights, for the missing-file error
@@ -125,21 +103,9 @@ class FrozenFeatureTarget(BaseModule):
 
 @MODELS.register_module()
 class ViTFeatureTarget(FrozenFeatureTarget):
-    """A frozen mmpretrain :class:`VisionTransformer`'s last-layer patch
-    tokens after its final norm: the DINO target (paper Tab. 1, DINO
-    ViT-B/16).
-
-    Args:
-        checkpoint (str, optional): mmpretrain-format weights (``backbone.``
-            keys or bare ones; DINO's release is converted by
-            ``tools/model_converters/target_weights.py dino``).
-        arch (str | dict): Defaults to ``'b'``.
-        img_size (int): Defaults to 224.
-        patch_size (int): Defaults to 16.
-        in_channels (int): Defaults to 3.
-        prefix (str): Defaults to ``'backbone.'``; keys without it are
-            taken as they are.
-    """
+    """A frozen mmpretrain ViT's last patch tokens after its norm: the DINO
+    target (``tools/model_converters/target_weights.py dino`` converts the
+    release)."""
 
     def __init__(self,
                  checkpoint: Optional[str],
@@ -172,25 +138,9 @@ class ViTFeatureTarget(FrozenFeatureTarget):
 
 @MODELS.register_module()
 class CLIPFeatureTarget(FrozenFeatureTarget):
-    """A frozen CLIP image encoder's patch tokens, after ``ln_post`` and the
-    projection: MILAN's target (mmpretrain's :class:`CLIPGenerator`), here
-    with the architecture given in the config so that it builds without
-    the weights (paper Tab. 1/6, CLIP ViT-B/16).
-
-    The images must be normalised with CLIP's mean and std (the CLIP
-    configs set the data preprocessor so).
-
-    Args:
-        checkpoint (str, optional): OpenAI CLIP state dict (``visual.*``
-            keys; see ``docs/targets.md``).
-        img_size (int): Defaults to 224.
-        patch_size (int): Defaults to 16.
-        width (int): Defaults to 768.
-        layers (int): Defaults to 12.
-        heads (int): Defaults to 12.
-        output_dim (int): Defaults to 512.
-        prefix (str): Defaults to ``'visual.'``.
-    """
+    """A frozen CLIP image encoder's patch tokens after ``ln_post`` and the
+    projection (MILAN's target), the architecture given in the config so it
+    builds without weights; inputs normalised with CLIP's mean and std."""
 
     def __init__(self,
                  checkpoint: Optional[str],

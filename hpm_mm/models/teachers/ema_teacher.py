@@ -22,71 +22,18 @@ class TeacherOutput(NamedTuple):
 class EMATeacher(ExponentialMovingAverage):
     """The EMA teacher that scores every patch of the full image.
 
-    An exponential moving average of the student's encoder and loss
-    predictor (``module['backbone']`` and ``module['predictor']``: HPM's
-    decoder, or the :class:`HPMLossPredictor` of a mask-token framework;
-    iBOT adds its projection head), mmengine's
-    :class:`ExponentialMovingAverage` (so checkpoints keep the keys
-    ``teacher.module.*`` and ``teacher.steps``), plus what HPM needs of it:
-
-    - **momentum schedule**: :meth:`set_epoch` moves the momentum from
-      ``momentum`` to ``end_momentum`` over ``momentum_epochs`` epochs,
-      linearly once per epoch (HPM's authors: decay 0.999 -> 0.9999 is
-      1e-3 -> 1e-4 in mmengine's convention
-      ``teacher = (1 - m) teacher + m student``) or along a half cosine
-      every iteration (DINO/iBOT: decay 0.996 -> 1 is 4e-3 -> 0);
-    - **mode**: the averaged model always runs in eval mode (no dropout or
-      drop path), whatever the student's mode, as the teachers of
-      DINO/iBOT, which are built without drop path;
-    - **update** (:meth:`update`): at the start of a training step, once
-      per optimizer step applied to the student (the count comes from the
-      guarded optimizer wrappers through :class:`HPMScheduleHook`): after a
-      step the non-finite guard skipped, or a gradient-accumulation
-      iteration, the student did not change and neither does the teacher.
-      The first update copies the student. Under a sharding wrapper the
-      parameters must be whole when it runs (checked once: a shard would
-      average the wrong numbers);
-    - **the pass** (:meth:`forward`, its one entrance): under ``no_grad``,
-      one encoder pass over the full, unmasked image giving the per-patch
-      scores (its loss predictor's predicted losses, ``'predicted_loss'``,
-      HPM; or its last block's CLS-to-patch attention averaged over heads,
-      ``'cls_attention'``, read off the same pass without running the
-      predictor) and, when asked, its tokens (a feature target);
-    - **precision** (``dtype``) and **input scale** (``input_scale``), the
-      fast settings.
-
-    Args:
-        model (nn.Module): The student, ``ModuleDict(backbone=,
-            predictor=)``; given by the algorithm.
-        momentum (float): Momentum at epoch 0. Defaults to 1e-3.
-        end_momentum (float): Momentum after ``momentum_epochs`` epochs,
-            kept afterwards. Defaults to 1e-4.
-        momentum_epochs (int, optional): Length of the ramp in epochs; None
-            for the whole run (it then follows ``train_cfg.max_epochs``).
-            Defaults to 100 (the authors').
-        momentum_schedule (str): ``'linear'`` (stepped per epoch) or
-            ``'cosine'`` (per iteration). Defaults to ``'linear'``.
-        dtype (str, optional): Run the scoring pass under autocast in this
-            dtype (``'bfloat16'`` or ``'float16'``); the teacher only ranks
-            patches. Defaults to None: the precision of the training step
-            (fp32, or the AMP autocast dtype).
-        input_scale (float): Score a copy of the image downsampled so that
-            its patch grid is this fraction of the student's per side
-            (position embeddings interpolated), then upsample the scores
-            bilinearly to the full grid. 0.5 costs ~1/4 of the pass.
-            Defaults to 1.0 (the full image, as in the paper).
-        score_source (str, optional): The scores :meth:`forward` gives by
-            default: a source registered in
-            :data:`~hpm_mm.models.teachers.TEACHER_SCORES`
-            (``'predicted_loss'``, ``'cls_attention'``, or your own), or
-            None for a teacher that only gives targets (score-free masks);
-            given by the algorithm from its mask generator. Defaults to
-            ``'predicted_loss'``.
-        features (bool): Whether its tokens are a training target (EMA
-            feature target, iBOT); given by the algorithm. Such a teacher
-            must see the full image (checked here, at build). Defaults to
-            False.
-    """
+    mmengine's :class:`ExponentialMovingAverage` of the student's encoder and
+    loss predictor (``module['backbone']``, ``module['predictor']``; iBOT adds
+    its head), so checkpoints keep ``teacher.module.*``. It runs in eval mode,
+    updates once per applied optimizer step (:meth:`update`), ramps its
+    momentum from ``momentum`` to ``end_momentum`` over ``momentum_epochs``
+    (None: the run; ``'linear'`` per epoch or ``'cosine'`` per iteration;
+    mmengine's convention ``teacher = (1 - m) teacher + m student``: the
+    authors' decay 0.999 -> 0.9999 is 1e-3 -> 1e-4), and gives per-patch
+    scores of ``score_source`` (None: targets only) and, when its
+    ``features`` are a target, its tokens, in one no-grad pass
+    (:meth:`forward`) under autocast in ``dtype``. ``input_scale`` < 1 scores
+    a downsampled copy (the fast setting; no features). docs/extending.md."""
 
     def __init__(self,
                  model: nn.Module,
@@ -117,6 +64,9 @@ class EMATeacher(ExponentialMovingAverage):
         self.score_source = score_source
         if features:
             self.check_full_image()
+        # the pass, chosen once: the half-resolution teacher (fast setting)
+        self._pass = self._full_pass if input_scale == 1 else \
+            self._scaled_pass
         self._last_optim_steps: Optional[int] = None
         self._checked = False
         self._steps: Optional[int] = None  # ``steps`` on the host
@@ -158,16 +108,12 @@ class EMATeacher(ExponentialMovingAverage):
 
         Args:
             student (nn.Module): ``ModuleDict(backbone=, predictor=)``.
-            optim_steps (int, optional): Optimizer steps applied so far
-                (:attr:`GuardedOptimWrapper.applied_steps`, pushed in by
-                :class:`HPMScheduleHook`). The teacher updates only when it
-                moved since the last update, so a skipped step or a
-                gradient-accumulation iteration leaves it as it is. None:
-                update on every call.
+            optim_steps (int, optional): Optimizer steps applied so far; the
+                teacher moves only when they moved (a skipped step leaves it).
+                None: on every call.
 
         Returns:
-            bool: Whether the teacher was updated.
-        """
+            bool: Whether the teacher was updated."""
         if optim_steps is not None and optim_steps == self._last_optim_steps:
             return False
         if not self._checked:
@@ -188,12 +134,10 @@ class EMATeacher(ExponentialMovingAverage):
 
     @torch.no_grad()
     def update_parameters(self, model: nn.Module) -> None:
-        """mmengine's EMA step (``lerp`` of every floating parameter towards
-        the student's by :attr:`momentum`, the first call a copy, buffers
-        copied), as a few multi-tensor ops instead of one launch per
-        parameter, and without reading ``steps`` back from the device at
-        every call: its count is kept on the host too, read from the buffer
-        once after a load (:meth:`_load_from_state_dict`)."""
+        """mmengine's EMA step (a ``lerp`` of every floating parameter towards
+        the student's, the first call a copy, buffers copied) as a few
+        multi-tensor ops, its step count kept on the host (no read back per
+        call)."""
         src = model.state_dict() if self.update_buffers else dict(
             model.named_parameters())
         steps = self._host_steps()
@@ -251,74 +195,71 @@ class EMATeacher(ExponentialMovingAverage):
                 scores: Union[bool, str] = True,
                 features: bool = False,
                 through: Optional[str] = None) -> TeacherOutput:
-        """The teacher's pass: one encoder pass over the full images, and
-        what it gives. The only entrance: training, the frameworks, the
-        pictures and the benchmark call it.
+        """The teacher's one pass over the full images.
 
         Args:
-            inputs (torch.Tensor): Normalised images (B, C, H, W) at the
-                student's size.
-            scores (bool | str): The per-patch scores to compute: True for
-                :attr:`score_source`, a registered source's name
-                (``'predicted_loss'``, ``'cls_attention'``, or one of
-                :data:`~hpm_mm.models.teachers.TEACHER_SCORES`) for another
-                (the pictures show the predicted loss whatever the mask
-                reads), False for none. Defaults to True.
-            features (bool): Also return the encoder's tokens (after its
-                final norm: the CLS token, then the patches in raster
-                order): the EMA feature target (BootMAE, paper Tab. 1).
-                Needs ``input_scale=1``.
-            through (str, optional): The name of another averaged part to
-                run on the tokens, whose output is returned as the features
-                (iBOT's ``'neck'``: its teacher prototypes). Implies
-                ``features``.
+            inputs (torch.Tensor): Normalised images (B, C, H, W).
+            scores (bool | str): True: :attr:`score_source`; a registered
+                source's name; False: none.
+            features (bool): Also return the encoder's tokens (EMA feature
+                target; needs ``input_scale=1``).
+            through (str, optional): Another averaged part run on the tokens,
+                whose output is the features (iBOT's ``'neck'``).
 
         Returns:
-            TeacherOutput: ``scores`` (B, N) fp32 at the student's grid, or
-            None; ``features`` (B, 1 + N, C) in the pass's precision (or the
-            named part's output), or None.
-        """
+            TeacherOutput: ``scores`` (B, N) fp32 at the student's grid, and
+            ``features`` in the pass's precision; each None when not asked."""
         source = self.score_source if scores is True else (scores or None)
         if source is not None and source != self.score_source:
             check_source(source)  # the configured one is checked at build
         features = features or through is not None
         if features:
             self.check_full_image()
-        backbone = self.module['backbone']
-        full, grid = tuple(backbone.patch_resolution), self.grid
-        if grid != full:
-            stride = backbone.patch_embed.projection.stride
-            inputs = F.interpolate(
-                inputs,
-                size=(grid[0] * stride[0], grid[1] * stride[1]),
-                mode='bilinear',
-                align_corners=False,
-                antialias=True)
-        B, num_patches = inputs.shape[0], grid[0] * grid[1]
-        visible = inputs.new_zeros(B, num_patches)
-        precision = nullcontext() if self.dtype is None else \
+        autocast = nullcontext() if self.dtype is None else \
             torch.autocast(inputs.device.type, dtype=self.dtype)
-        out = None
-        with precision:
-            if source is None:
-                latent = backbone(inputs, visible, num_patches)[0]
-            else:  # a registered source (score_sources.py)
-                out, latent = TEACHER_SCORES.get(source)(
-                    self.module, inputs, visible,
-                    None if grid == full else grid)
-        if out is not None:
-            out = out.float()
-            if grid != full:
-                out = F.interpolate(
-                    out.view(B, 1, *grid),
-                    size=full,
-                    mode='bilinear',
-                    align_corners=False).flatten(1)
-        if through is not None:
-            with precision:
+        with autocast:
+            out, latent = self._pass(inputs, source)
+            if through is not None:
                 latent = self.module[through](latent)
         # features in the pass's precision; the heads cast what they read
-        return TeacherOutput(out, latent if features else None)
+        return TeacherOutput(None if out is None else out.float(),
+                             latent if features else None)
+
+    def _full_pass(self,
+                   inputs: torch.Tensor,
+                   source: Optional[str],
+                   grid=None):
+        """(scores or None, tokens) of one encoder pass over ``inputs``
+        (``grid``: its patch grid where it is not the student's)."""
+        backbone = self.module['backbone']
+        num_patches = math.prod(grid or backbone.patch_resolution)
+        visible = inputs.new_zeros(inputs.shape[0], num_patches)
+        if source is None:
+            return None, backbone(inputs, visible, num_patches)[0]
+        return TEACHER_SCORES.get(source)(self.module, inputs, visible, grid)
+
+    def _scaled_pass(self, inputs: torch.Tensor, source: Optional[str]):
+        """``input_scale < 1`` (the pass then, chosen at build): the
+        scores of a copy of the images downsampled to the patch grid
+        :attr:`grid`, upsampled bilinearly to the student's grid (no
+        tokens: a target needs the full image)."""
+        if source is None:
+            return None, None
+        backbone = self.module['backbone']
+        full, grid = tuple(backbone.patch_resolution), self.grid
+        stride = backbone.patch_embed.projection.stride
+        small = F.interpolate(
+            inputs,
+            size=(grid[0] * stride[0], grid[1] * stride[1]),
+            mode='bilinear',
+            align_corners=False,
+            antialias=True)
+        out = self._full_pass(small, source, grid)[0].float()
+        return F.interpolate(
+            out.view(inputs.shape[0], 1, *grid),
+            size=full,
+            mode='bilinear',
+            align_corners=False).flatten(1), None
 
     def extra_repr(self) -> str:
         return (f'momentum={self.start_momentum} -> {self.end_momentum} over '

@@ -1,26 +1,13 @@
-"""The teacher's score sources: what a mask generator's ``score_source``
-names, one registered function each (``TEACHER_SCORES``).
-
-A source runs the teacher's one encoder pass over the full image and reads
-its per-patch scores off it::
+"""The teacher's score sources (``TEACHER_SCORES``), one registered function
+per name a mask generator's ``score_source`` may give::
 
     @TEACHER_SCORES.register_module(name='my_source')
     def my_source(module, inputs, visible, patch_resolution):
-        latent, ids_restore = module['backbone'](inputs, visible,
-                                                 visible.shape[1])
-        scores = ...                      # (B, N) for the teacher's grid
-        return scores, latent
+        latent, _ = module['backbone'](inputs, visible, visible.shape[1])
+        return scores, latent  # scores (B, N) on the teacher's grid
 
-``module`` is the teacher's ``ModuleDict`` (``backbone``, and
-``predictor`` where the student has a loss predictor), ``inputs`` the
-images at the teacher's scale, ``visible`` the all-visible (B, N) mask,
-``patch_resolution`` the teacher's grid when it differs from the
-student's (else None). It runs under ``no_grad`` and the teacher's
-precision; the teacher casts the scores to fp32 and resizes them to the
-student's grid. A mask generator whose ``score_source`` names a source
-registered from outside the repository trains with no library edit
-(docs/extending.md).
-"""
+It runs under ``no_grad`` and the teacher's precision, in its one pass;
+the teacher casts and resizes the scores (docs/extending.md)."""
 from typing import Optional, Tuple
 
 import torch

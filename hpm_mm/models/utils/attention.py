@@ -1,19 +1,7 @@
-"""hpm_mm's ViT attention: mmpretrain's, with ``q, k, v`` unbound.
-
-mmpretrain 1.2.0's ``MultiheadAttention.forward`` takes
-``q, k, v = qkv[0], qkv[1], qkv[2]``; in the backward each index allocates a
-zero-filled gradient of the whole ``(3, B, heads, N, head_dim)`` tensor and
-the three are summed (on the main job's CPU step: 12 fills of 8.5M values).
-``unbind`` gives the same three views and a backward that stacks the three
-gradients: bit-identical outputs and gradients (tested), ~10% off the
-fwd+bwd time of a 128-d decoder block on 2 AVX2 cores
-(``.dev_scripts/profile_main_job.py`` measures it on the whole step).
-
-Only hpm_mm's own modules use it (:class:`HPMViT`, :class:`HPMPretrainDecoder`,
-:class:`HPMLossPredictor`): importing hpm_mm leaves mmpretrain's class as it
-is. Can go once mmpretrain's own forward unbinds (not as of 1.2.0 /
-onedl-mmpretrain 1.3.6).
-"""
+"""mmpretrain's ViT attention with ``q, k, v`` unbound (``unbind`` instead of
+indexing ``qkv``): the same outputs and gradients, without three
+zero-filled gradients of the whole qkv tensor in the backward (~10% of a
+decoder block's fwd+bwd on a CPU). Used by hpm_mm's own modules only."""
 import torch.nn as nn
 from mmpretrain.models.utils.attention import MultiheadAttention
 

@@ -1,13 +1,35 @@
-"""The step benchmark's FLOP model and a tiny end-to-end run (no timing
-is asserted: ratios are for the benchmark's printout, not for tests)."""
+"""The step benchmark (.dev_scripts/bench_step.py): its FLOP model, its
+rows built from the configs, and a tiny end-to-end run on the CPU (no
+timing is asserted: ratios are for the printout, not for tests)."""
 import os.path as osp
 import sys
 
 import pytest
+import torch
 from helpers import REPO
 
 sys.path.insert(0, osp.join(REPO, '.dev_scripts'))
-import benchmark_step as bench  # noqa: E402
+import bench_step as bench  # noqa: E402
+
+
+def authors_mask(scores, num_masked, num_hard):
+    """The authors' ``generate_mask`` (HPM repository) with its per-image
+    loop. (B, N) float, 1 = masked."""
+    import numpy as np
+    B, N = scores.shape
+    device = scores.device
+    order = torch.argsort(scores, dim=1)  # ascending: hardest last
+    ids_shuffle = torch.zeros_like(order)
+    for i in range(B):
+        hard = order[i, N - num_hard:]
+        ids_shuffle[i, N - num_hard:] = hard
+        rest = np.delete(np.arange(N), hard.cpu().numpy())
+        np.random.shuffle(rest)
+        ids_shuffle[i, :N - num_hard] = torch.from_numpy(rest).to(device)
+    ids_restore = torch.argsort(ids_shuffle, dim=1)
+    mask = torch.ones(B, N, device=device)
+    mask[:, :N - num_masked] = 0
+    return torch.gather(mask, 1, ids_restore)
 
 
 def test_flop_model_vit_b():
@@ -28,23 +50,49 @@ def test_flop_model_vit_b():
         bench.vit_macs(50, 512, 8) + 50 * 512 * 768)
 
 
-def test_benchmark_runs_tiny(capsys):
+def test_benchmark_runs_tiny(capsys, tmp_path):
+    out = tmp_path / 'rows.json'
     res = bench.main([
-        '--archs', 't', '--img-size', '32', '--batch', '2', '--iters', '1',
-        '--fast', 'teacher_half_res', 'alpha0_no_teacher'
+        '--arch', 't', 'mini', '--img-size', '32', '--batch', '2', '--iters',
+        '1', '--rows', 'mae', 'hpm', 'half_res', 'alpha0', '--sections',
+        '--out',
+        str(out)
     ])
-    out = capsys.readouterr().out
-    assert '| ViT-T |' in out and 'teacher_half_res |' in out
-    assert set(res['t']['fast']) == {'teacher_half_res', 'alpha0_no_teacher'}
-    assert res['t']['hpm']['step'] > 0 and res['t']['mae']['step'] > 0
+    text = capsys.readouterr().out
+    assert '| t | 2 | fp32 | half_res, default |' in text
+    rows = {(r['arch'], r['setting']): r for r in res['rows']}
+    assert len(rows) == 8 and all(r['step'] > 0 for r in rows.values())
     # the sections of the real modules were timed, every step of them
-    hpm = res['t']['hpm']
+    hpm = rows['t', 'hpm']
     assert all(hpm[k] > 0
                for k in ('teacher', 'mask', 'student_fwd', 'losses'))
-    # (no relation between timings is asserted: two timed loops differ by
-    # more than any tolerance on a loaded machine; the benchmark prints them)
-    assert res['t']['fast']['teacher_half_res']['flop_ratio'] < \
-        res['t']['flop_ratio']
+    assert rows['t', 'half_res']['flop_ratio'] < hpm['flop_ratio']
+    assert 'flop_ratio' not in rows['mini', 'hpm']  # (no FLOP model)
+    assert rows['mini', 'hpm']['syncs'] >= 0
+    assert bench.json.loads(out.read_text())['rows'] == res['rows']
+
+
+def test_table_rows_name_ratio_and_mfu():
+
+    def row(setting, **numbers):
+        return dict(
+            setting=setting,
+            arch='b',
+            batch=8,
+            precision='bf16',
+            optimizer='fused',
+            compile=False,
+            **numbers)
+
+    rows = [
+        row('mae', step=0.1, img_s=80., macs=1e9, flop_ratio=1., syncs=1),
+        row('hpm', step=0.2, img_s=40., macs=2e9, flop_ratio=2., syncs=1),
+        row('fast', skipped='time budget spent'),
+    ]
+    lines = bench.table(rows, tflops=1.).splitlines()  # 1 TFLOP/s
+    assert '| b | 8 | bf16 | hpm, fused | 0.2000 | 40 | 2.00x | ' \
+        '2.00x | 16.0% | 1 |' in lines[3]  # 40 img/s x 2 x 2e9 / 1e12
+    assert 'time budget spent' in lines[4]
 
 
 def test_benchmark_builds_from_the_configs():
@@ -62,16 +110,14 @@ def test_benchmark_builds_from_the_configs():
         assert cfg['neck']['num_patches'] == 16
 
 
-def test_authors_mask_loop_is_hpm_masking():
-    """The re-implemented per-image loop the mask benchmark times masks
-    what hpm_mm's generator masks: the same count per image, the hardest
-    num_hard always, the others uniformly."""
-    import torch
-
+def test_the_vectorised_mask_is_the_authors_loop():
+    """hpm_mm's vectorised generator masks what the authors' per-image loop
+    (re-implemented above: the brute-force reference) masks: the same
+    count per image, the hardest num_hard always, the others uniformly."""
     from hpm_mm.models import HPMMaskGenerator
     torch.manual_seed(0)
     scores = torch.randn(400, 16)
-    mask = bench.authors_mask(scores, num_masked=12, num_hard=6)
+    mask = authors_mask(scores, num_masked=12, num_hard=6)
     assert torch.all(mask.sum(1) == 12)
     top = scores.topk(6, dim=1).indices
     assert torch.all(mask.gather(1, top) == 1)
@@ -80,8 +126,10 @@ def test_authors_mask_loop_is_hpm_masking():
     assert mask[rest].mean().item() == pytest.approx(0.6, abs=0.03)
     gen = HPMMaskGenerator(mask_ratio=0.75, alpha_0=0.5, alpha_T=0.5)
     assert (gen.num_masked(16), gen.num_hard(16, 1.)) == (12, 6)
-    res = bench.mask_bench(16, 8, torch.device('cpu'), iters=2)
-    assert res['vectorised'] > 0 and res['authors_loop'] > 0
+    torch.manual_seed(0)
+    ours = gen(scores, 1.0)
+    assert torch.all(ours.sum(1) == 12) and torch.all(ours.gather(1, top) == 1)
+    assert ours[rest].mean().item() == pytest.approx(0.6, abs=0.03)
 
 
 class RecordingOps(bench.DeviceOps):
@@ -133,15 +181,14 @@ def test_benchmark_cuda_timing_path_dry_run(capsys, monkeypatch):
 
     monkeypatch.setattr(bench, '_measure', oom_for_half_res)
     out = bench.main([
-        '--archs', 't', '--img-size', '32', '--batch', '2', '--iters', '1',
-        '--warmup', '2', '--fast', 'teacher_half_res', 'predictor_2blocks',
-        '--no-breakdown'
+        '--arch', 't', '--img-size', '32', '--batch', '2', '--iters', '1',
+        '--warmup', '2', '--rows', 'half_res', '2blocks'
     ])
     text = capsys.readouterr().out
-    half = out['t']['fast']['teacher_half_res']
-    assert half['oom'] and 'step' not in half and 'ratio' not in half
-    assert '| ViT-T | teacher_half_res | OOM |' in text
-    assert '| ViT-T | predictor_2blocks |' in text and '| 1.5 |' in text
+    half, two = out['rows']
+    assert half['oom'] and 'step' not in half
+    assert '| t | 2 | fp32 | half_res, default | OOM |' in text
+    assert two['step'] > 0 and two['peak_mem_gib'] == 1.5
     assert 'after 2 warm-up' in text
 
 

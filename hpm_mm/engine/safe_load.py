@@ -1,0 +1,216 @@
+"""The one checkpoint loader: the file's bytes checked, then
+``torch.load(weights_only=True)`` with an allow-list of the types mmengine
+writes. :func:`hpm_mm.compat.register_checkpoint_loader` routes mmengine's
+loads (resume, ``load_from``, ``init_cfg`` Pretrained, URLs) through
+:func:`load_file`; docs/reliability.md says why and what it costs.
+"""
+import os
+import os.path as osp
+import pickle
+import re
+from typing import Optional
+
+import torch
+
+from hpm_mm.errors import HPMError
+
+#: the first torch with ``torch.serialization.add_safe_globals``
+TORCH_FLOOR = (2, 4)
+#: the first bytes of torch's legacy (pre-zip) checkpoint format
+LEGACY_MAGIC = b'\x80\x02\x8a\nl\xfc\x9cF\xf9 j\xa8P\x19.'
+# NumPy's pickle helpers are named by the module of the NumPy that wrote
+# them: ``numpy.core.multiarray`` (1.x) or ``numpy._core.multiarray`` (2.x)
+_MULTIARRAY_NAMES = ('numpy.core.multiarray', 'numpy._core.multiarray')
+
+
+class CheckpointError(HPMError, RuntimeError):
+    """A checkpoint that cannot be loaded: damaged, or refused."""
+
+
+class UnsafeCheckpointError(CheckpointError, pickle.UnpicklingError):
+    """A checkpoint that holds objects outside the allow-list."""
+
+
+def version_tuple(version: str) -> tuple:
+    """``'2.11.0+cu130'`` -> ``(2, 11)``."""
+    return tuple(int(p) for p in re.findall(r'\d+', version)[:2])
+
+
+def checkpoint_safe_globals() -> list:
+    """The types mmengine's runner writes into a checkpoint: its
+    ``HistoryBuffer`` and ``ConfigDict``, NumPy arrays, scalars and dtypes
+    (and ``_codecs.encode``, protocol 2's bytes, which torch < 2.5 lacks)."""
+    import codecs
+
+    import numpy as np
+    from mmengine.config import ConfigDict
+    from mmengine.logging import HistoryBuffer
+    try:  # numpy >= 2 (numpy.core is a deprecated alias there)
+        from numpy._core import multiarray
+    except ImportError:
+        multiarray = np.core.multiarray
+    found = [HistoryBuffer, ConfigDict, np.ndarray, np.dtype]
+    helpers = (multiarray._reconstruct, multiarray.scalar)
+    if version_tuple(torch.__version__) >= (2, 6):  # (object, name) pairs:
+        found += [(fn, f'{module}.{fn.__name__}') for fn in helpers
+                  for module in _MULTIARRAY_NAMES]  # either NumPy's files
+    else:
+        found += list(helpers)
+    if version_tuple(torch.__version__) < (2, 5):
+        found.append(codecs.encode)
+    dtypes = getattr(np, 'dtypes', None)  # e.g. Float64DType (>= 1.25)
+    if dtypes is not None:
+        found += [
+            getattr(dtypes, n) for n in dir(dtypes) if n.endswith('DType')
+        ]
+    return found
+
+
+_CHECKED = {}  # (path, size, mtime) -> problem: each file read once
+_WARNED = []
+
+
+def checkpoint_problem(path: str) -> Optional[str]:
+    """Why ``path`` is not a complete, undamaged checkpoint, or None: the
+    zip archive torch writes has a central directory (a cut file has none)
+    and a CRC per member (a flipped bit fails it). Nothing is unpickled;
+    torch's legacy format, which has no checksums, passes."""
+    import zipfile
+    if not osp.isfile(path):
+        return 'no such file' if not osp.isdir(path) else 'a folder'
+    stat = os.stat(path)
+    key = (osp.realpath(path), stat.st_size, stat.st_mtime_ns)
+    if key in _CHECKED:
+        return _CHECKED[key]
+    problem = None
+    if stat.st_size == 0:
+        problem = 'empty file'
+    else:
+        try:
+            with zipfile.ZipFile(path) as zf:
+                bad = zf.testzip()
+            if bad is not None:
+                problem = f'damaged member {bad} (its CRC does not match)'
+        except Exception as e:  # BadZipFile, OSError, a garbled name's
+            with open(path, 'rb') as f:  # UnicodeDecodeError, ...
+                legacy = f.read(len(LEGACY_MAGIC)) == LEGACY_MAGIC
+            if not legacy:
+                problem = ('truncated, damaged or not a torch checkpoint '
+                           f'({type(e).__name__}: {str(e)[:80]})')
+    _CHECKED[key] = problem
+    return problem
+
+
+def _refusal(path: str, error: Exception) -> UnsafeCheckpointError:
+    found = re.search(r'GLOBAL ([\w.]+)', str(error))
+    what = found.group(1) if found else '?'
+    if version_tuple(torch.__version__) < TORCH_FLOOR:
+        return UnsafeCheckpointError(
+            f'{path} holds objects beyond tensors ({what}), which torch '
+            f'{torch.__version__} can load only as a full pickle: refused. '
+            f'Fix: load it with torch >= {TORCH_FLOOR[0]}.{TORCH_FLOOR[1]} '
+            '(its allow-list), or convert it there first (tools/'
+            'model_converters/hpm2backbone.py writes tensors only).')
+    if what.endswith('getattr'):
+        with open(path, 'rb') as f:
+            resaved = b'HistoryBuffer' in f.read()
+        if resaved:
+            return UnsafeCheckpointError(
+                f'{path} holds mmengine HistoryBuffers pickled with their '
+                'methods (builtins.getattr): it was saved by a process '
+                'without hpm_mm imported (a plain torch.save of a loaded '
+                'checkpoint), and getattr could run code, so it is refused. '
+                'Fix: if you trust it, re-save it with hpm_mm imported: '
+                "python -c \"import hpm_mm, torch; p='PATH'; torch.save("
+                'torch.load(p, weights_only=False), p)"')
+    return UnsafeCheckpointError(
+        f'{path} holds objects outside the checkpoint allow-list ({what}), '
+        'which could run code when loaded: refused. A checkpoint written by '
+        'mmengine and hpm_mm holds none. Fix: if you trust its source, '
+        're-save its tensors with torch.load(path, weights_only=False).')
+
+
+def load_file(path: str, map_location='cpu'):
+    """Load a checkpoint safely (an http(s) ``path`` is downloaded first): its
+    bytes checked (:func:`checkpoint_problem`), then weights-only with the
+    allow-list; ``TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD`` does not switch this off
+    (a warning says so). torch < :data:`TORCH_FLOOR` loads tensors-only files.
+    Raises :class:`CheckpointError` (damaged) or
+    :class:`UnsafeCheckpointError`, one line naming the file."""
+    if isinstance(path, str) and path.startswith(('http://', 'https://')):
+        from .download import download_checkpoint
+        path = download_checkpoint(path)
+    path = os.fspath(path)
+    problem = checkpoint_problem(path)
+    if problem:
+        raise CheckpointError(
+            f'cannot load the checkpoint {path}: {problem}. Fix: give a '
+            'complete one (an earlier checkpoint of the run, or copy the '
+            'file again).')
+    if os.environ.get('TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD', '0') not in \
+            ('0', '') and not _WARNED:
+        import warnings
+        _WARNED.append(True)
+        warnings.warn('TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD is set; hpm_mm '
+                      'loads checkpoints with weights_only=True all the same '
+                      '(docs/reliability.md)')
+    try:
+        return torch.load(path, map_location=map_location, weights_only=True)
+    except pickle.UnpicklingError as e:
+        raise _refusal(path, e) from None
+    except RuntimeError as e:
+        if 'Weights only load failed' in str(e):
+            raise _refusal(path, e) from None
+        raise
+
+
+def load_from_local(filename: str, map_location=None):
+    """mmengine's local checkpoint loader, through :func:`load_file`."""
+    return load_file(osp.expanduser(filename), map_location)
+
+
+def load_from_url(filename: str, map_location=None, model_dir=None, **_):
+    """mmengine's http(s) loader (``load_from=URL``, ``init_cfg``
+    Pretrained, ``torchvision://``, ``mmcls://``), through
+    :func:`load_file` (mmengine's passes ``weights_only=False``)."""
+    from .download import download_checkpoint
+    return load_file(download_checkpoint(filename, model_dir), map_location)
+
+
+def load_from_openmmlab(filename: str, map_location=None):
+    """mmengine's ``open-mmlab://`` loader (a model-zoo name: a URL or a
+    file under mmengine's home), through :func:`load_file`."""
+    from mmengine.runner.checkpoint import (_get_mmengine_home,
+                                            get_deprecated_model_names,
+                                            get_external_models)
+    name = filename.split('://', 1)[1]
+    name = get_deprecated_model_names().get(name, name)
+    url = get_external_models()[name]
+    if url.startswith(('http://', 'https://')):
+        return load_from_url(url, map_location)
+    return load_from_local(osp.join(_get_mmengine_home(), url), map_location)
+
+
+def checkpoint_state(model: torch.nn.Module, filename) -> dict:
+    """The state dict of ``filename`` (through :func:`load_file`; or of a
+    checkpoint already loaded, a dict) in ``model``'s keys: its
+    ``state_dict`` entry, keys of earlier hpm_mm versions mapped by the
+    model's ``upgrade_state_dict`` when it has one."""
+    ckpt = filename if isinstance(filename, dict) else load_file(filename)
+    state = ckpt.get('state_dict', ckpt)
+    upgrade = getattr(model, 'upgrade_state_dict', None)
+    return upgrade(state) if upgrade is not None else state
+
+
+def nonfinite_tensors(state_dict: dict,
+                      name: str = 'the checkpoint') -> Optional[str]:
+    """One line naming the tensors of ``state_dict`` holding NaN/inf, or
+    None: a diverged checkpoint evaluates to chance, not to an error."""
+    bad = [
+        k for k, v in state_dict.items() if torch.is_tensor(v)
+        and v.is_floating_point() and not bool(torch.isfinite(v).all())
+    ]
+    if not bad:
+        return None
+    return (f'{name} holds non-finite values (NaN/inf) in {len(bad)} '
+            f'tensors, e.g. {", ".join(bad[:3])}')
