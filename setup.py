@@ -74,10 +74,11 @@ if __name__ == '__main__':
         # mmcv comes from the profile: mmcv-lite (pure Python) for
         # pretraining, or mmcv with compiled ops for detection/segmentation
         # (tools/install.sh pretrain|full; hpm_mm checks the imported one)
-        # torch >= 2.4: the one checkpoint loader's allow-list
-        # (hpm_mm.engine.safe_load.load_file, torch.serialization.
-        # add_safe_globals)
-        install_requires=['torch>=2.4', 'torchvision'] +
+        # torch: any the environment has is kept (pip never replaces it);
+        # pretraining needs >= 2.4 (the loader's allow-list) and says so at
+        # start, the transfer side runs on 2.1 (docs/install.md). setuptools
+        # < 81: mmengine 0.10.7 imports pkg_resources.
+        install_requires=['torch>=2.1', 'torchvision', 'setuptools<81'] +
         parse_requirements('requirements/runtime.txt') + [
             r for r in parse_requirements('requirements/mminstall.txt')
             if not r.startswith('mmcv')

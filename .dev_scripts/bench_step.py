@@ -397,20 +397,16 @@ def load_bench(folder):
 
 
 # -------------------------------------------------------------- the rows
-def row(args, setting, arch, batch, precision, optimizer, device, ops):
-    """One row: its spec, its numbers and its FLOP model."""
+def row(args, spec, device, ops):
+    """One row: its ``spec``, its numbers and its FLOP model."""
+    setting, arch, batch = spec['setting'], spec['arch'], spec['batch']
+    precision, optimizer = spec['precision'], spec['optimizer']
     overrides, flop_args = SETTINGS[setting]
     size = 28 if arch == 'mini' else args.img_size
     mae_cfg, hpm_cfg = model_cfgs(arch, size, overrides)
     channels = 1 if arch == 'mini' else 3
     x = torch.randn(batch, channels, size, size, device=device)
-    out = dict(
-        setting=setting,
-        arch=arch,
-        batch=batch,
-        precision=precision,
-        optimizer=optimizer,
-        compile=args.compile)
+    out = dict(spec)
     out.update(
         measure(
             mae_cfg if overrides is None else hpm_cfg,
@@ -561,19 +557,18 @@ def main(argv=None):
         rows=rows)
     for arch, batch, precision, optimizer, setting in itertools.product(
             args.arch, args.batch, args.precision, args.optimizer, args.rows):
+        spec = dict(
+            setting=setting,
+            arch=arch,
+            batch=batch,
+            precision=precision,
+            optimizer=optimizer,
+            compile=args.compile)
         if args.budget is not None and \
                 time.perf_counter() - start > args.budget:
-            r = dict(
-                setting=setting,
-                arch=arch,
-                batch=batch,
-                precision=precision,
-                optimizer=optimizer,
-                compile=args.compile,
-                skipped='time budget spent')
+            r = dict(spec, skipped='time budget spent')
         else:
-            r = row(args, setting, arch, batch, precision, optimizer, device,
-                    ops)
+            r = row(args, spec, device, ops)
         rows.append(r)
         print(table([r], tflops).splitlines()[-1], flush=True)
         if args.out:  # a call cut short keeps its rows

@@ -12,6 +12,8 @@ import importlib
 from importlib.metadata import packages_distributions
 from typing import Optional, Sequence
 
+from hpm_mm.errors import HPMError
+
 # import name -> (min inclusive, max exclusive)
 SUPPORTED = {
     'mmengine': ('0.10.4', '1.0.0'),
@@ -24,8 +26,10 @@ PRETRAIN = ('mmengine', 'mmcv', 'mmpretrain')  # checked on ``import hpm_mm``
 FULL_INSTALL = 'bash tools/install.sh full'
 
 
-class MissingCompiledOpsError(ImportError):
-    """mmcv is importable but without its compiled ops (``mmcv._ext``)."""
+class MissingCompiledOpsError(HPMError, RuntimeError):
+    """mmcv is importable but without its compiled ops (``mmcv._ext``); not
+    an ImportError, so that mmengine's ``custom_imports`` does not wrap it
+    (its own message would be the last line an mmdet/mmseg tool shows)."""
 
 
 def _version_tuple(version: str) -> tuple:

@@ -286,6 +286,8 @@ def _read_config(path: str) -> Config:
     except SyntaxError as e:
         raise HPMError(f'{syntax_error(path, e)}. Fix: correct '
                        'the Python syntax there.') from None
+    except MissingCompiledOpsError as e:
+        raise HPMError(f'{path}: {e}') from None
     except ImportError as e:
         # a ``_base_ = 'mmdet::...'`` whose package is missing
         missing = re.match(r'(\w+) is not installed', str(e))
@@ -297,10 +299,16 @@ def _read_config(path: str) -> Config:
         cause, seen, plugin = e, set(), None
         while cause is not None and id(cause) not in seen:
             seen.add(id(cause))
-            if isinstance(cause, MissingCompiledOpsError) or (
-                    isinstance(cause, ImportError)
-                    and str(cause).startswith('hpm_mm needs')):
+            if isinstance(cause, ImportError) and \
+                    str(cause).startswith('hpm_mm needs'):
                 raise HPMError(f'{path}: {cause}') from None
+            if getattr(cause, 'name', None) == 'pkg_resources':
+                import setuptools
+                raise HPMError(
+                    f'{path}: mmengine 0.10.7 resolves the config\'s bases '
+                    'with pkg_resources, which setuptools >= 81 removed (this '
+                    f"is setuptools {setuptools.__version__}). Fix: pip "
+                    "install 'setuptools<81'") from None
             if isinstance(cause, ModuleNotFoundError) and cause.name:
                 plugin = plugin or cause
             cause = cause.__cause__ or cause.__context__

@@ -21,6 +21,7 @@ from mmengine.registry import RUNNERS
 from mmengine.runner import FlexibleRunner, Runner
 
 from hpm_mm.datasets.data_check import check_data_roots
+from hpm_mm.errors import HPMError
 from .dist import setup_cpu_distributed
 from .log_filter import BareConsoleFormatter, QuietConsole
 from .precision import Precision, optim_wrapper_cfg, run_precision
@@ -106,6 +107,7 @@ class RunPolicyMixin:
                 wrapper, precision)
             self._hpm_precision = precision
         model = kw.get('model')
+        refuse_old_torch_pretraining(model)
         teacher = model.get('teacher') if isinstance(model, dict) else None
         if isinstance(teacher, dict) and teacher.get('score_source'):
             from hpm_mm.models.teachers.score_sources import check_source
@@ -253,6 +255,29 @@ class RunPolicyMixin:
         self._hpm_fit_checked = True
         from mmpretrain.utils import get_ori_model
         self._hpm_resume.check_fits(get_ori_model(self.model))
+
+
+def refuse_old_torch_pretraining(model) -> None:
+    """Pretraining on a torch without the allow-list (< 2.4) would write
+    checkpoints it cannot resume safely: refused at the start, in one line
+    (the transfer side runs there)."""
+    import torch
+    from mmpretrain.models.selfsup import BaseSelfSupervisor
+    from mmpretrain.registry import MODELS
+
+    from .safe_load import TORCH_FLOOR, version_tuple
+    if version_tuple(torch.__version__) >= TORCH_FLOOR or \
+            not isinstance(model, dict):
+        return
+    cls = MODELS.get(model.get('type', ''))
+    if isinstance(cls, type) and issubclass(cls, BaseSelfSupervisor):
+        raise HPMError(
+            f'pretraining ({model["type"]}) needs torch >= '
+            f'{TORCH_FLOOR[0]}.{TORCH_FLOOR[1]}, whose weights-only loader '
+            'resumes its checkpoints safely; this is torch '
+            f'{torch.__version__}. Fix: pretrain in an environment with a '
+            'newer torch and transfer here (docs/install.md, two '
+            'environments).')
 
 
 @RUNNERS.register_module()

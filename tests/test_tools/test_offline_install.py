@@ -276,7 +276,7 @@ def test_wheelhouse_then_offline_install_both_profiles(tmp_path):
          'print(distribution_of("mmcv"), mmcv.__version__)\n'
          'try:\n'
          '    import hpm_mm.det\n'
-         'except ImportError as e:\n'
+         'except RuntimeError as e:\n'
          '    print("REFUSED", e)\n')
     ], offline)
     assert check.returncode == 0, check.stderr[-3000:]

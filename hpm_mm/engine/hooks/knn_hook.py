@@ -71,10 +71,16 @@ class KNNEvalHook(AfterCheckpointEvalHook):
                 model_device(model)).dtype
         else:
             dtype = asked.dtype
-        train = extract_features(model, self.loaders['train'], False,
-                                 self.feature, dtype, self.layer)
-        val = extract_features(model, self.loaders['val'], False, self.feature,
-                               dtype, self.layer)
+        feats = {}
+        for split, what in (('train', 'bank'), ('val', 'evaluated')):
+            loader = self.loaders[split]  # a progress bar: minutes on a CPU
+            runner.logger.info(
+                f'kNN: the features of the {len(loader.dataset)} {what} '
+                'images',
+                extra=dict(console=True))
+            feats[split] = extract_features(model, loader, is_main_process(),
+                                            self.feature, dtype, self.layer)
+        train, val = feats['train'], feats['val']
         acc = knn_classify(train['feats'], train['labels'], val['feats'],
                            val['labels'], self.ks, self.temperature)
         warnings = []
