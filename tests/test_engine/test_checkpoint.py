@@ -389,3 +389,18 @@ def test_a_checkpoint_re_saved_without_hpm_mm_is_refused_with_the_reason(
                    check=True)
     assert load_file(str(fixed))['state_dict'].keys() == \
         torch.load(hpm_checkpoint)['state_dict'].keys()
+
+
+def test_a_legacy_format_checkpoint_is_not_damaged(tmp_path, hpm_checkpoint):
+    """torch's legacy (pre-zip) format has no checksums: it passes the
+    integrity check and loads (``--resume`` called it truncated)."""
+    from hpm_mm.engine.resume import find_resume_checkpoint
+    from hpm_mm.engine.safe_load import checkpoint_problem
+    legacy = tmp_path / 'epoch_1.pth'
+    torch.save(
+        torch.load(hpm_checkpoint),
+        legacy,
+        _use_new_zipfile_serialization=False)
+    assert checkpoint_problem(str(legacy)) is None
+    assert find_resume_checkpoint(str(tmp_path)) == (str(legacy), [])
+    assert load_file(str(legacy))['meta']['epoch'] == 1

@@ -317,3 +317,6 @@ def test_the_knn_hook_says_when_the_bank_is_the_evaluated_set(tmp_path):
         assert json.load(f)['warnings'] == [SAME_SET]
     log = open(runner.logger.handlers[-1].baseFilename).read()
     assert f'kNN: {SAME_SET}' in log
+    # the stage says what it extracts (minutes on a CPU, silent before)
+    assert 'kNN: the features of the 8 bank images' in log and \
+        'kNN: the features of the 8 evaluated images' in log

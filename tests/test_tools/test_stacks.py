@@ -68,8 +68,7 @@ def test_the_oldest_pretraining_torch_runs_the_chain(tmp_path):
     steps = [
         ('tools/train.py', cfg, '--work-dir', work),
         ('tools/train.py', cfg, '--work-dir', work, '--resume',
-         '--cfg-options', 'train_cfg.max_epochs=2',
-         'resume_changed_run=True'),
+         '--cfg-options', 'train_cfg.max_epochs=2', 'resume_changed_run=True'),
         ('tools/analysis_tools/knn_eval.py', cfg, work / 'epoch_2.pth'),
         ('tools/model_converters/hpm2backbone.py', work / 'epoch_2.pth',
          tmp_path / 'vit.pth', '--target', 'mmpretrain'),
@@ -107,6 +106,17 @@ def test_a_torch_2_1_transfer_environment(tmp_path, rgb_hpm_checkpoint,
         last = err.strip().splitlines()[-1]
         assert rc == 1 and 'torch >= 2.4' in last, out[-3000:]
         assert 'Traceback' not in err, err[-3000:]
+    # pip install -e . (with dependencies) keeps this torch and setuptools
+    # (torch>=2.4 in setup.py had pip replace torch 2.1.2 by a CUDA 13 one)
+    rc, out, _ = run(py, '-m', 'pip', 'install', '--dry-run', '--report',
+                     tmp_path / 'pip.json', '-e', '.')
+    assert rc == 0, out[-3000:]
+    import json
+    names = {
+        i['metadata']['name'].lower()
+        for i in json.loads((tmp_path / 'pip.json').read_text())['install']
+    }
+    assert not names & {'torch', 'torchvision', 'setuptools'}, names
     for target, size, make in (('mmdet', 128, det_config), ('mmseg', 64,
                                                             seg_config)):
         weights = tmp_path / f'{target}.pth'
