@@ -46,7 +46,8 @@ def parse_args(argv=None):
     parser.add_argument(
         '--amp',
         action='store_true',
-        help='bf16 autocast on a CPU, fp16 on CUDA')
+        help="precision='auto': bf16 (fp16 without bf16) on a GPU, fp32 on a "
+        'CPU')
     group = parser.add_mutually_exclusive_group()
     group.add_argument(
         '--resume',

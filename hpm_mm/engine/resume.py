@@ -173,6 +173,7 @@ class RunResume:
         self.resume = bool(kw.get('resume'))
         self.then = None  # the resumed checkpoint's hpm_run meta
         self.ckpt = None  # loaded once, for the fit check
+        self.saved, self.changed = [], False  # its schedulers; run changed
         self.path = kw.get('load_from')
         if not self.resume:
             refuse_earlier_run(work_dir)
@@ -235,6 +236,7 @@ class RunResume:
             if k in self.then and _plain(self.then[k]) != _plain(v)
         ]
         self._refuse(changed, self.notes)
+        self.changed = bool(changed)
         for key, done in (('max_epochs', meta.get('epoch')),
                           ('max_iters', meta.get('iter'))):
             length = self.signature[key]
@@ -324,7 +326,7 @@ class RunResume:
         self._refuse(changed, notes)
         for level, message in notes:
             runner.logger.log(level, message)
-        if not self.allowed:
+        if not (self.allowed and (self.changed or changed)):
             return load()
         wrapper = runner.optim_wrapper
         wrappers = list(wrapper.values()) if hasattr(wrapper,

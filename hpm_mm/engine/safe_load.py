@@ -112,9 +112,14 @@ def _refusal(path: str, error: Exception) -> UnsafeCheckpointError:
             '(its allow-list), or convert it there first (tools/'
             'model_converters/hpm2backbone.py writes tensors only).')
     if what.endswith('getattr'):
-        with open(path, 'rb') as f:
-            resaved = b'HistoryBuffer' in f.read()
-        if resaved:
+        import zipfile
+        try:  # the pickle alone, not the tensors
+            with zipfile.ZipFile(path) as zf:
+                data = zf.read(
+                    next(n for n in zf.namelist() if n.endswith('data.pkl')))
+        except Exception:
+            data = b''
+        if b'HistoryBuffer' in data:
             return UnsafeCheckpointError(
                 f'{path} holds mmengine HistoryBuffers pickled with their '
                 'methods (builtins.getattr): it was saved by a process '
