@@ -1,9 +1,10 @@
 """The installed stack is the one hpm_mm supports, with compiled ops."""
+import os.path as osp
 from importlib.metadata import version
 
 import pytest
 import torch
-from helpers import NEEDS_FULL
+from helpers import NEEDS_FULL, REPO
 
 import hpm_mm
 from hpm_mm import SUPPORTED, check_versions
@@ -72,3 +73,23 @@ def test_the_hpm_mm_scope_keeps_its_modules_from_being_replaced():
     with pytest.raises(KeyError, match='OptimWrapper is registered'):
         OPTIM_WRAPPERS.register_module(name='OptimWrapper', module=object)
     assert MODELS.get('HPMMaskGenerator') is not HPMMaskGenerator
+
+
+@NEEDS_FULL
+def test_the_full_extra_installs_what_mmseg_imports():
+    """mmseg 1.2.2 imports ftfy and regex without requiring them: the
+    ``[full]`` extra (requirements/full.txt) names both (``pip install -e
+    ".[full]"`` gave an mmseg that did not import)."""
+    import subprocess
+    import sys
+    for module in ('ftfy', 'regex'):
+        proc = subprocess.run([
+            sys.executable, '-c', f'import sys; sys.modules[{module!r}] = '
+            'None; import mmseg.models'
+        ],
+                              capture_output=True,
+                              text=True)
+        assert proc.returncode != 0 and module in proc.stderr, module
+    with open(osp.join(REPO, 'requirements', 'full.txt')) as f:
+        listed = {line.split('#')[0].strip() for line in f}
+    assert {'ftfy', 'regex'} <= listed
