@@ -42,7 +42,10 @@ def run(py, *args):
                           text=True,
                           capture_output=True,
                           timeout=900,
-                          env=dict(os.environ, PYTHONUNBUFFERED='1'))
+                          env=dict(
+                              os.environ,
+                              PYTHONUNBUFFERED='1',
+                              PYTHONPATH=REPO))  # this tree's hpm_mm
     return proc.returncode, proc.stdout + proc.stderr, proc.stderr
 
 
