@@ -32,11 +32,6 @@ class MissingCompiledOpsError(HPMError, RuntimeError):
     (its own message would be the last line an mmdet/mmseg tool shows)."""
 
 
-def _version_tuple(version: str) -> tuple:
-    from mmengine.utils import digit_version
-    return digit_version(version)
-
-
 def distribution_of(module: str) -> str:
     """The distribution(s) that installed an import name, e.g.
     ``'mmcv-lite'`` for ``mmcv``; ``'?'`` when unknown."""
@@ -57,8 +52,8 @@ def check_versions(modules: Optional[Sequence[str]] = None) -> None:
                 f'hpm_mm needs {name}>={low},<{high}, which does not import '
                 f'({e}). Fix: bash tools/install.sh{profile}') from e
         version = getattr(module, '__version__', None)
-        if version is None or not (_version_tuple(low) <= _version_tuple(
-                version) < _version_tuple(high)):
+        from mmengine.utils import digit_version as v
+        if version is None or not v(low) <= v(version) < v(high):
             raise ImportError(
                 f'hpm_mm needs {name}>={low},<{high}, but the imported {name} '
                 f'reports {version} (installed by {distribution_of(name)}). '

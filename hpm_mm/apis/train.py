@@ -21,14 +21,11 @@ def train_config(config: Union[str, Config],
                  **overrides) -> Config:
     """The config of a training run, as ``tools/train.py`` makes it: ``config``
     (a file or a Config) with ``cfg_options`` (checked) and ``overrides``
-    (top-level keys merged) and the tool's flags: ``resume`` (True: the
-    work dir's newest checkpoint of this run; a path), ``amp``
-    (``precision='auto'`` over the config's, with a warning), ``quiet``
-    (``console='quiet'``), ``tensorboard``, ``validate``, ``auto_scale_lr``,
-    ``launcher``.
-
-    Raises:
-        HPMError: A config or option that cannot work, in one line."""
+    (top-level keys merged) and the tool's flags: ``resume`` (True: the work
+    dir's newest checkpoint of this run; a path), ``amp`` (``precision='auto'``
+    over the config's, with a warning), ``quiet`` (``console='quiet'``),
+    ``tensorboard``, ``validate``, ``auto_scale_lr``, ``launcher``. A config or
+    option that cannot work is one HPMError line."""
     check_arguments(
         dict(
             amp=amp,
@@ -136,14 +133,13 @@ def train(config: Union[str, Config],
           cfg_options: Optional[dict] = None,
           **overrides):
     """Train from a config file or a loaded config (:func:`train_config`'s
-    arguments) and return the runner after training::
+    arguments) and return the runner after training (a refusal of the run's
+    policy is one HPMError line)::
 
-        runner =
-        train('configs/hpm/hpm_vit-mini-p4_1xb256-coslr-10e_fmnist.py',
-        work_dir='work_dirs/try', train_cfg=dict(max_epochs=1))
-
-    Raises:
-        HPMError: A refusal of the run's policy, in one line."""
+        runner = train(
+            'configs/hpm/hpm_vit-mini-p4_1xb256-coslr-10e_fmnist.py',
+            work_dir='work_dirs/try', train_cfg=dict(max_epochs=1))
+    """
     cfg = train_config(
         config,
         work_dir,

@@ -11,16 +11,10 @@ from mmengine.model import BaseModule
 @MODELS.register_module()
 class SimpleFeaturePyramid(BaseModule):
     """ViTDet's simple feature pyramid (Li et al., ECCV 2022): from the last
-    stride-16 map, scales 4 / 2 / 1 / 0.5 (transposed convs, identity, max
-    pooling), each then a 1x1 and a 3x3 conv with norm; ``num_outs=5`` adds
-    P6. Strides match mmdet's FPN.
-
-    Args:
-        in_channels (int): Channels of the ViT map.
-        out_channels (int): Defaults to 256.
-        scale_factors (Sequence[float]): Defaults to (4.0, 2.0, 1.0, 0.5).
-        num_outs (int): 4 or 5. Defaults to 5.
-        norm_cfg (dict): Defaults to ``mmpretrain.LN2d``."""
+    stride-16 map, ``scale_factors`` 4 / 2 / 1 / 0.5 (transposed convs,
+    identity, max pooling), each then a 1x1 and a 3x3 conv with ``norm_cfg``
+    (``mmpretrain.LN2d``) to ``out_channels``; ``num_outs=5`` adds P6. Strides
+    match mmdet's FPN."""
 
     def __init__(self,
                  in_channels: int,

@@ -81,19 +81,14 @@ class RunPolicyMixin:
         except BaseException:
             self.release_work_dir()  # a refused start frees the work dir
             raise
-        if self._hpm_precision is not None:
-            self._record_precision(self._hpm_precision)
+        if self._hpm_precision is not None and is_main_process():
+            with open(osp.join(self.work_dir, 'precision.json'), 'w') as f:
+                json.dump(self._hpm_precision.to_dict(), f, indent=2)
 
     @property
     def precision(self) -> Optional[Precision]:
         """The run's precision (:mod:`hpm_mm.engine.precision`)."""
         return self._hpm_precision
-
-    def _record_precision(self, precision: Precision) -> None:
-        self._hpm_precision = precision
-        if is_main_process():
-            with open(osp.join(self.work_dir, 'precision.json'), 'w') as f:
-                json.dump(precision.to_dict(), f, indent=2)
 
     # ------------------------------------------------------------ the start
     def _check_before_work(self, kw: dict, cfg: Config) -> None:
@@ -265,15 +260,15 @@ def refuse_old_torch_pretraining(model) -> None:
     from mmpretrain.models.selfsup import BaseSelfSupervisor
     from mmpretrain.registry import MODELS
 
-    from .safe_load import TORCH_FLOOR, version_tuple
-    if version_tuple(torch.__version__) >= TORCH_FLOOR or \
+    from .safe_load import TORCH_FLOOR, torch_below
+    if not torch_below(TORCH_FLOOR) or \
             not isinstance(model, dict):
         return
     cls = MODELS.get(model.get('type', ''))
     if isinstance(cls, type) and issubclass(cls, BaseSelfSupervisor):
         raise HPMError(
-            f'pretraining ({model["type"]}) needs torch >= '
-            f'{TORCH_FLOOR[0]}.{TORCH_FLOOR[1]}, whose weights-only loader '
+            f'pretraining ({model["type"]}) needs torch >= {TORCH_FLOOR}, '
+            'whose weights-only loader '
             'resumes its checkpoints safely; this is torch '
             f'{torch.__version__}. Fix: pretrain in an environment with a '
             'newer torch and transfer here (docs/install.md, two '

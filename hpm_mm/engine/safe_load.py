@@ -11,11 +11,12 @@ import re
 from typing import Optional
 
 import torch
+from mmengine.utils import digit_version
 
 from hpm_mm.errors import HPMError
 
 #: the first torch with ``torch.serialization.add_safe_globals``
-TORCH_FLOOR = (2, 4)
+TORCH_FLOOR = '2.4'
 #: the first bytes of torch's legacy (pre-zip) checkpoint format
 LEGACY_MAGIC = b'\x80\x02\x8a\nl\xfc\x9cF\xf9 j\xa8P\x19.'
 # NumPy's pickle helpers are named by the module of the NumPy that wrote
@@ -31,9 +32,9 @@ class UnsafeCheckpointError(CheckpointError, pickle.UnpicklingError):
     """A checkpoint that holds objects outside the allow-list."""
 
 
-def version_tuple(version: str) -> tuple:
-    """``'2.11.0+cu130'`` -> ``(2, 11)``."""
-    return tuple(int(p) for p in re.findall(r'\d+', version)[:2])
+def torch_below(version: str) -> bool:
+    """Whether the running torch is older than ``version`` ('2.4')."""
+    return digit_version(torch.__version__) < digit_version(version)
 
 
 def checkpoint_safe_globals() -> list:
@@ -51,12 +52,12 @@ def checkpoint_safe_globals() -> list:
         multiarray = np.core.multiarray
     found = [HistoryBuffer, ConfigDict, np.ndarray, np.dtype]
     helpers = (multiarray._reconstruct, multiarray.scalar)
-    if version_tuple(torch.__version__) >= (2, 6):  # (object, name) pairs:
+    if not torch_below('2.6'):  # (object, name) pairs:
         found += [(fn, f'{module}.{fn.__name__}') for fn in helpers
                   for module in _MULTIARRAY_NAMES]  # either NumPy's files
     else:
         found += list(helpers)
-    if version_tuple(torch.__version__) < (2, 5):
+    if torch_below('2.5'):
         found.append(codecs.encode)
     dtypes = getattr(np, 'dtypes', None)  # e.g. Float64DType (>= 1.25)
     if dtypes is not None:
@@ -104,11 +105,11 @@ def checkpoint_problem(path: str) -> Optional[str]:
 def _refusal(path: str, error: Exception) -> UnsafeCheckpointError:
     found = re.search(r'GLOBAL ([\w.]+)', str(error))
     what = found.group(1) if found else '?'
-    if version_tuple(torch.__version__) < TORCH_FLOOR:
+    if torch_below(TORCH_FLOOR):
         return UnsafeCheckpointError(
             f'{path} holds objects beyond tensors ({what}), which torch '
             f'{torch.__version__} can load only as a full pickle: refused. '
-            f'Fix: load it with torch >= {TORCH_FLOOR[0]}.{TORCH_FLOOR[1]} '
+            f'Fix: load it with torch >= {TORCH_FLOOR} '
             '(its allow-list), or convert it there first (tools/'
             'model_converters/hpm2backbone.py writes tensors only).')
     if what.endswith('getattr'):

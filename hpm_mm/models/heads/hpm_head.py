@@ -15,19 +15,12 @@ PIXEL_L2 = dict(type='PixelReconstructionLoss', criterion='L2')
 
 @MODELS.register_module()
 class HPMPretrainHead(MAEPretrainHead):
-    """HPM head: the per-patch reconstruction loss (B, N) in fp32, the loss
+    """HPM head: the per-patch reconstruction loss (B, N) in fp32 (``loss``:
+    mmpretrain's ``PixelReconstructionLoss``, L2 by default), the loss
     predictor's target; ``loss_rec`` its mean over the masked patches, plus
-    ``loss_pred`` and the log-only ``rank_acc``.
-
-    Args:
-        loss_pred (dict, optional): The predicting loss; None: plain MAE.
-            Defaults to ``dict(type='HPMRelativeLoss')``.
-        norm_pix (bool): MAE's ``norm_pix_loss`` (the authors: False).
-            Defaults to False.
-        patch_size (int): Defaults to 16.
-        in_channels (int): Defaults to 3.
-        loss (dict): mmpretrain's ``PixelReconstructionLoss`` (its
-            ``penalty``). Defaults to L2."""
+    ``loss_pred`` (``loss_pred``: default ``HPMRelativeLoss``; None: plain
+    MAE) and the log-only ``rank_acc``. ``norm_pix``: MAE's ``norm_pix_loss``
+    (the authors: False)."""
 
     def __init__(self,
                  loss_pred: Optional[dict] = RELATIVE_LOSS,

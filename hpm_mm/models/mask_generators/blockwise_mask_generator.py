@@ -10,18 +10,12 @@ from .base import BaseMaskGenerator
 class BlockwiseMaskGenerator(BaseMaskGenerator):
     """BEiT's block-wise masking, vectorised on the device: each image draws
     ``num_blocks`` rectangles (area uniform in ``[min_num_patches,
-    max_num_patches]``, aspect log-uniform); a patch's key is the index of
-    the first rectangle covering it, so sorting adds whole rectangles until
-    :meth:`num_masked` (the last one cut; uncovered patches fill any rest).
-    Needs no scores; per-image ratios (iBOT) lay up to each image's count.
-
-    Args:
-        mask_ratio (float | list): Defaults to 0.4 (BEiT's 75 of 196).
-        input_size (int | tuple, optional): Patch grid; defaults to square.
-        min_num_patches (int): Defaults to 4.
-        max_num_patches (int, optional): Defaults to the count masked.
-        min_aspect (float): Defaults to 0.3.
-        num_blocks (int): Defaults to 32."""
+    max_num_patches]``, default up to the count masked; aspect log-uniform
+    from ``min_aspect``); a patch's key is the index of the first rectangle
+    covering it, so sorting adds whole rectangles until :meth:`num_masked`
+    (the last one cut; uncovered patches fill any rest). Needs no scores;
+    per-image ratios (iBOT) lay up to each image's count. ``mask_ratio``
+    defaults to 0.4 (BEiT's 75 of 196), ``input_size`` to the square grid."""
 
     def __init__(self,
                  mask_ratio: float = 0.4,

@@ -12,20 +12,13 @@ from .loss_predictor import HPMLossPredictor
 @MODELS.register_module()
 class HPMPretrainDecoder(MAEPretrainDecoder):
     """HPM's two decoders: the reconstructor (exactly
-    :class:`MAEPretrainDecoder`) and the loss predictor (:attr:`predictor`,
-    an :class:`HPMLossPredictor`), a separate trunk that shares
-    ``decoder_embed``, ``mask_token`` and ``decoder_pos_embed`` with it, as
-    the authors' code; its ``p*p*C`` outputs averaged per patch.
-
-    Args:
-        predictor_depth (int, optional): 0 builds none (Tab. 1's plain-MAE
-            rows). Defaults to ``decoder_depth``.
-        predictor_embed_dim (int, optional): Defaults to
-            ``decoder_embed_dim`` (narrower: a projection after the shared
-            embedding).
-        predictor_num_heads (int, optional): Defaults to
-            ``decoder_num_heads``.
-        **kwargs: The arguments of :class:`MAEPretrainDecoder`."""
+    :class:`MAEPretrainDecoder`, whose arguments it takes) and the loss
+    predictor (:attr:`predictor`, an :class:`HPMLossPredictor`), a separate
+    trunk sharing ``decoder_embed``, ``mask_token`` and ``decoder_pos_embed``,
+    as the authors' code; its ``p*p*C`` outputs averaged per patch.
+    ``predictor_depth`` (0: none, Tab. 1's plain-MAE rows),
+    ``predictor_embed_dim`` (narrower: a projection after the shared embedding)
+    and ``predictor_num_heads`` default to the decoder's."""
 
     def __init__(self,
                  num_patches: int = 196,

@@ -104,16 +104,10 @@ class EMATeacher(ExponentialMovingAverage):
     def update(self,
                student: nn.Module,
                optim_steps: Optional[int] = None) -> bool:
-        """EMA step from the whole student, once per applied optimizer step.
-
-        Args:
-            student (nn.Module): ``ModuleDict(backbone=, predictor=)``.
-            optim_steps (int, optional): Optimizer steps applied so far; the
-                teacher moves only when they moved (a skipped step leaves it).
-                None: on every call.
-
-        Returns:
-            bool: Whether the teacher was updated."""
+        """EMA step from the ``student`` (``ModuleDict(backbone=,
+        predictor=)``), only when ``optim_steps`` (applied so far; None: every
+        call) moved, so a skipped step leaves the teacher. Returns whether it
+        moved."""
         if optim_steps is not None and optim_steps == self._last_optim_steps:
             return False
         if not self._checked:
@@ -195,20 +189,12 @@ class EMATeacher(ExponentialMovingAverage):
                 scores: Union[bool, str] = True,
                 features: bool = False,
                 through: Optional[str] = None) -> TeacherOutput:
-        """The teacher's one pass over the full images.
-
-        Args:
-            inputs (torch.Tensor): Normalised images (B, C, H, W).
-            scores (bool | str): True: :attr:`score_source`; a registered
-                source's name; False: none.
-            features (bool): Also return the encoder's tokens (EMA feature
-                target; needs ``input_scale=1``).
-            through (str, optional): Another averaged part run on the tokens,
-                whose output is the features (iBOT's ``'neck'``).
-
-        Returns:
-            TeacherOutput: ``scores`` (B, N) fp32 at the student's grid, and
-            ``features`` in the pass's precision; each None when not asked."""
+        """The teacher's one pass over the full normalised images: ``scores``
+        (True: :attr:`score_source`; a registered source's name; False: none)
+        as (B, N) fp32 at the student's grid, and with ``features`` (or
+        ``through``, another averaged part run on the tokens: iBOT's
+        ``'neck'``) the tokens in the pass's precision; each None when not
+        asked."""
         source = self.score_source if scores is True else (scores or None)
         if source is not None and source != self.score_source:
             check_source(source)  # the configured one is checked at build
