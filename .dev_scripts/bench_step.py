@@ -2,7 +2,8 @@
 
     python .dev_scripts/bench_step.py [--arch t s b l mini] [--batch 8]
         [--precision fp32 bf16 fp16] [--optimizer default fused foreach]
-        [--rows mae hpm fast ...] [--compile] [--sections] [--count-ops]
+        [--rows mae hpm fast ...] [--compile [reduce-overhead]]
+        [--sdpa default flash efficient cudnn math] [--sections] [--count-ops]
         [--load-bench DIR] [--iters 5] [--warmup 1] [--img-size 224]
         [--budget S] [--device cpu|cuda] [--out FILE.json]
     python .dev_scripts/bench_step.py --report FILE.json ...
@@ -11,13 +12,16 @@
 A row is one model's own ``train_step`` on one batch of random images,
 built from the configs (mmpretrain's MAE, hpm_mm's HPM with alpha 0.5) at
 a ViT size (patch 16) or ``mini`` (the main job's Fashion-MNIST configs):
-:data:`SETTINGS` x arch x batch x precision x optimizer. Columns: the
-median step after the warm-up (the device synchronised), images/s, x MAE
-(same arch, batch, precision, optimizer), the FLOP model (MACs: forward x3
-for trained parts, x1 for the teacher), MFU (over the matrix rate measured
-first), host syncs, operator calls, peak memory; ``--sections``: HPM's
-real modules timed; ``--load-bench DIR``: a ViT-B checkpoint's integrity
-check and load. Rows after ``--budget`` seconds are skipped.
+:data:`SETTINGS` x arch x batch x precision x optimizer x attention
+kernel (``--sdpa``), each step preceded by what a run's hooks push (the
+progress, a CUDA-graph generation under ``--compile reduce-overhead``).
+Columns: the median step after the warm-up (the device synchronised),
+images/s, x MAE (same arch, batch, precision, optimizer, compile, kernel),
+the FLOP model (MACs: forward x3 for trained parts, x1 for the teacher),
+MFU (over the matrix rate measured first), host syncs, operator calls,
+peak memory; ``--sections``: HPM's real modules timed; ``--load-bench
+DIR``: a ViT-B checkpoint's integrity check and load. Rows after
+``--budget`` seconds are skipped.
 """
 import argparse
 import copy
@@ -284,18 +288,30 @@ def measure(cfg,
             optimizer='default',
             compile_=False,
             syncs=False,
-            ops_count=False):
+            ops_count=False,
+            sdpa='default'):
     """One row's numbers: median step, images/s, first step (compile),
     peak memory, skipped steps, and as asked the sections, the host syncs
     and the operator calls; ``dict(oom=True)`` when it does not fit."""
     ops = ops or DeviceOps(x.device)
+    from contextlib import nullcontext
+    if sdpa == 'default':
+        kernel = nullcontext()
+    else:  # one of torch's attention kernels, alone
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+        kernel = sdpa_kernel(getattr(SDPBackend, SDPA[sdpa]))
     try:
-        return _measure(cfg, x, iters, precision, breakdown, warmup, ops,
-                        optimizer, compile_, syncs, ops_count)
+        with kernel:
+            return _measure(cfg, x, iters, precision, breakdown, warmup, ops,
+                            optimizer, compile_, syncs, ops_count)
     except torch.OutOfMemoryError:
         if x.device.type == 'cuda':
             torch.cuda.empty_cache()
         return dict(oom=True)
+    except RuntimeError as e:  # e.g. an attention kernel this card lacks
+        if sdpa == 'default':
+            raise
+        return dict(skipped=str(e).splitlines()[0][:120])
 
 
 def _measure(cfg, x, iters, precision, breakdown, warmup, ops, optimizer,
@@ -308,23 +324,35 @@ def _measure(cfg, x, iters, precision, breakdown, warmup, ops, optimizer,
     if hasattr(model, 'set_progress'):  # the teacher scores, ramp done
         model.set_progress(1.0, epoch=1, max_epochs=1)
     optim = optim_wrapper(model, precision, optimizer, x.device)
-    if compile_:
+    if compile_:  # True, or a torch.compile mode ('reduce-overhead': graphs)
+        options = {} if compile_ in (True, 'default') else dict(mode=compile_)
         if hasattr(model, 'compile_parts'):
-            model.compile_parts()
+            model.compile_parts(**options)
         else:
-            model.backbone.compile()
-            model.neck.compile()
+            model.backbone.compile(**options)
+            model.neck.compile(**options)
+    graphs = compile_ in ('reduce-overhead', 'max-autotune')
     data = dict(inputs=x, data_samples=None)
+
+    def train_step():
+        """As in a run: what HPMScheduleHook and the CUDA-graph hook do
+        before each iteration, then the model's own ``train_step``."""
+        if hasattr(model, 'set_progress'):
+            model.set_progress(1.0, 1, optim.step_calls, 1, optim.last_applied)
+        if graphs:
+            torch.compiler.cudagraph_mark_step_begin()
+        model.train_step(copy.copy(data), optim)
+
     timer = Timer(ops)
     t0 = time.perf_counter()
     for _ in range(max(1, warmup)):
-        model.train_step(copy.copy(data), optim)
+        train_step()
     ops.sync()
     out = dict(first_steps_s=time.perf_counter() - t0)
     ops.reset_peak()
     for _ in range(iters):
         with timer.section('step'):
-            model.train_step(copy.copy(data), optim)
+            train_step()
     out['step'] = statistics.median(timer.times.pop('step'))
     out['img_s'] = x.shape[0] / out['step']
     peak = ops.peak_gib()
@@ -334,7 +362,7 @@ def _measure(cfg, x, iters, precision, breakdown, warmup, ops, optimizer,
         from hpm_mm.testing.host_sync import HostSyncCounter
         cuda = x.device.type == 'cuda'
         with HostSyncCounter(device=x.device if cuda else None) as counter:
-            model.train_step(copy.copy(data), optim)
+            train_step()
         out['syncs'], out['sync_ops'] = counter.count, dict(counter.ops)
     if ops_count:
         out['ops_per_step'] = count_ops(model, optim, data)
@@ -342,7 +370,7 @@ def _measure(cfg, x, iters, precision, breakdown, warmup, ops, optimizer,
         undo = sections(model, timer)
         for _ in range(iters):
             with timer.section('timed_step'):
-                model.train_step(copy.copy(data), optim)
+                train_step()
         for u in undo:
             u()
         steps = timer.times.pop('timed_step')
@@ -397,6 +425,20 @@ def load_bench(folder):
 
 
 # -------------------------------------------------------------- the rows
+#: --sdpa: torch's attention kernels by name
+SDPA = dict(
+    flash='FLASH_ATTENTION',
+    efficient='EFFICIENT_ATTENTION',
+    cudnn='CUDNN_ATTENTION',
+    math='MATH')
+
+
+def compiled(mode) -> str:
+    """The table's note of a row's compile setting."""
+    return '' if not mode else ', compile' if mode in (
+        True, 'default') else f', compile {mode}'
+
+
 def row(args, spec, device, ops):
     """One row: its ``spec``, its numbers and its FLOP model."""
     setting, arch, batch = spec['setting'], spec['arch'], spec['batch']
@@ -417,9 +459,10 @@ def row(args, spec, device, ops):
             warmup=args.warmup,
             ops=ops,
             optimizer=optimizer,
-            compile_=args.compile,
+            compile_=spec['compile'],
             syncs=True,
-            ops_count=args.count_ops))
+            ops_count=args.count_ops,
+            sdpa=spec.get('sdpa', 'default')))
     if arch != 'mini':
         f_mae, f_hpm = fast_flops(arch, size, **flop_args)
         out['macs'] = f_mae if overrides is None else f_hpm
@@ -430,11 +473,12 @@ def row(args, spec, device, ops):
 def table(rows, tflops):
     """The markdown table of ``rows`` (x MAE: against the MAE row of the
     same arch, batch, precision, optimizer and compile)."""
-    mae = {
-        (r['arch'], r['batch'], r['precision'], r['optimizer'], r['compile']):
-        r
-        for r in rows if r['setting'] == 'mae' and 'step' in r
-    }
+
+    def key(r):
+        return (r['arch'], r['batch'], r['precision'], r['optimizer'],
+                r['compile'], r.get('sdpa', 'default'))
+
+    mae = {key(r): r for r in rows if r['setting'] == 'mae' and 'step' in r}
     lines = [
         '| ViT | batch | precision | row | step (s) | images/s | x MAE | '
         'FLOP model | MFU | syncs | ops | peak GiB |', '|---' * 12 + '|'
@@ -442,13 +486,15 @@ def table(rows, tflops):
     for r in rows:
         head = (f"| {r['arch']} | {r['batch']} | {r['precision']} | "
                 f"{r['setting']}, {r['optimizer']}"
-                f"{', compile' if r['compile'] else ''} |")
+                f"{compiled(r['compile'])}"
+                f"{'' if r.get('sdpa', 'default') == 'default' else ', '}"
+                f"{'' if r.get('sdpa', 'default') == 'default' else r['sdpa']}"
+                ' |')
         if 'step' not in r:
             why = 'OOM' if r.get('oom') else r.get('skipped', 'failed')
             lines.append(head + f' {why} |' + ' |' * 7)
             continue
-        base = mae.get((r['arch'], r['batch'], r['precision'], r['optimizer'],
-                        r['compile']))
+        base = mae.get(key(r))
         ratio = f"{r['step'] / base['step']:.2f}x" if base else '-'
         flops = f"{r['flop_ratio']:.2f}x" if 'flop_ratio' in r else '-'
         mfu = (f"{100 * r['img_s'] * 2 * r['macs'] / (tflops * 1e12):.1f}%"
@@ -505,7 +551,19 @@ def main(argv=None):
         nargs='*',
         default=['mae', 'hpm', 'fast'],
         choices=list(SETTINGS))
-    parser.add_argument('--compile', action='store_true')
+    parser.add_argument(
+        '--compile',
+        nargs='?',
+        const='default',
+        default=False,
+        choices=['default', 'reduce-overhead', 'max-autotune'],
+        help='torch.compile the parts (reduce-overhead: CUDA graphs)')
+    parser.add_argument(
+        '--sdpa',
+        nargs='+',
+        default=['default'],
+        choices=['default'] + list(SDPA),
+        help="the attention kernel (default: torch's choice)")
     parser.add_argument('--sections', action='store_true')
     parser.add_argument('--count-ops', action='store_true')
     parser.add_argument('--load-bench', metavar='DIR')
@@ -555,15 +613,17 @@ def main(argv=None):
         iters=args.iters,
         warmup=args.warmup,
         rows=rows)
-    for arch, batch, precision, optimizer, setting in itertools.product(
-            args.arch, args.batch, args.precision, args.optimizer, args.rows):
+    for arch, batch, precision, optimizer, sdpa, setting in itertools.product(
+            args.arch, args.batch, args.precision, args.optimizer, args.sdpa,
+            args.rows):
         spec = dict(
             setting=setting,
             arch=arch,
             batch=batch,
             precision=precision,
             optimizer=optimizer,
-            compile=args.compile)
+            compile=args.compile,
+            sdpa=sdpa)
         if args.budget is not None and \
                 time.perf_counter() - start > args.budget:
             r = dict(spec, skipped='time budget spent')

@@ -2,7 +2,8 @@
 images/s per core, the transforms' shares, and the real dataloader.
 
     python .dev_scripts/pipeline_bench.py [--images 300] [--workers 1 2] \
-        [--config CONFIG] [--data DIR] [--out FILE.json]
+        [--config CONFIG] [--data DIR] [--device-decode [--device cuda]] \
+        [--out FILE.json]
 
 The images are generated ImageNet-like JPEGs (85% of 300-520 px, 15% of
 800-2,100 px, quality 75-95, 2% grayscale, 1% CMYK; a photo's bits per
@@ -25,6 +26,8 @@ ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 CONFIG = 'configs/hpm/hpm_vit-base-p16_8xb512-amp-coslr-200e_in1k.py'
 #: mmpretrain's MAE ImageNet data (its train pipeline is the baseline)
 MMPRETRAIN = 'mmpretrain::_base_/datasets/imagenet_bs512_mae.py'
+#: the GPU-decode data (its worker half: bytes, header, box and flip)
+DEVICE_DECODE = 'configs/_base_/datasets/imagenet_bs512_mae_gpu_decode.py'
 GPU_RATES = {
     'HPM faithful, H200 bf16 b256': 1598,
     'HPM fast, H200 bf16 b256': 2587,
@@ -94,11 +97,13 @@ def per_transform(pipeline, files, passes=2):
     return {f"{i}:{t['type']}": times[i] / n for i, t in enumerate(pipeline)}
 
 
-def loader_rate(cfg, pipeline, root, workers, epochs=3, batch=64):
+def loader_rate(cfg, pipeline, root, workers, epochs=3, batch=64, each=None):
     """Images/s of the config's dataloader over the images (first epoch
-    not counted: worker start)."""
+    not counted: worker start); ``each(batch)`` run on every batch."""
     from mmengine.runner import Runner
     loader = copy.deepcopy(cfg.train_dataloader)
+    if pipeline[0]['type'] == 'LoadBytesAndCropBox':  # bytes of any length
+        loader['collate_fn'] = dict(type='pseudo_collate')
     loader.update(
         batch_size=batch,
         num_workers=workers,
@@ -115,9 +120,33 @@ def loader_rate(cfg, pipeline, root, workers, epochs=3, batch=64):
         if epoch == 1:
             start = time.perf_counter()
         for data in dl:
+            if each is not None:
+                each(data)
             if epoch >= 1:
                 n += len(data['inputs'])
     return n / (time.perf_counter() - start)
+
+
+def device_decode_rate(pipeline, files, device, batch=64, reps=3):
+    """Images/s of the data preprocessor's decode, crop and resize on
+    ``device`` (batches made by the worker half beforehand)."""
+    import torch
+    from mmengine.dataset import pseudo_collate
+
+    from hpm_mm.models.data_preprocessor import ChannelCheckedDataPreprocessor
+    steps = build(pipeline)
+    np.random.seed(0)
+    items = [steps(dict(img_path=f, sample_idx=0)) for f in files[:batch]]
+    data = pseudo_collate(items)
+    pre = ChannelCheckedDataPreprocessor().to(device)
+    sync = torch.cuda.synchronize if device.type == 'cuda' else (lambda: None)
+    pre(data)  # warm-up
+    sync()
+    t = time.perf_counter()
+    for _ in range(reps):
+        pre(data)
+    sync()
+    return reps * len(items) / (time.perf_counter() - t)
 
 
 def main(argv=None):
@@ -128,6 +157,12 @@ def main(argv=None):
     parser.add_argument(
         '--data', default=osp.join(ROOT, 'work_dirs', 'pipeline_bench_images'))
     parser.add_argument('--passes', type=int, default=2)
+    parser.add_argument(
+        '--device-decode',
+        action='store_true',
+        help='also the GPU-decode pipeline (its worker half per core, its '
+        'dataloader, the decode on --device)')
+    parser.add_argument('--device')
     parser.add_argument('--out')
     args = parser.parse_args(argv)
     import torch
@@ -146,6 +181,9 @@ def main(argv=None):
     pipelines = dict(
         mmpretrain=list(get_config(MMPRETRAIN).train_pipeline),
         hpm_mm=list(cfg.train_dataloader.dataset.pipeline))
+    if args.device_decode:
+        pipelines['device_decode'] = list(
+            load_config(osp.join(ROOT, DEVICE_DECODE)).train_pipeline)
     out = dict(
         machine=dict(
             cpu=cpu_name(), cpu_class=cpu_class(), cores=os.cpu_count()),
@@ -178,6 +216,18 @@ def main(argv=None):
             out['loader'][f'{name}_{w}w'] = rate
             print(
                 f'  dataloader, {w} workers: {rate:.0f} images/s', flush=True)
+    if args.device_decode:
+        device = torch.device(
+            args.device or ('cuda' if torch.cuda.is_available() else 'cpu'))
+        rate = device_decode_rate(pipelines['device_decode'], files, device)
+        out['device_decode'] = dict(
+            device=torch.cuda.get_device_name()
+            if device.type == 'cuda' else cpu_name(),
+            images_s=rate)
+        print(
+            f'device decode, crop, resize on {device}: {rate:.0f} '
+            'images/s',
+            flush=True)
     base, new = (
         out['per_core'][k]['images_s'] for k in ('mmpretrain', 'hpm_mm'))
     out['speedup_per_core'] = new / base

@@ -145,11 +145,15 @@ def tiny_mae(device='cpu', seed: int = 0, num_layers: int = 2):
     return model.to(device)
 
 
-def tiny_step_setup(model, device='cpu', batch: int = 4, **adamw):
+def tiny_step_setup(model,
+                    device='cpu',
+                    batch: int = 4,
+                    clip_grad=None,
+                    **adamw):
     """A tiny model ready for ``train_step``: in train mode with its
     teacher scoring (``set_progress(1)``), a guarded AdamW wrapper
-    (``adamw``: its options, lr 1e-4 unless given) and a batch of random
-    16 px images. Returns ``(optim_wrapper, data)``."""
+    (``adamw``: its options, lr 1e-4 unless given; ``clip_grad``) and a
+    batch of random 16 px images. Returns ``(optim_wrapper, data)``."""
     from mmengine.optim import build_optim_wrapper
     model.train()
     if hasattr(model, 'set_progress'):
@@ -158,6 +162,7 @@ def tiny_step_setup(model, device='cpu', batch: int = 4, **adamw):
         model,
         dict(
             type='GuardedOptimWrapper',
+            clip_grad=clip_grad,
             optimizer=dict(dict(type='AdamW', lr=1e-4), **adamw)))
     data = dict(
         inputs=torch.randn(batch, 1, 16, 16, device=device), data_samples=None)

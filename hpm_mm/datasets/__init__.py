@@ -1,6 +1,8 @@
 from .fashion_mnist import FashionMNISTSplit
-from .transforms import LoadAndRandomResizedCrop, LoadImageFromFileChecked
+from .transforms import (LoadAndRandomResizedCrop, LoadBytesAndCropBox,
+                         LoadImageFromFileChecked)
 
 __all__ = [
-    'FashionMNISTSplit', 'LoadImageFromFileChecked', 'LoadAndRandomResizedCrop'
+    'FashionMNISTSplit', 'LoadImageFromFileChecked',
+    'LoadAndRandomResizedCrop', 'LoadBytesAndCropBox'
 ]

@@ -199,3 +199,60 @@ def _pil_resample():
 
 
 _PIL_RESAMPLE = _pil_resample()
+
+
+@TRANSFORMS.register_module()
+class LoadBytesAndCropBox(LoadAndRandomResizedCrop):
+    """GPU JPEG decoding, its CPU half: a worker reads a JPEG's bytes and
+    header and draws the crop box (as :class:`LoadAndRandomResizedCrop`:
+    the same random state gives the same box) and the horizontal flip
+    (``flip_prob``, as ``RandomFlip``); the data preprocessor decodes the
+    batch on its device (nvJPEG on a GPU), crops, resizes, flips
+    (:func:`~hpm_mm.models.data_preprocessor.decode_crops`). ``img`` is the
+    bytes (uint8, 1-D) and ``device_decode`` the box, flip and
+    interpolation (a ``PackInputs`` meta key; the loader collates with
+    ``pseudo_collate``). A file nvJPEG does not take (not a JPEG, CMYK, an
+    EXIF turn) is cropped here and passed as a (3, H, W) RGB crop.
+    configs/_base_/datasets/imagenet_bs512_mae_gpu_decode.py."""
+
+    def __init__(self, scale, flip_prob: float = 0.5, **kwargs) -> None:
+        super().__init__(scale, **kwargs)
+        if self.color_type != 'color':
+            raise ValueError('LoadBytesAndCropBox decodes colour (RGB) '
+                             "images: color_type='color'.")
+        self.flip_prob = flip_prob
+
+    def transform(self, results: dict) -> Optional[dict]:
+        import torch
+        from mmengine import fileio
+        from PIL import Image
+        filename = results['img_path']
+        try:
+            content = fileio.get(filename, backend_args=self.backend_args)
+            pil = Image.open(io.BytesIO(content))
+            check_header(pil.size, pil.mode)
+            plain = pil.format == 'JPEG' and pil.mode in ('RGB', 'L') and \
+                pil.getexif().get(0x0112, 1) == 1
+            if plain:
+                w, h = pil.size
+                box = self.rand_crop_params(_Shape((h, w)))
+                img = torch.frombuffer(bytearray(content), dtype=torch.uint8)
+            else:  # decoded and cropped here, as LoadAndRandomResizedCrop
+                crop, (h, w) = self._load_crop(filename)
+                img, box = torch.from_numpy(crop[..., ::-1].copy()).permute(
+                    2, 0, 1).contiguous(), None
+        except Exception as e:
+            return self._unreadable(filename, e)
+        results['img'] = img
+        results['img_shape'] = (self.scale[1], self.scale[0])
+        results['ori_shape'] = (h, w)
+        results['device_decode'] = dict(
+            box=box,
+            flip=np.random.choice(  # RandomFlip's draw
+                ['horizontal', None],
+                p=[self.flip_prob, 1. - self.flip_prob]) is not None,
+            interpolation=self.interpolation)
+        return results
+
+    def __repr__(self) -> str:
+        return super().__repr__()[:-1] + f', flip_prob={self.flip_prob})'

@@ -17,6 +17,7 @@ from typing import Optional
 
 from mmengine.config import Config
 from mmengine.dist import is_main_process
+from mmengine.hooks import Hook
 from mmengine.registry import RUNNERS
 from mmengine.runner import FlexibleRunner, Runner
 
@@ -31,6 +32,19 @@ from .work_dir import own_work_dir, release_work_dir
 
 #: runners built in this process (:class:`RunPolicyMixin` names each)
 _RUNNERS_BUILT = itertools.count(1)
+
+#: torch.compile modes that record and replay CUDA graphs
+GRAPH_MODES = ('reduce-overhead', 'max-autotune')
+
+
+class CUDAGraphStepHook(Hook):
+    """Under ``compile=dict(mode='reduce-overhead')``: mark each iteration's
+    start for torch's CUDA-graph trees, so a replay never overwrites the
+    outputs of a graph the same step still reads."""
+
+    def before_train_iter(self, runner, batch_idx, data_batch=None) -> None:
+        import torch
+        torch.compiler.cudagraph_mark_step_begin()
 
 
 class RunPolicyMixin:
@@ -178,11 +192,24 @@ class RunPolicyMixin:
         ``compile`` compiles an HPM model's tensor parts
         (:meth:`~hpm_mm.models.HPMBase.compile_parts`), not the whole
         ``train_step``, whose optimizer wrapper and teacher update hold
-        host-side state."""
+        host-side state; ``compile=dict(mode='reduce-overhead')`` replays
+        them as CUDA graphs on a GPU, the default mode on a CPU."""
         from mmpretrain.utils import get_ori_model
         options, model = self.cfg.get('compile'), get_ori_model(self.model)
+        if isinstance(options, dict) and options.get('mode') in GRAPH_MODES:
+            if self.model_device() != 'cuda':
+                self.logger.warning(
+                    f"compile mode={options['mode']!r} replays CUDA graphs, "
+                    'which need a GPU: compiling in the default mode here')
+                options = {
+                    k: v
+                    for k, v in options.items() if k != 'mode'
+                } or True
+                self.set_compile(options)
+            else:  # a new graph generation per iteration
+                self.register_hook(CUDAGraphStepHook(), 'VERY_HIGH')
         if options and hasattr(model, 'compile_parts'):
-            self.cfg.compile = None  # (mmengine's would take train_step)
+            self.set_compile(None)  # (mmengine's would take train_step)
             parts = model.compile_parts(
                 **(options if isinstance(options, dict) else {}))
             self.logger.info(f'compiled (torch.compile): {", ".join(parts)}'
@@ -197,6 +224,18 @@ class RunPolicyMixin:
             if hasattr(w, 'check_trained'):  # the non-finite guard's
                 w.check_trained()
         return model
+
+    def set_compile(self, options) -> None:
+        """What mmengine's runners compile: Runner reads ``cfg.compile``,
+        FlexibleRunner its ``_compile``."""
+        self.cfg.compile = options
+        if hasattr(self, '_compile'):
+            self._compile = options or False
+
+    def model_device(self) -> str:
+        """The device type the model's first parameter is on."""
+        param = next(self.model.parameters(), None)
+        return 'cpu' if param is None else param.device.type
 
     def release_work_dir(self) -> None:
         """Let the next run have the work dir (done when ``train`` ends)."""

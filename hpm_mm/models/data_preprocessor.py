@@ -1,4 +1,7 @@
+from typing import List, Sequence
+
 import torch
+import torch.nn.functional as F
 from mmpretrain.models.utils import SelfSupDataPreprocessor
 from mmpretrain.registry import MODELS
 
@@ -54,13 +57,64 @@ def watch_channels(model) -> None:
     pre._hpm_channels_watched = True
 
 
+def decode_crops(images: Sequence[torch.Tensor], decode: Sequence[dict], size,
+                 device) -> torch.Tensor:
+    """The (B, 3, H, W) float RGB crops (0-255) of a batch from
+    :class:`~hpm_mm.datasets.LoadBytesAndCropBox`: the JPEG bytes (uint8,
+    1-D, on the CPU) decoded in one call on ``device`` (nvJPEG on a GPU),
+    each cropped to its ``box`` and resized (antialiased) to ``size``; the
+    crops made in the worker taken as they are; then the flips."""
+    from torchvision.io import ImageReadMode, decode_jpeg
+    encoded = [img for img in images if img.dim() == 1]
+    decoded = iter(
+        decode_jpeg(encoded, mode=ImageReadMode.RGB, device=device
+                    ) if encoded else [])
+    out: List[torch.Tensor] = []
+    for img, spec in zip(images, decode):
+        if img.dim() == 1:
+            oh, ow, th, tw = spec['box']
+            crop = next(decoded)[:, oh:oh + th, ow:ow + tw]
+            mode = spec.get('interpolation', 'bilinear')
+            crop = F.interpolate(
+                crop[None].float(),
+                size=tuple(size),
+                mode=mode,
+                align_corners=False,
+                antialias=mode in ('bilinear', 'bicubic'))[0]
+            if mode == 'bicubic':  # as an 8-bit image would hold it
+                crop = crop.clamp_(0, 255)
+        else:
+            crop = img.to(device).float()
+        out.append(crop.flip(-1) if spec['flip'] else crop)
+    return torch.stack(out)
+
+
 @MODELS.register_module()
 class ChannelCheckedDataPreprocessor(SelfSupDataPreprocessor):
     """mmpretrain's :class:`SelfSupDataPreprocessor` that refuses images
     whose channel count does not match its ``mean``/``std``, in one line
-    naming both (:func:`check_channels`). hpm_mm's runners check the built
-    preprocessor of any model the same way (:func:`watch_channels`)."""
+    naming both (:func:`check_channels`), and decodes on its device the JPEG
+    batches :class:`~hpm_mm.datasets.LoadBytesAndCropBox` hands it
+    (:func:`decode_crops`: RGB, so no channel swap). hpm_mm's runners check
+    the built preprocessor of any model the same way
+    (:func:`watch_channels`)."""
 
     def forward(self, data: dict, training: bool = False) -> dict:
+        samples = data.get('data_samples') if isinstance(data, dict) else None
+        if samples and 'device_decode' in samples[0]:
+            inputs = decode_crops(data['inputs'],
+                                  [s.device_decode for s in samples],
+                                  samples[0].img_shape, self.device)
+            if self._enable_normalize:
+                inputs = (inputs - self.mean) / self.std
+            return dict(inputs=inputs, data_samples=self.cast_data(samples))
+        inputs = data.get('inputs') if isinstance(data, dict) else None
+        if isinstance(inputs, list) and inputs and torch.is_tensor(
+                inputs[0]) and inputs[0].dim() == 1:
+            raise HPMError(
+                'the batch holds encoded images (LoadBytesAndCropBox) '
+                'without their crop boxes. Fix: add \'device_decode\' to '
+                'PackInputs meta_keys (configs/_base_/datasets/'
+                'imagenet_bs512_mae_gpu_decode.py).')
         check_channels(self, data)
         return super().forward(data, training)

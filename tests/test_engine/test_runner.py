@@ -5,7 +5,7 @@ import logging
 
 import pytest
 import torch
-from helpers import TINY_RUN, tiny_config
+from helpers import NEEDS_CUDA, TINY_RUN, tiny_config
 from mmengine.config import Config
 from mmengine.registry import RUNNERS
 
@@ -225,38 +225,63 @@ def test_a_selfsup_preprocessor_checks_the_images_channels(tmp_path, where):
     runner.release_work_dir()
 
 
-def test_compile_key_compiles_the_parts_and_keeps_the_losses(tmp_path):
-    """mmengine's ``compile=True`` on an HPM config: the student's encoder
-    and neck and the teacher's encoder run through torch.compile (the
-    optimizer wrapper and teacher update stay eager), and the run logs the
-    losses of the eager run, step by step."""
+def compiled_runs(tmp_path, modes):
+    """The tiny run eager and compiled in each of ``modes``: per mode the
+    logged losses step by step and the runner's log lines."""
     from hpm_mm.apis import train
     cfg = tiny_config(
         tmp_path, body=TINY_RUN.format(keep=1, epochs=1), num_images=12)
     runs = {}
-    for compiled in (False, True):
+    for mode in (None, ) + modes:
+        compile_ = mode is not None and (dict(mode=mode) if mode else True)
+        work = tmp_path / f'compile_{mode}'
         runner = train(
             cfg,
-            str(tmp_path / f'compile_{compiled}'),
+            str(work),
             quiet=True,
-            compile=compiled,
+            compile=compile_,
             randomness=dict(seed=0, deterministic=False))
         model = runner.model
-        assert (model.backbone._compiled_call_impl is not None) == compiled
+        assert (model.backbone._compiled_call_impl
+                is not None) == bool(compile_)
         assert (model.teacher.module['backbone']._compiled_call_impl
-                is not None) == compiled
-        runs[compiled] = {
-            k: list(runner.message_hub.log_scalars[f'train/{k}'].data[0])
+                is not None) == bool(compile_)
+        runs[mode] = ({
+            k:
+            list(runner.message_hub.log_scalars[f'train/{k}'].data[0])
             for k in ('loss_rec', 'loss_pred', 'rank_acc')
-        }
-    for key, eager in runs[False].items():
-        assert len(eager) == 3
-        torch.testing.assert_close(
-            torch.tensor(runs[True][key]),
-            torch.tensor(eager),
-            rtol=1e-4,
-            atol=1e-5,
-            msg=lambda m, key=key: key + m)
+        }, next(work.glob('*/*.log')).read_text())
+    for mode in modes:
+        for key, eager in runs[None][0].items():
+            assert len(eager) == 3
+            torch.testing.assert_close(
+                torch.tensor(runs[mode][0][key]),
+                torch.tensor(eager),
+                rtol=1e-4,
+                atol=1e-5,
+                msg=lambda m, key=key: key + m)
+    return runs
+
+
+def test_compile_key_compiles_the_parts_and_keeps_the_losses(tmp_path):
+    """mmengine's ``compile=True`` on an HPM config: the student's encoder
+    and neck and the teacher's encoder run through torch.compile (the
+    optimizer wrapper and teacher update stay eager), and the run logs the
+    losses of the eager run, step by step; CUDA graphs
+    (``mode='reduce-overhead'``) on a CPU: the default mode, said in a
+    line."""
+    runs = compiled_runs(tmp_path, ('', 'reduce-overhead'))
+    assert "mode='reduce-overhead' replays CUDA graphs, which need a GPU" \
+        in runs['reduce-overhead'][1]
+
+
+@pytest.mark.cuda
+@NEEDS_CUDA
+def test_cuda_graphs_keep_the_losses(tmp_path):
+    """``compile=dict(mode='reduce-overhead')`` on a GPU: the parts replay
+    CUDA graphs (one generation per iteration), the losses the eager run's."""
+    runs = compiled_runs(tmp_path, ('reduce-overhead', ))
+    assert 'need a GPU' not in runs['reduce-overhead'][1]
 
 
 def test_a_run_under_mmengines_own_runner_says_so_once(tmp_path, monkeypatch):

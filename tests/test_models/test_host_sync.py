@@ -11,26 +11,63 @@ from helpers import NEEDS_CUDA, tiny_hpm, tiny_mae, tiny_step_setup
 from hpm_mm.testing.host_sync import HostSyncCounter
 
 
-def steps(model, device, n=3, fused=True):
-    """Warm-up steps, then the last one's counted syncs. AdamW fused, as a
-    CUDA run builds it (torch's single-tensor AdamW on a CPU reads its step
-    counters, host tensors that are no GPU sync; the fused one does not)."""
-    # the teacher scores: its pass is counted
-    optim, data = tiny_step_setup(model, device, fused=fused)
-    for _ in range(n - 1):
-        model.train_step(copy.copy(data), optim)
-    with HostSyncCounter(keep_stacks=True) as syncs:
-        model.train_step(copy.copy(data), optim)
-    return syncs
+def setup(model, device='cpu'):
+    """The step as a CUDA run builds it: AdamW fused (torch's single-tensor
+    AdamW on a CPU reads its step counters, host tensors that are no GPU
+    sync), clip_grad as the configs, and before each step the progress
+    HPMScheduleHook pushes. Returns ``step(inputs=None)`` and the wrapper."""
+    optim, data = tiny_step_setup(
+        model, device, fused=True, clip_grad=dict(max_norm=5.0))
+
+    def step(inputs=None):
+        if hasattr(model, 'set_progress'):  # the teacher scores and follows
+            model.set_progress(1.0, 1, optim.step_calls, 2, optim.last_applied)
+        batch = dict(data, inputs=data['inputs'] if inputs is None else inputs)
+        model.train_step(batch, optim)
+
+    return step, optim, data['inputs']
 
 
-def test_hpm_step_syncs_no_more_than_mae():
-    hpm = steps(tiny_hpm(seed=0), 'cpu')
-    mae = steps(tiny_mae(), 'cpu')
-    where = '\n'.join(stack for _, stack in hpm.calls)
-    assert hpm.count <= mae.count, (hpm.ops, mae.ops, where)
-    # what is left is the non-finite guard's one flag, in both
-    assert hpm.count == mae.count == 1, (hpm.ops, where)
+def test_hpm_and_mae_steps_make_the_host_wait_for_nothing():
+    """0 synchronisations inside the step (after the first two: the
+    teacher's first copy, the one-time mask check): the non-finite guard's
+    flag and the grad norm stay on the device until the logging interval."""
+    for model in (tiny_hpm(seed=0), tiny_mae()):
+        step, optim, _ = setup(model)
+        step(), step()
+        with HostSyncCounter(keep_stacks=True) as syncs:
+            step()
+        where = '\n'.join(stack for _, stack in syncs.calls)
+        assert syncs.count == 0, (type(model).__name__, syncs.ops, where)
+        assert optim.applied_steps == 3
+
+
+def test_a_skipped_step_costs_no_sync_and_stays_skipped():
+    """A NaN step on the device path: no sync; student and optimizer state
+    untouched; the teacher's update for it a no-op; counted when read."""
+    model = tiny_hpm(seed=0)
+    step, optim, inputs = setup(model)
+    step(), step()
+    before = copy.deepcopy(
+        (model.student().state_dict(), optim.optimizer.state_dict()))
+    with HostSyncCounter() as syncs:
+        step(inputs * float('nan'))
+    assert syncs.count == 0, syncs.ops
+    after = (model.student().state_dict(), optim.optimizer.state_dict())
+    for k, v in before[0].items():
+        assert torch.equal(v, after[0][k]), k
+    for i, state in before[1]['state'].items():
+        for k, v in state.items():
+            assert torch.equal(v, after[1]['state'][i][k]), (i, k)
+    teacher = copy.deepcopy(model.teacher.module.state_dict())
+    count = int(model.teacher.steps)
+    step()  # the teacher follows the skipped step: stays
+    for k, v in model.teacher.module.state_dict().items():
+        assert torch.equal(v, teacher[k]), k
+    assert int(model.teacher.steps) == count
+    step()  # and the applied one: moves
+    assert int(model.teacher.steps) == count + 1
+    assert optim.skipped_steps == 1 and optim.applied_steps == 4
 
 
 def test_counter_sees_what_synchronises():
@@ -85,24 +122,18 @@ def test_teacher_steps_follow_a_loaded_checkpoint():
 
 @pytest.mark.cuda
 @NEEDS_CUDA
-def test_hpm_step_on_cuda_syncs_only_in_the_guard():
-    """On a GPU: the step runs under sync-debug 'error' apart from the
-    non-finite guard's one read (the optimizer wrapper's step)."""
+def test_hpm_step_on_cuda_syncs_nowhere():
+    """On a GPU the step runs under sync-debug 'error', nothing excepted;
+    the guard's flags are read after it."""
     model = tiny_hpm('cuda', seed=0)
-    optim, data = tiny_step_setup(model, 'cuda', fused=True)
-    model.train_step(copy.copy(data), optim)  # first: teacher's copy, reads
-    step = optim.step
-
-    def guard_step(**kwargs):  # the guard's read is allowed
-        torch.cuda.set_sync_debug_mode(0)
-        try:
-            return step(**kwargs)
-        finally:
+    optim, data = tiny_step_setup(
+        model, 'cuda', fused=True, clip_grad=dict(max_norm=5.0))
+    for i in range(3):  # the first: the teacher's copy, the mask check
+        model.set_progress(1.0, 1, optim.step_calls, 2, optim.last_applied)
+        if i:
             torch.cuda.set_sync_debug_mode('error')
-
-    optim.step = guard_step
-    torch.cuda.set_sync_debug_mode('error')
-    try:
-        model.train_step(copy.copy(data), optim)
-    finally:
-        torch.cuda.set_sync_debug_mode(0)
+        try:
+            model.train_step(copy.copy(data), optim)
+        finally:
+            torch.cuda.set_sync_debug_mode(0)
+    assert optim.applied_steps == 3 and optim.skipped_steps == 0

@@ -301,9 +301,11 @@ def test_cls_attention_scores_match_brute_force(device):
     assert torch.isfinite(model.loss(x, [])['loss_rec'])
 
 
-def test_teacher_updates_once_per_optimizer_step(device):
+@pytest.mark.parametrize('fused', [False, True])
+def test_teacher_updates_once_per_optimizer_step(device, fused):
     """The teacher follows applied optimizer steps only: not after a step
-    the guard skipped, once per step under gradient accumulation."""
+    the guard skipped, once per step under gradient accumulation; with a
+    fused optimizer (the flag stays on the device) as with another."""
     from mmengine.optim import build_optim_wrapper
 
     import hpm_mm.engine  # noqa: F401
@@ -314,13 +316,14 @@ def test_teacher_updates_once_per_optimizer_step(device):
         dict(
             type='GuardedOptimWrapper',
             accumulative_counts=2,
-            optimizer=dict(type='SGD', lr=0.1)))
+            optimizer=dict(type='AdamW', lr=0.1, fused=fused)))
     x = torch.randn(2, 1, 16, 16, device=device)
     data = dict(inputs=x, data_samples=None)
     steps = []
     for i in range(6):
         # what HPMScheduleHook pushes before every iteration
-        model.set_progress(0.5, optim_steps=optim.applied_steps)
+        model.set_progress(
+            0.5, optim_steps=optim.step_calls, applied=optim.last_applied)
         batch = dict(inputs=x * float('nan'), data_samples=None) \
             if i in (2, 3) else data
         model.train_step(batch, optim)
@@ -456,10 +459,10 @@ def test_schedule_hook_pushes_progress_and_fractional_epoch(
         iter=3 * 8 + 2,
         max_iters=80,
         train_dataloader=[None] * 8,
-        optim_wrapper=SimpleNamespace(applied_steps=25),
+        optim_wrapper=SimpleNamespace(step_calls=25, last_applied=1.),
         message_hub=mock.Mock())
     HPMScheduleHook(by_epoch=by_epoch).before_train_iter(runner, 2)
-    assert got == [(pytest.approx(progress), 3.25, 25, 10)]
+    assert got == [(pytest.approx(progress), 3.25, 25, 10, 1.)]
 
 
 def test_image_scores_need_no_teacher_and_drive_the_mask(device):

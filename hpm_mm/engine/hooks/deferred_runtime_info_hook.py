@@ -9,9 +9,11 @@ from mmengine.registry import HOOKS
 class DeferredRuntimeInfoHook(RuntimeInfoHook):
     """mmengine's :class:`~mmengine.hooks.RuntimeInfoHook` reading the logged
     scalars back from the GPU once per logging interval (one copy) instead of
-    one ``.item()`` sync per scalar per iteration; the message hub receives
-    the same values in the same order before anyone reads them (the logger's
-    interval, an epoch's end, validation, the end of training).
+    one ``.item()`` sync per scalar per iteration (with the non-finite
+    guard's flags and grad norm, :meth:`NonFiniteGuardMixin.flush`); the
+    message hub receives the same values in the same order before anyone
+    reads them (the logger's interval, an epoch's end, validation, the end
+    of training).
 
     Args:
         interval (int, optional): Defaults to the logger hook's interval."""
@@ -61,7 +63,12 @@ class DeferredRuntimeInfoHook(RuntimeInfoHook):
 
     def flush(self, runner) -> None:
         """Put every gathered iteration's scalars into the message hub (one
-        copy per device for all of them)."""
+        copy per device for all of them), and the non-finite guard's."""
+        wrapper = getattr(runner, 'optim_wrapper', None)
+        for w in (wrapper.values()
+                  if hasattr(wrapper, 'values') else [wrapper]):
+            if hasattr(w, 'flush'):
+                w.flush()
         if not self._pending:
             return
         pending, self._pending = self._pending, []

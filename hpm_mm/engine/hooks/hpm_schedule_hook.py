@@ -15,9 +15,9 @@ _WARNED_RUNNER = False
 class HPMScheduleHook(Hook):
     """Feed HPM its progress before every iteration: ``p = t / T`` in epochs
     (the paper's alpha_t, stepped per epoch; ``by_epoch=False``: iterations),
-    the epochs done (teacher momentum) and the optimizer steps applied (the
-    teacher moves once per applied step). Derived from the runner each
-    iteration, so a resume needs nothing extra."""
+    the epochs done (teacher momentum), the optimizer steps taken and the
+    last one's applied flag (the teacher moves once per applied step).
+    Derived from the runner each iteration: a resume needs nothing extra."""
 
     priority = 'NORMAL'
 
@@ -64,7 +64,8 @@ class HPMScheduleHook(Hook):
             progress = runner.iter / max(runner.max_iters, 1)
         iters_per_epoch = max(len(runner.train_dataloader), 1)
         done = epoch + (runner.iter % iters_per_epoch) / iters_per_epoch
-        model.set_progress(
-            progress, done, getattr(runner.optim_wrapper, 'applied_steps',
-                                    None), max_epochs)
+        wrapper = runner.optim_wrapper
+        model.set_progress(progress, done, getattr(wrapper, 'step_calls',
+                                                   None), max_epochs,
+                           getattr(wrapper, 'last_applied', None))
         runner.message_hub.update_scalar('train/hpm_progress', progress)

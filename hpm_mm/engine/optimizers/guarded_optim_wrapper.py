@@ -47,23 +47,29 @@ class NonFiniteGuardMixin:
 
     At every real update (after the backward, before clipping) one flag,
     max-reduced over the ranks (DDP and FSDP alike), says whether the loss or
-    a gradient is NaN/inf; a bad step is skipped on every rank: gradients
-    zeroed, weights, optimizer state and EMA teacher untouched (a loss scaler
-    still lowers its scale). ``train/nonfinite_skipped`` is logged;
-    :attr:`applied_steps` counts the steps taken. ``max_consecutive_skips``
-    in a row stop training in one line naming the way back; a run that ends
-    with more steps skipped than applied fails (:meth:`check_trained`). Also
+    a gradient is NaN/inf; a bad step is skipped on every rank: weights,
+    optimizer state and EMA teacher untouched (a loss scaler still lowers
+    its scale). With a fused optimizer (a CUDA run's AdamW) the flag stays on
+    the device, as the kernel's ``found_inf``: the step makes the host wait
+    for nothing; the flags and the grad norm are read once per logging
+    interval (:meth:`flush`, called by :class:`DeferredRuntimeInfoHook`, at
+    the latest every ``check_interval`` steps). Other optimizers read the flag
+    at the step. ``train/nonfinite_skipped`` is logged per step;
+    ``max_consecutive_skips`` in a row stop training in one line; a run with
+    more steps skipped than applied fails (:meth:`check_trained`). Also
     ``clip_grad=dict(type='param_norm')``: per-parameter clipping (DINO).
 
     Args:
         skip_nonfinite (bool): Defaults to True.
         max_consecutive_skips (int): Defaults to 20.
+        check_interval (int): Steps read at the latest. Defaults to 100.
         **kwargs: The arguments of the wrapped optimizer wrapper."""
 
     def __init__(self,
                  *args,
                  skip_nonfinite: bool = True,
                  max_consecutive_skips: int = 20,
+                 check_interval: int = 100,
                  **kwargs) -> None:
         clip = kwargs.get('clip_grad')
         check_clip_grad(clip)
@@ -74,36 +80,62 @@ class NonFiniteGuardMixin:
         if per_param:
             self.clip_func = clip_grad_norm_per_param_
             self.grad_name = 'grad_norm_max'  # of the parameters, unclipped
-        if max_consecutive_skips < 1:
-            raise ValueError('max_consecutive_skips must be >= 1, got '
-                             f'{max_consecutive_skips}.')
+        for name, value in (('max_consecutive_skips', max_consecutive_skips),
+                            ('check_interval', check_interval)):
+            if value < 1:
+                raise ValueError(f'{name} must be >= 1, got {value}.')
         self.skip_nonfinite = skip_nonfinite
         self.max_consecutive_skips = max_consecutive_skips
+        self.check_interval = check_interval
         self.consecutive_skips = 0
-        self.skipped_steps = 0
-        self.applied_steps = 0
+        self._skipped = self._applied = 0
+        #: optimizer steps taken or skipped, on the host
+        self.step_calls = 0
+        #: whether the last step was applied: 1./0. (a host float, or a
+        #: device tensor where the flag stays there), None before the first
+        self.last_applied = None
         self._bad_loss: Optional[torch.Tensor] = None
+        self._grad_norm: Optional[torch.Tensor] = None
+        self._pending: List[tuple] = []  # per step: (flag, grad norm)
+
+    @property
+    def skipped_steps(self) -> int:
+        """Steps skipped so far (reads the pending flags)."""
+        self.flush()
+        return self._skipped
+
+    @property
+    def applied_steps(self) -> int:
+        """Steps applied so far (reads the pending flags)."""
+        self.flush()
+        return self._applied
 
     def update_params(self,
                       loss: torch.Tensor,
                       step_kwargs: Optional[Dict] = None,
                       zero_kwargs: Optional[Dict] = None) -> None:
-        if self.skip_nonfinite:  # a device flag, read at the step
+        if self.skip_nonfinite:  # a device flag, read with the gradients'
             bad = ~torch.isfinite(loss.detach())
             self._bad_loss = bad if self._bad_loss is None else \
                 self._bad_loss | bad
         super().update_params(loss, step_kwargs, zero_kwargs)
 
-    def _grads(self) -> List[torch.Tensor]:
-        return [
+    def _clip_grad(self) -> None:
+        """mmengine's clipping, its norm kept on the device until read."""
+        params = [
+            p for group in self.optimizer.param_groups for p in group['params']
+            if p.requires_grad and p.grad is not None
+        ]
+        if params:
+            self._grad_norm = self.clip_func(params, **self.clip_grad_kwargs)
+
+    def nonfinite(self) -> torch.Tensor:
+        """1. where this update's loss or any gradient is NaN/inf on any
+        rank, else 0. (fp32, on the gradients' device; one all-reduce)."""
+        grads = [
             p.grad for group in self.optimizer.param_groups
             for p in group['params'] if p.grad is not None
         ]
-
-    def nonfinite(self) -> bool:
-        """Whether this update's loss or any gradient is NaN/inf, on any
-        rank (one all-reduce of one flag, one read back to the host)."""
-        grads = self._grads()
         device = grads[0].device if grads else (
             self._bad_loss.device if self._bad_loss is not None else 'cpu')
         flag = torch.zeros((), device=device)
@@ -115,45 +147,103 @@ class NonFiniteGuardMixin:
         if self._bad_loss is not None:
             flag = flag + self._bad_loss.to(device)
         self._bad_loss = None
+        flag = (flag > 0).float()
         if dist.is_available() and dist.is_initialized() and \
                 dist.get_world_size() > 1:
             dist.all_reduce(flag, op=dist.ReduceOp.MAX)
-        return bool(flag.item() > 0)
+        return flag
 
     def step(self, **kwargs) -> None:
+        self.step_calls += 1
+        if len(self._pending) >= self.check_interval:
+            self.flush()
         if not self.skip_nonfinite:
-            self.applied_steps += 1
-            return super().step(**kwargs)
-        bad = self.nonfinite()
-        self.message_hub.update_scalar('train/nonfinite_skipped', float(bad))
-        if not bad:
-            self.consecutive_skips = 0
-            self.applied_steps += 1
-            return super().step(**kwargs)
-        self.consecutive_skips += 1
-        self.skipped_steps += 1
+            super().step(**kwargs)
+            return self._record(None, 1.)
+        flag = self.nonfinite()
         scaler = getattr(self, 'loss_scaler', None)
-        if scaler is not None and scaler.is_enabled():
-            # let a dynamic loss scale go down, as its own step would
+        if scaler is not None and not scaler.is_enabled():
+            scaler = None
+        if getattr(self.optimizer, '_step_supports_amp_scaling', False):
+            # fused: the kernel skips the update and undoes its step count
+            if scaler is not None:  # the scaler's found_inf sees the flag
+                grads = [
+                    p.grad for g in self.optimizer.param_groups
+                    for p in g['params'] if p.grad is not None
+                ]
+                if grads:
+                    grads[0].mul_(torch.where(flag > 0, float('nan'), 1.))
+                super().step(**kwargs)
+            else:
+                self.optimizer.found_inf = flag
+                try:
+                    super().step(**kwargs)
+                finally:
+                    del self.optimizer.found_inf
+            return self._record(flag, 1. - flag)
+        bad = flag.item()  # one read: other optimizers have no found_inf
+        if not bad:
+            super().step(**kwargs)
+        elif scaler is not None:  # let a dynamic loss scale go down
             scaler.unscale_(self.optimizer)
             scaler.update(getattr(self, '_scale_update_param', None))
-        print_log(
-            'non-finite loss or gradients: optimizer step skipped on every '
-            f'rank, weights unchanged ({self.consecutive_skips} in a row, '
-            f'{self.skipped_steps} in all)',
-            logger='current',
-            level=30)
-        if self.consecutive_skips >= self.max_consecutive_skips:
-            raise HPMError(
-                f'{self.consecutive_skips} optimizer steps in a row had a '
-                'non-finite loss or non-finite gradients; training stopped. '
-                'No non-finite step was applied, but the finite steps before '
-                'them may have diverged the weights: check the checkpoints\' '
-                'losses. Fix: lower optimizer.lr or set clip_grad, check the '
-                'data, then restart from a checkpoint whose loss was sound '
-                'with --cfg-options load_from=CKPT (--resume would bring '
-                'back the scheduler\'s old learning rate), or raise '
-                'optim_wrapper.max_consecutive_skips.')
+        self._record(bad, 1. - bad)
+        self.flush()
+
+    def _record(self, flag, applied) -> None:
+        self.last_applied = applied
+        self._pending.append((flag, self._grad_norm))
+        self._grad_norm = None
+
+    def flush(self) -> None:
+        """Read the pending steps' flags and grad norms (one copy), log them
+        per step, count the skips; stop at ``max_consecutive_skips``."""
+        if not self._pending:
+            return
+        pending, self._pending = self._pending, []
+        tensors = [
+            v.detach().float().reshape(()) for step in pending for v in step
+            if isinstance(v, torch.Tensor)
+        ]
+        read = iter(torch.stack(tensors).tolist() if tensors else [])
+        hub, skipped = self.message_hub, self._skipped
+        for flag, norm in pending:
+            flag, norm = (
+                next(read) if isinstance(v, torch.Tensor) else v
+                for v in (flag, norm))
+            bad = bool(flag)
+            if norm is not None and not bad:  # a skipped step logs none
+                hub.update_scalar(f'train/{self.grad_name}', norm)
+            if flag is not None:
+                hub.update_scalar('train/nonfinite_skipped', float(bad))
+            self._skipped += bad
+            self._applied += not bad
+            self.consecutive_skips = self.consecutive_skips + 1 if bad else 0
+            if self.consecutive_skips >= self.max_consecutive_skips:
+                self._warn(self._skipped - skipped)
+                raise HPMError(
+                    f'{self.consecutive_skips} optimizer steps in a row had '
+                    'a non-finite loss or non-finite gradients; training '
+                    'stopped. No non-finite step was applied, but the '
+                    'finite steps before them may have diverged the '
+                    'weights: check the checkpoints\' losses. Fix: lower '
+                    'optimizer.lr or set clip_grad, check the data, then '
+                    'restart from a checkpoint whose loss was sound with '
+                    '--cfg-options load_from=CKPT (--resume would bring '
+                    'back the scheduler\'s old learning rate), or raise '
+                    'optim_wrapper.max_consecutive_skips.')
+        self._warn(self._skipped - skipped)
+
+    def _warn(self, new: int) -> None:
+        if new:
+            print_log(
+                f'non-finite loss or gradients: {new} optimizer '
+                f'step{"s" * (new > 1)} skipped on every rank, weights '
+                'unchanged '
+                f'({self.consecutive_skips} in a row now, {self._skipped} '
+                'in all)',
+                logger='current',
+                level=30)
 
     def check_trained(self) -> None:
         """At the end of a run: refuse, in one line, one that skipped more

@@ -76,7 +76,7 @@ class HPMBase(BaseSelfSupervisor):
         if getattr(self.target_generator, 'uses_teacher', False):
             self.target_generator.bind(self.teacher)
         self.progress = 0.
-        self.optim_steps = None
+        self.optim_steps = self.applied = None
         self._progress_set = False
         self._mask_checked = False
 
@@ -119,13 +119,15 @@ class HPMBase(BaseSelfSupervisor):
                      progress: float,
                      epoch: float = 0,
                      optim_steps: Optional[int] = None,
-                     max_epochs: Optional[float] = None) -> None:
+                     max_epochs: Optional[float] = None,
+                     applied=None) -> None:
         """Set t/T (mask schedule), the epochs done (teacher momentum), the
-        optimizer steps applied (teacher update) and the run's length in
-        epochs.
+        optimizer steps taken and whether the last was ``applied`` (teacher
+        update, :meth:`EMATeacher.update`) and the run's length in epochs.
         """
         self.progress = float(progress)
         self.optim_steps = optim_steps
+        self.applied = applied
         self._progress_set = True
         if self.teacher is not None:
             self.teacher.set_epoch(epoch, max_epochs)
@@ -176,7 +178,7 @@ class HPMBase(BaseSelfSupervisor):
         if self.teacher is not None or gen.uses_scores:
             self._warn_without_schedule()
         if self.teacher is not None:
-            self.teacher.update(self.student(), self.optim_steps)
+            self.teacher.update(self.student(), self.optim_steps, self.applied)
         needs = gen.needs_scores(self.backbone.num_patches, self.progress)
         target = self.teacher_features  # False, True or a part's name
         wants = dict(

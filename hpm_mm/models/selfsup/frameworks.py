@@ -152,10 +152,12 @@ class HPMiBOT(HPMBase):
                      progress: float,
                      epoch: float = 0,
                      optim_steps: Optional[int] = None,
-                     max_epochs: Optional[float] = None) -> None:
+                     max_epochs: Optional[float] = None,
+                     applied=None) -> None:
         """As :meth:`HPMBase.set_progress`; the epoch also sets the teacher
         temperatures and whether the head's last layer is frozen."""
-        super().set_progress(progress, epoch, optim_steps, max_epochs)
+        super().set_progress(progress, epoch, optim_steps, max_epochs,
+                             applied)
         self.neck.set_epoch(epoch)
         self.head.set_epoch(epoch)
 

@@ -103,12 +103,19 @@ class EMATeacher(ExponentialMovingAverage):
 
     def update(self,
                student: nn.Module,
-               optim_steps: Optional[int] = None) -> bool:
+               optim_steps: Optional[int] = None,
+               applied=None) -> bool:
         """EMA step from the ``student`` (``ModuleDict(backbone=,
-        predictor=)``), only when ``optim_steps`` (applied so far; None: every
-        call) moved, so a skipped step leaves the teacher. Returns whether it
-        moved."""
+        predictor=)``), only when ``optim_steps`` (taken so far; None: every
+        call) moved and that step was ``applied`` (1./0., or a device tensor:
+        the momentum is multiplied by it there, the host reads nothing;
+        None: applied), so a skipped step leaves the teacher. Returns whether
+        it ran."""
         if optim_steps is not None and optim_steps == self._last_optim_steps:
+            return False
+        self._last_optim_steps = optim_steps
+        if applied is not None and not isinstance(applied, torch.Tensor) \
+                and not applied:
             return False
         if not self._checked:
             teacher = self.avg_parameters
@@ -122,16 +129,18 @@ class EMATeacher(ExponentialMovingAverage):
                         'HPMFullyShardedDataParallel (one unit, teacher '
                         'ignored), or use DDP.')
             self._checked = True
-        self.update_parameters(student)
-        self._last_optim_steps = optim_steps
+        self.update_parameters(
+            student, applied if isinstance(applied, torch.Tensor) else None)
         return True
 
     @torch.no_grad()
-    def update_parameters(self, model: nn.Module) -> None:
+    def update_parameters(self,
+                          model: nn.Module,
+                          applied: Optional[torch.Tensor] = None) -> None:
         """mmengine's EMA step (a ``lerp`` of every floating parameter towards
         the student's, the first call a copy, buffers copied) as a few
         multi-tensor ops, its step count kept on the host (no read back per
-        call)."""
+        call); ``applied`` (a 0./1. device tensor) scales the momentum."""
         src = model.state_dict() if self.update_buffers else dict(
             model.named_parameters())
         steps = self._host_steps()
@@ -143,17 +152,22 @@ class EMATeacher(ExponentialMovingAverage):
                 list(self.avg_parameters.values()),
                 [src[k].to(p.device) for k, p in self.avg_parameters.items()])
         elif steps % self.interval == 0 and self._averaged:
-            torch._foreach_lerp_(
-                [p for _, p in self._averaged],
-                [src[k].to(p.device)
-                 for k, p in self._averaged], self.momentum)
+            avg = [p for _, p in self._averaged]
+            new = [src[k].to(p.device) for k, p in self._averaged]
+            if applied is None:
+                torch._foreach_lerp_(avg, new, self.momentum)
+            else:  # avg += momentum * applied * (new - avg), on the device
+                delta = torch._foreach_sub(new, avg)
+                torch._foreach_mul_(delta, applied * self.momentum)
+                torch._foreach_add_(avg, delta)
         if not self.update_buffers:  # buffers follow the student's
             dst = list(self.module.buffers())
             if dst:
                 torch._foreach_copy_(
                     dst,
                     [b.to(d.device) for b, d in zip(model.buffers(), dst)])
-        self.steps.add_(1)
+        self.steps.add_(1 if applied is None or steps == 0 else applied.
+                        to(self.steps.dtype))
         self._steps = steps + 1
 
     def _host_steps(self) -> int:
