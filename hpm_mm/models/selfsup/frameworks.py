@@ -156,8 +156,7 @@ class HPMiBOT(HPMBase):
                      applied=None) -> None:
         """As :meth:`HPMBase.set_progress`; the epoch also sets the teacher
         temperatures and whether the head's last layer is frozen."""
-        super().set_progress(progress, epoch, optim_steps, max_epochs,
-                             applied)
+        super().set_progress(progress, epoch, optim_steps, max_epochs, applied)
         self.neck.set_epoch(epoch)
         self.head.set_epoch(epoch)
 
