@@ -197,7 +197,8 @@ class RunPolicyMixin:
         from mmpretrain.utils import get_ori_model
         options, model = self.cfg.get('compile'), get_ori_model(self.model)
         if isinstance(options, dict) and options.get('mode') in GRAPH_MODES:
-            if self.model_device() != 'cuda':
+            from hpm_mm.evaluation import model_device
+            if model_device(self.model) != 'cuda':
                 self.logger.warning(
                     f"compile mode={options['mode']!r} replays CUDA graphs, "
                     'which need a GPU: compiling in the default mode here')
@@ -231,11 +232,6 @@ class RunPolicyMixin:
         self.cfg.compile = options
         if hasattr(self, '_compile'):
             self._compile = options or False
-
-    def model_device(self) -> str:
-        """The device type the model's first parameter is on."""
-        param = next(self.model.parameters(), None)
-        return 'cpu' if param is None else param.device.type
 
     def release_work_dir(self) -> None:
         """Let the next run have the work dir (done when ``train`` ends)."""

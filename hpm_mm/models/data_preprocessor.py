@@ -1,7 +1,6 @@
 from typing import List, Sequence
 
 import torch
-import torch.nn.functional as F
 from mmpretrain.models.utils import SelfSupDataPreprocessor
 from mmpretrain.registry import MODELS
 
@@ -65,6 +64,8 @@ def decode_crops(images: Sequence[torch.Tensor], decode: Sequence[dict], size,
     each cropped to its ``box`` and resized (antialiased) to ``size``; the
     crops made in the worker taken as they are; then the flips."""
     from torchvision.io import ImageReadMode, decode_jpeg
+    from torchvision.transforms import InterpolationMode
+    from torchvision.transforms.v2.functional import resized_crop
     encoded = [img for img in images if img.dim() == 1]
     decoded = iter(
         decode_jpeg(encoded, mode=ImageReadMode.RGB, device=device
@@ -72,20 +73,11 @@ def decode_crops(images: Sequence[torch.Tensor], decode: Sequence[dict], size,
     out: List[torch.Tensor] = []
     for img, spec in zip(images, decode):
         if img.dim() == 1:
-            oh, ow, th, tw = spec['box']
-            crop = next(decoded)[:, oh:oh + th, ow:ow + tw]
-            mode = spec.get('interpolation', 'bilinear')
-            crop = F.interpolate(
-                crop[None].float(),
-                size=tuple(size),
-                mode=mode,
-                align_corners=False,
-                antialias=mode in ('bilinear', 'bicubic'))[0]
-            if mode == 'bicubic':  # as an 8-bit image would hold it
-                crop = crop.clamp_(0, 255)
-        else:
-            crop = img.to(device).float()
-        out.append(crop.flip(-1) if spec['flip'] else crop)
+            mode = InterpolationMode(spec.get('interpolation', 'bilinear'))
+            img = resized_crop(
+                next(decoded), *spec['box'], list(size), mode, antialias=True)
+        img = img.to(device).float()
+        out.append(img.flip(-1) if spec['flip'] else img)
     return torch.stack(out)
 
 

@@ -60,17 +60,17 @@ class KNNEvalHook(AfterCheckpointEvalHook):
                 for k, cfg in self.loader_cfgs.items()
             }
         model = get_ori_model(runner.model)
-        # the run's own precision (HPMRunner.precision), or as asked
-        asked = getattr(runner, 'precision', None) if self.amp is None \
-            else self.amp
-        if asked is None:  # a runner without hpm_mm's precision
-            dtype = run_dtype(runner.optim_wrapper)
-        elif isinstance(asked, bool):
-            dtype = run_precision(
-                dict(precision='auto' if asked else 'fp32'),
-                model_device(model)).dtype
-        else:
-            dtype = asked.dtype
+        # as asked, else the run's own (HPMRunner.precision; another
+        # runner's: its optimizer wrapper's autocast)
+        precision = getattr(runner, 'precision', None) if self.amp is None \
+            else run_precision(dict(precision='auto' if self.amp else 'fp32'),
+                               model_device(model))
+        dtype = precision.dtype if precision else run_dtype(
+            runner.optim_wrapper)
+        name = precision.name if precision else {
+            torch.bfloat16: 'bf16',
+            torch.float16: 'fp16'
+        }.get(dtype, 'fp32')
         feats = {}
         for split, what in (('train', 'bank'), ('val', 'evaluated')):
             loader = self.loaders[split]  # a progress bar: minutes on a CPU
@@ -92,13 +92,9 @@ class KNNEvalHook(AfterCheckpointEvalHook):
         for key, value in scalars.items():
             runner.message_hub.update_scalar(key, value)
         runner.visualizer.add_scalars(scalars, step=runner.iter)
-        precision = {
-            torch.bfloat16: 'bf16',
-            torch.float16: 'fp16'
-        }.get(dtype, 'fp32')
         runner.logger.info(
             'kNN top-1 (T=%.2f, %s features, %s): %s', self.temperature,
-            self.feature, precision,
+            self.feature, name,
             '  '.join(f'k={k}: {v:.2f}' for k, v in acc.items()))
         self.last_result = acc
         if is_main_process():
@@ -106,15 +102,12 @@ class KNNEvalHook(AfterCheckpointEvalHook):
             done = self.at_end(runner)  # a finished run's final evaluation
             dump(
                 dict(
-                    acc={
-                        str(k): v
-                        for k, v in acc.items()
-                    },
+                    acc=acc,  # (json writes the keys as strings)
                     best_k=best,
                     best=acc[best],
                     feature=self.feature,
                     layer=self.layer,
-                    precision=precision,
+                    precision=name,
                     # the epochs / iterations trained when it ran: the
                     # loop counts the current one only after its hooks,
                     # except at a finished run's evaluation (run_final)

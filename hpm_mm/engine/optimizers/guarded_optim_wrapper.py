@@ -120,34 +120,32 @@ class NonFiniteGuardMixin:
                 self._bad_loss | bad
         super().update_params(loss, step_kwargs, zero_kwargs)
 
+    def _with_grads(self) -> List[torch.Tensor]:
+        return [
+            p for group in self.optimizer.param_groups for p in group['params']
+            if p.grad is not None
+        ]
+
     def _clip_grad(self) -> None:
         """mmengine's clipping, its norm kept on the device until read."""
-        params = [
-            p for group in self.optimizer.param_groups for p in group['params']
-            if p.requires_grad and p.grad is not None
-        ]
+        params = self._with_grads()
         if params:
             self._grad_norm = self.clip_func(params, **self.clip_grad_kwargs)
 
     def nonfinite(self) -> torch.Tensor:
         """1. where this update's loss or any gradient is NaN/inf on any
         rank, else 0. (fp32, on the gradients' device; one all-reduce)."""
-        grads = [
-            p.grad for group in self.optimizer.param_groups
-            for p in group['params'] if p.grad is not None
-        ]
-        device = grads[0].device if grads else (
-            self._bad_loss.device if self._bad_loss is not None else 'cpu')
-        flag = torch.zeros((), device=device)
-        if grads:
-            norms = torch._foreach_norm(grads)
-            flag = flag + (
-                ~torch.isfinite(torch.stack([n.to(device)
-                                             for n in norms]))).any()
-        if self._bad_loss is not None:
-            flag = flag + self._bad_loss.to(device)
-        self._bad_loss = None
-        flag = (flag > 0).float()
+        grads = [p.grad for p in self._with_grads()]
+        loss, self._bad_loss = self._bad_loss, None
+        device = grads[0].device if grads else getattr(loss, 'device', 'cpu')
+        flags = [torch.zeros(1, dtype=torch.bool, device=device)]
+        if grads:  # one check over the stacked norms
+            flags.append(~torch.isfinite(
+                torch.stack([n.to(device)
+                             for n in torch._foreach_norm(grads)])))
+        if loss is not None:
+            flags.append(loss.to(device).reshape(1))
+        flag = torch.cat(flags).any().float()
         if dist.is_available() and dist.is_initialized() and \
                 dist.get_world_size() > 1:
             dist.all_reduce(flag, op=dist.ReduceOp.MAX)
@@ -167,12 +165,8 @@ class NonFiniteGuardMixin:
         if getattr(self.optimizer, '_step_supports_amp_scaling', False):
             # fused: the kernel skips the update and undoes its step count
             if scaler is not None:  # the scaler's found_inf sees the flag
-                grads = [
-                    p.grad for g in self.optimizer.param_groups
-                    for p in g['params'] if p.grad is not None
-                ]
-                if grads:
-                    grads[0].mul_(torch.where(flag > 0, float('nan'), 1.))
+                for p in self._with_grads()[:1]:
+                    p.grad.mul_(torch.where(flag > 0, float('nan'), 1.))
                 super().step(**kwargs)
             else:
                 self.optimizer.found_inf = flag
