@@ -5,8 +5,7 @@ import torch
 from mmengine.config import Config
 from mmengine.logging import print_log
 
-from hpm_mm.engine.safe_load import checkpoint_state, nonfinite_tensors
-from hpm_mm.errors import HPMError
+from hpm_mm.engine.safe_load import check_finite, checkpoint_state
 from .config import load_config
 
 
@@ -83,10 +82,7 @@ def load_checkpoint_strict(model: torch.nn.Module,
     state = checkpoint_state(model, filename)
     if not whole:
         state = student_or_teacher_state(state, teacher, model)
-    problem = nonfinite_tensors(state, filename)
-    if problem:
-        raise HPMError(f'{problem}. Fix: evaluate an earlier checkpoint '
-                       'of the run (its training diverged).')
+    check_finite(state, filename)
     result = model.load_state_dict(state, strict=False)
     missing = [
         k for k in result.missing_keys if whole or not k.startswith('teacher.')

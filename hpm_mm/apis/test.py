@@ -62,7 +62,7 @@ def test(config: Union[str, Config],
 
     from hpm_mm.engine.dist import setup_cpu_distributed
     from hpm_mm.engine.resume import checkpoint_mismatch
-    from hpm_mm.engine.safe_load import checkpoint_state, nonfinite_tensors
+    from hpm_mm.engine.safe_load import check_finite, checkpoint_state
     from .train import build_runner
     setup_cpu_distributed(cfg.launcher, cfg)  # gloo + DDP without a GPU
     # an evaluation: no training parts, so hpm_mm's runner takes no work-dir
@@ -72,10 +72,7 @@ def test(config: Union[str, Config],
     runner = build_runner(cfg)
     model = get_ori_model(runner.model)
     state = checkpoint_state(model, checkpoint)
-    problem = nonfinite_tensors(state, checkpoint)
-    if problem:
-        raise HPMError(f'{problem}. Fix: test an earlier checkpoint of the '
-                       'run (its training diverged).')
+    check_finite(state, checkpoint)
     problem = None if partial_load else checkpoint_mismatch(
         model, state, checkpoint)
     if problem:

@@ -208,15 +208,15 @@ def checkpoint_state(model: torch.nn.Module, filename) -> dict:
     return upgrade(state) if upgrade is not None else state
 
 
-def nonfinite_tensors(state_dict: dict,
-                      name: str = 'the checkpoint') -> Optional[str]:
-    """One line naming the tensors of ``state_dict`` holding NaN/inf, or
-    None: a diverged checkpoint evaluates to chance, not to an error."""
+def check_finite(state_dict: dict, name: str = 'the checkpoint') -> None:
+    """Refuse, in one line naming them, tensors of ``state_dict`` holding
+    NaN/inf: a diverged checkpoint evaluates to chance, not to an error."""
     bad = [
         k for k, v in state_dict.items() if torch.is_tensor(v)
         and v.is_floating_point() and not bool(torch.isfinite(v).all())
     ]
-    if not bad:
-        return None
-    return (f'{name} holds non-finite values (NaN/inf) in {len(bad)} '
-            f'tensors, e.g. {", ".join(bad[:3])}')
+    if bad:
+        raise HPMError(
+            f'{name} holds non-finite values (NaN/inf) in {len(bad)} '
+            f'tensors, e.g. {", ".join(bad[:3])}: its training diverged. '
+            'Fix: use an earlier checkpoint of the run.')

@@ -189,12 +189,11 @@ def main(argv=None):
         enc = encoder_state(ckpt, args.teacher)
     except ValueError as e:
         raise SystemExit(f'{args.src}: {e}')
-    from hpm_mm.engine.safe_load import nonfinite_tensors
-    problem = nonfinite_tensors(enc, args.src)
-    if problem:
-        raise SystemExit(f'hpm2backbone.py: {problem}: its training '
-                         'diverged. Fix: convert an earlier checkpoint of '
-                         'the run.')
+    from hpm_mm.engine.safe_load import check_finite
+    try:
+        check_finite(enc, args.src)
+    except HPMError as e:
+        raise SystemExit(f'hpm2backbone.py: {e}')
     if args.target == 'timm':
         import importlib.util
 
