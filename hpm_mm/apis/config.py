@@ -98,7 +98,6 @@ def _runner_keys() -> frozenset:
     of the config file, used only while the file is parsed (e.g. the
     schedules' ``max_epochs``), or a typo."""
     import inspect
-    import re
 
     import mmengine.config.config as mm_config
     import mmengine.registry.build_functions as mm_build
@@ -263,8 +262,6 @@ def _read_config(path: str) -> Config:
     """``Config.fromfile(path)``, a det/seg config's failure on a pretraining
     install in one line: a ``_base_`` of a missing package, or the real cause
     of a failed ``custom_imports`` (mmengine names ``sys.path`` instead)."""
-    import re
-
     from hpm_mm.compat import FULL_INSTALL, MissingCompiledOpsError
     from hpm_mm.datasets.image_spec import apply_image_spec
     if '::' not in str(path) and not osp.isfile(path):

@@ -10,7 +10,6 @@ from hpm_mm.datasets.image_folder import split_labelled
 from hpm_mm.engine.schedule import scale_recipe, steps_per_epoch
 from hpm_mm.errors import HPMError
 
-#: the main job's config: the model and recipe a folder is trained with
 #: the image-folder base: the main job's model and recipe (docs/own_data.md)
 FOLDER_CONFIG = 'hpm/hpm-fast_vit-mini-p4_1xb256-coslr-10e_image-folder.py'
 

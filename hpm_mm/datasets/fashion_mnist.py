@@ -1,3 +1,4 @@
+import math
 import os
 import os.path as osp
 import struct
@@ -91,11 +92,7 @@ def idx_problem(path: str):
     if len(head) < 4 + 4 * ndim:
         return f'{size} bytes: shorter than its header'
     dims = struct.unpack(f'>{ndim}I', head[4:4 + 4 * ndim])
-    want = 4 + 4 * ndim
-    count = 1
-    for d in dims:
-        count *= d
-    want += count
+    want = 4 + 4 * ndim + math.prod(dims)
     if size != want:
         return (f'{size} bytes where its header ({" x ".join(map(str, dims))})'
                 f' says {want}: truncated or altered')

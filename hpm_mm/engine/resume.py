@@ -114,23 +114,21 @@ def run_signature(kw: dict) -> dict:
     arguments: its length, batch, processes, lr and schedulers (the
     iteration schedule), data, mask generator and other optimizer
     hyper-parameters."""
-    train_cfg = kw.get('train_cfg') or {}
-    loader = kw.get('train_dataloader')
-    loader = loader if isinstance(loader, dict) else {}
-    optim = kw.get('optim_wrapper')
-    optimizer = optim.get('optimizer', {}) if isinstance(optim, dict) else {}
-    optimizer = optimizer if isinstance(optimizer, dict) else {}
+
+    def part(node, key):  # a dict's dict entry, or {}
+        value = node.get(key) if isinstance(node, dict) else None
+        return value if isinstance(value, dict) else {}
+
+    train_cfg, loader = part(kw, 'train_cfg'), part(kw, 'train_dataloader')
+    optimizer = part(part(kw, 'optim_wrapper'), 'optimizer')
     schedulers = kw.get('param_scheduler') or []
     schedulers = [schedulers] if isinstance(schedulers, dict) else schedulers
-    dataset = loader.get('dataset')
-    model = kw.get('model')
+    dataset = part(loader, 'dataset')
     return dict(
-        data={
-            k: dataset.get(k)
-            for k in DATA_KEYS if dataset.get(k) is not None
-        } if isinstance(dataset, dict) else None,
-        mask_generator=_plain(model.get('mask_generator')) if isinstance(
-            model, dict) else None,
+        data={k: dataset[k]
+              for k in DATA_KEYS if dataset.get(k) is not None} if isinstance(
+                  loader.get('dataset'), dict) else None,
+        mask_generator=_plain(part(kw, 'model').get('mask_generator')),
         optimizer={
             k: _plain(v)
             for k, v in optimizer.items() if k not in ('lr', '_scope_')
