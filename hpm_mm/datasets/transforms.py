@@ -123,7 +123,8 @@ class LoadAndRandomResizedCrop(_Unreadable, RandomResizedCrop):
     def transform(self, results: dict) -> Optional[dict]:
         filename = results['img_path']
         try:
-            img, full = self._load_crop(filename)
+            _, pil, full, box = self._open(filename)
+            img = self._crop(pil, full, box)
         except Exception as e:
             return self._unreadable(filename, e)
         results['img'] = img
@@ -131,12 +132,9 @@ class LoadAndRandomResizedCrop(_Unreadable, RandomResizedCrop):
         results['ori_shape'] = full
         return results
 
-    def _load_crop(self, filename: str):
-        """(the crop as a BGR (or H x W) uint8 array, the image's full
-        (h, w)). Everything stays in Pillow until the output: the decode
-        (mmcv's pillow reader's steps: EXIF turn, to RGB, to L), the crop
-        and the resize (mmcv's pillow resize), so that an unreduced crop
-        is theirs to the bit."""
+    def _open(self, filename: str):
+        """(the file's bytes, its Pillow image, its full (h, w) after an
+        EXIF turn, the crop box drawn from them)."""
         from mmengine import fileio
         from PIL import Image
         content = fileio.get(filename, backend_args=self.backend_args)
@@ -145,7 +143,14 @@ class LoadAndRandomResizedCrop(_Unreadable, RandomResizedCrop):
         w, h = pil.size
         if pil.getexif().get(0x0112, 1) in (5, 6, 7, 8):  # EXIF: turned
             w, h = h, w
-        oh, ow, th, tw = self.rand_crop_params(_Shape((h, w)))
+        return content, pil, (h, w), self.rand_crop_params(_Shape((h, w)))
+
+    def _crop(self, pil, full, box) -> np.ndarray:
+        """The crop as a BGR (or H x W) uint8 array. Everything stays in
+        Pillow until the output: the decode (mmcv's pillow reader's steps:
+        EXIF turn, to RGB, to L), the crop and the resize (mmcv's pillow
+        resize), so that an unreduced crop is theirs to the bit."""
+        (h, w), (oh, ow, th, tw) = full, box
         factor = self.reduction(th, tw) if (self.reduce
                                             and pil.format == 'JPEG') else 1
         if factor > 1:  # a DCT-domain decode at 1/factor
@@ -164,7 +169,7 @@ class LoadAndRandomResizedCrop(_Unreadable, RandomResizedCrop):
         out = np.asarray(out)
         if out.ndim == 3:  # RGB -> BGR, as mmcv's loaders
             out = out[..., ::-1]
-        return np.ascontiguousarray(out), (h, w)
+        return np.ascontiguousarray(out)
 
     def __repr__(self) -> str:
         return super().__repr__()[:-1] + \
@@ -224,28 +229,20 @@ class LoadBytesAndCropBox(LoadAndRandomResizedCrop):
 
     def transform(self, results: dict) -> Optional[dict]:
         import torch
-        from mmengine import fileio
-        from PIL import Image
         filename = results['img_path']
         try:
-            content = fileio.get(filename, backend_args=self.backend_args)
-            pil = Image.open(io.BytesIO(content))
-            check_header(pil.size, pil.mode)
-            plain = pil.format == 'JPEG' and pil.mode in ('RGB', 'L') and \
-                pil.getexif().get(0x0112, 1) == 1
-            if plain:
-                w, h = pil.size
-                box = self.rand_crop_params(_Shape((h, w)))
+            content, pil, full, box = self._open(filename)
+            if pil.format == 'JPEG' and pil.mode in ('RGB', 'L') and \
+                    pil.getexif().get(0x0112, 1) == 1:
                 img = torch.frombuffer(bytearray(content), dtype=torch.uint8)
             else:  # decoded and cropped here, as LoadAndRandomResizedCrop
-                crop, (h, w) = self._load_crop(filename)
-                img, box = torch.from_numpy(crop[..., ::-1].copy()).permute(
-                    2, 0, 1).contiguous(), None
+                crop = self._crop(pil, full, box)[..., ::-1].copy()
+                img, box = torch.from_numpy(crop).permute(2, 0, 1), None
         except Exception as e:
             return self._unreadable(filename, e)
         results['img'] = img
         results['img_shape'] = (self.scale[1], self.scale[0])
-        results['ori_shape'] = (h, w)
+        results['ori_shape'] = full
         results['device_decode'] = dict(
             box=box,
             flip=np.random.choice(  # RandomFlip's draw
