@@ -13,7 +13,8 @@
 # .dev_scripts/bench_step.py, ViT-B/16 224 px bf16 fused AdamW: MAE / faithful HPM / the
 # fast setting at batch 256 and 64 (syncs, operator calls); MAE under each attention
 # kernel (--sdpa); JPEG decoding on the GPU against the CPU pipelines
-# (.dev_scripts/pipeline_bench.py --device-decode over the carried JPEGs); the main job
+# (.dev_scripts/pipeline_bench.py --device-decode over the carried JPEGs) and MAE's and
+# the fast setting's b256 step fed by both loaders with 8 workers (--step); the main job
 # with CUDA graphs (compile.mode=reduce-overhead) and the batch-64 rows with them; the
 # compiled batch-256 rows. Eight files straight into OUT (at most 8 come back): all.log,
 # cuda_tests.xml, main_job.json (with key main_job_graphs), pace_b.json, pace_sdpa.json,
@@ -56,7 +57,8 @@ if [[ ${HPM_GPU_TINY:-0} == 1 ]]; then
   SDPA=(--arch t --batch 2 --precision bf16 --rows mae --sdpa math efficient)
   GRAPHS=(--arch t --batch 2 --precision bf16 --rows hpm)
   COMPILE=(--arch t --batch 2 --precision bf16 --rows hpm)
-  DECODE=(--images 12 --workers 1 --passes 1 --data "$OUT/../jpegs")
+  DECODE=(--images 12 --workers 1 --passes 1 --data "$OUT/../jpegs"
+          --step mae fast --step-arch t --step-batch 4 --step-workers 1)
   MAIN_OPTS=(--cfg-options train_cfg.max_epochs=1 train_dataloader.dataset.indices=512
              custom_hooks.KNNEvalHook.train_dataloader.dataset.indices=512
              custom_hooks.KNNEvalHook.val_dataloader.dataset.indices=128)
@@ -67,7 +69,8 @@ else
   SDPA=(--arch b --batch 256 --precision bf16 --rows mae --sdpa flash efficient cudnn math)
   GRAPHS=(--arch b --batch 64 --precision bf16 --rows mae hpm fast)
   COMPILE=(--arch b --batch 256 --precision bf16 --rows mae hpm fast)
-  DECODE=(--images 300 --workers 4 8 --data "$JPEGS")
+  DECODE=(--images 300 --workers 4 8 --passes 1 --data "$JPEGS"
+          --step mae fast --step-batch 256 --step-workers 8)
   MAIN_OPTS=()
   GRAPH_OPTS=()
 fi
@@ -102,7 +105,7 @@ log "attention kernels ($(left) s left)"
 "$PY" "${B[@]}" "${SIZE[@]}" "${SDPA[@]}" --optimizer fused \
   --budget $(( $(left) * 15 / 100 )) --out "$OUT/pace_sdpa.json"
 log "JPEG decoding on the GPU ($(left) s left)"
-timeout $(( $(left) / 6 )) "$PY" .dev_scripts/pipeline_bench.py "${DECODE[@]}" --device-decode \
+timeout $(( $(left) / 4 )) "$PY" .dev_scripts/pipeline_bench.py "${DECODE[@]}" --device-decode \
   --out "$OUT/decode.json"
 log "main job with CUDA graphs ($(left) s left)"
 main_job main_job_graphs --cfg-options compile.mode=reduce-overhead "${GRAPH_OPTS[@]}"

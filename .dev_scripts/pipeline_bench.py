@@ -3,7 +3,8 @@ images/s per core, the transforms' shares, and the real dataloader.
 
     python .dev_scripts/pipeline_bench.py [--images 300] [--workers 1 2] \
         [--config CONFIG] [--data DIR] [--device-decode [--device cuda]] \
-        [--out FILE.json]
+        [--step mae fast [--step-arch b] [--step-batch 256] \
+         [--step-workers 8]] [--out FILE.json]
 
 The images are generated ImageNet-like JPEGs (85% of 300-520 px, 15% of
 800-2,100 px, quality 75-95, 2% grayscale, 1% CMYK; a photo's bits per
@@ -11,7 +12,10 @@ pixel), kept in ``--data``. Both pipelines are built from the config's
 ``train_dataloader`` over them: mmpretrain's MAE pipeline (full decode,
 ``RandomResizedCrop``) and the config's own (``LoadAndRandomResizedCrop``).
 Reported: each transform timed alone, the dataloader per ``--workers``
-count, and the cores one GPU needs at the H200's step rates."""
+count, and the cores one GPU needs at the H200's step rates; ``--step``:
+those settings' training steps (bench_step's models, bf16) fed by each
+pipeline's real dataloader over the JPEGs, beside the same step on random
+tensors in the same process."""
 import argparse
 import copy
 import json
@@ -97,9 +101,18 @@ def per_transform(pipeline, files, passes=2):
     return {f"{i}:{t['type']}": times[i] / n for i, t in enumerate(pipeline)}
 
 
-def loader_rate(cfg, pipeline, root, workers, epochs=3, batch=64, each=None):
-    """Images/s of the config's dataloader over the images (first epoch
-    not counted: worker start); ``each(batch)`` run on every batch."""
+def loader_rate(cfg,
+                pipeline,
+                root,
+                workers,
+                epochs=3,
+                batch=64,
+                each=None,
+                times=1,
+                sync=None):
+    """Images/s of the config's dataloader over the images (``times`` over
+    per epoch; first epoch not counted: worker start); ``each(batch)`` run
+    on every batch, ``sync()`` before the clock stops."""
     from mmengine.runner import Runner
     loader = copy.deepcopy(cfg.train_dataloader)
     if pipeline[0]['type'] == 'LoadBytesAndCropBox':  # bytes of any length
@@ -108,12 +121,16 @@ def loader_rate(cfg, pipeline, root, workers, epochs=3, batch=64, each=None):
         batch_size=batch,
         num_workers=workers,
         persistent_workers=workers > 0,
+        drop_last=each is not None,  # a step's: one batch shape, as a run's
         sampler=dict(type='DefaultSampler', shuffle=True))
     loader['dataset'] = dict(
-        type='CustomDataset',
-        data_root=root,
-        with_label=False,
-        pipeline=copy.deepcopy(pipeline))
+        type='RepeatDataset',
+        times=times,
+        dataset=dict(
+            type='CustomDataset',
+            data_root=root,
+            with_label=False,
+            pipeline=copy.deepcopy(pipeline)))
     dl = Runner.build_dataloader(loader, seed=0)
     n, start = 0, None
     for epoch in range(epochs + 1):
@@ -124,6 +141,8 @@ def loader_rate(cfg, pipeline, root, workers, epochs=3, batch=64, each=None):
                 each(data)
             if epoch >= 1:
                 n += len(data['inputs'])
+    if sync is not None:
+        sync()
     return n / (time.perf_counter() - start)
 
 
@@ -149,6 +168,61 @@ def device_decode_rate(pipeline, files, device, batch=64, reps=3):
     return reps * len(items) / (time.perf_counter() - t)
 
 
+def fed_step(cfg, pipelines, root, setting, arch, batch, workers, device):
+    """Images/s of a setting's bf16 training step (fused AdamW on CUDA) fed
+    by each pipeline's dataloader with ``workers`` workers, and on random
+    tensors already on ``device`` (``synthetic``); ``fed``: the slowest
+    pipeline's share of the synthetic rate."""
+    import torch
+    from bench_step import SETTINGS, DeviceOps, model_cfgs, optim_wrapper
+    from mmpretrain.registry import MODELS
+    ops = DeviceOps(device)
+    overrides = SETTINGS[setting][0]
+    model_cfg = model_cfgs(arch, 224, overrides)[overrides is not None]
+    model_cfg['data_preprocessor']['type'] = \
+        'ChannelCheckedDataPreprocessor'  # decodes device_decode batches
+    torch.manual_seed(0)
+    model = MODELS.build(model_cfg).to(device)
+    model.init_weights()
+    model.train()
+    optim = optim_wrapper(model, 'bf16', 'fused' if ops.cuda else 'default',
+                          device)
+
+    def step(data):  # as in a run: the schedule hook's push, then the step
+        if hasattr(model, 'set_progress'):
+            model.set_progress(1.0, 1, optim.step_calls, 1, optim.last_applied)
+        model.train_step(data, optim)
+
+    x = torch.randint(0, 256, (batch, 3, 224, 224), device=device).float()
+    rates = {}
+    for i in range(3 + 4):  # 3 warm-up steps, then 4 timed
+        if i == 3:
+            ops.sync()
+            t = time.perf_counter()
+        step(dict(inputs=x, data_samples=None))
+    ops.sync()
+    rates['synthetic'] = 4 * batch / (time.perf_counter() - t)
+    times = -(-3 * batch // len(os.listdir(root)))  # >= 3 batches an epoch
+    for name, pipeline in pipelines.items():
+        rates[name] = loader_rate(
+            cfg,
+            pipeline,
+            root,
+            workers,
+            epochs=1,
+            batch=batch,
+            each=step,
+            times=times,
+            sync=ops.sync)
+    fed = min(v for k, v in rates.items() if k != 'synthetic')
+    print(
+        f'{setting} step, {arch} b{batch}, {workers} workers: ' +
+        ', '.join(f'{k} {v:.0f} images/s' for k, v in rates.items()) +
+        f" (fed {fed / rates['synthetic']:.0%})",
+        flush=True)
+    return dict(rates, fed=fed / rates['synthetic'])
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument('--images', type=int, default=300)
@@ -163,15 +237,26 @@ def main(argv=None):
         help='also the GPU-decode pipeline (its worker half per core, its '
         'dataloader, the decode on --device)')
     parser.add_argument('--device')
+    parser.add_argument(
+        '--step',
+        nargs='+',
+        default=[],
+        help="bench_step settings (mae, fast, ...) trained on each "
+        "pipeline's dataloader")
+    parser.add_argument('--step-arch', default='b')
+    parser.add_argument('--step-batch', type=int, default=256)
+    parser.add_argument('--step-workers', type=int, default=8)
     parser.add_argument('--out')
     args = parser.parse_args(argv)
     import torch
     from machine import cpu_class, cpu_name
+    from mmengine.logging import MMLogger
     from mmengine.registry import init_default_scope
 
     import hpm_mm  # noqa: F401
     from hpm_mm.apis.config import load_config
     init_default_scope('mmpretrain')
+    MMLogger.get_instance('pipeline_bench', log_level='WARNING')
     torch.set_num_threads(1)
     cfg = load_config(osp.join(ROOT, args.config))
     names = make_images(args.data, args.images)
@@ -216,9 +301,9 @@ def main(argv=None):
             out['loader'][f'{name}_{w}w'] = rate
             print(
                 f'  dataloader, {w} workers: {rate:.0f} images/s', flush=True)
+    device = torch.device(
+        args.device or ('cuda' if torch.cuda.is_available() else 'cpu'))
     if args.device_decode:
-        device = torch.device(
-            args.device or ('cuda' if torch.cuda.is_available() else 'cpu'))
         rate = device_decode_rate(pipelines['device_decode'], files, device)
         out['device_decode'] = dict(
             device=torch.cuda.get_device_name()
@@ -240,10 +325,26 @@ def main(argv=None):
     for what, c in out['cores_per_gpu'].items():
         print(f"  cores to feed {what} ({GPU_RATES[what]} images/s): "
               f"{c['mmpretrain']:.1f} -> {c['hpm_mm']:.1f}")
-    if args.out:
-        os.makedirs(osp.dirname(osp.abspath(args.out)), exist_ok=True)
-        with open(args.out, 'w') as f:
-            json.dump(out, f, indent=1)
+
+    def save():  # after each part: a call cut short keeps what it measured
+        if args.out:
+            os.makedirs(osp.dirname(osp.abspath(args.out)), exist_ok=True)
+            with open(args.out, 'w') as f:
+                json.dump(out, f, indent=1)
+
+    save()
+    if args.step:
+        fed = {k: v for k, v in pipelines.items() if k != 'mmpretrain'}
+        out['step'] = dict(
+            arch=args.step_arch,
+            batch=args.step_batch,
+            workers=args.step_workers,
+            device=str(device))
+        for setting in args.step:
+            out['step'][setting] = fed_step(cfg, fed, args.data, setting,
+                                            args.step_arch, args.step_batch,
+                                            args.step_workers, device)
+            save()
     return out
 
 

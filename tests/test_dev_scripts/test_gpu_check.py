@@ -51,6 +51,10 @@ def test_the_gpu_call_runs_at_toy_sizes(tmp_path):
     decode = json.loads((out / 'decode.json').read_text())
     assert decode['device_decode']['images_s'] > 0
     assert decode['per_core']['device_decode']['images_s'] > 0
+    for setting in ('mae', 'fast'):  # the step on both real loaders
+        fed = decode['step'][setting]
+        assert fed['synthetic'] > 0 and fed['fed'] > 0, fed
+        assert fed['hpm_mm'] > 0 and fed['device_decode'] > 0, fed
     for name in ('pace_graphs', 'pace_compile'):
         compiled = json.loads((out / f'{name}.json').read_text())['rows']
         assert [r['compile'] for r in compiled] == [
