@@ -263,19 +263,22 @@ def sections(model, timer):
 
 
 def count_ops(model, optim, data):
-    """Operator calls of one step (each one GPU kernel launch or more)."""
+    """Operator calls of one step (each one GPU kernel launch or more) and
+    the busiest operators by name (``_to_copy``: dtype casts)."""
+    from collections import Counter
+
     from torch.utils._python_dispatch import TorchDispatchMode
+    calls = Counter()
 
     class Count(TorchDispatchMode):
-        n = 0
 
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            Count.n += 1
+            calls[func.overloadpacket.__name__] += 1
             return func(*args, **(kwargs or {}))
 
     with Count():
         model.train_step(copy.copy(data), optim)
-    return Count.n
+    return sum(calls.values()), dict(calls.most_common(12))
 
 
 def measure(cfg,
@@ -365,7 +368,7 @@ def _measure(cfg, x, iters, precision, breakdown, warmup, ops, optimizer,
             train_step()
         out['syncs'], out['sync_ops'] = counter.count, dict(counter.ops)
     if ops_count:
-        out['ops_per_step'] = count_ops(model, optim, data)
+        out['ops_per_step'], out['top_ops'] = count_ops(model, optim, data)
     if breakdown:
         undo = sections(model, timer)
         for _ in range(iters):
