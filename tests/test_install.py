@@ -93,3 +93,43 @@ def test_the_full_extra_installs_what_mmseg_imports():
     with open(osp.join(REPO, 'requirements', 'full.txt')) as f:
         listed = {line.split('#')[0].strip() for line in f}
     assert {'ftfy', 'regex'} <= listed
+
+
+#: what the pretraining parts of hpm_mm may import: the packages a GPU
+#: image keeps (tools/install.sh overlay checks them), the overlay's own
+#: (requirements/overlay.txt), and the optional ones imported only where a
+#: user asks for them (a timm folder, TensorBoard, the pkg_resources hint)
+OVERLAY_IMPORTS = {
+    'torch', 'torchvision', 'numpy', 'cv2', 'matplotlib', 'yaml', 'rich',
+    'einops', 'PIL', 'packaging', 'markdown', 'click', 'zipp', 'mmengine',
+    'mmcv', 'mmpretrain', 'addict', 'yapf'
+}
+OPTIONAL_IMPORTS = {'safetensors', 'tensorboard', 'setuptools'}
+
+
+def test_pretraining_imports_only_what_the_overlay_environment_has():
+    """hpm_mm outside its transfer parts (det/, seg/) runs in an environment
+    of its own torch plus the overlay (a GPU image): a module it imports
+    beyond those (scipy in the hard-patch grids, once) fails there only
+    when the code runs."""
+    import ast
+    import glob
+    import sys
+    found = {}
+    for path in glob.glob(
+            osp.join(REPO, 'hpm_mm', '**', '*.py'), recursive=True):
+        if osp.relpath(path, REPO).split(osp.sep)[1] in ('det', 'seg'):
+            continue
+        for node in ast.walk(ast.parse(open(path).read())):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                names = [node.module]
+            else:
+                continue
+            for name in names:
+                top = name.split('.')[0]
+                if top not in sys.stdlib_module_names and top != 'hpm_mm':
+                    found.setdefault(top, osp.relpath(path, REPO))
+    extra = set(found) - OVERLAY_IMPORTS - OPTIONAL_IMPORTS
+    assert not extra, {m: found[m] for m in extra}

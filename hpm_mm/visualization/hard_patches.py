@@ -17,18 +17,19 @@ SCORE_NAMES = dict(
 
 
 def spearman(pred: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-    """Spearman rank correlation of each row, (B, N) x (B, N) -> (B,).
+    """Spearman rank correlation of each row, (B, N) x (B, N) -> (B,):
+    Pearson correlation of the rows' ranks, ties given their average rank
+    (``scipy.stats.spearmanr`` row by row, without scipy)."""
 
-    Pearson correlation of the rows' ranks (ties get their average rank),
-    i.e. ``scipy.stats.spearmanr`` row by row.
-    """
-    from scipy.stats import rankdata
-    rp = torch.from_numpy(rankdata(pred.detach().cpu().numpy(), axis=-1))
-    rt = torch.from_numpy(rankdata(target.detach().cpu().numpy(), axis=-1))
-    rp = rp - rp.mean(-1, keepdim=True)
-    rt = rt - rt.mean(-1, keepdim=True)
+    def ranks(x):  # the values below, plus the middle of the ties' ranks
+        x = x.detach().double().unsqueeze(-1)
+        below, ties = (x.mT < x).sum(-1), (x.mT == x).sum(-1)
+        r = below + (ties + 1) / 2
+        return r - r.mean(-1, keepdim=True)
+
+    rp, rt = ranks(pred), ranks(target)
     denom = (rp.norm(dim=-1) * rt.norm(dim=-1)).clamp(min=1e-12)
-    return ((rp * rt).sum(-1) / denom).float()
+    return ((rp * rt).sum(-1) / denom).float().cpu()
 
 
 @torch.no_grad()
