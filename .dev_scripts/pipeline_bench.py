@@ -101,48 +101,43 @@ def per_transform(pipeline, files, passes=2):
     return {f"{i}:{t['type']}": times[i] / n for i, t in enumerate(pipeline)}
 
 
-def loader_rate(cfg,
-                pipeline,
-                root,
-                workers,
-                epochs=3,
-                batch=64,
-                each=None,
-                times=1,
-                sync=None):
-    """Images/s of the config's dataloader over the images (``times`` over
-    per epoch; first epoch not counted: worker start); ``each(batch)`` run
-    on every batch, ``sync()`` before the clock stops."""
+def loader_rate(cfg, pipeline, root, workers, batch=64, each=None, sync=None):
+    """Images/s of the config's dataloader over the images (repeated): six
+    batches per worker, the first wave (a batch per worker: their start) not
+    counted; ``each(batch)`` run on every batch, ``sync()`` before the clock
+    starts and stops. (Each worker makes whole batches: an epoch of fewer
+    batches than workers would leave workers idle.)"""
     from mmengine.runner import Runner
+    waves = max(1, workers)
     loader = copy.deepcopy(cfg.train_dataloader)
     if pipeline[0]['type'] == 'LoadBytesAndCropBox':  # bytes of any length
         loader['collate_fn'] = dict(type='pseudo_collate')
+    images = sum(f.endswith('.JPEG') for f in os.listdir(root))
     loader.update(
         batch_size=batch,
         num_workers=workers,
-        persistent_workers=workers > 0,
-        drop_last=each is not None,  # a step's: one batch shape, as a run's
+        persistent_workers=False,
+        drop_last=True,  # one batch shape, as a run's
         sampler=dict(type='DefaultSampler', shuffle=True))
     loader['dataset'] = dict(
         type='RepeatDataset',
-        times=times,
+        times=-(-6 * waves * batch // images),
         dataset=dict(
             type='CustomDataset',
             data_root=root,
             with_label=False,
             pipeline=copy.deepcopy(pipeline)))
-    dl = Runner.build_dataloader(loader, seed=0)
+    sync = sync or (lambda: None)
     n, start = 0, None
-    for epoch in range(epochs + 1):
-        if epoch == 1:
+    for i, data in enumerate(Runner.build_dataloader(loader, seed=0)):
+        if i == waves:
+            sync()
             start = time.perf_counter()
-        for data in dl:
-            if each is not None:
-                each(data)
-            if epoch >= 1:
-                n += len(data['inputs'])
-    if sync is not None:
-        sync()
+        if each is not None:
+            each(data)
+        if i >= waves:
+            n += len(data['inputs'])
+    sync()
     return n / (time.perf_counter() - start)
 
 
@@ -202,18 +197,9 @@ def fed_step(cfg, pipelines, root, setting, arch, batch, workers, device):
         step(dict(inputs=x, data_samples=None))
     ops.sync()
     rates['synthetic'] = 4 * batch / (time.perf_counter() - t)
-    times = -(-3 * batch // len(os.listdir(root)))  # >= 3 batches an epoch
     for name, pipeline in pipelines.items():
         rates[name] = loader_rate(
-            cfg,
-            pipeline,
-            root,
-            workers,
-            epochs=1,
-            batch=batch,
-            each=step,
-            times=times,
-            sync=ops.sync)
+            cfg, pipeline, root, workers, batch, each=step, sync=ops.sync)
     fed = min(v for k, v in rates.items() if k != 'synthetic')
     print(
         f'{setting} step, {arch} b{batch}, {workers} workers: ' +
