@@ -8,9 +8,10 @@ images/s per core, the transforms' shares, and the real dataloader.
 
 The images are generated ImageNet-like JPEGs (85% of 300-520 px, 15% of
 800-2,100 px, quality 75-95, 2% grayscale, 1% CMYK; a photo's bits per
-pixel), kept in ``--data``. Both pipelines are built from the config's
-``train_dataloader`` over them: mmpretrain's MAE pipeline (full decode,
-``RandomResizedCrop``) and the config's own (``LoadAndRandomResizedCrop``).
+pixel), kept in ``--data`` (the dataloaders read the whole folder). Both
+pipelines are built from the config's ``train_dataloader`` over them:
+mmpretrain's MAE pipeline (full decode, ``RandomResizedCrop``) and the
+config's own (``LoadAndRandomResizedCrop``).
 Reported: each transform timed alone, the dataloader per ``--workers``
 count, and the cores one GPU needs at the H200's step rates; ``--step``:
 those settings' training steps (bench_step's models, bf16) fed by each
@@ -22,6 +23,7 @@ import json
 import os
 import os.path as osp
 import statistics
+import sys
 import time
 
 import numpy as np
@@ -215,7 +217,9 @@ def main(argv=None):
     parser.add_argument('--workers', type=int, nargs='+', default=[1, 2])
     parser.add_argument('--config', default=CONFIG)
     parser.add_argument(
-        '--data', default=osp.join(ROOT, 'work_dirs', 'pipeline_bench_images'))
+        '--data',
+        help='the JPEGs\' folder (the dataloaders read all of it; default: '
+        'work_dirs/pipeline_bench_N for --images N)')
     parser.add_argument('--passes', type=int, default=2)
     parser.add_argument(
         '--device-decode',
@@ -245,6 +249,8 @@ def main(argv=None):
     MMLogger.get_instance('pipeline_bench', log_level='WARNING')
     torch.set_num_threads(1)
     cfg = load_config(osp.join(ROOT, args.config))
+    args.data = args.data or osp.join(ROOT, 'work_dirs',
+                                      f'pipeline_bench_{args.images}')
     names = make_images(args.data, args.images)
     files = [osp.join(args.data, n) for n in names]
     sizes = [os.path.getsize(f) for f in files]
@@ -268,7 +274,7 @@ def main(argv=None):
         per_core={},
         loader={},
         command='python .dev_scripts/pipeline_bench.py ' +
-        ' '.join(argv or []))
+        ' '.join(sys.argv[1:] if argv is None else argv))
     for name, pipeline in pipelines.items():
         shares = per_transform(pipeline, files, args.passes)
         total = sum(shares.values())
