@@ -165,11 +165,18 @@ def device_decode_rate(pipeline, files, device, batch=64, reps=3):
     return reps * len(items) / (time.perf_counter() - t)
 
 
+def failure(e: BaseException) -> str:
+    """One line for a part that failed."""
+    first = (str(e).splitlines() or [''])[0]
+    return f'failed: {type(e).__name__}: {first[:200]}'
+
+
 def fed_step(cfg, pipelines, root, setting, arch, batch, workers, device):
     """Images/s of a setting's bf16 training step (fused AdamW on CUDA) fed
     by each pipeline's dataloader with ``workers`` workers, and on random
     tensors already on ``device`` (``synthetic``); ``fed``: the slowest
-    pipeline's share of the synthetic rate."""
+    pipeline's share of the synthetic rate (a pipeline that fails: its
+    one-line error instead of a rate)."""
     import torch
     from bench_step import SETTINGS, DeviceOps, model_cfgs, optim_wrapper
     from mmpretrain.registry import MODELS
@@ -200,15 +207,20 @@ def fed_step(cfg, pipelines, root, setting, arch, batch, workers, device):
     ops.sync()
     rates['synthetic'] = 4 * batch / (time.perf_counter() - t)
     for name, pipeline in pipelines.items():
-        rates[name] = loader_rate(
-            cfg, pipeline, root, workers, batch, each=step, sync=ops.sync)
-    fed = min(v for k, v in rates.items() if k != 'synthetic')
+        try:
+            rates[name] = loader_rate(
+                cfg, pipeline, root, workers, batch, each=step, sync=ops.sync)
+        except Exception as e:  # e.g. a GPU decode this card lacks
+            rates[name] = failure(e)
+    fed = min((v for k, v in rates.items()
+               if k != 'synthetic' and isinstance(v, float)),
+              default=0.) / rates['synthetic']
     print(
-        f'{setting} step, {arch} b{batch}, {workers} workers: ' +
-        ', '.join(f'{k} {v:.0f} images/s' for k, v in rates.items()) +
-        f" (fed {fed / rates['synthetic']:.0%})",
+        f'{setting} step, {arch} b{batch}, {workers} workers: ' + ', '.join(
+            f'{k} {v:.0f} images/s' if isinstance(v, float) else f'{k} {v}'
+            for k, v in rates.items()) + f' (fed {fed:.0%})',
         flush=True)
-    return dict(rates, fed=fed / rates['synthetic'])
+    return dict(rates, fed=fed)
 
 
 def main(argv=None):
@@ -296,14 +308,21 @@ def main(argv=None):
     device = torch.device(
         args.device or ('cuda' if torch.cuda.is_available() else 'cpu'))
     if args.device_decode:
-        rate = device_decode_rate(pipelines['device_decode'], files, device)
-        out['device_decode'] = dict(
-            device=torch.cuda.get_device_name()
-            if device.type == 'cuda' else cpu_name(),
-            images_s=rate)
+        name = torch.cuda.get_device_name() if device.type == 'cuda' \
+            else cpu_name()
+        out['device_decode'] = dict(device=name)
+        try:
+            rate = device_decode_rate(pipelines['device_decode'], files,
+                                      device)
+        except Exception as e:  # a part that fails leaves the others
+            out['device_decode']['error'] = failure(e)
+        else:
+            out['device_decode']['images_s'] = rate
+        got = out['device_decode']
         print(
-            f'device decode, crop, resize on {device}: {rate:.0f} '
-            'images/s',
+            f'device decode, crop, resize on {device}: ' +
+            (got['error']
+             if 'error' in got else f"{got['images_s']:.0f} images/s"),
             flush=True)
     base, new = (
         out['per_core'][k]['images_s'] for k in ('mmpretrain', 'hpm_mm'))
@@ -333,9 +352,14 @@ def main(argv=None):
             workers=args.step_workers,
             device=str(device))
         for setting in args.step:
-            out['step'][setting] = fed_step(cfg, fed, args.data, setting,
-                                            args.step_arch, args.step_batch,
-                                            args.step_workers, device)
+            try:
+                out['step'][setting] = fed_step(cfg, fed, args.data, setting,
+                                                args.step_arch,
+                                                args.step_batch,
+                                                args.step_workers, device)
+            except Exception as e:
+                out['step'][setting] = dict(error=failure(e))
+                print(f'{setting} step: {failure(e)}', flush=True)
             save()
     return out
 
