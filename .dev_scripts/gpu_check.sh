@@ -30,18 +30,21 @@ OUT=${1:-}
   || { echo "usage: bash .dev_scripts/gpu_check.sh OUT pack|all" >&2; exit 2; }
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
-PY=${HPM_PYTHON:-$(command -v python3 || command -v python)}
+GIVEN_PY=${HPM_PYTHON:-}
+PY=${GIVEN_PY:-$(command -v python3 || command -v python)}
 export HPM_PYTHON=$PY  # install.sh overlay installs into this one
 export PYTHONUNBUFFERED=1
 CARRY=${HPM_CARRY:-$ROOT/.carry}
 log() { printf '[gpu_check] %s\n' "$*"; }
 
 if [[ $2 == pack ]]; then
+  MAKER=${GIVEN_PY:-$ROOT/.venv/bin/python}  # the JPEGs need Pillow: this project's venv
+  [[ -x $MAKER ]] || MAKER=$PY
   bash .dev_scripts/build_wheelhouse.sh "$CARRY/whl" --overlay --python-version 3.12 \
     --platform manylinux2014_x86_64 --platform manylinux_2_28_x86_64 \
     && mkdir -p "$CARRY/fashion-mnist" \
     && cp /usr/share/datasets/fashion-mnist/*-ubyte.gz "$CARRY/fashion-mnist/" \
-    && "$PY" -c "import sys; sys.path.insert(0, '.dev_scripts'); import pipeline_bench as p; p.make_images('$CARRY/jpegs', 300)" \
+    && "$MAKER" -c "import sys; sys.path.insert(0, '.dev_scripts'); import pipeline_bench as p; p.make_images('$CARRY/jpegs', 300)" \
     && du -sh "$CARRY"
   exit
 fi
