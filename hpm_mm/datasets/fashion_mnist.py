@@ -105,13 +105,17 @@ class FashionMNISTSplit(FashionMNIST):
     files ('train': 60k, 'test': 10k): mmpretrain 1.2 reads the test files only
     with ``test_mode=True`` and silently returns the training set otherwise.
     ``data_root`` (relative: the working directory, then the checkout) holds
-    the gunzipped idx files."""
+    the gunzipped idx files. ``with_label=False`` (pretraining) leaves the
+    labels out of the samples: a worker hands each label over as a tensor of
+    its own, which costs a 28 px image as much as its whole pipeline."""
 
     def __init__(self,
                  data_root: str = '',
                  split: str = 'train',
                  download: bool = False,
+                 with_label: bool = True,
                  **kwargs) -> None:
+        self.with_label = with_label  # read by load_data_list in __init__
         super().__init__(
             data_root=resolve_data_root(data_root),
             split=split,
@@ -153,6 +157,10 @@ class FashionMNISTSplit(FashionMNIST):
                 # nothing writes to; torch warns about it on every run
                 warnings.filterwarnings(
                     'ignore', message='The given NumPy array is not writable')
-                return super().load_data_list()
+                data = super().load_data_list()
         finally:
             self.test_mode = test_mode
+        if not self.with_label:
+            for item in data:
+                del item['gt_label']
+        return data

@@ -134,3 +134,40 @@ def test_an_altered_release_file_is_refused_on_every_path(tmp_path):
     assert '\n' not in msg and msg.startswith(str(labels))
     assert "SHA-256 is not the release's" in msg and \
         'prepare_fashion_mnist.py --out' in msg
+
+
+def test_pretraining_samples_carry_no_labels(tmp_path):
+    """``with_label=False`` (the pretraining configs' train set): the packed
+    samples hold no label (each would travel from a worker as a tensor of
+    its own); the images are the same as with labels."""
+    import struct
+
+    import numpy as np
+    from helpers import REPO
+    from mmengine.config import Config
+    from mmengine.registry import init_default_scope
+
+    from hpm_mm.datasets import FashionMNISTSplit
+    init_default_scope('mmpretrain')
+    root = tmp_path / 'fm'
+    root.mkdir()
+    pixels = np.random.default_rng(0).integers(0, 256, 3 * 28 * 28, np.uint8)
+    images = struct.pack('>4I', 2051, 3, 28, 28) + pixels.tobytes()
+    labels = struct.pack('>2I', 2049, 3) + bytes([4, 1, 7])
+    for split in ('train', 't10k'):
+        (root / f'{split}-images-idx3-ubyte').write_bytes(images)
+        (root / f'{split}-labels-idx1-ubyte').write_bytes(labels)
+    pipeline = [dict(type='PackInputs')]
+    plain, bare = (
+        FashionMNISTSplit(
+            data_root=str(root), split='train', pipeline=pipeline, **kw)
+        for kw in ({}, dict(with_label=False)))
+    assert [int(plain[i]['data_samples'].gt_label) for i in range(3)] == \
+        [4, 1, 7]
+    for i in range(3):
+        assert 'gt_label' not in bare[i]['data_samples']
+        assert bare[i]['inputs'].equal(plain[i]['inputs'])
+    cfg = Config.fromfile(f'{REPO}/configs/_base_/datasets/'
+                          'fashion_mnist_mim.py')
+    assert cfg.train_dataloader.dataset.with_label is False
+    assert cfg.knn_hook.train_dataloader.dataset.get('with_label', True)
