@@ -32,10 +32,13 @@ def test_the_notebook_example_runs_as_written(tmp_path):
         proc.stdout, re.M), out[-2000:]
 
 
-def test_refusals_are_hpm_errors(tmp_path):
+def test_refusals_are_hpm_errors(tmp_path, monkeypatch):
     from hpm_mm.apis import knn_eval, pretrain_folder, train
+    monkeypatch.chdir(tmp_path)
     with pytest.raises(HPMError, match='is not a folder'):
         pretrain_folder(str(tmp_path / 'missing'))
+    assert not (tmp_path / 'work_dirs').exists()  # no work dir made for it
+    monkeypatch.chdir(REPO)  # the configs below are relative
     cfg = tmp_path / 'broken.py'
     cfg.write_text('model = dict(\n')
     with pytest.raises(HPMError, match='broken.py, line 1'):

@@ -208,7 +208,8 @@ def pretrain_folder(folder: str,
     True continues; False refuses any. ``dry_run`` writes the config only.
     Returns ``config`` (an ordinary config for ``tools/train.py``),
     ``settings``, ``runner``, ``knn`` and ``grids``; refusals are HPMErrors."""
-    from hpm_mm.datasets.image_folder import channel_stats, scan_folder
+    from hpm_mm.datasets.image_folder import (channel_stats, check_folder,
+                                              scan_folder)
     from .config import load_config, merge_cfg_options
     from .train import train
     log = log or (lambda line: None)
@@ -218,6 +219,7 @@ def pretrain_folder(folder: str,
         channels=channels,
         batch_size=batch_size)
     folder = folder.rstrip('/') or '/'
+    check_folder(folder)  # before a work dir is made for it
     work_dir = work_dir or osp.join(
         'work_dirs', f'folder_{osp.basename(osp.abspath(folder))}')
     from hpm_mm.engine.work_dir import hand_over, own_work_dir

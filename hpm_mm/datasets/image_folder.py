@@ -89,13 +89,18 @@ def is_work_dir(path: str) -> bool:
         for f in ('.run.lock', 'last_checkpoint'))
 
 
+def check_folder(root: str) -> None:
+    """Refuse, in one line, a ``root`` that is not a folder."""
+    if not osp.isdir(root):
+        raise HPMError(f'{root} is not a folder. Fix: pass the folder that '
+                       'holds your images.')
+
+
 def scan_folder(root: str) -> Dict:
     """Every image file under ``root``, opened: ``files`` (readable, relative,
     sorted), ``unreadable`` ((path, reason)), ``sizes``, ``gray`` and
     ``classes`` (when labelled). Raises HPMError without images."""
-    if not osp.isdir(root):
-        raise HPMError(f'{root} is not a folder. Fix: pass the folder that '
-                       'holds your images.')
+    check_folder(root)
     # a folder or file reached twice (a symlink loop, a second link) is
     # read once; work dirs (our own outputs) are not data
     paths, seen = [], {osp.realpath(root)}
