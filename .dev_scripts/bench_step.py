@@ -510,7 +510,11 @@ def table(rows, tflops):
 
 
 def collect_run(work_dir, seconds, out):
-    """A finished run's knn.json and precision.json with its wall time."""
+    """A finished run's knn.json and precision.json with its wall time, and
+    from its logged scalars the training's pace: ``train_s`` (mean iteration
+    time x iterations) and ``data_share`` (the part of it spent waiting for
+    the dataloader)."""
+    import glob
     record = dict(seconds=int(seconds), work_dir=work_dir)
     for name in ('knn', 'precision'):
         try:
@@ -518,6 +522,18 @@ def collect_run(work_dir, seconds, out):
                 record[name] = json.load(f)
         except (OSError, ValueError) as e:
             record[name] = f'missing: {e}'
+    logs = sorted(
+        glob.glob(osp.join(work_dir, '*', 'vis_data', 'scalars.json')))
+    if logs:
+        with open(logs[-1]) as f:
+            rows = [r for r in map(json.loads, f) if 'time' in r]
+        if rows:
+            step = statistics.mean(r['time'] for r in rows)
+            record.update(
+                iter_s=step,
+                train_s=step * rows[-1]['iter'],
+                data_share=statistics.mean(r['data_time']
+                                           for r in rows) / step)
     print(json.dumps(record)[:800])
     if out:
         with open(out, 'w') as f:

@@ -9,7 +9,8 @@
 #   bash .dev_scripts/gpu_check.sh OUT all    # there, offline, carrying .carry
 #
 # `all` keeps a deadline (HPM_GPU_DEADLINE, default 520 s) and gives each part what is
-# left: the overlay install; `pytest -m cuda`; the main job on CUDA (--amp); then
+# left: the overlay install; `pytest -m cuda`; the main job's loader alone (1 and 4
+# workers); the main job on CUDA (--amp, 4 workers); then
 # .dev_scripts/bench_step.py, ViT-B/16 224 px bf16 fused AdamW: MAE / faithful HPM / the
 # fast setting at batch 256 and 64 (syncs, operator calls); MAE under each attention
 # kernel (--sdpa); JPEG decoding on the GPU against the CPU pipelines
@@ -74,7 +75,7 @@ else
   COMPILE=(--arch b --batch 256 --precision bf16 --rows mae hpm fast)
   DECODE=(--images 300 --workers 4 8 --passes 1 --data "$JPEGS"
           --step mae fast --step-batch 256 --step-workers 8)
-  MAIN_OPTS=()
+  MAIN_OPTS=(--cfg-options train_dataloader.num_workers=4)  # one worker: ~9 s of reading
   GRAPH_OPTS=()
 fi
 "$PY" -c 'import torch; print("torch", torch.__version__, "CUDA", torch.version.cuda, "GPU", torch.cuda.get_device_name() if torch.cuda.is_available() else None)'
@@ -99,7 +100,10 @@ main_job() {  # NAME [options]: the main job on CUDA; its knn.json and wall time
   else "$PY" -c 'import json, sys; o, n, f = sys.argv[1:]; d = json.load(open(o)); d[n] = json.load(open(f)); json.dump(d, open(o, "w"), indent=1)' \
     "$OUT/main_job.json" "$name" "work_dirs/gpu_$name.json"; fi
 }
-log "main job on CUDA ($(left) s left)"
+log "main job's loader, 1 and 4 workers ($(left) s left)"
+timeout 60 "$PY" .dev_scripts/pipeline_bench.py --workers 1 4 \
+  --own-loader configs/hpm/fast/hpm-fast_vit-mini-p4_1xb256-coslr-10e_fmnist.py
+log "main job on CUDA, 4 workers ($(left) s left)"
 main_job main_job
 log "pace ViT-B ($(left) s left)"
 "$PY" "${B[@]}" "${SIZE[@]}" "${PACE_B[@]}" --optimizer fused --rows mae hpm fast \

@@ -5,6 +5,8 @@ images/s per core, the transforms' shares, and the real dataloader.
         [--config CONFIG] [--data DIR] [--device-decode [--device cuda]] \
         [--step mae fast [--step-arch b] [--step-batch 256] \
          [--step-workers 8]] [--out FILE.json]
+    python .dev_scripts/pipeline_bench.py --own-loader CONFIG \
+        [--workers 1 2] [--cfg-options KEY=VALUE ...]
 
 The images are generated ImageNet-like JPEGs (85% of 300-520 px, 15% of
 800-2,100 px, quality 75-95, 2% grayscale, 1% CMYK; a photo's bits per
@@ -16,7 +18,9 @@ Reported: each transform timed alone, the dataloader per ``--workers``
 count, and the cores one GPU needs at the H200's step rates; ``--step``:
 those settings' training steps (bench_step's models, bf16) fed by each
 pipeline's real dataloader over the JPEGs, beside the same step on random
-tensors in the same process."""
+tensors in the same process. ``--own-loader``: a config's own
+``train_dataloader`` (its dataset, its pipeline), images/s per worker count:
+the median of three epochs after the first."""
 import argparse
 import copy
 import json
@@ -223,7 +227,32 @@ def fed_step(cfg, pipelines, root, setting, arch, batch, workers, device):
     return dict(rates, fed=fed)
 
 
+def own_loader(config, workers, options):
+    """Images/s of ``config``'s own train dataloader with each worker count
+    (the median of epochs 2-4: the first starts the workers)."""
+    from mmengine.runner import Runner
+
+    from hpm_mm.apis.config import load_config
+    cfg = load_config(config, options)
+    out = {}
+    for w in workers:
+        loader = dict(
+            cfg.train_dataloader, num_workers=w, persistent_workers=w > 0)
+        dl = Runner.build_dataloader(loader, seed=0)
+        rates = []
+        for _ in range(4):
+            n, t = 0, time.perf_counter()
+            for data in dl:
+                n += len(data['inputs'])
+            rates.append(n / (time.perf_counter() - t))
+        out[f'{w}w'] = statistics.median(rates[1:])
+        print(
+            f'{config}, {w} workers: {out[f"{w}w"]:.0f} images/s', flush=True)
+    return out
+
+
 def main(argv=None):
+    from mmengine.config import DictAction
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument('--images', type=int, default=300)
     parser.add_argument('--workers', type=int, nargs='+', default=[1, 2])
@@ -248,6 +277,8 @@ def main(argv=None):
     parser.add_argument('--step-arch', default='b')
     parser.add_argument('--step-batch', type=int, default=256)
     parser.add_argument('--step-workers', type=int, default=8)
+    parser.add_argument('--own-loader', metavar='CONFIG')
+    parser.add_argument('--cfg-options', nargs='+', action=DictAction)
     parser.add_argument('--out')
     args = parser.parse_args(argv)
     import torch
@@ -260,6 +291,8 @@ def main(argv=None):
     init_default_scope('mmpretrain')
     MMLogger.get_instance('pipeline_bench', log_level='WARNING')
     torch.set_num_threads(1)
+    if args.own_loader:
+        return own_loader(args.own_loader, args.workers, args.cfg_options)
     cfg = load_config(osp.join(ROOT, args.config))
     args.data = args.data or osp.join(ROOT, 'work_dirs',
                                       f'pipeline_bench_{args.images}')

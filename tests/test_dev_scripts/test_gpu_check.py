@@ -42,6 +42,7 @@ def test_the_gpu_call_runs_at_toy_sizes(tmp_path):
     main = json.loads((out / 'main_job.json').read_text())
     for run in (main, main['main_job_graphs']):
         assert run['knn']['best'] > 0 and run['precision']['precision']
+        assert run['train_s'] > 0 and 0 <= run['data_share'] < 1, run
     rows = json.loads((out / 'pace_b.json').read_text())['rows']
     assert {r['setting'] for r in rows} == {'mae', 'hpm', 'fast'}
     for r in rows:  # the step makes the host wait for nothing

@@ -37,7 +37,7 @@ train_dataloader = dict(
         data_root=data_root,
         split='train',
         indices=10000,
-        with_label=False,  # pretraining reads none (1.5x a worker's rate)
+        with_label=False,  # pretraining reads none (docs/speed.md)
         pipeline=train_pipeline))
 
 # evaluation: DINO-style kNN (T = 0.07, k in 10/20/100/200) of the student
