@@ -62,7 +62,8 @@ def decode_crops(images: Sequence[torch.Tensor], decode: Sequence[dict], size,
     :class:`~hpm_mm.datasets.LoadBytesAndCropBox`: the JPEG bytes (uint8,
     1-D, on the CPU) decoded in one call on ``device`` (nvJPEG on a GPU),
     each cropped to its ``box`` and resized (antialiased) to ``size``; the
-    crops made in the worker taken as they are; then the flips."""
+    crops made in the worker taken as they are; then, for the whole batch at
+    once, the cast and the flips (a flag copied without waiting)."""
     from torchvision.io import ImageReadMode, decode_jpeg
     from torchvision.transforms import InterpolationMode
     from torchvision.transforms.v2.functional import resized_crop
@@ -70,15 +71,17 @@ def decode_crops(images: Sequence[torch.Tensor], decode: Sequence[dict], size,
     decoded = iter(
         decode_jpeg(encoded, mode=ImageReadMode.RGB, device=device
                     ) if encoded else [])
-    out: List[torch.Tensor] = []
+    crops: List[torch.Tensor] = []
     for img, spec in zip(images, decode):
         if img.dim() == 1:
             mode = InterpolationMode(spec.get('interpolation', 'bilinear'))
             img = resized_crop(
                 next(decoded), *spec['box'], list(size), mode, antialias=True)
-        img = img.to(device).float()
-        out.append(img.flip(-1) if spec['flip'] else img)
-    return torch.stack(out)
+        crops.append(img.to(device))
+    out = torch.stack(crops).float()
+    flip = torch.tensor([bool(s['flip']) for s in decode])
+    flip = flip.to(device, non_blocking=True).view(-1, 1, 1, 1)
+    return torch.where(flip, out.flip(-1), out)
 
 
 @MODELS.register_module()
