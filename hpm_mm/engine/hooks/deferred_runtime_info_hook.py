@@ -12,11 +12,8 @@ class DeferredRuntimeInfoHook(RuntimeInfoHook):
     one ``.item()`` sync per scalar per iteration (with the non-finite
     guard's flags and grad norm, :meth:`NonFiniteGuardMixin.flush`); the
     message hub receives the same values in the same order before anyone
-    reads them (the logger's interval, an epoch's end, validation, the end
-    of training).
-
-    Args:
-        interval (int, optional): Defaults to the logger hook's interval."""
+    reads them (every ``interval`` iterations, default the logger hook's;
+    an epoch's end, validation, the end of training)."""
 
     def __init__(self, interval: Optional[int] = None) -> None:
         if interval is not None and (isinstance(interval, bool)

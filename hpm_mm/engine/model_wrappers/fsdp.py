@@ -40,12 +40,7 @@ class HPMFullyShardedDataParallel(MMFullyShardedDataParallel):
     rank starts from rank 0's weights; without CUDA the device is the CPU.
     Use it through ``FlexibleRunner`` with ``strategy=dict(type='FSDPStrategy',
     model_wrapper=dict(type='HPMFullyShardedDataParallel'))`` (docs/
-    distributed.md).
-
-    Args:
-        module (nn.Module): The model; its ``teacher`` is ignored.
-        device_id (int | torch.device, optional): As FSDP's.
-        **kwargs: The arguments of :class:`MMFullyShardedDataParallel`."""
+    distributed.md); its arguments are mmengine's wrapper's."""
 
     def __init__(self, module: nn.Module, device_id=None, **kwargs) -> None:
         if kwargs.get('auto_wrap_policy') is not None:

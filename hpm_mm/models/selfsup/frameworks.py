@@ -15,16 +15,10 @@ from .base import HPMBase
 
 @MODELS.register_module()
 class HPMSimMIM(HPMBase):
-    """SimMIM with hard-patch mining: a linear decoder
-    (:class:`HPMSimMIMDecoder`) to pixels, L1 per masked patch
-    (:class:`HPMSimMIMHead`).
-
-    Args:
-        backbone (dict): :class:`MaskTokenViT` config.
-        neck (dict): :class:`HPMSimMIMDecoder` config.
-        head (dict): :class:`HPMSimMIMHead` config.
-        predictor (dict, optional): None for plain SimMIM.
-        **kwargs: The other arguments of :class:`HPMBase`."""
+    """SimMIM with hard-patch mining: a :class:`MaskTokenViT`, a linear
+    decoder (:class:`HPMSimMIMDecoder`) to pixels, L1 per masked patch
+    (:class:`HPMSimMIMHead`); ``predictor=None`` is plain SimMIM; the other
+    arguments are :class:`HPMBase`'s."""
 
     def loss(self, inputs: torch.Tensor, data_samples: List[DataSample],
              **kwargs) -> Dict[str, torch.Tensor]:
@@ -47,15 +41,10 @@ class HPMSimMIM(HPMBase):
 @MODELS.register_module()
 class HPMBEiT(HPMBase):
     """BEiT (v1) with hard-patch mining: two views per image
-    (``TwoNormDataPreprocessor``); the frozen DALL-E tokenizer gives a token
-    per patch; :class:`HPMBEiTHead` classifies the masked ones. No neck.
-
-    Args:
-        backbone (dict): :class:`MaskTokenViT` config.
-        head (dict): :class:`HPMBEiTHead` config.
-        target_generator (dict): The tokenizer, ``dict(type='DALL-E', ...)``.
-        predictor (dict, optional): None for plain BEiT.
-        **kwargs: The other arguments of :class:`HPMBase`."""
+    (``TwoNormDataPreprocessor``); the frozen DALL-E tokenizer
+    (``target_generator``) gives a token per patch; :class:`HPMBEiTHead`
+    classifies the masked ones of a :class:`MaskTokenViT`. No neck;
+    ``predictor=None`` is plain BEiT; the rest as :class:`HPMBase`."""
 
     def __init__(self,
                  backbone: dict,
@@ -108,16 +97,9 @@ class HPMiBOT(HPMBase):
     + :class:`iBOTNeck`) sees the global crops whole, the student masked
     (block-wise) plus the local crops; :class:`HPMiBOTHead` distils CLS
     (``loss_cls``) and masked patches (``loss_rec``, per patch). A predictor
-    ranks ``loss_rec``; the same teacher pass scores the patches.
-
-    Args:
-        backbone (dict): :class:`MaskTokenViT` config.
-        neck (dict): :class:`iBOTNeck` config.
-        head (dict): :class:`HPMiBOTHead` config.
-        mask_generator (dict): Defaults to :data:`IBOT_MASK`.
-        teacher (dict): Defaults to :data:`IBOT_TEACHER`.
-        predictor (dict, optional): None for plain iBOT.
-        **kwargs: The other arguments of :class:`HPMBase`."""
+    ranks ``loss_rec``; the same teacher pass scores the patches. Defaults:
+    :data:`IBOT_MASK`, :data:`IBOT_TEACHER`; ``predictor=None`` is plain
+    iBOT; the rest as :class:`HPMBase`."""
 
     #: The teacher's projected tokens are the targets, so it is always
     #: built: its pass gives its projection head's output on them.
