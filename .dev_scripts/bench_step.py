@@ -317,17 +317,21 @@ def measure(cfg,
         return dict(skipped=str(e).splitlines()[0][:120])
 
 
-def _measure(cfg, x, iters, precision, breakdown, warmup, ops, optimizer,
-             compile_, syncs, ops_count):
+def trainer(cfg, device, precision=None, optimizer='default', compile_=False):
+    """The model of ``cfg`` on ``device`` (seed 0; the teacher scoring, its
+    ramp done), its optimizer wrapper and ``step(data)``: what a run's hooks
+    push before an iteration (HPMScheduleHook's progress, a CUDA-graph
+    generation), then the model's own ``train_step``. ``compile_``: True or
+    a torch.compile mode ('reduce-overhead': CUDA graphs)."""
     from mmpretrain.registry import MODELS
     torch.manual_seed(0)
-    model = MODELS.build(cfg).to(x.device)
+    model = MODELS.build(cfg).to(device)
     model.init_weights()
     model.train()
-    if hasattr(model, 'set_progress'):  # the teacher scores, ramp done
+    if hasattr(model, 'set_progress'):
         model.set_progress(1.0, epoch=1, max_epochs=1)
-    optim = optim_wrapper(model, precision, optimizer, x.device)
-    if compile_:  # True, or a torch.compile mode ('reduce-overhead': graphs)
+    optim = optim_wrapper(model, precision, optimizer, device)
+    if compile_:
         options = {} if compile_ in (True, 'default') else dict(mode=compile_)
         if hasattr(model, 'compile_parts'):
             model.compile_parts(**options)
@@ -335,16 +339,24 @@ def _measure(cfg, x, iters, precision, breakdown, warmup, ops, optimizer,
             model.backbone.compile(**options)
             model.neck.compile(**options)
     graphs = compile_ in ('reduce-overhead', 'max-autotune')
-    data = dict(inputs=x, data_samples=None)
 
-    def train_step():
-        """As in a run: what HPMScheduleHook and the CUDA-graph hook do
-        before each iteration, then the model's own ``train_step``."""
+    def step(data):
         if hasattr(model, 'set_progress'):
             model.set_progress(1.0, 1, optim.step_calls, 1, optim.last_applied)
         if graphs:
             torch.compiler.cudagraph_mark_step_begin()
         model.train_step(copy.copy(data), optim)
+
+    return model, optim, step
+
+
+def _measure(cfg, x, iters, precision, breakdown, warmup, ops, optimizer,
+             compile_, syncs, ops_count):
+    model, optim, step = trainer(cfg, x.device, precision, optimizer, compile_)
+    data = dict(inputs=x, data_samples=None)
+
+    def train_step():
+        step(data)
 
     timer = Timer(ops)
     t0 = time.perf_counter()

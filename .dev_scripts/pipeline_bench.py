@@ -20,7 +20,7 @@ those settings' training steps (bench_step's models, bf16) fed by each
 pipeline's real dataloader over the JPEGs, beside the same step on random
 tensors in the same process. ``--own-loader``: a config's own
 ``train_dataloader`` (its dataset, its pipeline), images/s per worker count:
-the median of three epochs after the first."""
+timed as the JPEG loaders."""
 import argparse
 import copy
 import json
@@ -107,32 +107,40 @@ def per_transform(pipeline, files, passes=2):
     return {f"{i}:{t['type']}": times[i] / n for i, t in enumerate(pipeline)}
 
 
-def loader_rate(cfg, pipeline, root, workers, batch=64, each=None, sync=None):
-    """Images/s of the config's dataloader over the images (repeated): six
-    batches per worker, the first wave (a batch per worker: their start) not
-    counted; ``each(batch)`` run on every batch, ``sync()`` before the clock
-    starts and stops. (Each worker makes whole batches: an epoch of fewer
-    batches than workers would leave workers idle.)"""
-    from mmengine.runner import Runner
-    waves = max(1, workers)
+def jpeg_loader(cfg, pipeline, root, batch=64):
+    """The config's train dataloader over the JPEGs of ``root`` through
+    ``pipeline``."""
     loader = copy.deepcopy(cfg.train_dataloader)
     if pipeline[0]['type'] == 'LoadBytesAndCropBox':  # bytes of any length
         loader['collate_fn'] = dict(type='pseudo_collate')
-    images = sum(f.endswith('.JPEG') for f in os.listdir(root))
     loader.update(
-        batch_size=batch,
+        batch_size=batch, sampler=dict(type='DefaultSampler', shuffle=True))
+    loader['dataset'] = dict(  # replaced, not merged into the config's
+        type='CustomDataset',
+        data_root=root,
+        with_label=False,
+        pipeline=copy.deepcopy(pipeline))
+    return loader
+
+
+def loader_rate(loader, workers, each=None, sync=None):
+    """Images/s of a dataloader config with ``workers`` workers, its dataset
+    repeated to six batches per worker, the first wave (a batch per worker:
+    their start) not counted; ``each(batch)`` run on every batch, ``sync()``
+    before the clock starts and stops. (Each worker makes whole batches: an
+    epoch of fewer batches than workers would leave workers idle.)"""
+    from mmengine.dataset import RepeatDataset
+    from mmengine.registry import DATASETS
+    from mmengine.runner import Runner
+    waves = max(1, workers)
+    dataset = DATASETS.build(loader['dataset'])
+    times = -(-6 * waves * loader['batch_size'] // len(dataset))
+    loader = dict(
+        loader,
         num_workers=workers,
         persistent_workers=False,
         drop_last=True,  # one batch shape, as a run's
-        sampler=dict(type='DefaultSampler', shuffle=True))
-    loader['dataset'] = dict(
-        type='RepeatDataset',
-        times=-(-6 * waves * batch // images),
-        dataset=dict(
-            type='CustomDataset',
-            data_root=root,
-            with_label=False,
-            pipeline=copy.deepcopy(pipeline)))
+        dataset=RepeatDataset(dataset, times))
     sync = sync or (lambda: None)
     n, start = 0, None
     for i, data in enumerate(Runner.build_dataloader(loader, seed=0)):
@@ -182,25 +190,14 @@ def fed_step(cfg, pipelines, root, setting, arch, batch, workers, device):
     pipeline's share of the synthetic rate (a pipeline that fails: its
     one-line error instead of a rate)."""
     import torch
-    from bench_step import SETTINGS, DeviceOps, model_cfgs, optim_wrapper
-    from mmpretrain.registry import MODELS
+    from bench_step import SETTINGS, DeviceOps, model_cfgs, trainer
     ops = DeviceOps(device)
     overrides = SETTINGS[setting][0]
     model_cfg = model_cfgs(arch, 224, overrides)[overrides is not None]
     model_cfg['data_preprocessor']['type'] = \
         'ChannelCheckedDataPreprocessor'  # decodes device_decode batches
-    torch.manual_seed(0)
-    model = MODELS.build(model_cfg).to(device)
-    model.init_weights()
-    model.train()
-    optim = optim_wrapper(model, 'bf16', 'fused' if ops.cuda else 'default',
-                          device)
-
-    def step(data):  # as in a run: the schedule hook's push, then the step
-        if hasattr(model, 'set_progress'):
-            model.set_progress(1.0, 1, optim.step_calls, 1, optim.last_applied)
-        model.train_step(data, optim)
-
+    step = trainer(model_cfg, device, 'bf16',
+                   'fused' if ops.cuda else 'default')[2]
     x = torch.randint(0, 256, (batch, 3, 224, 224), device=device).float()
     rates = {}
     for i in range(3 + 4):  # 3 warm-up steps, then 4 timed
@@ -213,7 +210,10 @@ def fed_step(cfg, pipelines, root, setting, arch, batch, workers, device):
     for name, pipeline in pipelines.items():
         try:
             rates[name] = loader_rate(
-                cfg, pipeline, root, workers, batch, each=step, sync=ops.sync)
+                jpeg_loader(cfg, pipeline, root, batch),
+                workers,
+                each=step,
+                sync=ops.sync)
         except Exception as e:  # e.g. a GPU decode this card lacks
             rates[name] = failure(e)
     fed = min((v for k, v in rates.items()
@@ -229,25 +229,13 @@ def fed_step(cfg, pipelines, root, setting, arch, batch, workers, device):
 
 def own_loader(config, workers, options):
     """Images/s of ``config``'s own train dataloader with each worker count
-    (the median of epochs 2-4: the first starts the workers)."""
-    from mmengine.runner import Runner
-
+    (:func:`loader_rate`)."""
     from hpm_mm.apis.config import load_config
     cfg = load_config(config, options)
     out = {}
     for w in workers:
-        loader = dict(
-            cfg.train_dataloader, num_workers=w, persistent_workers=w > 0)
-        dl = Runner.build_dataloader(loader, seed=0)
-        rates = []
-        for _ in range(4):
-            n, t = 0, time.perf_counter()
-            for data in dl:
-                n += len(data['inputs'])
-            rates.append(n / (time.perf_counter() - t))
-        out[f'{w}w'] = statistics.median(rates[1:])
-        print(
-            f'{config}, {w} workers: {out[f"{w}w"]:.0f} images/s', flush=True)
+        out[f'{w}w'] = rate = loader_rate(cfg.train_dataloader, w)
+        print(f'{config}, {w} workers: {rate:.0f} images/s', flush=True)
     return out
 
 
@@ -334,7 +322,7 @@ def main(argv=None):
             ', '.join(f'{k} {v * 1e3:.2f} ms' for k, v in shares.items()),
             flush=True)
         for w in args.workers:
-            rate = loader_rate(cfg, pipeline, args.data, w)
+            rate = loader_rate(jpeg_loader(cfg, pipeline, args.data), w)
             out['loader'][f'{name}_{w}w'] = rate
             print(
                 f'  dataloader, {w} workers: {rate:.0f} images/s', flush=True)
