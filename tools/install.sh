@@ -207,7 +207,7 @@ else
     "${PIP[@]}" install -q "setuptools<70" wheel ninja packaging
     build=$(mktemp -d)
     trap 'rm -rf "$build"' EXIT
-    log "building mmcv $MMCV_VERSION from source with ops (~20 min on 2 cores; cached in $cache_dir)"
+    log "building mmcv $MMCV_VERSION from source with ops (2 cores: ~20-30 min on AVX512/AMX, 35-55 min on AVX2; once: cached in $cache_dir)"
     "${PIP[@]}" download -q --no-deps --no-binary :all: --no-build-isolation "mmcv==$MMCV_VERSION" -d "$build" \
       || die "could not download the mmcv $MMCV_VERSION sdist from PyPI"
     tar -xzf "$build"/mmcv-$MMCV_VERSION.tar.gz -C "$build"
@@ -220,8 +220,22 @@ else
       sed -i 's/-std=c++17/-std=c++20/g' "$src/setup.py"
     fi
     mkdir -p "$cache_dir"
-    (cd "$src" && MMCV_WITH_OPS=1 MAX_JOBS=${MAX_JOBS:-$(nproc)} "${PIP[@]}" wheel --no-deps --no-build-isolation -w "$cache_dir" .) \
-      || die "mmcv build failed (see the compiler output above). Fix: check g++/python3-dev, or install a prebuilt mmcv for your torch/CUDA."
+    # progress instead of pip's "still running": objects compiled of build.ninja's, once a minute
+    progress() {
+      local t0=$SECONDS total done_
+      while sleep 60 && kill -0 $$ 2>/dev/null; do
+        total=$(cat "$src"/build/temp.*/build.ninja 2>/dev/null | grep -c '^build .*\.o:' || true)
+        done_=$(find "$src/build" -name '*.o' 2>/dev/null | wc -l)
+        log "mmcv build: ${done_}/${total:-?} objects compiled ($(( (SECONDS - t0) / 60 )) min)"
+      done
+    }
+    progress & watcher=$!
+    blog=$build/mmcv-build.log
+    (cd "$src" && MMCV_WITH_OPS=1 MAX_JOBS=${MAX_JOBS:-$(nproc)} "${PIP[@]}" wheel --no-deps --no-build-isolation -w "$cache_dir" . >"$blog" 2>&1) \
+      && built=0 || built=$?
+    kill "$watcher" 2>/dev/null; wait "$watcher" 2>/dev/null || true
+    (( built == 0 )) || { tail -n 40 "$blog" >&2; (exit "$built"); } \
+      || die "mmcv build failed (the compiler's last lines above). Fix: check g++/python3-dev, or install a prebuilt mmcv for your torch/CUDA."
     wheel=$(ls "$cache_dir"/mmcv-$MMCV_VERSION-*.whl | head -n1)
     # mmcv builds with setuptools<70; torch wants >=77 and mmengine needs pkg_resources (<81).
     "${INSTALL[@]}" "setuptools>=77.0.3"
