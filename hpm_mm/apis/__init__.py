@@ -8,6 +8,7 @@ from .config import CfgOptionsAction, merge_cfg_options
 from .folder import pretrain_folder
 from .knn import frozen_eval, knn_eval
 from .model import load_model
+from .official import import_official
 from .pictures import hard_patches
 from .test import test
 from .train import build_runner, train, train_config
@@ -15,5 +16,5 @@ from .train import build_runner, train, train_config
 __all__ = [
     'HPMError', 'train', 'train_config', 'build_runner', 'test',
     'pretrain_folder', 'knn_eval', 'frozen_eval', 'hard_patches', 'load_model',
-    'load_config', 'merge_cfg_options', 'CfgOptionsAction'
+    'load_config', 'merge_cfg_options', 'CfgOptionsAction', 'import_official'
 ]

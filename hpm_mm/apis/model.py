@@ -73,13 +73,16 @@ def load_checkpoint_strict(model: torch.nn.Module,
                            filename: str,
                            teacher: bool = False,
                            required_prefix='backbone.',
-                           whole: bool = False) -> dict:
+                           whole: bool = False,
+                           name: Optional[str] = None) -> dict:
     """Load a checkpoint into ``model``: every weight under ``required_prefix``
     must be in it (else one error), other mismatches are printed, NaN/inf is
     refused. ``teacher=True`` loads the EMA teacher's weights into the
     student's parts; ``whole=True`` loads both in place. Returns the
-    ``missing`` and ``unexpected`` keys."""
+    ``missing`` and ``unexpected`` keys (``filename`` may be a loaded
+    checkpoint, ``name`` its file)."""
     state = checkpoint_state(model, filename)
+    filename = name or filename
     if not whole:
         state = student_or_teacher_state(state, teacher, model)
     check_finite(state, filename)

@@ -73,20 +73,6 @@ def label_foreground(folder, names, size):
     return np.stack(masks)
 
 
-def _check_writable(out_dir: str) -> None:
-    """Refuse, in one line, a pictures folder that cannot be made or
-    written (read-only, or under a file), before any work."""
-    folder = osp.abspath(out_dir)
-    while not osp.exists(folder):
-        folder = osp.dirname(folder)
-    if not osp.isdir(folder) or not os.access(folder, os.W_OK):
-        raise HPMError(
-            f'the pictures cannot be written into {out_dir}: {folder} is '
-            f'{"not a folder" if not osp.isdir(folder) else "read-only"}. '
-            'Fix: --out-dir a folder you can write (by default they go '
-            'beside the checkpoint).')
-
-
 @torch.no_grad()
 def hard_patches(config: Union[str, Config],
                  checkpoint: str,
@@ -108,12 +94,15 @@ def hard_patches(config: Union[str, Config],
     ``fg_threshold``). Returns the Spearman statistics (and IoUs)."""
     from mmengine.registry import init_default_scope
 
+    from hpm_mm.engine.work_dir import check_writable
     from hpm_mm.visualization import (analyze_hard_patches, draw_hard_patches,
                                       foreground_iou, saliency_mask)
     from .model import load_checkpoint_strict, load_model
     cfg = load_config(config) if isinstance(config, str) else config
     init_default_scope(cfg.get('default_scope', 'mmpretrain'))
-    _check_writable(out_dir)  # before the work (it was a traceback after)
+    check_writable(
+        out_dir, 'the pictures', True, '--out-dir a folder you '
+        'can write (by default they go beside the checkpoint)')
     model = load_model(cfg)
     if model.__class__.__name__ != 'HPM':
         raise HPMError(f'{cfg.filename or "the config"} builds a '
@@ -125,9 +114,19 @@ def hard_patches(config: Union[str, Config],
     required = ('backbone.', 'neck.')
     if getattr(model, 'teacher', None) is not None and not student:
         required += ('teacher.', )
+    from hpm_mm.engine.safe_load import load_file
+    ckpt = load_file(checkpoint)
+    untrained = ((ckpt.get('meta') or {}).get('imported')
+                 or {}).get('untrained', ())
+    if 'neck.predictor.' in untrained:
+        raise HPMError(
+            f'{checkpoint} has no trained loss predictor (imported from '
+            "MAE's weights: it starts freshly initialised), so its hard "
+            'patches would be noise. Fix: pretrain it with HPM first '
+            '(load_from), or draw an HPM checkpoint.')
     try:
         load_checkpoint_strict(
-            model, checkpoint, required_prefix=required, whole=True)
+            model, ckpt, required_prefix=required, whole=True, name=checkpoint)
     except KeyError as e:
         raise HPMError(f'{e.args[0]} The pictures need its trained loss '
                        'predictor.') from None

@@ -1,5 +1,6 @@
 """Training from Python: a config in, a trained runner out."""
 import logging
+import os
 from typing import Optional, Union
 
 from mmengine.config import Config
@@ -39,8 +40,8 @@ def train_config(config: Union[str, Config],
     cfg = run_config(config, work_dir, launcher, overrides, cfg_options)
     if resume is True or resume == 'auto':
         cfg.resume, cfg.load_from = True, None
-    elif resume:
-        cfg.resume, cfg.load_from = True, resume
+    elif resume:  # a path: the runner's resume room reads it as asked for
+        cfg.resume, cfg.load_from = os.fspath(resume), None
     if amp:  # the command line wins over the config, as --cfg-options
         if cfg.get('precision') not in (None, 'auto'):
             from mmengine.logging import print_log

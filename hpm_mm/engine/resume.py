@@ -162,7 +162,11 @@ class RunResume:
     (unless ``allowed``: ``resume_changed_run=True``) and a new run in a work
     dir holding an earlier run's checkpoints are refused in one line."""
 
-    def __init__(self, kw: dict, work_dir: str, allowed: bool) -> None:
+    def __init__(self,
+                 kw: dict,
+                 work_dir: str,
+                 allowed: bool,
+                 explicit: bool = False) -> None:
         self.notes: List[Tuple[int, str]] = []
         self.signature = run_signature(kw)
         self.allowed = allowed
@@ -173,6 +177,18 @@ class RunResume:
         self.ckpt = None  # loaded once, for the fit check
         self.saved, self.changed = [], False  # its schedulers; run changed
         self.path = kw.get('load_from')
+        if self.resume and self.path and not explicit and \
+                'epoch' not in (load_file(self.path).get('meta') or {}):
+            # resume=True beside a load_from of weights (an imported or
+            # converted checkpoint): the run starts from them, or resumes
+            # its own checkpoints in the work dir
+            kw['load_from'] = None
+            if find_resume_checkpoint(work_dir)[0] is None:
+                kw['load_from'], kw['resume'] = self.path, False
+                self.resume = False
+                self.notes.append((logging.INFO, f'load_from {self.path}: '
+                                   'weights without training state; the run '
+                                   'starts from them'))
         if not self.resume:
             refuse_earlier_run(work_dir)
             return

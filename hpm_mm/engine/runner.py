@@ -132,10 +132,14 @@ class RunPolicyMixin:
         if os.environ.get('RANK', '0') == '0':  # one run per work dir
             self._hpm_lock = own_work_dir(work_dir)
         resume = kw.get('resume')
-        if isinstance(resume, str):  # FlexibleRunner: resume=PATH
+        if isinstance(resume, str):  # --resume PATH (FlexibleRunner's form)
             kw['load_from'], kw['resume'] = resume, True
-        self._hpm_resume = RunResume(kw, work_dir,
-                                     cfg.get('resume_changed_run', False))
+        self._hpm_resume = RunResume(
+            kw,
+            work_dir,
+            cfg.get('resume_changed_run', False),
+            explicit=isinstance(resume, str))
+        cfg.resume = kw['resume']
         cfg.load_from = kw.get('load_from')
 
     def build_logger(self, *args, **kwargs):

@@ -40,7 +40,10 @@ def torch_below(version: str) -> bool:
 def checkpoint_safe_globals() -> list:
     """The types mmengine's runner writes into a checkpoint: its
     ``HistoryBuffer`` and ``ConfigDict``, NumPy arrays, scalars and dtypes
-    (and ``_codecs.encode``, protocol 2's bytes, which torch < 2.5 lacks)."""
+    (and ``_codecs.encode``, protocol 2's bytes, which torch < 2.5 lacks);
+    ``argparse.Namespace``, a plain attribute container, for the ``args``
+    of the authors' and MAE's released checkpoints."""
+    import argparse
     import codecs
 
     import numpy as np
@@ -50,7 +53,9 @@ def checkpoint_safe_globals() -> list:
         from numpy._core import multiarray
     except ImportError:
         multiarray = np.core.multiarray
-    found = [HistoryBuffer, ConfigDict, np.ndarray, np.dtype]
+    found = [
+        HistoryBuffer, ConfigDict, np.ndarray, np.dtype, argparse.Namespace
+    ]
     helpers = (multiarray._reconstruct, multiarray.scalar)
     if not torch_below('2.6'):  # (object, name) pairs:
         found += [(fn, f'{module}.{fn.__name__}') for fn in helpers

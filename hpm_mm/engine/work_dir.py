@@ -110,3 +110,29 @@ def release_work_dir(handle: IO) -> None:
         fcntl.flock(handle, fcntl.LOCK_UN)
     finally:
         handle.close()
+
+
+def check_writable(path: str,
+                   what: str,
+                   folder: bool = False,
+                   fix: str = 'a path in a folder you can write') -> None:
+    """Refuse, in one line and before any work, an output ``path`` that
+    cannot be written: a file whose folder is missing, a file path that is a
+    folder, or (``folder``: made later where missing) one under a file or a
+    read-only folder."""
+    path = osp.abspath(path)
+    if not folder and osp.isdir(path):
+        raise HPMError(f'{what} {path} is a folder, and it is one file. Fix: '
+                       f'a file path, e.g. {osp.join(path, "out.pth")}.')
+    parent = path if folder else osp.dirname(path)
+    if not folder and not osp.isdir(parent):
+        raise HPMError(
+            f'cannot write {what} {path}: the folder {parent} does not '
+            f'exist. Fix: mkdir -p {parent}, or another path.')
+    while not osp.exists(parent):
+        parent = osp.dirname(parent)
+    if not osp.isdir(parent) or not os.access(parent, os.W_OK):
+        raise HPMError(
+            f'cannot write {what} {path}: {parent} is '
+            f'{"not a folder" if not osp.isdir(parent) else "read-only"}. '
+            f'Fix: {fix}.')

@@ -1,0 +1,42 @@
+"""Import the authors' released HPM checkpoints (or MAE's official ones) as
+hpm_mm HPM checkpoints.
+
+    python tools/model_converters/official2hpm.py SRC OUT.pth \
+        [--num-heads N] [--decoder-num-heads N]
+
+Reads SRC weights-only (its CRCs checked), the sizes from its tensors, and
+writes OUT.pth (student = the released weights, teacher = its EMA weights
+where it has them, else the same; no optimizer state) and its config OUT.py,
+which every hpm_mm command takes: knn_eval.py, visualize_hard_patches.py,
+hpm2backbone.py, the fine-tune / detection / segmentation configs'
+``init_cfg``, ``load_from`` to continue pretraining. ``--num-heads`` is only
+needed for an encoder of no standard ViT width. docs/transfer.md.
+"""
+import argparse
+import sys
+
+from hpm_mm.errors import exit_status
+
+
+def run(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument('src', help="the authors' or MAE's .pth")
+    parser.add_argument('out', help='the hpm_mm checkpoint to write (.pth)')
+    parser.add_argument('--num-heads', type=int)
+    parser.add_argument('--decoder-num-heads', type=int)
+    args = parser.parse_args(argv)
+    from hpm_mm.apis import import_official
+    done = import_official(args.src, args.out, args.num_heads,
+                           args.decoder_num_heads)
+    print(done['message'])
+    print(f"wrote {done['out']} and {done['config']}; e.g. python "
+          f"tools/analysis_tools/knn_eval.py {done['config']} {done['out']}")
+    return done
+
+
+def main(argv=None):
+    return exit_status('official2hpm.py', run, argv)
+
+
+if __name__ == '__main__':
+    sys.exit(main())
