@@ -1,13 +1,13 @@
 """HPM's and MAE's training step side by side in one run, on a CPU or a GPU.
 
-    python .dev_scripts/bench_step.py [--arch t s b l mini] [--batch 8]
+    python .dev_scripts/bench_step.py [--arch t s b l mini toy] [--batch 8]
         [--precision fp32 bf16 fp16] [--optimizer default fused foreach]
         [--rows mae hpm fast ...] [--compile [reduce-overhead]]
+        [--compile-backend eager]
         [--sdpa default flash efficient cudnn math] [--sections] [--count-ops]
         [--load-bench DIR] [--iters 5] [--warmup 1] [--img-size 224]
         [--budget S] [--device cpu|cuda] [--out FILE.json]
     python .dev_scripts/bench_step.py --report FILE.json ...
-    python .dev_scripts/bench_step.py --collect-run WORK_DIR SECONDS --out F
 
 A row is one model's own ``train_step`` on one batch of random images,
 built from the configs (mmpretrain's MAE, hpm_mm's HPM with alpha 0.5) at
@@ -45,6 +45,7 @@ ARCHS = {  # name: (embed_dims, depth, heads)
     's': (384, 12, 6),
     'b': (768, 12, 12),
     'l': (1024, 24, 16),
+    'toy': (32, 2, 2),  # the CPU dry run's (its decoders 32-d, 1 block)
 }
 # name: (HPM model overrides (dotted keys), FLOP-model arguments); None: MAE
 SETTINGS = {
@@ -154,6 +155,9 @@ def model_cfgs(arch, img_size, overrides=None):
             img_size=img_size,
             patch_size=16)
         neck = dict(num_patches=(img_size // 16)**2, embed_dim=dim)
+        if arch == 'toy':
+            neck.update(
+                decoder_embed_dim=32, decoder_depth=1, decoder_num_heads=2)
         pre = dict(
             type='SelfSupDataPreprocessor',
             mean=[123.675, 116.28, 103.53],
@@ -331,14 +335,16 @@ def trainer(cfg, device, precision=None, optimizer='default', compile_=False):
     if hasattr(model, 'set_progress'):
         model.set_progress(1.0, epoch=1, max_epochs=1)
     optim = optim_wrapper(model, precision, optimizer, device)
-    if compile_:
-        options = {} if compile_ in (True, 'default') else dict(mode=compile_)
+    if compile_:  # True, a mode, or torch.compile's options
+        options = compile_ if isinstance(compile_, dict) else \
+            {} if compile_ in (True, 'default') else dict(mode=compile_)
         if hasattr(model, 'compile_parts'):
             model.compile_parts(**options)
         else:
             model.backbone.compile(**options)
             model.neck.compile(**options)
-    graphs = compile_ in ('reduce-overhead', 'max-autotune')
+    mode = compile_.get('mode') if isinstance(compile_, dict) else compile_
+    graphs = mode in ('reduce-overhead', 'max-autotune')
 
     def step(data):
         if hasattr(model, 'set_progress'):
@@ -398,10 +404,10 @@ def _measure(cfg, x, iters, precision, breakdown, warmup, ops, optimizer,
 
 def matmul_tflops(device, reps=10):
     """The device's matrix rate (TFLOP/s): CUDA bf16 8192^3, CPU fp32
-    2048^3; median of ``reps`` after 3 warm-ups."""
+    1024^3; median of ``reps`` after 3 warm-ups."""
     ops = DeviceOps(device)
     cuda = device.type == 'cuda'
-    n, dtype = (8192, torch.bfloat16) if cuda else (2048, torch.float32)
+    n, dtype = (8192, torch.bfloat16) if cuda else (1024, torch.float32)
     a = torch.randn(n, n, device=device, dtype=dtype)
     b = torch.randn(n, n, device=device, dtype=dtype)
     times = []
@@ -474,11 +480,15 @@ def row(args, spec, device, ops):
             warmup=args.warmup,
             ops=ops,
             optimizer=optimizer,
-            compile_=spec['compile'],
+            compile_=spec['compile']
+            and dict({} if spec['compile'] == 'default' else dict(
+                mode=spec['compile']),
+                     **({} if not args.compile_backend else dict(
+                         backend=args.compile_backend))),
             syncs=True,
             ops_count=args.count_ops,
             sdpa=spec.get('sdpa', 'default')))
-    if arch != 'mini':
+    if arch not in ('mini', 'toy'):
         f_mae, f_hpm = fast_flops(arch, size, **flop_args)
         out['macs'] = f_mae if overrides is None else f_hpm
         out['flop_ratio'] = out['macs'] / f_mae
@@ -521,38 +531,6 @@ def table(rows, tflops):
     return '\n'.join(lines)
 
 
-def collect_run(work_dir, seconds, out):
-    """A finished run's knn.json and precision.json with its wall time, and
-    from its logged scalars the training's pace: ``train_s`` (mean iteration
-    time x iterations) and ``data_share`` (the part of it spent waiting for
-    the dataloader)."""
-    import glob
-    record = dict(seconds=int(seconds), work_dir=work_dir)
-    for name in ('knn', 'precision'):
-        try:
-            with open(osp.join(work_dir, f'{name}.json')) as f:
-                record[name] = json.load(f)
-        except (OSError, ValueError) as e:
-            record[name] = f'missing: {e}'
-    logs = sorted(
-        glob.glob(osp.join(work_dir, '*', 'vis_data', 'scalars.json')))
-    if logs:
-        with open(logs[-1]) as f:
-            rows = [r for r in map(json.loads, f) if 'time' in r]
-        if rows:
-            step = statistics.mean(r['time'] for r in rows)
-            record.update(
-                iter_s=step,
-                train_s=step * rows[-1]['iter'],
-                data_share=statistics.mean(r['data_time']
-                                           for r in rows) / step)
-    print(json.dumps(record)[:800])
-    if out:
-        with open(out, 'w') as f:
-            json.dump(record, f, indent=1)
-    return record
-
-
 def versions(device):
     """torch, CUDA and the device's name, for the record."""
     out = dict(torch=torch.__version__, cuda=torch.version.cuda)
@@ -590,6 +568,10 @@ def main(argv=None):
         choices=['default', 'reduce-overhead', 'max-autotune'],
         help='torch.compile the parts (reduce-overhead: CUDA graphs)')
     parser.add_argument(
+        '--compile-backend',
+        help="torch.compile's backend (eager: the CPU dry run, no kernels "
+        'built)')
+    parser.add_argument(
         '--sdpa',
         nargs='+',
         default=['default'],
@@ -605,8 +587,6 @@ def main(argv=None):
     parser.add_argument('--device')
     parser.add_argument('--out')
     parser.add_argument('--report', nargs='+', metavar='JSON')
-    parser.add_argument(
-        '--collect-run', nargs=2, metavar=('WORK_DIR', 'SECONDS'))
     args = parser.parse_args(argv)
     if args.report:
         for path in args.report:
@@ -617,8 +597,6 @@ def main(argv=None):
                   f"{record['matmul_tflops']:.0f} TFLOP/s")
             print(table(record['rows'], record['matmul_tflops']))
         return None
-    if args.collect_run:
-        return collect_run(*args.collect_run, args.out)
     from mmengine.logging import MMLogger
     from mmengine.registry import init_default_scope
 
