@@ -269,24 +269,35 @@ def test_killing_the_launcher_ends_its_workers(tmp_path):
                             stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
     workers = []
-    try:
-        deadline = time.time() + 300
-        while time.time() < deadline and len(workers) < 2:
-            time.sleep(2)
-            out = subprocess.run(['pgrep', '-P', str(proc.pid)],
-                                 capture_output=True,
-                                 text=True).stdout.split()
-            workers = [int(p) for p in out]
-        assert len(workers) == 2, 'the workers did not start'
-        time.sleep(15)  # training
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait()
-        time.sleep(10)
-        alive = [
+
+    def alive():
+        return [
             p for p in workers if os.path.exists(f'/proc/{p}')
             and 'Z' not in open(f'/proc/{p}/stat').read().split()[2]
         ]
-        assert not alive, f'workers {alive} outlived their launcher'
+
+    def wait_for(state, what):  # the bound only catches a hang
+        deadline = time.time() + 600
+        while not state():
+            assert time.time() < deadline, what
+            time.sleep(0.2)
+
+    try:
+        # the state itself, not a time: both workers training (iterations
+        # logged), then, after the kill, both gone
+        wait_for(
+            lambda: list((tmp_path / 'work').glob('*/vis_data/scalars.json')),
+            'the run logged no iteration')
+        workers = [
+            int(p) for p in subprocess.run(
+                ['pgrep', '-P', str(proc.pid)], capture_output=True,
+                text=True).stdout.split()
+        ]
+        assert len(workers) == 2, f'workers: {workers}'
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+        wait_for(lambda: not alive(),
+                 f'workers {alive()} outlived their launcher')
     finally:
         for p in workers:
             try:

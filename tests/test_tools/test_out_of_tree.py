@@ -41,6 +41,19 @@ def tool(name):
     return osp.join(REPO, 'tools', name)
 
 
+def main_outside(monkeypatch, cwd, name, *args):
+    """The tool ``name``'s ``main(args)`` in this process with ``cwd`` as
+    the working directory (one process: the fixture's training run),
+    failing with its output."""
+    from helpers import tool_main
+    monkeypatch.chdir(cwd)
+    proc = tool_main(name, *args)
+    if proc.returncode != 0:
+        pytest.fail(f'{name} {args} failed ({proc.returncode}):\n'
+                    f'{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}')
+    return proc
+
+
 @pytest.fixture(scope='module')
 def outside(tmp_path_factory):
     """A folder outside the repository with a config that holds nothing but
@@ -72,16 +85,17 @@ def test_package_base_trains_through_the_tools(outside):
     assert knn['num_train'] == 64 and knn['num_val'] == 32
 
 
-def test_package_base_evaluates_through_the_tools(outside):
+def test_package_base_evaluates_through_the_tools(outside, monkeypatch):
     """knn_eval.py and visualize_hard_patches.py on the hpm_mm:: config
     from the outside folder."""
     folder, cfg, ckpt = outside
     out = folder / 'knn_again.json'
-    run_outside(folder, tool('analysis_tools/knn_eval.py'), cfg, ckpt, '--out',
-                str(out), '--cfg-options', *SMALL_EVAL)
+    main_outside(monkeypatch, folder, 'analysis_tools/knn_eval.py', cfg, ckpt,
+                 '--out', str(out), '--cfg-options', *SMALL_EVAL)
     assert json.loads(out.read_text())['best'] >= 0
-    run_outside(folder, tool('analysis_tools/visualize_hard_patches.py'), cfg,
-                ckpt, '--num-samples', '2', '--num-masks', '2')
+    main_outside(monkeypatch, folder,
+                 'analysis_tools/visualize_hard_patches.py', cfg, ckpt,
+                 '--num-samples', '2', '--num-masks', '2')
     # by default beside the checkpoint, in a folder of its own (it wrote to
     # work_dirs/hard_patches of the working directory, shared by all)
     beside = osp.join(osp.dirname(ckpt), 'hard_patches', 'epoch_1')
@@ -91,7 +105,7 @@ def test_package_base_evaluates_through_the_tools(outside):
     assert not (folder / 'work_dirs' / 'hard_patches').exists()
 
 
-def test_package_base_tests_through_test_py(outside, tmp_path):
+def test_package_base_tests_through_test_py(outside, monkeypatch):
     """tools/test.py with a classifier config that inherits ours."""
     folder, _, _ = outside
     (folder / 'my_linear.py').write_text(
@@ -106,8 +120,8 @@ def test_package_base_tests_through_test_py(outside, tmp_path):
     ckpt = folder / 'linear.pth'
     torch.save(dict(state_dict=model.state_dict()), ckpt)
     out = folder / 'metrics.json'
-    run_outside(folder, tool('test.py'), 'my_linear.py', str(ckpt), '--out',
-                str(out))
+    main_outside(monkeypatch, folder, 'test.py', 'my_linear.py', str(ckpt),
+                 '--out', str(out))
     assert 'accuracy/top1' in json.loads(out.read_text())
 
 
