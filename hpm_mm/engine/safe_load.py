@@ -72,7 +72,10 @@ def checkpoint_safe_globals() -> list:
     return found
 
 
-_CHECKED = {}  # (path, size, mtime) -> problem: each file read once
+#: (path, inode, size, mtime, ctime) -> problem: each file read once; an
+#: overwrite or a rename over it changes the ctime or the inode, which no
+#: ``os.utime`` restores
+_CHECKED = {}
 _WARNED = []
 
 
@@ -85,7 +88,8 @@ def checkpoint_problem(path: str) -> Optional[str]:
     if not osp.isfile(path):
         return 'no such file' if not osp.isdir(path) else 'a folder'
     stat = os.stat(path)
-    key = (osp.realpath(path), stat.st_size, stat.st_mtime_ns)
+    key = (osp.realpath(path), stat.st_ino, stat.st_size, stat.st_mtime_ns,
+           stat.st_ctime_ns)
     if key in _CHECKED:
         return _CHECKED[key]
     problem = None
@@ -107,9 +111,68 @@ def checkpoint_problem(path: str) -> Optional[str]:
     return problem
 
 
-def _refusal(path: str, error: Exception) -> UnsafeCheckpointError:
-    found = re.search(r'GLOBAL ([\w.]+)', str(error))
-    what = found.group(1) if found else '?'
+def _pickle_of(path: str) -> bytes:
+    """The pickle of a zip checkpoint (its ``data.pkl``), or of a legacy
+    one (the whole file), unread tensors left out; b'' when unreadable."""
+    import zipfile
+    try:
+        with zipfile.ZipFile(path) as zf:
+            return zf.read(
+                next(n for n in zf.namelist() if n.endswith('data.pkl')))
+    except Exception:
+        try:
+            with open(path, 'rb') as f:
+                return f.read()
+        except OSError:
+            return b''
+
+
+def disallowed_globals(path: str) -> list:
+    """Every global the checkpoint's pickle names outside the allow-list
+    (torch's own and :func:`checkpoint_safe_globals`), in order, found by
+    reading its opcodes: nothing is unpickled."""
+    import pickletools
+    from _compat_pickle import IMPORT_MAPPING, NAME_MAPPING
+
+    from torch import _weights_only_unpickler as wou
+    allowed = set(wou._get_allowed_globals())
+    for g in list(torch.serialization.get_safe_globals()) + \
+            checkpoint_safe_globals():
+        allowed.add(g[1] if isinstance(g, tuple) else
+                    f'{g.__module__}.{g.__qualname__}')
+    found, pushed, memo = [], [], {}
+    try:
+        for op, arg, _ in pickletools.genops(_pickle_of(path)):
+            name = op.name
+            if name == 'GLOBAL':  # (protocol 2's Python 2 names mapped)
+                module, _, attr = arg.partition(' ')
+                module, attr = NAME_MAPPING.get(
+                    (module, attr), (IMPORT_MAPPING.get(module, module), attr))
+                found.append(f'{module}.{attr}')
+            elif name == 'STACK_GLOBAL' and len(pushed) >= 2:
+                found.append(f'{pushed[-2]}.{pushed[-1]}')
+            if 'UNICODE' in name or name.endswith('STRING'):
+                pushed.append(arg)
+            elif name.endswith('GET'):
+                pushed.append(memo.get(arg))
+            elif name == 'MEMOIZE' and pushed:
+                memo[len(memo)] = pushed[-1]
+            elif name.endswith('PUT') and pushed:
+                memo[arg] = pushed[-1]
+            elif name != 'FRAME':
+                pushed.append(None)
+    except Exception:  # a garbled pickle: what was found so far
+        pass
+    return list(dict.fromkeys(g for g in found if g not in allowed))
+
+
+#: the one global a plain ``torch.save`` of mmengine's HistoryBuffers adds
+HISTORY_GETATTR = 'builtins.getattr'
+
+
+def _refusal(path: str) -> UnsafeCheckpointError:
+    bad = disallowed_globals(path) or ['?']
+    what = ', '.join(bad)
     if torch_below(TORCH_FLOOR):
         return UnsafeCheckpointError(
             f'{path} holds objects beyond tensors ({what}), which torch '
@@ -117,28 +180,40 @@ def _refusal(path: str, error: Exception) -> UnsafeCheckpointError:
             f'Fix: load it with torch >= {TORCH_FLOOR} '
             '(its allow-list), or convert it there first (tools/'
             'model_converters/hpm2backbone.py writes tensors only).')
-    if what.endswith('getattr'):
-        import zipfile
-        try:  # the pickle alone, not the tensors
-            with zipfile.ZipFile(path) as zf:
-                data = zf.read(
-                    next(n for n in zf.namelist() if n.endswith('data.pkl')))
-        except Exception:
-            data = b''
-        if b'HistoryBuffer' in data:
-            return UnsafeCheckpointError(
-                f'{path} holds mmengine HistoryBuffers pickled with their '
-                'methods (builtins.getattr): it was saved by a process '
-                'without hpm_mm imported (a plain torch.save of a loaded '
-                'checkpoint), and getattr could run code, so it is refused. '
-                'Fix: if you trust it, re-save it with hpm_mm imported: '
-                "python -c \"import hpm_mm, torch; p='PATH'; torch.save("
-                'torch.load(p, weights_only=False), p)"')
+    if bad == [HISTORY_GETATTR] and b'HistoryBuffer' in _pickle_of(path):
+        return UnsafeCheckpointError(
+            f'{path} holds mmengine HistoryBuffers pickled with their '
+            f'methods ({HISTORY_GETATTR}, and nothing else outside the '
+            'allow-list): it was saved by a process without hpm_mm imported '
+            '(a plain torch.save of a loaded checkpoint); getattr could '
+            'reach code, so it is refused. Fix: if you trust it, re-save '
+            'it: python tools/misc/resave_checkpoint.py PATH (loads it '
+            f'weights-only with only {HISTORY_GETATTR} added).')
     return UnsafeCheckpointError(
         f'{path} holds objects outside the checkpoint allow-list ({what}), '
         'which could run code when loaded: refused. A checkpoint written by '
-        'mmengine and hpm_mm holds none. Fix: if you trust its source, '
-        're-save its tensors with torch.load(path, weights_only=False).')
+        'mmengine and hpm_mm holds none. Fix: use a checkpoint from a '
+        'source you trust (hpm_mm loads no such file).')
+
+
+def resave_checkpoint(path: str) -> None:
+    """Re-save, in place, a checkpoint whose only global outside the
+    allow-list is :data:`HISTORY_GETATTR` (mmengine's HistoryBuffers saved
+    by plain torch): loaded weights-only with exactly that one added, saved
+    with hpm_mm's HistoryBuffer pickling. Anything else is refused (nothing
+    loaded, nothing written)."""
+    bad = disallowed_globals(path)
+    if bad != [HISTORY_GETATTR]:
+        raise UnsafeCheckpointError(
+            f'{path}: not re-saved: it holds '
+            f'{", ".join(bad) or "nothing outside the allow-list"}, and only '
+            f'a checkpoint whose one extra global is {HISTORY_GETATTR} is '
+            're-saved (nothing was loaded).')
+    with torch.serialization.safe_globals([getattr]):
+        ckpt = load_file(path)
+    part = f'{path}.{os.getpid()}.part'
+    torch.save(ckpt, part)
+    os.replace(part, path)
 
 
 def load_file(path: str, map_location='cpu'):
@@ -167,11 +242,11 @@ def load_file(path: str, map_location='cpu'):
                       '(docs/reliability.md)')
     try:
         return torch.load(path, map_location=map_location, weights_only=True)
-    except pickle.UnpicklingError as e:
-        raise _refusal(path, e) from None
+    except pickle.UnpicklingError:
+        raise _refusal(path) from None
     except RuntimeError as e:
         if 'Weights only load failed' in str(e):
-            raise _refusal(path, e) from None
+            raise _refusal(path) from None
         raise
 
 

@@ -370,32 +370,66 @@ def test_a_flipped_bit_in_a_tensor_is_refused_on_every_path(
     assert not (tmp_path / 'o.pth').exists()
 
 
+def _plain_resave(src, dst, payload=None):
+    """``src`` loaded and saved by a plain ``import torch`` process (its
+    HistoryBuffers pickled with getattr), with ``payload`` (a marker path)
+    a hostile object beside them: unpickling it creates the marker."""
+    code = ('import os, sys, torch\n'
+            'class P:\n'
+            '    def __reduce__(self):\n'
+            '        return (os.system, ("touch " + sys.argv[3],))\n'
+            'ckpt = torch.load(sys.argv[1], weights_only=False)\n'
+            'if sys.argv[3] != "-":\n'
+            '    ckpt["meta"]["payload"] = P()\n'
+            'torch.save(ckpt, sys.argv[2])\n')
+    subprocess.run(
+        [sys.executable, '-c', code, src,
+         str(dst),
+         str(payload or '-')],
+        check=True)
+
+
 def test_a_checkpoint_re_saved_without_hpm_mm_is_refused_with_the_reason(
         tmp_path, hpm_checkpoint):
     """Re-saved in a plain ``import torch`` process (its HistoryBuffers
-    pickled with getattr): refused naming that and the re-save that loads
-    (it was called code, which the test in a pytest process that imported
-    hpm_mm could not see); the advised re-save loads."""
-    import subprocess
+    pickled with getattr, nothing else): refused naming that and an hpm_mm
+    command that re-saves it (loading it weights-only with getattr alone
+    added), which, run as printed, makes it load."""
+    from helpers import tool_main
     resaved = tmp_path / 'resaved.pth'
-    code = ('import torch, sys; torch.save(torch.load(sys.argv[1], '
-            'weights_only=False), sys.argv[2])')
-    subprocess.run([sys.executable, '-c', code, hpm_checkpoint,
-                    str(resaved)],
-                   check=True)
+    _plain_resave(hpm_checkpoint, resaved)
     with pytest.raises(
             UnsafeCheckpointError,
-            match='saved by a process without hpm_mm imported'):
+            match='saved by a process without hpm_mm imported') as e:
         load_file(str(resaved))
-    fixed = tmp_path / 'fixed.pth'
-    subprocess.run([
-        sys.executable, '-c', 'import hpm_mm; ' + code,
-        str(resaved),
-        str(fixed)
-    ],
-                   check=True)
-    assert load_file(str(fixed))['state_dict'].keys() == \
+    line = str(e.value)
+    assert 'weights_only=False' not in line and '\n' not in line
+    fix = line.split('Fix: if you trust it, re-save it: ')[1].split(' (')[0]
+    assert fix == 'python tools/misc/resave_checkpoint.py PATH'
+    proc = tool_main('misc/resave_checkpoint.py', resaved)  # the fix
+    assert proc.returncode == 0, proc.stderr
+    assert load_file(str(resaved))['state_dict'].keys() == \
         torch.load(hpm_checkpoint)['state_dict'].keys()
+
+
+def test_a_hostile_file_beside_history_buffers_is_named_and_never_run(
+        tmp_path, hpm_checkpoint):
+    """HistoryBuffers pickled by plain torch and a payload (os.system): the
+    refusal names every global outside the allow-list (the payload's too),
+    is no 're-save' advice, and the re-save command, run on it all the
+    same, refuses without loading it: the payload never runs."""
+    from helpers import tool_main
+    marker, hostile = tmp_path / 'ran', tmp_path / 'hostile.pth'
+    _plain_resave(hpm_checkpoint, hostile, marker)
+    with pytest.raises(UnsafeCheckpointError) as e:
+        load_file(str(hostile))
+    line = str(e.value)
+    assert 'posix.system' in line and 'builtins.getattr' in line, line
+    assert 'HistoryBuffers' not in line and 'resave' not in line
+    assert 'weights_only=False' not in line
+    proc = tool_main('misc/resave_checkpoint.py', hostile)
+    assert proc.returncode == 1 and 'posix.system' in proc.stderr
+    assert 'not re-saved' in proc.stderr and not marker.exists()
 
 
 def test_a_legacy_format_checkpoint_is_not_damaged(tmp_path, hpm_checkpoint):
@@ -411,3 +445,38 @@ def test_a_legacy_format_checkpoint_is_not_damaged(tmp_path, hpm_checkpoint):
     assert checkpoint_problem(str(legacy)) is None
     assert find_resume_checkpoint(str(tmp_path)) == (str(legacy), [])
     assert load_file(str(legacy))['meta']['epoch'] == 1
+
+
+@pytest.mark.parametrize('how', ['overwritten', 'renamed over'])
+def test_the_load_check_is_not_fooled_by_a_restored_mtime(
+        tmp_path, hpm_checkpoint, how):
+    """A checked file replaced in the same process by a damaged copy of the
+    same size, its mtime put back with os.utime: checked again and refused
+    (the verdict was cached by path, size and mtime, and it loaded a weight
+    of -3.3e37)."""
+    from hpm_mm.engine.safe_load import CheckpointError, checkpoint_problem
+    path = tmp_path / 'epoch_1.pth'
+    data = open(hpm_checkpoint, 'rb').read()
+    path.write_bytes(data)
+    assert checkpoint_problem(str(path)) is None  # checked, and cached
+    before = os.stat(path)
+    damaged = bytearray(data)
+    at = _member_offset(str(path), 'data/0')
+    damaged[at:at + 4] = b'\xff\xff\xff\xff'
+    while os.stat(path).st_ctime_ns == before.st_ctime_ns or how != \
+            'overwritten':  # (the clock's tick after the first write)
+        if how == 'overwritten':
+            with open(path, 'r+b') as f:
+                f.write(bytes(damaged))
+        else:
+            other = tmp_path / 'other.pth'
+            other.write_bytes(bytes(damaged))
+            os.replace(other, path)
+            break
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+    after = os.stat(path)
+    assert (after.st_size, after.st_mtime_ns) == (before.st_size,
+                                                  before.st_mtime_ns)
+    assert 'CRC' in checkpoint_problem(str(path))
+    with pytest.raises(CheckpointError, match='CRC'):
+        load_file(str(path))

@@ -1,0 +1,32 @@
+"""Re-save, in place, a trusted checkpoint that mmengine's HistoryBuffers
+made unloadable: saved by a process without hpm_mm imported (a plain
+``torch.save`` of a loaded checkpoint), it pickles their methods with
+``builtins.getattr``, which the checkpoint allow-list refuses.
+
+    python tools/misc/resave_checkpoint.py CKPT
+
+Loads it weights-only with exactly ``builtins.getattr`` added to the
+allow-list, and refuses (loading nothing) any file that holds anything else
+outside it. docs/reliability.md.
+"""
+import argparse
+import sys
+
+from hpm_mm.errors import exit_status
+
+
+def run(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument('checkpoint')
+    args = parser.parse_args(argv)
+    from hpm_mm.engine.safe_load import resave_checkpoint
+    resave_checkpoint(args.checkpoint)
+    print(f're-saved {args.checkpoint}: it loads with the allow-list now')
+
+
+def main(argv=None):
+    return exit_status('resave_checkpoint.py', run, argv)
+
+
+if __name__ == '__main__':
+    sys.exit(main())
