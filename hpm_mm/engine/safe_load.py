@@ -7,7 +7,6 @@ loads (resume, ``load_from``, ``init_cfg`` Pretrained, URLs) through
 import os
 import os.path as osp
 import pickle
-import re
 from typing import Optional
 
 import torch
@@ -132,8 +131,8 @@ def disallowed_globals(path: str) -> list:
     (torch's own and :func:`checkpoint_safe_globals`), in order, found by
     reading its opcodes: nothing is unpickled."""
     import pickletools
-    from _compat_pickle import IMPORT_MAPPING, NAME_MAPPING
 
+    from _compat_pickle import IMPORT_MAPPING, NAME_MAPPING
     from torch import _weights_only_unpickler as wou
     allowed = set(wou._get_allowed_globals())
     for g in list(torch.serialization.get_safe_globals()) + \
