@@ -203,19 +203,19 @@ def register_checkpoint_loader() -> None:
     from mmengine.runner import checkpoint
     from mmengine.runner.checkpoint import CheckpointLoader
 
+    from hpm_mm.engine.download import load_from_http, load_from_openmmlab
     from hpm_mm.engine.safe_load import (checkpoint_safe_globals,
-                                         load_from_local, load_from_openmmlab,
-                                         load_from_url)
+                                         load_from_local)
     picklable_history_buffer()
     add = getattr(torch.serialization, 'add_safe_globals', None)
     if add is not None:  # torch < 2.4: tensors-only files load
         add(checkpoint_safe_globals())
     for prefixes, loader in (('', load_from_local), (('http://', 'https://'),
-                                                     load_from_url),
+                                                     load_from_http),
                              (('open-mmlab://', 'openmmlab://'),
                               load_from_openmmlab)):
         CheckpointLoader.register_scheme(
             prefixes=prefixes, loader=loader, force=True)
     # torchvision:// and mmcls:// resolve a name to a URL and call this
     # function of mmengine's module directly
-    checkpoint.load_from_http = load_from_url
+    checkpoint.load_from_http = load_from_http

@@ -1,8 +1,9 @@
 """The one checkpoint loader: the file's bytes checked, then
 ``torch.load(weights_only=True)`` with an allow-list of the types mmengine
 writes. :func:`hpm_mm.compat.register_checkpoint_loader` routes mmengine's
-loads (resume, ``load_from``, ``init_cfg`` Pretrained, URLs) through
-:func:`load_file`; docs/reliability.md says why and what it costs.
+loads (resume, ``load_from``, ``init_cfg`` Pretrained) through
+:func:`load_file`, URLs through :mod:`hpm_mm.engine.download` (which
+downloads, then calls it); docs/reliability.md says why and what it costs.
 """
 import os
 import os.path as osp
@@ -21,6 +22,9 @@ LEGACY_MAGIC = b'\x80\x02\x8a\nl\xfc\x9cF\xf9 j\xa8P\x19.'
 # NumPy's pickle helpers are named by the module of the NumPy that wrote
 # them: ``numpy.core.multiarray`` (1.x) or ``numpy._core.multiarray`` (2.x)
 _MULTIARRAY_NAMES = ('numpy.core.multiarray', 'numpy._core.multiarray')
+#: the addresses mmengine hands to hpm_mm's loaders of hpm_mm.engine.download
+URL_SCHEMES = ('http://', 'https://', 'open-mmlab://', 'openmmlab://',
+               'torchvision://', 'mmcls://')
 
 
 class CheckpointError(HPMError, RuntimeError):
@@ -29,6 +33,11 @@ class CheckpointError(HPMError, RuntimeError):
 
 class UnsafeCheckpointError(CheckpointError, pickle.UnpicklingError):
     """A checkpoint that holds objects outside the allow-list."""
+
+
+class CheckpointNotFoundError(CheckpointError, FileNotFoundError):
+    """No checkpoint at that path (a FileNotFoundError, as mmengine's
+    loader raised)."""
 
 
 def torch_below(version: str) -> bool:
@@ -216,17 +225,21 @@ def resave_checkpoint(path: str) -> None:
 
 
 def load_file(path: str, map_location='cpu'):
-    """Load a checkpoint safely (an http(s) ``path`` is downloaded first): its
+    """Load a checkpoint safely (a URL is downloaded first): its
     bytes checked (:func:`checkpoint_problem`), then weights-only with the
     allow-list; ``TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD`` does not switch this off
     (a warning says so). torch < :data:`TORCH_FLOOR` loads tensors-only files.
     Raises :class:`CheckpointError` (damaged) or
     :class:`UnsafeCheckpointError`, one line naming the file."""
-    if isinstance(path, str) and path.startswith(('http://', 'https://')):
-        from .download import download_checkpoint
-        path = download_checkpoint(path)
     path = os.fspath(path)
+    if path.startswith(URL_SCHEMES):  # hpm_mm's URL loaders, by mmengine
+        from mmengine.runner.checkpoint import CheckpointLoader
+        return CheckpointLoader.load_checkpoint(path, map_location)
     problem = checkpoint_problem(path)
+    if problem == 'no such file':
+        raise CheckpointNotFoundError(
+            f'cannot load the checkpoint {path}: no such file. Fix: the path '
+            'of an existing checkpoint.')
     if problem:
         raise CheckpointError(
             f'cannot load the checkpoint {path}: {problem}. Fix: give a '
@@ -252,28 +265,6 @@ def load_file(path: str, map_location='cpu'):
 def load_from_local(filename: str, map_location=None):
     """mmengine's local checkpoint loader, through :func:`load_file`."""
     return load_file(osp.expanduser(filename), map_location)
-
-
-def load_from_url(filename: str, map_location=None, model_dir=None, **_):
-    """mmengine's http(s) loader (``load_from=URL``, ``init_cfg``
-    Pretrained, ``torchvision://``, ``mmcls://``), through
-    :func:`load_file` (mmengine's passes ``weights_only=False``)."""
-    from .download import download_checkpoint
-    return load_file(download_checkpoint(filename, model_dir), map_location)
-
-
-def load_from_openmmlab(filename: str, map_location=None):
-    """mmengine's ``open-mmlab://`` loader (a model-zoo name: a URL or a
-    file under mmengine's home), through :func:`load_file`."""
-    from mmengine.runner.checkpoint import (_get_mmengine_home,
-                                            get_deprecated_model_names,
-                                            get_external_models)
-    name = filename.split('://', 1)[1]
-    name = get_deprecated_model_names().get(name, name)
-    url = get_external_models()[name]
-    if url.startswith(('http://', 'https://')):
-        return load_from_url(url, map_location)
-    return load_from_local(osp.join(_get_mmengine_home(), url), map_location)
 
 
 def checkpoint_state(model: torch.nn.Module, filename) -> dict:

@@ -247,8 +247,6 @@ def test_a_url_checkpoint_is_revalidated(tmp_path, served, monkeypatch):
     """The server's file changed: downloaded again; the server cannot be
     asked: the copy is used, with a log line (it was the first download,
     forever and silently)."""
-    import time
-
     from mmengine.logging import MMLogger
 
     import hpm_mm.engine.download as download
@@ -257,7 +255,7 @@ def test_a_url_checkpoint_is_revalidated(tmp_path, served, monkeypatch):
     torch.save(dict(w=torch.ones(2)), src)
     url, cache = served(str(src)), str(tmp_path / 'cache')
     assert torch.load(download.download_checkpoint(url, cache))['w'][0] == 1
-    time.sleep(1.1)  # another Last-Modified second
+    # re-published in the same Last-Modified second: not proven unchanged
     torch.save(dict(w=torch.full((3, ), 2.)), src)
     path = download.download_checkpoint(url, cache)
     assert torch.load(path)['w'][0] == 2.
@@ -480,3 +478,167 @@ def test_the_load_check_is_not_fooled_by_a_restored_mtime(
     assert 'CRC' in checkpoint_problem(str(path))
     with pytest.raises(CheckpointError, match='CRC'):
         load_file(str(path))
+
+
+@pytest.fixture
+def server():
+    """A server of one checkpoint whose response headers the test sets:
+    ``(url, state)``; ``state['body']`` is served with ``state['headers']``
+    (HEAD and GET), ``state['gets']`` counts the downloads."""
+    import http.server
+    import threading
+    state = dict(body=b'', headers={}, gets=0)
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+
+        def _head(self):
+            self.send_response(200)
+            for k, v in state['headers'].items():
+                self.send_header(k, v(state) if callable(v) else v)
+            self.end_headers()
+
+        def do_HEAD(self):
+            self._head()
+
+        def do_GET(self):
+            state['gets'] += 1
+            self._head()
+            self.wfile.write(state['body'])
+
+        def log_message(self, *args):
+            pass
+
+    srv = http.server.ThreadingHTTPServer(('127.0.0.1', 0), Handler)
+    srv.protocol_version = 'HTTP/1.0'
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    yield f'http://127.0.0.1:{srv.server_port}/epoch_3.pth', state
+    srv.shutdown()
+    srv.server_close()
+
+
+def _ckpt_bytes(tmp_path, value):
+    path = tmp_path / f'w{value}.pth'
+    torch.save(dict(w=torch.full((4, ), float(value))), path)
+    return path.read_bytes()
+
+
+def _length(state):
+    return str(len(state['body']))
+
+
+OLD_DATE = 'Mon, 02 Nov 2026 10:00:00 GMT'
+
+
+@pytest.mark.parametrize('case', [
+    'size only', 'no validators', 'weak etag', 'same second', 'new etag',
+    'strong etag', 'older and same size'
+])
+def test_a_url_copy_is_reused_only_when_the_server_proves_it_unchanged(
+        tmp_path, server, case):
+    """The copy is reused on a strong ETag equal to the recorded one, or a
+    Last-Modified strictly older than the download with the same size;
+    a re-published file of the same size (checkpoints of one config are),
+    a weak ETag, a Last-Modified in the download's second, or no
+    validators at all: downloaded again, one line saying why."""
+    from mmengine.logging import MMLogger
+
+    from hpm_mm.engine.download import download_checkpoint
+    url, state = server
+    import email.utils
+    email_date = email.utils.formatdate(usegmt=True)
+    headers = {
+        'size only': {
+            'Content-Length': _length
+        },
+        'no validators': {},
+        'weak etag': {
+            'ETag': 'W/"abc"',
+            'Content-Length': _length
+        },
+        'same second': {
+            'Last-Modified': email_date,
+            'Date': email_date,
+            'Content-Length': _length
+        },
+        'new etag': {
+            'ETag': lambda s: f'"{len(s["body"])}-{s["gets"]}"',
+            'Content-Length': _length
+        },
+        'strong etag': {
+            'ETag': '"v1"',
+            'Content-Length': _length
+        },
+        'older and same size': {
+            'Last-Modified': OLD_DATE,
+            'Content-Length': _length
+        },
+    }[case]
+    state.update(body=_ckpt_bytes(tmp_path, 1), headers=headers)
+    cache = str(tmp_path / 'cache')
+    path = download_checkpoint(url, cache)
+    assert torch.load(path)['w'][0] == 1 and state['gets'] == 1
+    state['body'] = _ckpt_bytes(tmp_path, 2)  # re-published, same size
+    said = []
+    logger = MMLogger.get_current_instance()
+    handler = __import__('logging').Handler()
+    handler.emit = lambda r: said.append(r.getMessage())
+    logger.addHandler(handler)
+    try:
+        again = download_checkpoint(url, cache)
+    finally:
+        logger.removeHandler(handler)
+    proven = case in ('strong etag', 'older and same size')
+    assert again == path and state['gets'] == (1 if proven else 2), said
+    assert torch.load(again)['w'][0] == (1 if proven else 2)
+    if not proven:
+        assert len(said) == 1 and 'downloading it again' in said[0], said
+
+
+def test_an_error_page_never_replaces_a_good_copy(tmp_path, server,
+                                                  monkeypatch):
+    """After a good copy, the server answers a 200 HTML page: refused in one
+    line saying the copy stays, and the copy is untouched; without the
+    network the copy is used with a warning a quiet console shows."""
+    import logging
+
+    from mmengine.logging import MMLogger
+
+    import hpm_mm.engine.download as download
+    url, state = server
+    state.update(body=_ckpt_bytes(tmp_path, 1), headers={})
+    cache = str(tmp_path / 'cache')
+    path = download.download_checkpoint(url, cache)
+    good = open(path, 'rb').read()
+    state['body'] = b'<html>500 Internal Server Error</html>'
+    with pytest.raises(download.DownloadError) as e:
+        download.download_checkpoint(url, cache)
+    line = str(e.value)
+    assert '\n' not in line and 'not a checkpoint' in line
+    assert f'the earlier copy {path} stays untouched' in line
+    assert open(path, 'rb').read() == good and isinstance(e.value, OSError)
+    monkeypatch.setattr(download, '_validators', lambda url: None)
+    said = []
+    logger = MMLogger.get_current_instance()
+    handler = logging.Handler()
+    handler.emit = lambda r: said.append((r.levelno, r.getMessage()))
+    logger.addHandler(handler)
+    try:
+        assert download.download_checkpoint(url, cache) == path
+    finally:
+        logger.removeHandler(handler)
+    assert [lvl for lvl, m in said
+            if 'cannot be asked' in m] == [logging.WARNING], said
+
+
+def test_a_missing_file_and_a_failed_download_raise_what_mmengine_did(
+        tmp_path):
+    """With hpm_mm imported, mmengine's loaders keep their names and their
+    errors' kinds: a missing local file is a FileNotFoundError (mmpretrain's
+    own tests expect it), a failed download an OSError."""
+    from mmengine.runner import checkpoint
+    from mmengine.runner.checkpoint import CheckpointLoader
+    assert checkpoint.load_from_http.__name__ == 'load_from_http'
+    with pytest.raises(FileNotFoundError, match='no such file'):
+        CheckpointLoader.load_checkpoint(str(tmp_path / 'missing.pth'))
+    with pytest.raises(OSError, match='cannot download the checkpoint'):
+        CheckpointLoader.load_checkpoint('http://127.0.0.1:9/x.pth')
