@@ -93,3 +93,51 @@ def test_no_module_imports_a_higher_layer():
                 if layer[target] > layer[own]:
                     up.append(f'{module} imports {name}')
     assert not up, 'imports of a higher layer:\n' + '\n'.join(up)
+
+
+def _module_graph() -> dict:
+    """hpm_mm's modules -> the hpm_mm modules each imports, at any depth
+    of its code (a function's lazy import too), package ``__init__`` files
+    left out (a package re-exports its modules, which import their
+    siblings by name)."""
+    import os
+    import os.path as osp
+    modules = {}
+    for root, _, files in os.walk(osp.join(REPO, 'hpm_mm')):
+        for f in files:
+            if f.endswith('.py') and f != '__init__.py':
+                path = osp.join(root, f)
+                module = osp.relpath(path, REPO)[:-3].replace(os.sep, '.')
+                modules[module] = path
+    graph = {}
+    for module, path in modules.items():
+        targets = set()
+        for name in _imports(path, module):
+            while name and name not in modules:  # `from pkg.mod import f`
+                name = name.rpartition('.')[0]
+            if name and name != module:
+                targets.add(name)
+        graph[module] = targets
+    return graph
+
+
+def test_no_import_circle_lazy_imports_included():
+    """No two modules import each other, directly or around a longer loop,
+    counting the imports inside functions (a circle closed lazily is still
+    a circle: #72 found engine/download <-> engine/safe_load)."""
+    graph = _module_graph()
+    circles, state = [], {}
+
+    def visit(node, path):
+        state[node] = 'open'
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == 'open':
+                circles.append(' -> '.join(path[path.index(nxt):] + [nxt]))
+            elif nxt not in state:
+                visit(nxt, path + [nxt])
+        state[node] = 'done'
+
+    for node in sorted(graph):
+        if node not in state:
+            visit(node, [node])
+    assert not circles, 'import circles:\n' + '\n'.join(circles)
