@@ -164,3 +164,88 @@ def test_testing_a_pretraining_config_is_one_line(tmp_path):
     from hpm_mm.apis import test
     with pytest.raises(HPMError, match='has no test set .*knn_eval.py'):
         test(FMNIST_CFG, str(tmp_path / 'x.pth'), str(tmp_path / 'w'))
+
+
+@pytest.mark.parametrize('line,says', [
+    ("load_fom = 'x.pth'", "nothing reads 'load_fom'. Fix: did you mean "
+     'load_from?'),
+    ("precison = 'bf16'", 'did you mean precision?'),
+    ('max_epoch = 1', 'did you mean train_cfg.max_epochs?'),
+    ('seed = 5', "reads 'seed' only as randomness.seed"),
+])
+def test_a_config_files_top_level_typo_is_one_line(tmp_path, line, says):
+    """A top-level key of a config file that nothing reads and that is close
+    to a key the run reads (or names a sub-config's key) is refused before
+    anything is built (it trained from scratch / in fp32 / the full run);
+    a plain variable the file uses while parsed stays legal."""
+    from hpm_mm.apis import load_config
+    cfg = tmp_path / 'typo.py'
+    cfg.write_text(f'_base_ = [{FMNIST_CFG!r}]\n{line}\n')
+    with pytest.raises(HPMError) as e:
+        load_config(str(cfg))
+    assert says in str(e.value) and '\n' not in str(e.value), str(e.value)
+    fine = tmp_path / 'fine.py'
+    fine.write_text(f'_base_ = [{FMNIST_CFG!r}]\nmax_epoch = 1\nseed = 5\n'
+                    'train_cfg = dict(max_epochs=max_epoch)\n'
+                    'randomness = dict(seed=seed)\nunrelated_note = 3\n')
+    assert load_config(str(fine)).train_cfg.max_epochs == 1
+
+
+@pytest.mark.parametrize('key,says', [
+    ('train_cfg.max_epoch', "EpochBasedTrainLoop takes no argument "
+     "'max_epoch' (did you mean max_epochs?)"),
+    ('optim_wrapper.optimizer.weight_decya', "AdamW takes no argument "
+     "'weight_decya' (did you mean weight_decay?)"),
+    ('model.mask_generator.mask_ratoi', "HPMMaskGenerator takes no argument "
+     "'mask_ratoi' (did you mean mask_ratio?)"),
+    ('default_scope', "'HPM' is not in the mmdet scope's model registry "
+     "(registered in: mmpretrain). Fix: default_scope='mmpretrain'"),
+])
+def test_a_typo_below_the_top_level_is_one_line(tmp_path, key, says):
+    """A constructor's argument misspelt, or a scope whose registry lacks
+    the model: one line naming what is close (30-63 lines of nested
+    build tracebacks before)."""
+    from helpers import TINY_RUN, tiny_config
+
+    from hpm_mm.apis import train
+    cfg = tiny_config(tmp_path, body=TINY_RUN.format(keep=1, epochs=1))
+    value = 'mmdet' if key == 'default_scope' else 1
+    with pytest.raises(HPMError) as e:
+        train(cfg, str(tmp_path / 'w'), cfg_options={key: value})
+    assert says in str(e.value) and '\n' not in str(e.value), str(e.value)
+
+
+def test_option_keys_keep_their_meaning_and_plugins_declare_theirs():
+    """``key =value`` is ``key=value``; a path with spaces and parentheses
+    keeps them; a hook that reads a top-level key of its own declares it
+    (``config_keys``) and ``--cfg-options`` sets it."""
+    import argparse
+
+    from mmengine.config import Config
+    from mmengine.hooks import Hook
+    from mmengine.registry import HOOKS
+
+    from hpm_mm.apis import CfgOptionsAction, merge_cfg_options
+    parser = argparse.ArgumentParser()
+    parser.add_argument('--cfg-options', nargs='+', action=CfgOptionsAction)
+    got = parser.parse_args([
+        '--cfg-options', 'train_cfg.max_epochs =2',
+        'load_from=/data/my run (copy)/epoch_1.pth'
+    ]).cfg_options
+    assert got == {
+        'train_cfg.max_epochs': 2,
+        'load_from': '/data/my run (copy)/epoch_1.pth'
+    }
+    cfg = Config(dict(train_cfg=dict(max_epochs=1)))
+    with pytest.raises(HPMError, match="nothing reads 'my_plugin_level'"):
+        merge_cfg_options(cfg, {'my_plugin_level': 3})
+
+    @HOOKS.register_module(force=True)
+    class PluginLevelHook(Hook):
+        config_keys = ('my_plugin_level', )
+
+    try:
+        assert merge_cfg_options(cfg, {'my_plugin_level': 3}).my_plugin_level \
+            == 3
+    finally:
+        HOOKS.module_dict.pop('PluginLevelHook')

@@ -31,9 +31,16 @@ class CfgOptionsAction(DictAction):
         options = copy.copy(getattr(namespace, self.dest, None) or {})
         for kv in values:  # a plain value keeps its spaces (a path)
             key, val = kv.split('=', maxsplit=1)
-            options[key] = self._parse_iterable(val) if re.search(
-                r'[\[(,]', val) else self._parse_int_float_bool(
-                    val.strip('\'"'))
+            key = key.strip()  # 'key =value' means key=value
+            if not re.fullmatch(r'[\w.]+', key):
+                parser.error(f'{option_string} {kv!r}: {key!r} is no config '
+                             'key (letters, digits, _ and dots). Fix: e.g. '
+                             'train_cfg.max_epochs=20')
+            # a list or tuple: [a,b], (a,b), a,b; else the value as written
+            # (a path with parentheses or spaces keeps them)
+            options[key] = self._parse_iterable(val) if re.match(
+                r'\s*[\[(]', val) or ',' in val else \
+                self._parse_int_float_bool(val.strip('\'"'))
         setattr(namespace, self.dest, options)
 
 
@@ -90,54 +97,95 @@ def _fits(old: Any, new: Any) -> bool:
     return True
 
 
-def _runner_keys() -> frozenset:
-    """The top-level config keys a run reads, derived: the arguments of
-    mmengine's runners, and every ``cfg.get('key')`` / ``cfg['key']`` of
-    the modules that read a run's config (mmengine's runners and builder,
-    hpm_mm's runner and image spec). Any other top-level key is a variable
-    of the config file, used only while the file is parsed (e.g. the
-    schedules' ``max_epochs``), or a typo."""
+#: top-level keys a run reads besides the arguments of mmengine's runners:
+#: the config system's, mmengine's runner's own ``cfg.get``s, hpm_mm's
+CONFIG_KEYS = frozenset({
+    '_base_', 'custom_imports', 'runner_type', 'model_wrapper_cfg',
+    'activation_checkpointing', 'efficient_conv_bn_eval',
+    'find_unused_parameters', 'sync_bn', 'precision', 'image', 'console',
+    'resume_changed_run'
+})
+
+
+def run_keys() -> frozenset:
+    """The top-level keys a run reads: the arguments of mmengine's runners,
+    :data:`CONFIG_KEYS`, and the ``config_keys`` a registered component
+    declares (a plugin's hook that reads ``runner.cfg.my_key`` says
+    ``config_keys = ('my_key', )``), read when asked, so a plugin's
+    ``custom_imports`` count."""
     import inspect
 
-    import mmengine.config.config as mm_config
-    import mmengine.registry.build_functions as mm_build
-    import mmengine.runner._flexible_runner as mm_flexible
-    import mmengine.runner.runner as mm_runner
-
-    import hpm_mm.datasets.image_spec as image_spec
-    import hpm_mm.engine.runner as hpm_runner
-    keys = set()
-    for runner in (mm_runner.Runner, mm_flexible.FlexibleRunner):
-        keys |= set(inspect.signature(runner.__init__).parameters)
-    for module in (mm_runner, mm_flexible, mm_build, mm_config, hpm_runner,
-                   image_spec):
-        keys |= set(
-            re.findall(r"(?:cfg\w*|args)(?:\.get\(|\[)\s*['\"](\w+)['\"]",
-                       inspect.getsource(module)))
-    return frozenset(keys - {'self', 'cfg', 'type'})
-
-
-RUNNER_KEYS = _runner_keys()
+    import mmengine.registry as registries
+    from mmengine.runner import FlexibleRunner, Runner
+    keys = set(CONFIG_KEYS)
+    for runner in (Runner, FlexibleRunner):
+        keys |= set(inspect.signature(runner.__init__).parameters) - {'self'}
+    todo = [
+        r for r in vars(registries).values()
+        if isinstance(r, registries.Registry)
+    ]
+    while todo:
+        registry = todo.pop()
+        todo += list(registry.children.values())
+        for cls in registry.module_dict.values():
+            keys |= set(getattr(cls, 'config_keys', ()))
+    return frozenset(keys)
 
 
-def _check_top_level(key: str) -> None:
-    """Refuse an option whose top-level key nothing reads, in one line."""
+def _leaves(node, prefix='') -> dict:
+    """``key -> dotted path`` of every nested dict key of a config (its
+    shallowest path), top level left out."""
+    out = {}
+    items = node.items() if isinstance(node, dict) else enumerate(node) \
+        if isinstance(node, (list, tuple)) else ()
+    for k, v in items:
+        path = f'{prefix}.{k}' if prefix else str(k)
+        found = _leaves(v, path)
+        if prefix and isinstance(k, str):
+            found[k] = path
+        for leaf, where in found.items():
+            if where.count('.') < out.get(leaf, where + '.').count('.'):
+                out[leaf] = where
+    return out
+
+
+def unread_key(cfg: dict,
+               top: str,
+               keys: frozenset,
+               rest: str = '') -> Optional[str]:
+    """Why the top-level ``top`` of ``cfg`` is a mistake, or None: nothing
+    reads it and it names a key of a sub-config (``seed`` is read as
+    ``randomness.seed``) or is close to one the run reads."""
     import difflib
-    top = key.split('.')[0]
-    if top in RUNNER_KEYS:
-        return
-    close = difflib.get_close_matches(top, sorted(RUNNER_KEYS), n=1)
+    if top in keys or top.startswith('_'):
+        return None
+    leaves = _leaves(cfg)
+    if top in leaves:
+        return (f'the run reads {top!r} only as {leaves[top]}, not at the '
+                f'top level. Fix: {leaves[top]}=...')
+    close = [
+        c + rest
+        for c in difflib.get_close_matches(top, sorted(keys), n=1, cutoff=0.8)
+    ] or [
+        leaves[c] for c in difflib.get_close_matches(
+            top, sorted(leaves), n=1, cutoff=0.8)
+    ]
     if close:
-        hint = f'did you mean {close[0]}{key[len(top):]}?'
-    elif top in ('max_epochs', 'max_iters', 'warmup_epochs'):
-        hint = f'the run reads train_cfg.{top} (and the schedulers\' ends)'
-    else:
-        hint = 'set a key the runner reads'
-    raise HPMError(
-        f'--cfg-options {key}=...: nothing reads {top!r} (a variable of the '
-        'config file is used only while the file is parsed; the runner '
-        f'reads {", ".join(sorted(RUNNER_KEYS - {"precision"})[:6])}, ...). '
-        f'Fix: {hint}')
+        return f'nothing reads {top!r}. Fix: did you mean {close[0]}?'
+    return None
+
+
+def _check_top_level(cfg: dict, key: str, keys: frozenset) -> None:
+    """Refuse an option whose top-level key nothing reads, in one line."""
+    top = key.split('.')[0]
+    if top in keys:
+        return
+    why = unread_key(cfg, top, keys, key[len(top):]) or (
+        f'nothing reads {top!r} (a variable of the config file is used '
+        'only while the file is parsed). Fix: set a key the run reads '
+        '(a plugin that reads a top-level key of its own declares it: '
+        'config_keys = (...) on its registered class)')
+    raise HPMError(f'--cfg-options {key}=...: {why}')
 
 
 def _by_type(cfg: dict, key: str) -> str:
@@ -177,8 +225,9 @@ def merge_cfg_options(cfg: Config, options: dict) -> Config:
     ``type`` instead of its index (``custom_hooks.KNNEvalHook.ks=[10]``)."""
     current = cfg.to_dict()
     options = {_by_type(current, k): v for k, v in options.items()}
+    keys = run_keys()
     for key in options:
-        _check_top_level(key)
+        _check_top_level(current, key, keys)
     for key, value in options.items():
         old = _lookup(current, key)
         if not _fits(old, value):
@@ -253,9 +302,44 @@ def load_config(path: str, options: Optional[dict] = None) -> Config:
     ``key.sub=value`` ``options`` merged (checked: :func:`merge_cfg_options`).
     """
     cfg = _read_config(path)
+    check_config_keys(cfg, path)
     if options:
         merge_cfg_options(cfg, options)
     return cfg
+
+
+def _names_read(path: str, seen: set) -> set:
+    """The names a config file and the files it inherits read while they
+    are parsed (its variables in use)."""
+    import ast
+    if not osp.isfile(path) or osp.realpath(path) in seen:
+        return set()
+    seen.add(osp.realpath(path))
+    with open(path, encoding='utf-8') as f:
+        tree = ast.parse(f.read(), filename=path)
+    names = {
+        n.id
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)
+    }
+    for base in _bases(path, tree):
+        names |= _names_read(base, seen)
+    return names
+
+
+def check_config_keys(cfg: Config, path: str) -> None:
+    """Refuse, in one line, a top-level key of the config file ``path`` that
+    nothing reads and that names a key of a sub-config (``seed``) or is
+    close to one the run reads (``load_fom``, ``precison``,
+    ``max_epoch``); a variable the files use while parsed stays legal."""
+    keys, used = run_keys(), _names_read(path, set())
+    plain = cfg.to_dict()
+    for top in plain:
+        if top in used:
+            continue
+        why = unread_key(plain, top, keys)
+        if why:
+            raise HPMError(f'{path}: {top} = ...: {why}')
 
 
 def _read_config(path: str) -> Config:

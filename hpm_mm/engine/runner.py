@@ -13,6 +13,7 @@ import logging
 import os
 import os.path as osp
 import sys
+from contextlib import contextmanager
 from typing import Optional
 
 from mmengine.config import Config
@@ -22,7 +23,7 @@ from mmengine.registry import RUNNERS
 from mmengine.runner import FlexibleRunner, Runner
 
 from hpm_mm.datasets.data_check import check_data_roots
-from hpm_mm.errors import HPMError
+from hpm_mm.errors import HPMError, unexpected_argument, unregistered_type
 from .dist import setup_cpu_distributed
 from .log_filter import BareConsoleFormatter, QuietConsole
 from .precision import Precision, optim_wrapper_cfg, run_precision
@@ -58,7 +59,8 @@ class RunPolicyMixin:
         """mmengine's ``from_cfg`` after the config's ``image`` spec is
         applied to every part it sets (:mod:`hpm_mm.datasets.image_spec`)."""
         from hpm_mm.datasets.image_spec import apply_image_spec
-        return super().from_cfg(apply_image_spec(copy.deepcopy(cfg)))
+        with explained_build_errors():
+            return super().from_cfg(apply_image_spec(copy.deepcopy(cfg)))
 
     def __init__(self, *args, **kwargs) -> None:
         bound = inspect.signature(super().__init__).bind(*args, **kwargs)
@@ -220,7 +222,8 @@ class RunPolicyMixin:
             self.logger.info(f'compiled (torch.compile): {", ".join(parts)}'
                              '; the first steps take longer')
         try:
-            model = super().train()
+            with explained_build_errors():  # (the loops are built here)
+                model = super().train()
         finally:
             self.release_work_dir()
         wrapper = self.optim_wrapper  # one, or one per optimizer
@@ -312,6 +315,22 @@ def refuse_old_torch_pretraining(model) -> None:
             f'{torch.__version__}. Fix: pretrain in an environment with a '
             'newer torch and transfer here (docs/install.md, two '
             'environments).')
+
+
+@contextmanager
+def explained_build_errors():
+    """A config key's typo below the top level, or a type no registry of
+    the scope holds, as one line naming what is close
+    (:func:`hpm_mm.errors.unexpected_argument`, ``unregistered_type``),
+    where mmengine raised a traceback of the nested builds."""
+    try:
+        yield
+    except (TypeError, KeyError) as e:
+        line = unexpected_argument(e) if isinstance(e, TypeError) else \
+            unregistered_type(e)
+        if line is None:
+            raise
+        raise HPMError(line) from None
 
 
 @RUNNERS.register_module()
