@@ -171,13 +171,14 @@ def test_testing_a_pretraining_config_is_one_line(tmp_path):
      'load_from?'),
     ("precison = 'bf16'", 'did you mean precision?'),
     ('max_epoch = 1', 'did you mean train_cfg.max_epochs?'),
-    ('seed = 5', "reads 'seed' only as randomness.seed"),
+    ('randomnes = dict(seed=5)', 'did you mean randomness?'),
 ])
 def test_a_config_files_top_level_typo_is_one_line(tmp_path, line, says):
     """A top-level key of a config file that nothing reads and that is close
-    to a key the run reads (or names a sub-config's key) is refused before
-    anything is built (it trained from scratch / in fp32 / the full run);
-    a plain variable the file uses while parsed stays legal."""
+    to a key the run reads is refused before anything is built (it trained
+    from scratch / in fp32 / the full run); a plain variable the file uses
+    while parsed stays legal, and so does one that names a sub-config's
+    key (mmengine's dumped configs keep such variables)."""
     from hpm_mm.apis import load_config
     cfg = tmp_path / 'typo.py'
     cfg.write_text(f'_base_ = [{FMNIST_CFG!r}]\n{line}\n')

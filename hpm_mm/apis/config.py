@@ -152,23 +152,27 @@ def _leaves(node, prefix='') -> dict:
 def unread_key(cfg: dict,
                top: str,
                keys: frozenset,
-               rest: str = '') -> Optional[str]:
+               rest: str = '',
+               option: bool = True) -> Optional[str]:
     """Why the top-level ``top`` of ``cfg`` is a mistake, or None: nothing
-    reads it and it names a key of a sub-config (``seed`` is read as
-    ``randomness.seed``) or is close to one the run reads."""
+    reads it and it is close to a key the run reads, or (an ``option``)
+    names a key of a sub-config (``seed`` is read as ``randomness.seed``;
+    in a file such a name may be a variable: mmengine's dumped configs
+    keep them)."""
     import difflib
     if top in keys or top.startswith('_'):
         return None
     leaves = _leaves(cfg)
     if top in leaves:
         return (f'the run reads {top!r} only as {leaves[top]}, not at the '
-                f'top level. Fix: {leaves[top]}=...')
+                f'top level. Fix: {leaves[top]}=...') if option else None
+    cutoff = 0.8 if option else 0.85
     close = [
-        c + rest
-        for c in difflib.get_close_matches(top, sorted(keys), n=1, cutoff=0.8)
+        c + rest for c in difflib.get_close_matches(
+            top, sorted(keys), n=1, cutoff=cutoff)
     ] or [
         leaves[c] for c in difflib.get_close_matches(
-            top, sorted(leaves), n=1, cutoff=0.8)
+            top, sorted(leaves), n=1, cutoff=cutoff)
     ]
     if close:
         return f'nothing reads {top!r}. Fix: did you mean {close[0]}?'
@@ -329,15 +333,15 @@ def _names_read(path: str, seen: set) -> set:
 
 def check_config_keys(cfg: Config, path: str) -> None:
     """Refuse, in one line, a top-level key of the config file ``path`` that
-    nothing reads and that names a key of a sub-config (``seed``) or is
-    close to one the run reads (``load_fom``, ``precison``,
-    ``max_epoch``); a variable the files use while parsed stays legal."""
+    nothing reads and that is close to a key the run reads (``load_fom``,
+    ``precison``, ``max_epoch``); a variable the files use while parsed
+    stays legal."""
     keys, used = run_keys(), _names_read(path, set())
     plain = cfg.to_dict()
     for top in plain:
         if top in used:
             continue
-        why = unread_key(plain, top, keys)
+        why = unread_key(plain, top, keys, option=False)
         if why:
             raise HPMError(f'{path}: {top} = ...: {why}')
 

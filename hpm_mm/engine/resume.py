@@ -62,11 +62,34 @@ def refuse_earlier_run(work_dir: str) -> None:
 
 
 def _run_id(path: str) -> Optional[str]:
+    """The run id a checkpoint records, its tensors left unread (mmap)."""
     try:
-        return ((load_file(path).get('meta') or {}).get('hpm_run')
-                or {}).get('run_id')
+        ckpt = torch.load(
+            path, map_location='cpu', weights_only=True, mmap=True)
     except Exception:
-        return None
+        try:  # (torch's legacy format has no mmap)
+            ckpt = load_file(path)
+        except Exception:
+            return None
+    return ((ckpt.get('meta') or {}).get('hpm_run') or {}).get('run_id')
+
+
+def read_run_ids(
+        work_dir: str) -> Tuple[Optional[str], str, Optional[str], int]:
+    """The work dir's run-id file: (its run's id, the folder it was
+    written in, the id of the run it branched from, the last step of that
+    run it holds); (None, work_dir, None, 0) without one."""
+    try:
+        with open(osp.join(work_dir, RUN_ID_FILE)) as f:
+            lines = f.read().split('\n')
+    except OSError:
+        return None, work_dir, None, 0
+    own = lines[0].strip() or None
+    where = lines[1].strip() if len(lines) > 1 and lines[1].strip() else \
+        work_dir
+    parent = lines[2].split() if len(lines) > 2 else []
+    return own, where, (parent[0] if parent else None), \
+        int(parent[1]) if len(parent) > 1 else 0
 
 
 def find_resume_checkpoint(work_dir: str) -> Tuple[Optional[str], List[str]]:
@@ -82,16 +105,22 @@ def find_resume_checkpoint(work_dir: str) -> Tuple[Optional[str], List[str]]:
     limit = next((s for s, p in found if p == pointed), None)
     candidates = [(pointed, False)] if pointed and limit is None else []
     candidates += [(p, limit is not None and s > limit) for s, p in found]
-    own = None
-    if osp.isfile(osp.join(work_dir, RUN_ID_FILE)):
-        with open(osp.join(work_dir, RUN_ID_FILE)) as f:
-            own = f.read().strip()
+    own, _, parent, upto = read_run_ids(work_dir)
+    steps = {p: s for s, p in found}
     skipped = []
     for path, newer in candidates:
         problem = checkpoint_problem(path)
-        if problem is None and newer and (own is None or _run_id(path) != own):
-            problem = (f'newer than {pointer} and not of this run (its run '
-                       f'id is not {own})')
+        if problem is None and (own is not None or newer):
+            # every candidate is this run's (or the one it branched from,
+            # up to the branch point), a newer one this run's own
+            run = _run_id(path)
+            ours = run == own or (not newer and parent is not None
+                                  and run == parent
+                                  and steps.get(path, 0) <= upto)
+            if not ours:
+                problem = ((f'newer than {pointer} and ' if newer else '') +
+                           f'not of this run (its run id {run} is not '
+                           f'{own})')
         if problem is None:
             return path, skipped
         skipped.append(f'{path}: {problem}')
@@ -176,6 +205,7 @@ class RunResume:
         self.then = None  # the resumed checkpoint's hpm_run meta
         self.ckpt = None  # loaded once, for the fit check
         self.saved, self.changed = [], False  # its schedulers; run changed
+        self.parent = None  # (the run id, step) a copied work dir branched
         self.path = kw.get('load_from')
         if self.resume and self.path and not explicit and \
                 'epoch' not in (load_file(self.path).get('meta') or {}):
@@ -205,6 +235,17 @@ class RunResume:
             self.then = meta.get('hpm_run')
             self.saved = self.ckpt.get('param_schedulers') or []
             self.run_id = (self.then or {}).get('run_id') or self.run_id
+            own, where, _, _ = read_run_ids(work_dir)
+            here = osp.realpath(work_dir)
+            if own is not None and osp.realpath(where) != here and \
+                    osp.isdir(where):  # a copy of a work dir: a branch
+                self.parent = (self.run_id, meta.get('epoch')
+                               or meta.get('iter') or 0)
+                self.run_id = uuid.uuid4().hex[:12]
+                self.notes.append(
+                    (logging.WARNING, f'resume: {work_dir} is a copy of '
+                     f'{where} (its run id file says so): this run '
+                     f'continues as a branch with its own id {self.run_id}'))
             self._check_same_run(meta)
 
     def _find(self, load_from: Optional[str]) -> Optional[str]:
@@ -244,21 +285,26 @@ class RunResume:
                 (logging.WARNING, f'resume: {self.path} records no run '
                  'signature (another runner wrote it): its schedulers\' '
                  "saved ends are compared with this run's"))
-            return
+            return self._check_length(meta)
         changed = [
             _change(k, self.then[k], v) for k, v in self.signature.items()
             if k in self.then and _plain(self.then[k]) != _plain(v)
         ]
         self._refuse(changed, self.notes)
         self.changed = bool(changed)
+        self._check_length(meta)
+
+    def _check_length(self, meta: dict) -> None:
+        """A run shorter than what the checkpoint trained cannot continue
+        it (it trained nothing and ended well), signed or not."""
         for key, done in (('max_epochs', meta.get('epoch')),
                           ('max_iters', meta.get('iter'))):
             length = self.signature[key]
-            if changed and length is not None and done and length < done:
+            if length is not None and done and length < done:
                 raise HPMError(
                     f'--resume {self.path}: it trained {done} '
                     f'{key[4:]}, more than train_cfg.{key}={length}; a '
-                    'changed run cannot continue it. Fix: '
+                    'shorter run cannot continue it. Fix: '
                     f'train_cfg.{key} >= {done}, or a new work dir with '
                     f'--cfg-options load_from={self.path}.')
 
@@ -291,7 +337,7 @@ class RunResume:
         if self.resume:
             ckpt, self.ckpt = self.ckpt, None
             problem = checkpoint_mismatch(model, checkpoint_state(model, ckpt),
-                                          f'--resume {self.path}')
+                                          f'--resume {self.path}', True)
             if problem:
                 raise HPMError(
                     f'{problem}: the config changed since the checkpoint was '
@@ -368,7 +414,9 @@ class RunResume:
         from mmengine.dist import is_main_process
         if is_main_process() and osp.isdir(self.work_dir):
             with open(osp.join(self.work_dir, RUN_ID_FILE), 'w') as f:
-                f.write(self.run_id)
+                f.write(f'{self.run_id}\n{osp.realpath(self.work_dir)}\n')
+                if self.parent is not None:
+                    f.write(f'{self.parent[0]} {self.parent[1]}\n')
         return dict(
             self.signature,
             iters_per_epoch=iters_per_epoch,
@@ -422,18 +470,25 @@ def share_of_model(model: torch.nn.Module, state_dict: dict) -> float:
 
 def checkpoint_mismatch(model: torch.nn.Module,
                         state_dict: dict,
-                        name: str = 'the checkpoint') -> Optional[str]:
+                        name: str = 'the checkpoint',
+                        exact: bool = False) -> Optional[str]:
     """One line saying how ``state_dict`` fails to fill ``model`` (missing
-    keys, other shapes; keys the model lacks are only counted), or None."""
+    keys, other shapes; keys the model lacks are counted, and with
+    ``exact`` a failure too: a resumed model shallower or narrower than
+    the checkpoint's), or None."""
     own = model.state_dict()
     missing = [k for k in own if k not in state_dict]
     shapes = [
         k for k in own if k in state_dict
         and tuple(state_dict[k].shape) != tuple(own[k].shape)
     ]
-    if not missing and not shapes:
+    extra = [k for k in state_dict if k not in own]
+    if not missing and not shapes and not (exact and extra):
         return None
-    extra = sum(1 for k in state_dict if k not in own)
+    if not missing and not shapes:
+        return (f'{name} holds {len(extra)} tensors the model lacks (e.g. '
+                f'{", ".join(extra[:3])}): the model is shallower or '
+                'narrower than the one it was trained with')
     parts = []
     if missing:
         parts.append(f'{len(missing)} of the model\'s {len(own)} tensors are '
@@ -444,4 +499,4 @@ def checkpoint_mismatch(model: torch.nn.Module,
                      f'{tuple(state_dict[k].shape)} in the file, '
                      f'{tuple(own[k].shape)} in the model)')
     return (f'{name} does not fill the model: ' + '; '.join(parts) +
-            f'; {extra} keys of the file are not in the model')
+            f'; {len(extra)} keys of the file are not in the model')

@@ -665,3 +665,79 @@ def test_resume_continues_only_this_runs_checkpoints(tmp_path):
     with pytest.raises(HPMError, match='holds no training state') as e:
         train(cfg, tmp_path / 'w2', resume=str(bare))
     assert '\n' not in str(e.value) and 'load_from=' in str(e.value)
+
+
+def test_run_ids_are_compared_without_a_pointer_and_a_copy_branches(tmp_path):
+    """Without a ``last_checkpoint`` pointer (a failed first write leaves
+    none), another run's newer epoch is skipped too; a work dir copied to
+    another path continues as a branch with its own id (its copied
+    checkpoints still its start), so the original run's later checkpoint
+    copied into it is not taken for its own."""
+    import os
+    import shutil
+    cfg = tiny_config(
+        tmp_path, FMNIST_CFG, TINY_RUN.format(keep=3, epochs=3), num_images=8)
+    other, work = tmp_path / 'other', tmp_path / 'work'
+    train(cfg, other, cfg_options={'randomness.seed': 1})
+    train(cfg, work, cfg_options={'train_cfg.max_epochs': 1})
+    (work / 'last_checkpoint').unlink()
+    shutil.copy(other / 'epoch_3.pth', work / 'epoch_3.pth')
+    out = train(
+        cfg, work, resume=True, cfg_options={'train_cfg.max_epochs': 1})
+    assert f'resume: skipped {work}/epoch_3.pth: not of this run' in out
+    assert f'resume: from {work}/epoch_1.pth' in out
+    os.remove(work / 'epoch_3.pth')
+    copy = tmp_path / 'copy'
+    shutil.copytree(work, copy)
+    longer = {'train_cfg.max_epochs': 2, 'resume_changed_run': True}
+    out = train(cfg, copy, resume=True, cfg_options=longer)
+    assert f'resume: {copy} is a copy of {work}' in out, out[-2000:]
+    own, where, parent, upto = open(copy / 'run_id').read().split()
+    assert where == str(copy.resolve()) and upto == '1'
+    assert parent == open(work / 'run_id').read().split()[0] != own
+    train(
+        cfg,
+        work,
+        resume=True,
+        cfg_options=dict(longer, **{'train_cfg.max_epochs': 3}))
+    shutil.copy(work / 'epoch_3.pth', copy / 'epoch_3.pth')  # the original's
+    out = train(cfg, copy, resume=True, cfg_options=longer)
+    assert 'not of this run' in out and f'resume: from {copy}/epoch_2.pth' \
+        in out
+
+
+def test_fewer_epochs_and_a_shallower_model_are_refused_on_resume(tmp_path):
+    """resume_changed_run=True with fewer epochs than a checkpoint without a
+    run signature trained: refused (it trained nothing and exited 0); a
+    shallower model resumed: one line, the work dir's config copy left as
+    it was (a 45-line ValueError that replaced it)."""
+    cfg = tiny_config(
+        tmp_path, FMNIST_CFG, TINY_RUN.format(keep=3, epochs=2), num_images=8)
+    work = tmp_path / 'work'
+    train(cfg, work)
+    for name in ('epoch_1.pth', 'epoch_2.pth'):  # by another runner
+        ckpt = torch.load(work / name, weights_only=False)
+        ckpt['meta'].pop('hpm_run')
+        torch.save(ckpt, work / name)
+    (work / 'run_id').unlink()
+    with pytest.raises(
+            HPMError,
+            match='it trained 2 epochs, more than '
+            'train_cfg.max_epochs=1'):
+        train(
+            cfg,
+            work,
+            resume=True,
+            cfg_options={
+                'train_cfg.max_epochs': 1,
+                'resume_changed_run': True
+            })
+    deep = tmp_path / 'deep'
+    train(cfg, deep, cfg_options={'model.backbone.arch.num_layers': 2})
+    copy = next(deep.glob('tiny_cfg.py'))
+    before = copy.read_text()
+    with pytest.raises(HPMError) as e:  # the config's 1 layer
+        train(cfg, deep, resume=True)
+    line = str(e.value)
+    assert '\n' not in line and 'tensors the model lacks' in line, line
+    assert copy.read_text() == before
