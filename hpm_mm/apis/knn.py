@@ -92,8 +92,9 @@ def frozen_eval(config: Union[str, Config],
         split: Runner.build_dataloader(hook[f'{split}_dataloader'], seed=0)
         for split in ('train', 'val')
     }
-    precision = run_precision(
-        dict(precision='auto' if amp else 'fp32'), model_device(model))
+    precision = run_precision(  # the config's, as in its training run
+        dict(precision='auto' if amp else cfg.get('precision') or 'fp32'),
+        model_device(model))
     log(precision.line())
     feats = {}
     for split, loader in loaders.items():

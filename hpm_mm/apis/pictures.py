@@ -103,6 +103,10 @@ def hard_patches(config: Union[str, Config],
     check_writable(
         out_dir, 'the pictures', True, '--out-dir a folder you '
         'can write (by default they go beside the checkpoint)')
+    if not images and (isinstance(num_samples, bool)
+                       or not isinstance(num_samples, int) or num_samples < 1):
+        raise HPMError(f'num_samples={num_samples!r}: the pictures of how '
+                       'many images? Fix: --num-samples 1 or more.')
     model = load_model(cfg)
     if model.__class__.__name__ != 'HPM':
         raise HPMError(f'{cfg.filename or "the config"} builds a '

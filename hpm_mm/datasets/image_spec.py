@@ -39,6 +39,10 @@ def _check(spec: dict) -> None:
                        'size=..., channels=1 or 3, patch_size=..., mean=[...],'
                        ' std=[...]) (0..255 units; root= optional).')
     size, ch, patch = spec['size'], spec['channels'], spec['patch_size']
+    for key in ('mean', 'std'):  # one number: every channel's
+        if isinstance(spec[key], (int, float)) and not isinstance(
+                spec[key], bool) and isinstance(ch, int):
+            spec[key] = [spec[key]] * ch
     for key in ('size', 'patch_size'):
         value = spec[key]
         if isinstance(value, bool) or not isinstance(value, int) or \
@@ -54,22 +58,32 @@ def _check(spec: dict) -> None:
         raise HPMError(f"image.std={list(spec['std'])}: every std must be "
                        '> 0 (the pixels are divided by it). Fix: the '
                        "images' own std per channel, in 0..255 units.")
-    small_mean, small_std = max(spec['mean']) <= 1, max(spec['std']) <= 1
-    if small_mean or small_std:
-        which = 'both look' if small_mean == small_std else \
-            f"image.{'mean' if small_mean else 'std'} looks"
+    # per channel: a std <= 1, or a mean in (0, 1], is in 0..1 units (a
+    # mean of 0 with a std of 255 is a valid 0..1 scaling of 0..255)
+    small = [
+        i for i, (m, sd) in enumerate(zip(spec['mean'], spec['std']))
+        if sd <= 1 or 0 < m <= 1
+    ]
+    if small:
         raise HPMError(f"image.mean={list(spec['mean'])}, image.std="
-                       f"{list(spec['std'])}: {which} like 0..1 units, but "
-                       'the images are read as 0..255. Fix: give both in '
-                       '0..255 (multiply 0..1 values by 255, e.g. mean='
-                       '[123.675, 116.28, 103.53], std=[58.395, 57.12, '
-                       '57.375]).')
+                       f"{list(spec['std'])}: channel(s) {small} look like "
+                       '0..1 units, but the images are read as 0..255. Fix: '
+                       'give every channel in 0..255 (multiply 0..1 values '
+                       'by 255, e.g. mean=[123.675, 116.28, 103.53], std='
+                       '[58.395, 57.12, 57.375]; mean=0, std=255 scales to '
+                       '0..1).')
     if ch not in (1, 3):
         raise HPMError(f'image.channels={ch}: 1 (grayscale) or 3 (RGB).')
     if size % patch:
         raise HPMError(f'image.size={size} is not a multiple of '
                        f'image.patch_size={patch}. Fix: a size that is, e.g. '
                        f'{size - size % patch or patch}.')
+    if (size // patch)**2 < 4:
+        raise HPMError(f'image.size={size} with image.patch_size={patch} '
+                       f'gives {(size // patch)**2} patch(es) per image: '
+                       'masking hides some patches and shows the others, so '
+                       f'it needs several. Fix: image.patch_size <= '
+                       f'{max(size // 2, 1)}.')
     if len(spec['mean']) != ch or len(spec['std']) != ch:
         raise HPMError(f'image.mean / image.std need {ch} value(s) (one per '
                        f"channel), got {list(spec['mean'])} / "

@@ -15,7 +15,8 @@ import torch
 
 from hpm_mm.errors import HPMError
 from .download import download_checkpoint
-from .safe_load import checkpoint_problem, checkpoint_state, load_file
+from .safe_load import (check_finite, checkpoint_problem, checkpoint_state,
+                        load_file)
 
 #: the work dir's file holding the id of the run that owns its checkpoints
 RUN_ID_FILE = 'run_id'
@@ -336,7 +337,9 @@ class RunResume:
             return
         if self.resume:
             ckpt, self.ckpt = self.ckpt, None
-            problem = checkpoint_mismatch(model, checkpoint_state(model, ckpt),
+            state = checkpoint_state(model, ckpt)
+            check_finite(state, f'--resume {self.path}')
+            problem = checkpoint_mismatch(model, state,
                                           f'--resume {self.path}', True)
             if problem:
                 raise HPMError(
@@ -345,7 +348,9 @@ class RunResume:
                     'with (its copy is in the work dir), or start a new work '
                     'dir with --cfg-options load_from=CKPT.')
             return
-        share = share_of_model(model, checkpoint_state(model, self.path))
+        state = checkpoint_state(model, self.path)
+        check_finite(state, f'load_from={self.path}')  # (kNN's line)
+        share = share_of_model(model, state)
         if share < 0.5:
             raise HPMError(
                 f'load_from={self.path} fills {100 * share:.1f}% of this '

@@ -73,8 +73,12 @@ def test_check_data_reads_every_hooks_loader():
         (dict(mean=[0.485, 0.456, 0.406], std=[0.229, 0.224, 0.225
                                                ]), 'look like 0..1 units'),
         # mixed units: each refused (a 0..1 std trained at loss_rec 1.4e5)
-        (dict(std=[0.229, 0.224, 0.225]), r'image.std looks like 0..1 units'),
-        (dict(mean=[0.485, 0.456, 0.406]), r'image.mean looks like 0..1'),
+        (dict(std=[0.229, 0.224, 0.225]), r'channel\(s\) \[0, 1, 2\] look '
+         'like 0..1 units'),
+        (dict(mean=[0.485, 0.456, 0.406]), r'\[0, 1, 2\] look like 0..1'),
+        # one channel in 0..1 (the check read max(mean): it trained)
+        (dict(mean=[0.485, 116.28, 103.53]), r'channel\(s\) \[0\] look'),
+        (dict(size=16, patch_size=16), 'gives 1 patch'),
     ])
 def test_the_image_spec_refuses_what_cannot_train(change, match):
     """An image spec that would train on nothing sensible is one line
@@ -93,6 +97,24 @@ def test_the_image_spec_refuses_what_cannot_train(change, match):
     apply_image_spec(Config(dict(image=spec)))  # the good one passes
     with pytest.raises(HPMError, match=match):
         apply_image_spec(Config(dict(image=dict(spec, **change))))
+
+
+def test_the_image_spec_takes_one_number_and_a_0_to_1_scaling():
+    """A scalar mean / std is every channel's (it was a traceback); mean 0,
+    std 255 (pixels scaled to 0..1) is valid (it was refused as 0..1
+    units)."""
+    from mmengine.config import Config
+
+    from hpm_mm.datasets.image_spec import apply_image_spec
+    for mean, std in ((120., 50.), (0, 255)):
+        cfg = apply_image_spec(
+            Config(
+                dict(
+                    image=dict(
+                        size=32, channels=3, patch_size=4, mean=mean, std=std),
+                    data_preprocessor=dict(type='SelfSupDataPreprocessor'))))
+        assert cfg.data_preprocessor.mean == [mean] * 3
+        assert cfg.data_preprocessor.std == [std] * 3
 
 
 @pytest.mark.parametrize('arg,match', [

@@ -300,3 +300,47 @@ def test_check_mask_generator_exit_code_follows_the_report(monkeypatch):
     assert proc.returncode == 0 and proc.stdout == 'ok   invariants\n'
     assert seen == [('m:C', {'mask_ratio': 0.5}, 'cpu')]
     assert tool_main('misc/check_mask_generator.py', 'm:C').returncode == 1
+
+
+def test_output_paths_and_counts_are_checked_before_the_work(
+        tmp_path, hpm_checkpoint):
+    """Every tool's output path is checked before it works (knn_eval.py
+    --out a folder died after the evaluation; a converter's output under a
+    missing folder was a traceback), and --num-samples 0 is one line."""
+    from helpers import FMNIST_CFG
+    missing = tmp_path / 'no' / 'such' / 'out.pth'
+    runs = [
+        ('analysis_tools/knn_eval.py',
+         [FMNIST_CFG, hpm_checkpoint, '--out', tmp_path], 'is a folder'),
+        ('analysis_tools/visualize_hard_patches.py', [
+            FMNIST_CFG, hpm_checkpoint, '--num-samples', '0', '--out-dir',
+            tmp_path / 'p'
+        ], 'num_samples=0'),
+        ('model_converters/hpm2backbone.py',
+         [hpm_checkpoint, missing, '--target',
+          'mmpretrain'], 'does not exist. Fix: mkdir -p'),
+        ('model_converters/official2hpm.py', [hpm_checkpoint, missing],
+         'does not exist. Fix: mkdir -p'),
+        ('model_converters/target_weights.py',
+         ['dino', hpm_checkpoint, missing], 'does not exist'),
+    ]
+    for script, argv, says in runs:
+        proc = tool_main(script, *argv)
+        lines = proc.stderr.strip().splitlines()
+        assert proc.returncode == 1 and len(lines) == 1 and says in lines[0], \
+            (script, proc.stderr[-2000:])
+        assert 'extracting' not in proc.stdout  # no work done first
+    assert not (tmp_path / 'no').exists() and not (tmp_path / 'p').exists()
+
+
+def test_knn_eval_follows_the_configs_precision(tmp_path, hpm_checkpoint):
+    """The config's precision='bf16' is the kNN pass's (it said fp32)."""
+    from helpers import FMNIST_CFG
+    small = [
+        'custom_hooks.KNNEvalHook.train_dataloader.dataset.indices=32',
+        'custom_hooks.KNNEvalHook.val_dataloader.dataset.indices=16'
+    ]
+    proc = tool_main('analysis_tools/knn_eval.py', FMNIST_CFG, hpm_checkpoint,
+                     '--ks', '3', '--cfg-options', 'precision=bf16', *small)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert 'precision: bf16' in proc.stdout and ', bf16), ' in proc.stdout

@@ -152,6 +152,10 @@ def test_what_cannot_be_judged_is_refused_before_work(tmp_path,
         (lambda: train(cfg, w, cfg_options=dict(load_from=other)),
          'of another architecture'),
         (lambda: knn_eval(FMNIST_CFG, str(nan)), 'holds non-finite values'),
+        # load_from of it: refused at the start in kNN's line (it trained an
+        # epoch and blamed the learning rate)
+        (lambda: train(cfg, w, cfg_options=dict(load_from=str(nan))),
+         f'load_from={nan} holds non-finite values'),
         (lambda: test(
             cfg, str(nan), t, partial_load=True, out=str(tmp_path / 'r.txt')),
          'unknown format .txt'),

@@ -55,6 +55,9 @@ def parse_args(argv=None):
 def run(argv=None):
     args = parse_args(argv)
     from hpm_mm.apis import knn_eval, load_config
+    from hpm_mm.engine.work_dir import check_writable
+    if args.out:  # before the work (it died after the evaluation)
+        check_writable(args.out, 'the kNN result (--out)')
     cfg = load_config(args.config, args.cfg_options)
     r = knn_eval(
         cfg,

@@ -173,11 +173,14 @@ def main(argv=None):
         default='b',
         help='s/b/l/h, used when the checkpoint has no config')
     args = parser.parse_args(argv)
-    if args.target != 'timm' and osp.isdir(args.dst):
-        raise SystemExit(f'hpm2backbone.py: {args.dst} is a folder, and the '
-                         'converted backbone is one file. Fix: a file path, '
-                         f'e.g. {osp.join(args.dst, "backbone.pth")}')
     import hpm_mm  # noqa: F401  (weights_only-safe loading of mmengine ckpts)
+    from hpm_mm.engine.work_dir import check_writable
+    from hpm_mm.errors import HPMError
+    try:  # before the work
+        check_writable(args.dst, 'the converted backbone',
+                       args.target == 'timm')
+    except HPMError as e:
+        raise SystemExit(f'hpm2backbone.py: {e}')
     from hpm_mm.apis.convert import convert, encoder_state
     from hpm_mm.engine.safe_load import load_file
     from hpm_mm.errors import HPMError

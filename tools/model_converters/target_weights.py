@@ -15,8 +15,6 @@ the result is loaded into the target network before it is written, and
 any key it lacks or does not use is named.
 """
 import argparse
-import os
-import os.path as osp
 
 import torch
 
@@ -101,9 +99,12 @@ def main(argv=None):
     parser.add_argument('src')
     parser.add_argument('dst')
     args = parser.parse_args(argv)
-    if osp.isdir(args.dst):
-        raise SystemExit(f'target_weights.py: {args.dst} is a folder. Fix: '
-                         f'a file path, e.g. {osp.join(args.dst, "t.pth")}')
+    from hpm_mm.engine.work_dir import check_writable
+    from hpm_mm.errors import HPMError
+    try:  # before the work
+        check_writable(args.dst, 'the target weights')
+    except HPMError as e:
+        raise SystemExit(f'target_weights.py: {e}')
     out, target = convert(args.kind, read_state(args.src))
     own = target.load_target_state(out)
     missing, unexpected = target.network.load_state_dict(own, strict=False)
@@ -112,7 +113,6 @@ def main(argv=None):
     if missing:
         raise SystemExit(f'the target network lacks {missing[:5]}; '
                          'nothing written')
-    os.makedirs(osp.dirname(osp.abspath(args.dst)), exist_ok=True)
     torch.save({'state_dict': out}, args.dst)
     print(f'wrote {args.dst}')
 
