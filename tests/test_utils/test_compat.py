@@ -129,3 +129,92 @@ def test_det_seg_refuse_without_compiled_ops(monkeypatch, config, what):
     assert '\n' not in msg, msg
     assert msg.startswith(f'{config}: {what}') and \
         'compiled ops' in msg and 'bash tools/install.sh full' in msg
+
+
+#: what a new process of this environment imports of the stack before
+#: ``import hpm_mm`` in the test below, so that only hpm_mm's own changes
+#: show (not the registrations of modules hpm_mm merely imports)
+SNAPSHOT = r'''
+import importlib, json, sys, warnings
+for m in ('torch', 'mmcv', 'mmcv.cnn', 'mmcv.image', 'mmengine.runner',
+          'mmengine.config', 'mmpretrain.models', 'mmpretrain.datasets',
+          'mmpretrain.apis', 'mmpretrain.evaluation'):
+    importlib.import_module(m)
+import torch
+import mmengine.registry as R
+from mmengine.config import utils
+from mmengine.runner.checkpoint import CheckpointLoader
+
+MODULES = ('mmengine.config.config', 'mmengine.runner.runner',
+           'mmengine.runner.checkpoint', 'mmengine.logging.history_buffer',
+           'mmcv', 'mmcv.image', 'mmcv.image.photometric', 'torch.serialization')
+
+
+def snap():
+    out = {}
+    for name in MODULES:
+        module = sys.modules[name]
+        for k, v in vars(module).items():
+            if type(v).__name__ == 'module':
+                continue
+            out[k] = id(v)
+            if isinstance(v, type) and v.__module__ == name:
+                out.update({f'{k}.{a}': id(b) for a, b in vars(v).items()})
+    for r in vars(R).values():
+        if isinstance(r, R.Registry):
+            out.update({f'registry {r.name} {k}': id(v)
+                        for k, v in r.module_dict.items()})
+    out.update({f'CheckpointLoader {k}': id(v)
+                for k, v in CheckpointLoader._schemes.items()})
+    out.update({f'filter {f[1].pattern}': 0 for f in warnings.filters
+                if f[1] is not None})
+    out.update({f'add_safe_globals {g}': 0
+                for g in map(str, torch.serialization.get_safe_globals())})
+    out.update({f'MODULE2PACKAGE {k}': 0 for k in utils.MODULE2PACKAGE})
+    return out
+
+
+before = snap()
+import hpm_mm
+after = snap()
+print(json.dumps(sorted(k for k in after if before.get(k) != after[k])))
+'''
+
+
+def _token(change: str) -> str:
+    """What the docs' table must name for one change."""
+    if change.startswith('registry '):
+        return 'registries'
+    if change.startswith('filter '):
+        return change[len('filter '):]
+    kind = change.split(' ')[0]
+    if kind in ('CheckpointLoader', 'add_safe_globals', 'MODULE2PACKAGE'):
+        return kind
+    owner, _, attr = change.rpartition('.')
+    private = attr.startswith('_') and not attr.startswith('__')
+    return owner if private else attr
+
+
+def test_what_import_hpm_mm_changes_is_in_the_docs_table():
+    """docs/install.md's table of what ``import hpm_mm`` changes names every
+    upstream object it changes: the names and attributes of mmengine's,
+    mmcv's and torch's modules and classes, mmengine's root registries, its
+    checkpoint loaders, the warning filters, torch's safe globals and the
+    config packages; hpm_mm/compat.py or __init__.py changing another
+    fails here (it was missing the registries, the filters and
+    get_installed_path)."""
+    import json
+    import re
+    import subprocess
+    proc = subprocess.run([sys.executable, '-c', SNAPSHOT],
+                          capture_output=True,
+                          text=True,
+                          cwd=REPO)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    changes = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert 'build_dataloader' in {c.split('.')[-1] for c in changes}
+    text = open(osp.join(REPO, 'docs', 'install.md')).read()
+    table = re.search(r'## What `import hpm_mm` changes\n(.*?)\n## ', text,
+                      re.S).group(1)
+    unnamed = sorted({c for c in changes if _token(c) not in table})
+    assert not unnamed, f'not in docs/install.md\'s table: {unnamed}'
