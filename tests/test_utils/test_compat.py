@@ -147,7 +147,8 @@ from mmengine.runner.checkpoint import CheckpointLoader
 
 MODULES = ('mmengine.config.config', 'mmengine.runner.runner',
            'mmengine.runner.checkpoint', 'mmengine.logging.history_buffer',
-           'mmcv', 'mmcv.image', 'mmcv.image.photometric', 'torch.serialization')
+           'mmcv', 'mmcv.image', 'mmcv.image.photometric',
+           'torch.serialization')
 
 
 def snap():
