@@ -27,6 +27,19 @@ def exit_status(prog: str, run, argv=None):
     return result if type(result) is int else 0
 
 
+def all_registries():
+    """Every mmengine registry: the roots and their children (mmpretrain's,
+    hpm_mm's, a plugin's)."""
+    import mmengine.registry as registries
+    todo = [
+        r for r in vars(registries).values()
+        if isinstance(r, registries.Registry)
+    ]
+    while todo:
+        yield todo[-1]
+        todo += list(todo.pop().children.values())
+
+
 def unexpected_argument(error: TypeError):
     """One line for mmengine's ``class `X` in ...: X.__init__() got an
     unexpected keyword argument 'k'`` (a config key's typo below the top
@@ -41,7 +54,8 @@ def unexpected_argument(error: TypeError):
         r'(\w+)\.__init__\(\)', text)
     if not key or not names:
         return None
-    cls = _registered(names[-1])
+    cls = next((r.module_dict[names[-1]]
+                for r in all_registries() if names[-1] in r.module_dict), None)
     params = [
         p for p in (inspect.signature(cls.__init__).parameters if cls else ())
         if p not in ('self', 'args', 'kwargs')
@@ -53,22 +67,6 @@ def unexpected_argument(error: TypeError):
             '. Fix: correct that key in the config (or --cfg-options).')
 
 
-def _registered(name: str):
-    """The class registered as ``name`` in any of mmengine's registries
-    (their children included), or None."""
-    import mmengine.registry as registries
-    todo = [
-        r for r in vars(registries).values()
-        if isinstance(r, registries.Registry)
-    ]
-    while todo:
-        registry = todo.pop()
-        todo += list(registry.children.values())
-        if name in registry.module_dict:
-            return registry.module_dict[name]
-    return None
-
-
 def unregistered_type(error: KeyError):
     """One line for mmengine's ``'X is not in the scope::kind registry'``
     (a type's typo, or a ``default_scope`` whose registry lacks it), naming
@@ -76,29 +74,24 @@ def unregistered_type(error: KeyError):
     another KeyError."""
     import difflib
     import re
-
-    import mmengine.registry as registries
     found = re.search(r'(\S+) is not in the (\w+)::(\w+) registry',
                       str(error.args[0] if error.args else ''))
     if not found:
         return None
     name, scope, kind = found.groups()
-    holders, names = [], set()
-    todo = [
-        r for r in vars(registries).values()
-        if isinstance(r, registries.Registry) and r.name == kind
-    ]
-    while todo:
-        registry = todo.pop()
-        todo += list(registry.children.values())
-        names |= set(registry.module_dict)
-        if name in registry.module_dict:
-            holders.append(registry.scope)
-    close = difflib.get_close_matches(name, sorted(names), n=2, cutoff=0.7)
+    kinds = [r for r in all_registries() if r.name == kind]
+    holders = sorted(r.scope for r in kinds if name in r.module_dict)
+    close = difflib.get_close_matches(
+        name,
+        sorted({n
+                for r in kinds
+                for n in r.module_dict}),
+        n=2,
+        cutoff=0.7)
     fix = (f"default_scope='{holders[0]}' (its {kind} registry holds it)"
            if holders else f'did you mean {" or ".join(close)}?'
            if close else 'a registered type, or custom_imports that '
            'registers it')
     return (f'{name!r} is not in the {scope} scope\'s {kind} registry' +
-            (f' (registered in: {", ".join(sorted(holders))})'
-             if holders else '') + f'. Fix: {fix}.')
+            (f' (registered in: {", ".join(holders)})' if holders else '') +
+            f'. Fix: {fix}.')

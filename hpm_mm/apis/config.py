@@ -115,18 +115,13 @@ def run_keys() -> frozenset:
     ``custom_imports`` count."""
     import inspect
 
-    import mmengine.registry as registries
     from mmengine.runner import FlexibleRunner, Runner
+
+    from hpm_mm.errors import all_registries
     keys = set(CONFIG_KEYS)
     for runner in (Runner, FlexibleRunner):
         keys |= set(inspect.signature(runner.__init__).parameters) - {'self'}
-    todo = [
-        r for r in vars(registries).values()
-        if isinstance(r, registries.Registry)
-    ]
-    while todo:
-        registry = todo.pop()
-        todo += list(registry.children.values())
+    for registry in all_registries():
         for cls in registry.module_dict.values():
             keys |= set(getattr(cls, 'config_keys', ()))
     return frozenset(keys)

@@ -14,28 +14,50 @@ TARGETS = ('mmpretrain', 'mmdet', 'mmseg', 'timm')
 REQUIRED = ('patch_embed.projection.weight', 'pos_embed',
             'layers.0.attn.qkv.weight')
 
-# mmpretrain VisionTransformer key prefix <-> timm's ({} = block index)
-TIMM_NAMES = [
-    ('patch_embed.projection.', 'patch_embed.proj.'),
-    ('layers.{}.ln1.', 'blocks.{}.norm1.'),
-    ('layers.{}.ln2.', 'blocks.{}.norm2.'),
-    ('layers.{}.attn.', 'blocks.{}.attn.'),
-    ('layers.{}.ffn.layers.0.0.', 'blocks.{}.mlp.fc1.'),
-    ('layers.{}.ffn.layers.1.', 'blocks.{}.mlp.fc2.'),
-    ('ln1.', 'norm.'),
-]
+#: timm's (and the authors') block names -> mmpretrain's ({} = index)
+_BLOCK = (('norm1.', 'ln1.'), ('norm2.', 'ln2.'), ('attn.', 'attn.'),
+          ('mlp.fc1.', 'ffn.layers.0.0.'), ('mlp.fc2.', 'ffn.layers.1.'))
+#: mmpretrain VisionTransformer key prefix <-> timm's
+TIMM_NAMES = [('patch_embed.projection.', 'patch_embed.proj.'),
+              ('ln1.', 'norm.')] + [(f'layers.{{}}.{b}', f'blocks.{{}}.{a}')
+                                    for a, b in _BLOCK]
+#: the authors' HPM / MAE names -> hpm_mm's HPM model's
+OFFICIAL_NAMES = [
+    ('patch_embed.proj.', 'backbone.patch_embed.projection.'),
+    ('cls_token', 'backbone.cls_token'),
+    ('pos_embed', 'backbone.pos_embed'),
+    ('norm.', 'backbone.ln1.'),
+    ('decoder_embed.', 'neck.decoder_embed.'),
+    ('mask_token', 'neck.mask_token'),
+    ('decoder_pos_embed', 'neck.decoder_pos_embed'),
+    ('decoder_norm.', 'neck.ln1.'),
+    ('decoder_pred.', 'neck.decoder_pred.'),
+    ('decoder_norm_losspred.', 'neck.predictor.norm.'),
+    ('decoder_pred_losspred.', 'neck.predictor.pred.'),
+] + [(f'{src}.{{}}.{a}', f'{dst}.{{}}.{b}')
+     for src, dst in (('blocks', 'backbone.layers'),
+                      ('decoder_blocks', 'neck.decoder_blocks'),
+                      ('decoder_blocks_losspred', 'neck.predictor.blocks'))
+     for a, b in _BLOCK]
+
+
+def rename(key: str, table, forward: bool = True):
+    """``key`` through the first rule of ``table`` ((a, b) prefixes, ``{}`` a
+    block index) that matches it, a -> b (``forward``) or b -> a; None when
+    none matches."""
+    for a, b in table:
+        src, dst = (a, b) if forward else (b, a)
+        pattern = '^' + re.escape(src).replace(r'\{\}', r'(\d+)')
+        new, n = re.subn(pattern, dst.replace('{}', r'\1'), key)
+        if n:
+            return new
+    return None
 
 
 def _rename(key: str, to_timm: bool) -> str:
     """One key between mmpretrain's and timm's ViT names
     (:data:`TIMM_NAMES`)."""
-    for mm, timm in TIMM_NAMES:
-        src, dst = (mm, timm) if to_timm else (timm, mm)
-        pattern = '^' + re.escape(src).replace(r'\{\}', r'(\d+)')
-        key, n = re.subn(pattern, dst.replace('{}', r'\1'), key)
-        if n:
-            break
-    return key
+    return rename(key, TIMM_NAMES, to_timm) or key
 
 
 def saved_config(checkpoint: dict):

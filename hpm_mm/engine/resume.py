@@ -75,22 +75,18 @@ def _run_id(path: str) -> Optional[str]:
     return ((ckpt.get('meta') or {}).get('hpm_run') or {}).get('run_id')
 
 
-def read_run_ids(
-        work_dir: str) -> Tuple[Optional[str], str, Optional[str], int]:
-    """The work dir's run-id file: (its run's id, the folder it was
-    written in, the id of the run it branched from, the last step of that
-    run it holds); (None, work_dir, None, 0) without one."""
+def read_run_ids(work_dir: str) -> tuple:
+    """The work dir's run-id file, lines ``ID``, ``FOLDER``, ``PARENT
+    STEP``: (this run's id, the folder it was written in, the id of the run
+    it branched from and the last step of that run it holds); missing
+    parts None, the work dir, None, 0."""
     try:
         with open(osp.join(work_dir, RUN_ID_FILE)) as f:
-            lines = f.read().split('\n')
+            own, where, parent = (f.read().splitlines() + ['', '', ''])[:3]
     except OSError:
         return None, work_dir, None, 0
-    own = lines[0].strip() or None
-    where = lines[1].strip() if len(lines) > 1 and lines[1].strip() else \
-        work_dir
-    parent = lines[2].split() if len(lines) > 2 else []
-    return own, where, (parent[0] if parent else None), \
-        int(parent[1]) if len(parent) > 1 else 0
+    parent = parent.split() + [None, 0]
+    return own or None, where or work_dir, parent[0], int(parent[1])
 
 
 def find_resume_checkpoint(work_dir: str) -> Tuple[Optional[str], List[str]]:
