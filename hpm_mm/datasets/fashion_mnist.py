@@ -107,7 +107,18 @@ class FashionMNISTSplit(FashionMNIST):
     ``data_root`` (relative: the working directory, then the checkout) holds
     the gunzipped idx files. ``with_label=False`` (pretraining) leaves the
     labels out of the samples: a worker hands each label over as a tensor of
-    its own, which costs a 28 px image as much as its whole pipeline."""
+    its own, which costs a 28 px image as much as its whole pipeline.
+
+    Args:
+        data_root (str): the folder of the gunzipped idx files (relative: the
+            working directory, then the checkout).
+        split (str): 'train' (60k) or 'test' (10k). Defaults to 'train'.
+        download (bool): must stay False: nothing is downloaded at run time.
+        with_label (bool): whether samples carry their label (False for
+            pretraining). Defaults to True.
+        **kwargs: mmpretrain's ``FashionMNIST`` arguments (pipeline, indices,
+            ...).
+    """
 
     def __init__(self,
                  data_root: str = '',

@@ -82,7 +82,25 @@ class LoadAndRandomResizedCrop(_Unreadable, RandomResizedCrop):
     the strongest DCT reduction (Pillow ``draft``) under which the box still
     spans the output size, and the box resampled. Other files, crops and
     ``reduce=False`` are exactly :class:`LoadImageFromFileChecked` and
-    :class:`RandomResizedCrop` (whose arguments it takes; docs/speed.md)."""
+    :class:`RandomResizedCrop` (whose arguments it takes; docs/speed.md).
+
+    Args:
+        scale (int | tuple): the output size.
+        crop_ratio_range (tuple): the box's area range. Defaults to (0.08,
+            1.0).
+        aspect_ratio_range (tuple): the box's aspect range. Defaults to (3/4,
+            4/3).
+        max_attempts (int): boxes tried before the centre crop. Defaults to 10.
+        interpolation (str): the resize's. Defaults to 'bilinear'.
+        backend (str): the resize's backend. Defaults to 'pillow'.
+        reduce (bool): whether a JPEG is decoded at the box's resolution.
+            Defaults to True.
+        color_type (str): 'color' or 'grayscale'. Defaults to 'color'.
+        skip_unreadable (bool): whether an unreadable file is skipped instead
+            of refused. Defaults to False.
+        backend_args (dict, optional): mmengine's file backend. Defaults to
+            None.
+    """
 
     def __init__(self,
                  scale,
@@ -218,7 +236,14 @@ class LoadBytesAndCropBox(LoadAndRandomResizedCrop):
     interpolation (a ``PackInputs`` meta key; the loader collates with
     ``pseudo_collate``). A file nvJPEG does not take (not a JPEG, CMYK, an
     EXIF turn) is cropped here and passed as a (3, H, W) RGB crop.
-    configs/_base_/datasets/imagenet_bs512_mae_gpu_decode.py."""
+    configs/_base_/datasets/imagenet_bs512_mae_gpu_decode.py.
+
+    Args:
+        scale (int | tuple): the output size, as ``LoadAndRandomResizedCrop``.
+        flip_prob (float): the horizontal flip's probability, as
+            ``RandomFlip``. Defaults to 0.5.
+        **kwargs: ``LoadAndRandomResizedCrop``'s other arguments.
+    """
 
     def __init__(self, scale, flip_prob: float = 0.5, **kwargs) -> None:
         super().__init__(scale, **kwargs)

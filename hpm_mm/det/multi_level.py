@@ -17,7 +17,9 @@ class MultiLevelViTAdapter(BaseModule):
     Args:
         in_channels (int): The ViT's width.
         scale_factors (Sequence[float]): Defaults to (4.0, 2.0, 1.0, 0.5).
-        norm_cfg (dict): Between the x4 branch's convs. Defaults to SyncBN."""
+        norm_cfg (dict): Between the x4 branch's convs. Defaults to SyncBN.
+        init_cfg (dict, optional): The initialisation. Defaults to None.
+    """
 
     def __init__(self,
                  in_channels: int,

@@ -14,7 +14,18 @@ class SimpleFeaturePyramid(BaseModule):
     stride-16 map, ``scale_factors`` 4 / 2 / 1 / 0.5 (transposed convs,
     identity, max pooling), each then a 1x1 and a 3x3 conv with ``norm_cfg``
     (``mmpretrain.LN2d``) to ``out_channels``; ``num_outs=5`` adds P6. Strides
-    match mmdet's FPN."""
+    match mmdet's FPN.
+
+    Args:
+        in_channels (int): the ViT's width.
+        out_channels (int): channels of every level. Defaults to 256.
+        scale_factors (Sequence[float]): the levels from the stride-16 map.
+            Defaults to (4, 2, 1, 0.5): strides 4 to 32.
+        num_outs (int): levels out; 5 adds P6 by max pooling. Defaults to 5.
+        norm_cfg (dict): the convs' norm. Defaults to ``mmpretrain.LN2d`` with
+            eps 1e-6, ViTDet's.
+        init_cfg (dict, optional): the initialisation. Defaults to None.
+    """
 
     def __init__(self,
                  in_channels: int,

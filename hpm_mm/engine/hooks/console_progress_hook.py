@@ -18,6 +18,11 @@ class ConsoleProgressHook(Hook):
 
         epoch  3/10  loss_rec 0.5301  rank_acc 0.7074  alpha 0.100  |
         42s/epoch
+
+    Args:
+        keys (Sequence[str]): the logged scalars (``train/<key>``) the line
+            shows, each when logged. Defaults to the losses, ``rank_acc`` and
+            ``alpha``.
     """
 
     priority = 'LOW'

@@ -13,7 +13,12 @@ class DeferredRuntimeInfoHook(RuntimeInfoHook):
     guard's flags and grad norm, :meth:`NonFiniteGuardMixin.flush`); the
     message hub receives the same values in the same order before anyone
     reads them (every ``interval`` iterations, default the logger hook's;
-    an epoch's end, validation, the end of training)."""
+    an epoch's end, validation, the end of training).
+
+    Args:
+        interval (int, optional): iterations between two reads back from the
+            GPU. Defaults to None: the logger hook's interval.
+    """
 
     def __init__(self, interval: Optional[int] = None) -> None:
         if interval is not None and (isinstance(interval, bool)

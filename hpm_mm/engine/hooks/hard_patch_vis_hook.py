@@ -17,7 +17,19 @@ class HardPatchVisHook(AfterCheckpointEvalHook):
     (``dataloader``) into ``{work_dir}/hard_patches/`` (and the visualizer)
     every ``interval`` and after the last epoch, as the pictures tool does
     (the mask at ``progress``, default the model's; the true loss over
-    ``num_masks`` masks), and log ``hpm/spearman``."""
+    ``num_masks`` masks), and log ``hpm/spearman``.
+
+    Args:
+        dataloader (dict): the loader of the held-out images drawn.
+        num_images (int): images per grid. Defaults to 4.
+        interval (int): epochs (or iterations) between two drawings. Defaults
+            to 1.
+        by_epoch (bool): whether ``interval`` counts epochs. Defaults to True.
+        progress (float, optional): training progress t/T at which the mask is
+            drawn. Defaults to None: the model's current one.
+        num_masks (int): random masks the true per-patch loss is averaged over.
+            Defaults to 4.
+    """
 
     rerun_tool = 'tools/analysis_tools/visualize_hard_patches.py'
 

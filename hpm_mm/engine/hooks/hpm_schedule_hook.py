@@ -17,7 +17,12 @@ class HPMScheduleHook(Hook):
     (the paper's alpha_t, stepped per epoch; ``by_epoch=False``: iterations),
     the epochs done (teacher momentum), the optimizer steps taken and the
     last one's applied flag (the teacher moves once per applied step).
-    Derived from the runner each iteration: a resume needs nothing extra."""
+    Derived from the runner each iteration: a resume needs nothing extra.
+
+    Args:
+        by_epoch (bool): whether the progress ``p = t / T`` counts epochs (the
+            paper: alpha stepped per epoch) or iterations. Defaults to True.
+    """
 
     priority = 'NORMAL'
 

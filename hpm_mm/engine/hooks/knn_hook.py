@@ -24,7 +24,25 @@ class KNNEvalHook(AfterCheckpointEvalHook):
     config. ``train_dataloader`` is the labelled bank, ``val_dataloader`` the
     evaluated images; ``feature`` ``'avg'`` (the paper) or ``'cls'`` (the
     authors' scripts); ``amp`` True/False overrides the run's precision
-    (None); ``layer`` reads an encoder block's tokens instead of the output."""
+    (None); ``layer`` reads an encoder block's tokens instead of the output.
+
+    Args:
+        train_dataloader (dict): the labelled bank.
+        val_dataloader (dict): the evaluated images.
+        interval (int): epochs (or iterations) between evaluations; 0: only
+            after training. Defaults to 0.
+        by_epoch (bool): whether ``interval`` counts epochs. Defaults to True.
+        ks (Sequence[int]): the neighbour counts. Defaults to (10, 20, 100,
+            200), DINO's.
+        temperature (float): the vote weighs a neighbour by ``exp(similarity /
+            T)``. Defaults to 0.07.
+        feature (str): ``'avg'`` (the patch tokens averaged, the paper) or
+            ``'cls'`` (the authors' scripts). Defaults to 'avg'.
+        amp (bool, optional): True / False overrides the run's precision.
+            Defaults to None: the run's.
+        layer (int, optional): an encoder block whose tokens are read
+            (negative: from the end). Defaults to None: the encoder's output.
+    """
 
     rerun_tool = 'tools/analysis_tools/knn_eval.py'
 

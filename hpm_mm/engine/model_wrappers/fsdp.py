@@ -40,7 +40,16 @@ class HPMFullyShardedDataParallel(MMFullyShardedDataParallel):
     rank starts from rank 0's weights; without CUDA the device is the CPU.
     Use it through ``FlexibleRunner`` with ``strategy=dict(type='FSDPStrategy',
     model_wrapper=dict(type='HPMFullyShardedDataParallel'))`` (docs/
-    distributed.md); its arguments are mmengine's wrapper's."""
+    distributed.md); its arguments are mmengine's wrapper's.
+
+    Args:
+        module (nn.Module): the HPM model (its teacher is left out of the
+            sharding).
+        device_id (int, optional): the device; without CUDA the CPU. Defaults
+            to None: the current CUDA device.
+        **kwargs: mmengine's ``MMFullyShardedDataParallel`` arguments (no
+            ``auto_wrap_policy``).
+    """
 
     def __init__(self, module: nn.Module, device_id=None, **kwargs) -> None:
         if kwargs.get('auto_wrap_policy') is not None:

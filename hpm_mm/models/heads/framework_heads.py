@@ -17,7 +17,14 @@ from ..losses import hpm_losses
 class HPMSimMIMHead(SimMIMHead):
     """SimMIM's L1 pixel loss per masked patch (the mean over a patch's pixels;
     their mean is mmpretrain's :class:`SimMIMHead` loss), plus HPM's
-    predicting loss (``loss_pred``; None: plain SimMIM)."""
+    predicting loss (``loss_pred``; None: plain SimMIM).
+
+    Args:
+        patch_size (int): the patch side, pixels. Defaults to 16.
+        in_channels (int): image channels. Defaults to 3.
+        loss_pred (dict, optional): HPM's predicting loss; None: plain SimMIM.
+            Defaults to HPMRelativeLoss.
+    """
 
     def __init__(
         self,
@@ -56,7 +63,16 @@ class HPMBEiTHead(BEiTV1Head):
     """BEiT's masked visual-token cross-entropy per masked patch (the
     classifier on the masked tokens only, as :class:`BEiTV1Head`), plus HPM's
     predicting loss (``loss_pred``; None: plain BEiT). ``num_embed``: the
-    tokenizer's vocabulary (8192, DALL-E)."""
+    tokenizer's vocabulary (8192, DALL-E).
+
+    Args:
+        embed_dims (int): the encoder's width. Defaults to 768.
+        num_embed (int): the tokenizer's vocabulary. Defaults to 8192 (DALL-E).
+        loss_pred (dict, optional): HPM's predicting loss; None: plain BEiT.
+            Defaults to HPMRelativeLoss.
+        init_cfg (dict): the classifier's initialisation. Defaults to truncated
+            normal, std 0.02.
+    """
 
     def __init__(
         self,
@@ -101,7 +117,29 @@ class HPMiBOTHead(BaseModule):
     patch against the teacher's same patch, averaged per image (an unmasked
     image 0). The arguments are iBOT's (temperatures, their warm-up, the
     centers' momenta, ``lambda_cls`` / ``lambda_patch``); ``loss_pred`` None:
-    plain iBOT."""
+    plain iBOT.
+
+    Args:
+        out_channels (int): the projection head's prototypes. Defaults to 8192.
+        student_temp (float): the student's temperature. Defaults to 0.1.
+        teacher_temp (float): the teacher's CLS temperature after the warm-up.
+            Defaults to 0.07.
+        teacher_patch_temp (float): the teacher's patch temperature after the
+            warm-up. Defaults to 0.07.
+        warmup_teacher_temp (float): the CLS temperature at the start. Defaults
+            to 0.04.
+        warmup_teacher_patch_temp (float): the patch temperature at the start.
+            Defaults to 0.04.
+        warmup_teacher_temp_epochs (int): epochs of the warm-up. Defaults to
+            30.
+        center_momentum (float): the CLS center's EMA momentum. Defaults to
+            0.9.
+        patch_center_momentum (float): the patch center's. Defaults to 0.9.
+        lambda_cls (float): ``loss_cls``'s weight. Defaults to 1.
+        lambda_patch (float): ``loss_rec``'s weight. Defaults to 1.
+        loss_pred (dict, optional): HPM's predicting loss; None: plain iBOT.
+            Defaults to HPMRelativeLoss.
+    """
 
     def __init__(
         self,

@@ -20,7 +20,18 @@ class HPMPretrainHead(MAEPretrainHead):
     predictor's target; ``loss_rec`` its mean over the masked patches, plus
     ``loss_pred`` (``loss_pred``: default ``HPMRelativeLoss``; None: plain
     MAE) and the log-only ``rank_acc``. ``norm_pix``: MAE's ``norm_pix_loss``
-    (the authors: False)."""
+    (the authors: False).
+
+    Args:
+        loss_pred (dict, optional): the predicting loss L_pred; None: plain
+            MAE. Defaults to HPMRelativeLoss.
+        norm_pix (bool): MAE's ``norm_pix_loss`` (each target patch
+            standardised). Defaults to False, the authors'.
+        patch_size (int): the patch side, pixels. Defaults to 16.
+        in_channels (int): image channels. Defaults to 3.
+        loss (dict): the per-patch reconstruction loss. Defaults to
+            mmpretrain's PixelReconstructionLoss, L2.
+    """
 
     def __init__(self,
                  loss_pred: Optional[dict] = RELATIVE_LOSS,
@@ -57,7 +68,12 @@ class HPMPretrainHead(MAEPretrainHead):
 class HPMFeaturePretrainHead(HPMPretrainHead):
     """HPM head for feature targets (paper Tab. 1): prediction and target
     l2-normalised over channels, a patch's loss their MSE averaged over C,
-    ``(2 - 2 cos) / C``."""
+    ``(2 - 2 cos) / C``.
+
+    Args:
+        loss_pred (dict, optional): the predicting loss; None: none. Defaults
+            to HPMRelativeLoss.
+    """
 
     def __init__(self, loss_pred: Optional[dict] = RELATIVE_LOSS) -> None:
         super().__init__(loss_pred=loss_pred)

@@ -49,7 +49,13 @@ class HPMRelativeLoss(nn.Module):
 class HPMAbsoluteLoss(nn.Module):
     """Absolute MSE on standardised targets (Eq. 3, the ablation): targets
     standardised per image over its masked patches, the mean of
-    ``(s - l_std)^2`` over them."""
+    ``(s - l_std)^2`` over them.
+
+    Args:
+        eps (float): added to the variance before the square root. Defaults to
+            1e-6, the authors'.
+        loss_weight (float): the loss's weight. Defaults to 1.
+    """
 
     def __init__(self, eps: float = 1e-6, loss_weight: float = 1.0) -> None:
         super().__init__()

@@ -15,7 +15,20 @@ class BlockwiseMaskGenerator(BaseMaskGenerator):
     covering it, so sorting adds whole rectangles until :meth:`num_masked`
     (the last one cut; uncovered patches fill any rest). Needs no scores;
     per-image ratios (iBOT) lay up to each image's count. ``mask_ratio``
-    defaults to 0.4 (BEiT's 75 of 196), ``input_size`` to the square grid."""
+    defaults to 0.4 (BEiT's 75 of 196), ``input_size`` to the square grid.
+
+    Args:
+        mask_ratio (float | tuple): the share of patches masked (a range: per
+            image). Defaults to 0.4, BEiT's.
+        input_size (int | tuple, optional): the patch grid. Defaults to None:
+            the square grid of the model.
+        min_num_patches (int): a rectangle's smallest area. Defaults to 4.
+        max_num_patches (int, optional): a rectangle's largest area. Defaults
+            to None: the count masked.
+        min_aspect (float): the aspect's lower bound (log-uniform up to its
+            inverse). Defaults to 0.3.
+        num_blocks (int): rectangles drawn per image. Defaults to 32.
+    """
 
     def __init__(self,
                  mask_ratio: float = 0.4,

@@ -19,7 +19,20 @@ class HPMMaskGenerator(BaseMaskGenerator):
     device: the top-K get key 2, the others a key in [0, 1], an argsort
     masks the largest. Per-image ratios (iBOT): ``floor(alpha * counts[i])``
     of image i's ``counts[i]``. ``alpha_0 = alpha_T = 0`` is MAE (no teacher
-    is built). Defaults: gamma 0.75, alpha 0 -> 0.5, as the paper."""
+    is built). Defaults: gamma 0.75, alpha 0 -> 0.5, as the paper.
+
+    Args:
+        mask_ratio (float | tuple): gamma, the share of patches masked (a
+            range: per image, mask-token encoders). Defaults to 0.75.
+        alpha_0 (float): the hard share of the masked patches at the start.
+            Defaults to 0., the paper's.
+        alpha_T (float): the hard share at the end. Defaults to 0.5, the
+            paper's.
+        mode (str): 'argmax' (mask the hardest) or 'argmin' (the easiest, Tab.
+            4). Defaults to 'argmax'.
+        rest (dict, optional): a score-free generator that lays the patches
+            that are not hard. Defaults to None: uniform at random.
+    """
 
     score_source = 'predicted_loss'
 

@@ -18,7 +18,28 @@ class HPMPretrainDecoder(MAEPretrainDecoder):
     as the authors' code; its ``p*p*C`` outputs averaged per patch.
     ``predictor_depth`` (0: none, Tab. 1's plain-MAE rows),
     ``predictor_embed_dim`` (narrower: a projection after the shared embedding)
-    and ``predictor_num_heads`` default to the decoder's."""
+    and ``predictor_num_heads`` default to the decoder's.
+
+    Args:
+        num_patches (int): patches per image. Defaults to 196.
+        patch_size (int): the patch side, pixels. Defaults to 16.
+        in_chans (int): image channels. Defaults to 3.
+        embed_dim (int): the encoder's width. Defaults to 768.
+        decoder_embed_dim (int): the decoders' width. Defaults to 512.
+        decoder_depth (int): the reconstructor's blocks. Defaults to 8.
+        decoder_num_heads (int): its heads. Defaults to 16.
+        mlp_ratio (int): the blocks' MLP ratio. Defaults to 4.
+        norm_cfg (dict): the norm. Defaults to LN with eps 1e-6.
+        predict_feature_dim (int, optional): outputs per patch for feature
+            targets. Defaults to None: the pixels.
+        predictor_depth (int, optional): the loss predictor's blocks; 0: none.
+            Defaults to None: the reconstructor's.
+        predictor_embed_dim (int, optional): its width (narrower: a projection
+            after the shared embedding). Defaults to None: the decoder's.
+        predictor_num_heads (int, optional): its heads. Defaults to None: the
+            decoder's.
+        init_cfg (dict, optional): the initialisation. Defaults to None.
+    """
 
     def __init__(self,
                  num_patches: int = 196,

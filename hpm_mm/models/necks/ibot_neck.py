@@ -15,6 +15,19 @@ class iBOTNeck(BaseModule):
     ``out_channels`` prototypes, each token on its own. ``norm_last_layer``
     fixes its row norms to 1; its gradients are zeroed during the first
     ``freeze_last_layer`` epochs (:meth:`set_epoch`). Defaults: iBOT's ViT-B.
+
+    Args:
+        in_channels (int): the encoder's width. Defaults to 768.
+        hidden_channels (int): the MLP's width. Defaults to 2048.
+        bottleneck_channels (int): the bottleneck's width. Defaults to 256.
+        out_channels (int): prototypes. Defaults to 8192.
+        num_layers (int): the MLP's layers. Defaults to 3.
+        norm_last_layer (bool): whether the last layer's row norms are fixed to
+            1. Defaults to True.
+        freeze_last_layer (int): epochs the last layer's gradients are zeroed.
+            Defaults to 1.
+        init_cfg (dict, optional): the initialisation. Defaults to truncated
+            normal, std 0.02.
     """
 
     def __init__(

@@ -18,7 +18,21 @@ class HPMLossPredictor(BaseModule):
     equal), ``predictor_depth`` Transformer blocks, a norm and a linear layer
     to ``out_dims`` values per patch, averaged (the authors predict
     ``p * p * C`` and average). HPM's decoder holds one over its shared
-    embedding; the mask-token frameworks put one on the encoder output."""
+    embedding; the mask-token frameworks put one on the encoder output.
+
+    Args:
+        embed_dim (int): the width of the tokens it reads. Defaults to 768.
+        predictor_embed_dim (int): its width. Defaults to 512.
+        predictor_depth (int): its Transformer blocks (>= 1). Defaults to 2.
+        predictor_num_heads (int): its heads. Defaults to 16.
+        mlp_ratio (float): the blocks' MLP ratio. Defaults to 4.
+        out_dims (int): values per patch, averaged to the score (the authors:
+            p*p*C). Defaults to 1.
+        in_proj (bool): whether a linear layer embeds the tokens (False needs
+            equal widths). Defaults to True.
+        norm_cfg (dict): the norm. Defaults to LN with eps 1e-6.
+        init_cfg (dict, optional): the initialisation. Defaults to None.
+    """
 
     def __init__(self,
                  embed_dim: int = 768,

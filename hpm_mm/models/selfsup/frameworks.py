@@ -44,7 +44,16 @@ class HPMBEiT(HPMBase):
     (``TwoNormDataPreprocessor``); the frozen DALL-E tokenizer
     (``target_generator``) gives a token per patch; :class:`HPMBEiTHead`
     classifies the masked ones of a :class:`MaskTokenViT`. No neck;
-    ``predictor=None`` is plain BEiT; the rest as :class:`HPMBase`."""
+    ``predictor=None`` is plain BEiT; the rest as :class:`HPMBase`.
+
+    Args:
+        backbone (dict): the encoder, a MaskTokenViT.
+        head (dict): an HPMBEiTHead.
+        target_generator (dict): the frozen DALL-E tokenizer.
+        neck (dict, optional): none for BEiT. Defaults to None.
+        **kwargs: :class:`HPMBase` arguments (mask_generator, teacher,
+            predictor, data_preprocessor, init_cfg).
+    """
 
     def __init__(self,
                  backbone: dict,
@@ -99,7 +108,20 @@ class HPMiBOT(HPMBase):
     (``loss_cls``) and masked patches (``loss_rec``, per patch). A predictor
     ranks ``loss_rec``; the same teacher pass scores the patches. Defaults:
     :data:`IBOT_MASK`, :data:`IBOT_TEACHER`; ``predictor=None`` is plain
-    iBOT; the rest as :class:`HPMBase`."""
+    iBOT; the rest as :class:`HPMBase`.
+
+    Args:
+        backbone (dict): the encoder, a MaskTokenViT.
+        neck (dict): the projection head, an iBOTNeck.
+        head (dict): an HPMiBOTHead.
+        mask_generator (dict): the mask. Defaults to IBOT_MASK: block-wise,
+            per-image ratios, iBOT's.
+        teacher (dict): the EMA teacher. Defaults to IBOT_TEACHER: iBOT's
+            momentum, its head averaged too.
+        predictor (dict, optional): a loss predictor on the encoder output;
+            None: plain iBOT. Defaults to None.
+        **kwargs: :class:`HPMBase` arguments.
+    """
 
     #: The teacher's projected tokens are the targets, so it is always
     #: built: its pass gives its projection head's output on them.

@@ -105,7 +105,17 @@ class FrozenFeatureTarget(BaseModule):
 class ViTFeatureTarget(FrozenFeatureTarget):
     """A frozen mmpretrain ViT's last patch tokens after its norm: the DINO
     target (``tools/model_converters/target_weights.py dino`` converts the
-    release)."""
+    release).
+
+    Args:
+        checkpoint (str, optional): the converted weights (``target_weights.py
+            dino``); None: random (tests).
+        arch (str | dict): the ViT's arch. Defaults to 'b'.
+        img_size (int): input size, pixels. Defaults to 224.
+        patch_size (int): the patch side. Defaults to 16.
+        in_channels (int): image channels. Defaults to 3.
+        prefix (str): the checkpoint's key prefix. Defaults to 'backbone.'.
+    """
 
     def __init__(self,
                  checkpoint: Optional[str],
@@ -140,7 +150,19 @@ class ViTFeatureTarget(FrozenFeatureTarget):
 class CLIPFeatureTarget(FrozenFeatureTarget):
     """A frozen CLIP image encoder's patch tokens after ``ln_post`` and the
     projection (MILAN's target), the architecture given in the config so it
-    builds without weights; inputs normalised with CLIP's mean and std."""
+    builds without weights; inputs normalised with CLIP's mean and std.
+
+    Args:
+        checkpoint (str, optional): the converted weights (``target_weights.py
+            clip``); None: random (tests).
+        img_size (int): input size, pixels. Defaults to 224.
+        patch_size (int): the patch side. Defaults to 16.
+        width (int): the encoder's width. Defaults to 768.
+        layers (int): its blocks. Defaults to 12.
+        heads (int): its heads. Defaults to 12.
+        output_dim (int): the projection's width. Defaults to 512.
+        prefix (str): the checkpoint's key prefix. Defaults to 'visual.'.
+    """
 
     def __init__(self,
                  checkpoint: Optional[str],

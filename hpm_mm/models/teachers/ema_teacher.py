@@ -33,7 +33,37 @@ class EMATeacher(ExponentialMovingAverage):
     scores of ``score_source`` (None: targets only) and, when its
     ``features`` are a target, its tokens, in one no-grad pass
     (:meth:`forward`) under autocast in ``dtype``. ``input_scale`` < 1 scores
-    a downsampled copy (the fast setting; no features). docs/extending.md."""
+    a downsampled copy (the fast setting; no features). docs/extending.md.
+
+    The paper's EMA step, with its decay d (0.999 -> 0.9999):
+    ``theta_t <- d * theta_t + (1 - d) * theta_s``. mmengine's momentum is
+    ``m = 1 - d``, and each update is that line as one multi-tensor
+    ``lerp``: ``theta_t <- theta_t + m * (theta_s - theta_t)``
+    (:meth:`update_parameters`).
+
+    Args:
+        model (nn.Module): what is averaged: ``ModuleDict(backbone=...,
+            predictor=...)`` (HPMBase.student()).
+        momentum (float): mmengine's momentum m at the start, ``teacher = (1 -
+            m) teacher + m student``: the paper's decay is 1 - m. Defaults to
+            1e-3 (decay 0.999).
+        end_momentum (float): m at the end of the ramp. Defaults to 1e-4 (decay
+            0.9999).
+        momentum_epochs (int, optional): the ramp's length in epochs; None: the
+            run. Defaults to 100, the authors'.
+        momentum_schedule (str): 'linear' (per epoch, the authors') or 'cosine'
+            (per iteration). Defaults to 'linear'.
+        dtype (str, optional): the scoring pass's autocast dtype; None: the
+            step's precision. Defaults to None.
+        input_scale (float): the fraction of the patch grid per side the
+            teacher sees (< 1: a downsampled copy, the fast setting). Defaults
+            to 1.
+        score_source (str, optional): the registered source of the per-patch
+            scores (TEACHER_SCORES); None: targets only. Defaults to
+            'predicted_loss'.
+        features (bool): whether its tokens are a target (needs the full
+            image). Defaults to False.
+    """
 
     def __init__(self,
                  model: nn.Module,
