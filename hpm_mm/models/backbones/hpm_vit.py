@@ -37,14 +37,15 @@ class HPMViT(MAEViT):
         tuple."""
         if mask is None:
             return super(MAEViT, self).forward(x)
-        tokens, pos_embed = self.embed_patches(x, mask)
+        tokens, pos_embed = self.embed_patches(x, mask)  # (B, N, C)
         B, N, C = tokens.shape
         if num_visible is None:
             num_visible = int(N - mask[0].sum().item())
         # stable sort: visible patches (0) first, each group in raster order
         ids_shuffle = torch.argsort(mask.to(torch.uint8), dim=1, stable=True)
-        ids_restore = torch.argsort(ids_shuffle, dim=1)
-        ids_keep = ids_shuffle[:, :num_visible]
+        ids_restore = torch.argsort(ids_shuffle, dim=1)  # (B, N)
+        ids_keep = ids_shuffle[:, :num_visible]  # (B, visible)
+        # (B, visible, C): the visible patches, in raster order
         tokens = torch.gather(tokens, 1,
                               ids_keep.unsqueeze(-1).expand(-1, -1, C))
         return self.encode(tokens, pos_embed), ids_restore

@@ -14,9 +14,9 @@ def _pairs(pred: torch.Tensor, target: torch.Tensor, mask: torch.Tensor):
     ``label`` = [l_j > l_i], ``valid`` (both masked, i != j, no tie)."""
     pred, target = pred.float(), target.detach().float()
     m = mask.bool()
-    diff = pred.unsqueeze(1) - pred.unsqueeze(2)
-    tdiff = target.unsqueeze(1) - target.unsqueeze(2)
-    valid = m.unsqueeze(1) & m.unsqueeze(2) & (tdiff != 0)
+    diff = pred.unsqueeze(1) - pred.unsqueeze(2)  # (B, N, N): [i, j] s_j-s_i
+    tdiff = target.unsqueeze(1) - target.unsqueeze(2)  # (B, N, N) l_j - l_i
+    valid = m.unsqueeze(1) & m.unsqueeze(2) & (tdiff != 0)  # (B, N, N)
     return diff, (tdiff > 0), valid
 
 
@@ -38,8 +38,8 @@ class HPMRelativeLoss(nn.Module):
     def forward(self, pred: torch.Tensor, target: torch.Tensor,
                 mask: torch.Tensor) -> torch.Tensor:
         with torch.autocast(device_type=pred.device.type, enabled=False):
-            diff, label, valid = _pairs(pred, target, mask)
-            weight = valid.float()
+            diff, label, valid = _pairs(pred, target, mask)  # (B, N, N)
+            weight = valid.float()  # the mean over the batch's valid pairs
             loss = F.binary_cross_entropy_with_logits(
                 diff, label.float(), weight=weight, reduction='sum')
             return self.loss_weight * loss / weight.sum().clamp(min=1.0)
@@ -67,8 +67,8 @@ class HPMAbsoluteLoss(nn.Module):
         with torch.autocast(device_type=pred.device.type, enabled=False):
             pred, target, m = pred.float(), target.detach().float(), \
                 mask.float()
-            n = m.sum(1, keepdim=True).clamp(min=1.0)
-            mean = (target * m).sum(1, keepdim=True) / n
+            n = m.sum(1, keepdim=True).clamp(min=1.0)  # (B, 1) masked
+            mean = (target * m).sum(1, keepdim=True) / n  # (B, 1)
             var = (((target - mean)**2) * m).sum(
                 1, keepdim=True) / (n - 1).clamp(min=1.0)
             t_std = (target - mean) / torch.sqrt(var + self.eps)

@@ -98,25 +98,25 @@ class HPMMaskGenerator(BaseMaskGenerator):
         counts = self.counts(B, N, device)
         k = self.num_hard(N, progress)
         keys = torch.rand(B, N, device=device) if self.rest is None else \
-            self.rest.keys(B, N, device, counts)
+            self.rest.keys(B, N, device, counts)  # (B, N) in [0, 1]
         if k > 0:
             if scores is None:
                 raise ValueError(
                     f'alpha={self.alpha(progress):.3f} masks K={k} patches by '
                     f'score, but no {self.score_source} scores were given.')
-            top = torch.topk(
+            top = torch.topk(  # (B, K): the K hardest (argmin: easiest)
                 scores.detach().float(),
                 k,
                 dim=1,
                 largest=self.mode == 'argmax').indices
             if counts is None:
-                keys.scatter_(1, top, 2.0)
+                keys.scatter_(1, top, 2.0)  # (B, N): the hard ones above all
             else:  # the first floor(alpha * counts[i]) of row i
                 k_i = torch.floor(self.alpha(progress) * counts + 1e-6)
                 hard = torch.arange(k, device=keys.device) < k_i.unsqueeze(1)
                 keys.scatter_(1, top,
                               torch.where(hard, 2.0, keys.gather(1, top)))
-        return self._mask_largest(keys, counts)
+        return self._mask_largest(keys, counts)  # (B, N), 1 = masked
 
     def extra_repr(self) -> str:
         return (f'mask_ratio={self.mask_ratio!r}, alpha_0={self.alpha_0}, '

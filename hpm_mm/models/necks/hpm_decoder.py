@@ -97,11 +97,12 @@ class HPMPretrainDecoder(MAEPretrainDecoder):
         """The shared part: embed, add mask tokens, restore the order, add the
         position embedding (interpolated to ``patch_resolution`` where it is
         not the square grid of ``num_patches``). Returns (B, 1 + N, C_dec)."""
-        x = self.decoder_embed(x)
+        x = self.decoder_embed(x)  # (B, 1 + visible, C_dec)
         B, L, C = x.shape
         mask_tokens = self.mask_token.expand(B, ids_restore.shape[1] + 1 - L,
                                              -1)
-        x_ = torch.cat([x[:, 1:], mask_tokens], dim=1)
+        x_ = torch.cat([x[:, 1:], mask_tokens], dim=1)  # (B, N, C_dec)
+        # raster order: visible and mask tokens at their patches
         x_ = torch.gather(x_, 1, ids_restore.unsqueeze(-1).expand(-1, -1, C))
         pos_embed = self.decoder_pos_embed
         if patch_resolution is not None:
