@@ -204,8 +204,10 @@ class RunResume:
         self.saved, self.changed = [], False  # its schedulers; run changed
         self.parent = None  # (the run id, step) a copied work dir branched
         self.path = kw.get('load_from')
-        if self.resume and self.path and not explicit and \
-                'epoch' not in (load_file(self.path).get('meta') or {}):
+        if self.resume and self.path and not explicit:  # (loaded once)
+            self.ckpt = load_file(self.path)
+        if self.ckpt is not None and 'epoch' not in (self.ckpt.get('meta')
+                                                     or {}):
             # resume=True beside a load_from of weights (an imported or
             # converted checkpoint): the run starts from them, or resumes
             # its own checkpoints in the work dir
@@ -219,9 +221,11 @@ class RunResume:
         if not self.resume:
             refuse_earlier_run(work_dir)
             return
-        self.path = kw['load_from'] = self._find(kw.get('load_from'))
+        found = self._find(kw.get('load_from'))
+        if found and (found != self.path or self.ckpt is None):
+            self.ckpt = load_file(found)
+        self.path = kw['load_from'] = found
         if self.path:
-            self.ckpt = load_file(self.path)
             if not isinstance(self.ckpt.get('meta'), dict):
                 raise HPMError(
                     f'--resume {self.path}: it holds no training state (no '
@@ -344,7 +348,8 @@ class RunResume:
                     'with (its copy is in the work dir), or start a new work '
                     'dir with --cfg-options load_from=CKPT.')
             return
-        state = checkpoint_state(model, self.path)
+        ckpt, self.ckpt = self.ckpt, None  # (a weights start loaded it)
+        state = checkpoint_state(model, ckpt or self.path)
         check_finite(state, f'load_from={self.path}')  # (kNN's line)
         share = share_of_model(model, state)
         if share < 0.5:

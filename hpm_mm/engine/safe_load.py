@@ -120,19 +120,15 @@ def checkpoint_problem(path: str) -> Optional[str]:
 
 
 def _pickle_of(path: str) -> bytes:
-    """The pickle of a zip checkpoint (its ``data.pkl``), or of a legacy
-    one (the whole file), unread tensors left out; b'' when unreadable."""
+    """The pickle of a zip checkpoint (its ``data.pkl``, the tensors
+    unread); b'' for another file."""
     import zipfile
     try:
         with zipfile.ZipFile(path) as zf:
             return zf.read(
                 next(n for n in zf.namelist() if n.endswith('data.pkl')))
     except Exception:
-        try:
-            with open(path, 'rb') as f:
-                return f.read()
-        except OSError:
-            return b''
+        return b''
 
 
 def disallowed_globals(path: str) -> list:
