@@ -335,14 +335,16 @@ def trainer(cfg, device, precision=None, optimizer='default', compile_=False):
     if hasattr(model, 'set_progress'):
         model.set_progress(1.0, epoch=1, max_epochs=1)
     optim = optim_wrapper(model, precision, optimizer, device)
-    if compile_:  # True, a mode, or torch.compile's options
+    compiled = []
+    if compile_ not in (False, None):  # True, a mode, or compile's options
         options = compile_ if isinstance(compile_, dict) else \
             {} if compile_ in (True, 'default') else dict(mode=compile_)
         if hasattr(model, 'compile_parts'):
-            model.compile_parts(**options)
+            compiled = model.compile_parts(**options)
         else:
             model.backbone.compile(**options)
             model.neck.compile(**options)
+            compiled = ['backbone', 'neck']
     mode = compile_.get('mode') if isinstance(compile_, dict) else compile_
     graphs = mode in ('reduce-overhead', 'max-autotune')
 
@@ -353,7 +355,8 @@ def trainer(cfg, device, precision=None, optimizer='default', compile_=False):
             torch.compiler.cudagraph_mark_step_begin()
         model.train_step(copy.copy(data), optim)
 
-    return model, optim, step
+    step.compiled = compiled  # the parts compiled (an empty dict of
+    return model, optim, step  # options compiles too: it once did not)
 
 
 def _measure(cfg, x, iters, precision, breakdown, warmup, ops, optimizer,
@@ -369,7 +372,7 @@ def _measure(cfg, x, iters, precision, breakdown, warmup, ops, optimizer,
     for _ in range(max(1, warmup)):
         train_step()
     ops.sync()
-    out = dict(first_steps_s=time.perf_counter() - t0)
+    out = dict(first_steps_s=time.perf_counter() - t0, compiled=step.compiled)
     ops.reset_peak()
     for _ in range(iters):
         with timer.section('step'):

@@ -6,18 +6,20 @@
 #                                             # HPM_CARRY moves it) the overlay wheelhouse for
 #                                             # Python 3.12, the gzipped Fashion-MNIST and
 #                                             # 300 generated ImageNet-like JPEGs
-#   bash .dev_scripts/gpu_check.sh OUT all    # there, offline, carrying .carry
+#   bash .dev_scripts/gpu_check.sh OUT eager     # there, offline, carrying .carry: call 1
+#   bash .dev_scripts/gpu_check.sh OUT compiled  # call 2 (`all`: both, where time allows)
 #
-# `all` keeps a deadline (HPM_GPU_DEADLINE, default 520 s) and gives each part what is
-# left: the overlay install; `pytest -m cuda`; the main job's loader alone (1 and 4
-# workers); the main job on CUDA (--amp, 4 workers); then
+# Each keeps a deadline (HPM_GPU_DEADLINE, default 520 s) and gives each part what is
+# left. eager: the overlay install; `pytest -m cuda`; the main job's loader alone (1
+# and 4 workers); the main job on CUDA (--amp, 4 workers); then
 # .dev_scripts/bench_step.py, ViT-B/16 224 px bf16 fused AdamW: MAE / faithful HPM / the
 # fast setting at batch 256 and 64 (syncs, operator calls); MAE under each attention
 # kernel (--sdpa); JPEG decoding on the GPU against the CPU pipelines
 # (.dev_scripts/pipeline_bench.py --device-decode over the carried JPEGs) and MAE's and
-# the fast setting's b256 step fed by both loaders with 8 workers (--step); the main job
-# with CUDA graphs (compile.mode=reduce-overhead) and the batch-64 rows with them; the
-# compiled batch-256 rows. Eight files straight into OUT (at most 8 come back): all.log,
+# the fast setting's b256 step fed by both loaders with 8 workers (--step). compiled
+# (one H200 call could not hold both halves): the main job with CUDA graphs
+# (compile.mode=reduce-overhead) and the batch-64 rows with them; the compiled
+# batch-256 rows. Eight files straight into OUT (at most 8 come back): all.log,
 # cuda_tests.xml, main_job.json (with key main_job_graphs), pace_b.json, pace_sdpa.json,
 # decode.json, pace_graphs.json, pace_compile.json. HPM_GPU_TINY=1 runs it at toy sizes
 # on whatever device there is (the CPU dry run; HPM_GPU_INSTALL=0 skips the install): every
@@ -28,8 +30,9 @@ set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
 OUT=${1:-}
-[[ -n $OUT && $# -eq 2 && ( $2 == all || $2 == pack ) ]] \
-  || { echo "usage: bash .dev_scripts/gpu_check.sh OUT pack|all" >&2; exit 2; }
+[[ -n $OUT && $# -eq 2 && $2 =~ ^(pack|all|eager|compiled)$ ]] \
+  || { echo "usage: bash .dev_scripts/gpu_check.sh OUT pack|eager|compiled|all" >&2; exit 2; }
+half() { [[ $2 == all || $2 == "$1" ]]; }  # half eager|compiled ARG
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
 GIVEN_PY=${HPM_PYTHON:-}
@@ -94,15 +97,6 @@ fi
 if [[ -d $CARRY/fashion-mnist && ! -f data/fashion_mnist/train-images-idx3-ubyte ]]; then
   "$PY" tools/dataset_converters/prepare_fashion_mnist.py --src "$CARRY/fashion-mnist" --out data/fashion_mnist
 fi
-log "CUDA tests ($(left) s left)"
-if [[ -n $GPU ]]; then
-  part $(( $(left) / 6 )) "$PY" -m pytest -q -p no:cacheprovider -m cuda tests/test_models tests/test_engine \
-    tests/test_evaluation tests/test_datasets --junitxml "$OUT/cuda_tests.xml"
-else  # (every case would skip: not worth a pytest start)
-  printf '<testsuites><testsuite name="cuda" tests="0" skipped="1"><properties><property name="skipped" value="%s"/></properties></testsuite></testsuites>\n' \
-    'no CUDA device' > "$OUT/cuda_tests.xml"
-  log "CUDA tests skipped: no CUDA device"
-fi
 main_job() {  # NAME [options]: the main job on CUDA into main_job.json (key NAME after the
   local name=$1 start=$(date +%s); shift  # first): its knn.json, precision.json, wall time,
   rm -rf "work_dirs/gpu_$name"           # and from its logged scalars train_s and data_share
@@ -125,38 +119,52 @@ if rows:  # the mean iteration x iterations; the share spent waiting for data
     record.update(iter_s=step, train_s=step * rows[-1]['iter'],
                   data_share=statistics.mean(r['data_time'] for r in rows) / step)
 print(json.dumps(record)[:800])
-whole = record if name == 'main_job' else dict(json.load(open(out)), **{name: record})
+whole = record if name == 'main_job' else dict(
+    json.load(open(out)) if osp.exists(out) else {}, **{name: record})
 json.dump(whole, open(out, 'w'), indent=1)
 EOF
 }
-log "main job's loader, ${LOADER[*]} ($(left) s left)"
-part 60 "$PY" .dev_scripts/pipeline_bench.py "${LOADER[@]}" \
-  --own-loader configs/hpm/fast/hpm-fast_vit-mini-p4_1xb256-coslr-10e_fmnist.py
-log "main job on CUDA, 4 workers ($(left) s left)"
-main_job main_job
-log "pace ViT-B ($(left) s left)"
-"$PY" "${B[@]}" "${SIZE[@]}" "${PACE_B[@]}" --optimizer fused --rows mae hpm fast \
-  $(budget $(( $(left) * 20 / 100 ))) --out "$OUT/pace_b.json"
-log "attention kernels ($(left) s left)"
-"$PY" "${B[@]}" "${SIZE[@]}" "${SDPA[@]}" --optimizer fused \
-  $(budget $(( $(left) * 15 / 100 ))) --out "$OUT/pace_sdpa.json"
-log "JPEG decoding on the GPU ($(left) s left)"
-part $(( $(left) / 4 )) "$PY" .dev_scripts/pipeline_bench.py "${DECODE[@]}" --device-decode \
-  --out "$OUT/decode.json"
-if [[ -n $GPU ]]; then
-  log "main job with CUDA graphs ($(left) s left)"
-  main_job main_job_graphs --cfg-options compile.mode=reduce-overhead
-  log "CUDA graphs ($(left) s left)"
-  part $(( $(left) / 2 )) "$PY" "${B[@]}" "${SIZE[@]}" "${GRAPHS[@]}" --optimizer fused --compile reduce-overhead \
-    $(budget $(( $(left) / 3 ))) --out "$OUT/pace_graphs.json"
-else  # CUDA graphs replay on a GPU only (the CPU fallback: tests/test_engine/test_runner.py)
-  why='{"skipped": "CUDA graphs need a CUDA device"}'
-  "$PY" -S -c 'import json, sys; o = sys.argv[1]; d = json.load(open(o)); d["main_job_graphs"] = json.loads(sys.argv[2]); json.dump(d, open(o, "w"), indent=1)' \
-    "$OUT/main_job.json" "$why"
-  echo "$why" > "$OUT/pace_graphs.json"
-  log "main job and rows with CUDA graphs skipped: no CUDA device"
+if half eager "$2"; then
+  log "CUDA tests ($(left) s left)"
+  if [[ -n $GPU ]]; then
+    part $(( $(left) / 3 )) "$PY" -m pytest -q -p no:cacheprovider -m cuda tests/test_models tests/test_engine \
+      tests/test_evaluation tests/test_datasets --junitxml "$OUT/cuda_tests.xml"
+  else  # (every case would skip: not worth a pytest start)
+    printf '<testsuites><testsuite name="cuda" tests="0" skipped="1"><properties><property name="skipped" value="%s"/></properties></testsuite></testsuites>\n' \
+      'no CUDA device' > "$OUT/cuda_tests.xml"
+    log "CUDA tests skipped: no CUDA device"
+  fi
+  log "main job's loader, ${LOADER[*]} ($(left) s left)"
+  part 60 "$PY" .dev_scripts/pipeline_bench.py "${LOADER[@]}" \
+    --own-loader configs/hpm/fast/hpm-fast_vit-mini-p4_1xb256-coslr-10e_fmnist.py
+  log "main job on CUDA, 4 workers ($(left) s left)"
+  main_job main_job
+  log "pace ViT-B ($(left) s left)"
+  "$PY" "${B[@]}" "${SIZE[@]}" "${PACE_B[@]}" --optimizer fused --rows mae hpm fast \
+    $(budget $(( $(left) * 20 / 100 ))) --out "$OUT/pace_b.json"
+  log "attention kernels ($(left) s left)"
+  "$PY" "${B[@]}" "${SIZE[@]}" "${SDPA[@]}" --optimizer fused \
+    $(budget $(( $(left) * 15 / 100 ))) --out "$OUT/pace_sdpa.json"
+  log "JPEG decoding on the GPU ($(left) s left)"
+  part $(( $(left) / 4 )) "$PY" .dev_scripts/pipeline_bench.py "${DECODE[@]}" --device-decode \
+    --out "$OUT/decode.json"
 fi
-log "compile ($(left) s left)"
-part $(( $(left) - 10 )) "$PY" "${B[@]}" "${SIZE[@]}" "${COMPILE[@]}" --optimizer fused --compile \
-  $(budget $(( $(left) / 2 ))) --out "$OUT/pace_compile.json"
+if half compiled "$2"; then
+  if [[ -n $GPU ]]; then
+    log "main job with CUDA graphs ($(left) s left)"
+    main_job main_job_graphs --cfg-options compile.mode=reduce-overhead
+    log "CUDA graphs ($(left) s left)"
+    part $(( $(left) / 2 )) "$PY" "${B[@]}" "${SIZE[@]}" "${GRAPHS[@]}" --optimizer fused --compile reduce-overhead \
+      $(budget $(( $(left) / 3 ))) --out "$OUT/pace_graphs.json"
+  else  # CUDA graphs replay on a GPU only (the CPU fallback: tests/test_engine/test_runner.py)
+    why='{"skipped": "CUDA graphs need a CUDA device"}'
+    "$PY" -S -c 'import json, os, sys; o = sys.argv[1]; d = json.load(open(o)) if os.path.exists(o) else {}; d["main_job_graphs"] = json.loads(sys.argv[2]); json.dump(d, open(o, "w"), indent=1)' \
+      "$OUT/main_job.json" "$why"
+    echo "$why" > "$OUT/pace_graphs.json"
+    log "main job and rows with CUDA graphs skipped: no CUDA device"
+  fi
+  log "compile ($(left) s left)"
+  part $(( $(left) - 10 )) "$PY" "${B[@]}" "${SIZE[@]}" "${COMPILE[@]}" --optimizer fused --compile \
+    $(budget $(( $(left) / 2 ))) --out "$OUT/pace_compile.json"
+fi
 log "done ($(left) s left)"

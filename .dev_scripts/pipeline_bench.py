@@ -196,8 +196,8 @@ def fed_step(cfg, pipelines, root, setting, arch, batch, workers, device):
     model_cfg = model_cfgs(arch, 224, overrides)[overrides is not None]
     model_cfg['data_preprocessor']['type'] = \
         'ChannelCheckedDataPreprocessor'  # decodes device_decode batches
-    step = trainer(model_cfg, device, 'bf16',
-                   'fused' if ops.cuda else 'default')[2]
+    _, optim, step = trainer(model_cfg, device, 'bf16',
+                             'fused' if ops.cuda else 'default')
     x = torch.randint(0, 256, (batch, 3, 224, 224), device=device).float()
     rates = {}
     for i in range(3 + 4):  # 3 warm-up steps, then 4 timed
@@ -207,7 +207,9 @@ def fed_step(cfg, pipelines, root, setting, arch, batch, workers, device):
         step(dict(inputs=x, data_samples=None))
     ops.sync()
     rates['synthetic'] = 4 * batch / (time.perf_counter() - t)
+    skipped = {'synthetic': int(optim.skipped_steps)}
     for name, pipeline in pipelines.items():
+        before = int(optim.skipped_steps)  # non-finite steps each loader fed
         try:
             rates[name] = loader_rate(
                 jpeg_loader(cfg, pipeline, root, batch),
@@ -216,15 +218,17 @@ def fed_step(cfg, pipelines, root, setting, arch, batch, workers, device):
                 sync=ops.sync)
         except Exception as e:  # e.g. a GPU decode this card lacks
             rates[name] = failure(e)
+        skipped[name] = int(optim.skipped_steps) - before
     fed = min((v for k, v in rates.items()
                if k != 'synthetic' and isinstance(v, float)),
               default=0.) / rates['synthetic']
     print(
         f'{setting} step, {arch} b{batch}, {workers} workers: ' + ', '.join(
             f'{k} {v:.0f} images/s' if isinstance(v, float) else f'{k} {v}'
-            for k, v in rates.items()) + f' (fed {fed:.0%})',
+            for k, v in rates.items()) + f' (fed {fed:.0%}; non-finite '
+        f'steps skipped: {skipped})',
         flush=True)
-    return dict(rates, fed=fed)
+    return dict(rates, fed=fed, skipped_steps=skipped)
 
 
 def own_loader(config, workers, options):

@@ -1,3 +1,4 @@
+import functools
 from typing import List, Sequence
 
 import torch
@@ -56,6 +57,32 @@ def watch_channels(model) -> None:
     pre._hpm_channels_watched = True
 
 
+@functools.lru_cache(maxsize=None)
+def _side_stream(device: torch.device) -> 'torch.cuda.Stream':
+    return torch.cuda.Stream(device)
+
+
+def _decode(encoded: List[torch.Tensor], device) -> List[torch.Tensor]:
+    """RGB images of JPEG bytes, decoded on ``device``. On CUDA from a side
+    stream: torchvision's nvJPEG decode allocates its outputs on the current
+    stream but writes them from its own without waiting for it, so a block
+    the step's queued kernels still read was overwritten (NaN losses and
+    device asserts on the H200, docs/results/gpu/; pytorch/vision#9606). The
+    side stream's pool holds no block the step uses; the outputs are then
+    ordered before the step's reads and kept until those are done."""
+    from torchvision.io import ImageReadMode, decode_jpeg
+    device = torch.device(device)
+    if device.type != 'cuda':
+        return decode_jpeg(encoded, mode=ImageReadMode.RGB, device=device)
+    main, side = torch.cuda.current_stream(device), _side_stream(device)
+    with torch.cuda.stream(side):
+        out = decode_jpeg(encoded, mode=ImageReadMode.RGB, device=device)
+    main.wait_stream(side)
+    for img in out:
+        img.record_stream(main)
+    return out
+
+
 def decode_crops(images: Sequence[torch.Tensor], decode: Sequence[dict], size,
                  device) -> torch.Tensor:
     """The (B, 3, H, W) float RGB crops (0-255) of a batch from
@@ -64,13 +91,10 @@ def decode_crops(images: Sequence[torch.Tensor], decode: Sequence[dict], size,
     each cropped to its ``box`` and resized (antialiased) to ``size``; the
     crops made in the worker taken as they are; then, for the whole batch at
     once, the cast and the flips (a flag copied without waiting)."""
-    from torchvision.io import ImageReadMode, decode_jpeg
     from torchvision.transforms import InterpolationMode
     from torchvision.transforms.v2.functional import resized_crop
     encoded = [img for img in images if img.dim() == 1]
-    decoded = iter(
-        decode_jpeg(encoded, mode=ImageReadMode.RGB, device=device
-                    ) if encoded else [])
+    decoded = iter(_decode(encoded, device) if encoded else [])
     crops: List[torch.Tensor] = []
     for img, spec in zip(images, decode):
         if img.dim() == 1:

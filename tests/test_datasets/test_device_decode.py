@@ -146,3 +146,32 @@ def test_the_gpu_decode_config_builds_its_pipeline():
     assert 'device_decode' in pipeline[1]['meta_keys']
     assert cfg.train_dataloader.collate_fn.type == 'pseudo_collate'
     assert cfg.data_preprocessor.type == 'ChannelCheckedDataPreprocessor'
+
+
+@pytest.mark.cuda
+@NEEDS_CUDA
+def test_the_decode_leaves_the_steps_queued_reads_alone(tmp_path):
+    """torchvision's nvJPEG decode writes its outputs from its own stream
+    without waiting for the current one (pytorch/vision#9606): called on
+    the step's stream, it overwrote blocks that queued kernels still read
+    (NaN losses and device asserts in the fed step on the H200). Tensors
+    freed with their reductions queued behind a long kernel keep their
+    values through a decode."""
+    paths = [p for p in images(tmp_path) if p.endswith('.jpeg')] * 8
+    load = LoadBytesAndCropBox(**CROP)
+    encoded = [load(dict(img_path=p))['img'] for p in paths]  # CMYK: (3, H, W)
+    for _ in range(20):
+        blocks = [
+            torch.full((3, 480, 640), float(i), device='cuda')
+            for i in range(len(paths))
+        ]  # the sizes the decode asks
+        torch.cuda.synchronize()
+        torch.cuda._sleep(50_000_000)  # the step's queue, still running
+        sums = [b.sum() for b in blocks]
+        del blocks  # freed on the step's stream, their reads queued
+        decode_crops(encoded,
+                     [dict(box=(0, 0, 224, 224), flip=False)] * len(paths),
+                     (224, 224), torch.device('cuda'))
+        got = torch.stack(sums).cpu()
+        want = torch.arange(len(paths)) * 3. * 480 * 640
+        assert torch.allclose(got, want, rtol=1e-5), (got - want).abs().max()

@@ -59,6 +59,8 @@ def test_the_gpu_call_runs_at_toy_sizes(tmp_path):
     assert {r['setting'] for r in rows} == {'mae', 'hpm', 'fast'}
     compiled = json.loads((out / 'pace_compile.json').read_text())['rows']
     assert [r['compile'] for r in compiled] == ['default']
+    for r in rows + compiled:  # a compiled row compiled the step's parts
+        assert bool(r['compiled']) == (r['compile'] is not False), r
     sdpa = json.loads((out / 'pace_sdpa.json').read_text())['rows']
     assert [r['sdpa'] for r in sdpa] == ['math', 'flash']
     for r in rows + compiled + sdpa:  # each measured: nothing skipped
@@ -72,3 +74,4 @@ def test_the_gpu_call_runs_at_toy_sizes(tmp_path):
         fed = decode['step'][setting]
         assert fed['synthetic'] > 0 and fed['fed'] > 0, fed
         assert fed['hpm_mm'] > 0 and fed['device_decode'] > 0, fed
+        assert set(fed['skipped_steps'].values()) == {0}, fed  # all finite

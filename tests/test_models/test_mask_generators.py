@@ -367,3 +367,27 @@ def test_the_checker_finds_per_image_faults_and_names_their_cause():
     assert any('no per-image ratios' in p for p in problems), problems
     assert any('fails on the CPU already' in p for p in problems)
     assert not any('reads tensors back to the host' in p for p in problems)
+
+
+@pytest.mark.parametrize('device', DEVICES)
+@pytest.mark.parametrize('mode', ['argmax', 'argmin'])
+def test_nan_scores_rank_last(mode, device):
+    """Non-finite scores (a diverged teacher, before the step's guard skips
+    the update) still give a mask of the exact count: a NaN ranks last,
+    an infinity first. On CUDA, topk over NaN rows returned indices out of
+    range and the scatter stopped the process with a device assert (the
+    fed fast step on the H200, docs/results/gpu/)."""
+    gen = HPMMaskGenerator(
+        mask_ratio=0.75, alpha_0=0.5, alpha_T=0.5, mode=mode)
+    scores = torch.randn(512, 196, device=device)
+    scores[0] = float('nan')  # a whole row
+    scores[1, :100] = float('nan')  # part of one
+    hard = float('inf') if mode == 'argmax' else float('-inf')
+    scores[2, 7] = hard
+    mask = gen(scores, 1.0, 196, 512, device)
+    k = gen.num_hard(196, 1.0)
+    assert k > 0 and (mask.sum(1) == 147).all()
+    assert mask[2, 7] == 1
+    keys = scores[1].nan_to_num(-hard)  # the K hardest of the finite ones
+    top = torch.topk(keys, k, largest=mode == 'argmax').indices
+    assert (mask[1, top] == 1).all() and (top >= 100).all()

@@ -104,11 +104,15 @@ class HPMMaskGenerator(BaseMaskGenerator):
                 raise ValueError(
                     f'alpha={self.alpha(progress):.3f} masks K={k} patches by '
                     f'score, but no {self.score_source} scores were given.')
+            largest = self.mode == 'argmax'
+            # a NaN score ranks last: CUDA's topk returns indices out of
+            # range for NaN rows (a device assert in the scatter below)
+            nan = float('-inf') if largest else float('inf')
             top = torch.topk(  # (B, K): the K hardest (argmin: easiest)
-                scores.detach().float(),
+                scores.detach().float().nan_to_num(nan),
                 k,
                 dim=1,
-                largest=self.mode == 'argmax').indices
+                largest=largest).indices
             if counts is None:
                 keys.scatter_(1, top, 2.0)  # (B, N): the hard ones above all
             else:  # the first floor(alpha * counts[i]) of row i
