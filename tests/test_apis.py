@@ -80,6 +80,28 @@ def test_cfg_options_name_a_list_element_by_its_type():
         merge_cfg_options(cfg, {'custom_hooks.EmptyCacheHook.x': 1})
 
 
+def test_an_image_option_reaches_every_part_for_every_tool():
+    """``--cfg-options image.size=64`` (knn_eval, the pictures, check_data
+    load with ``load_config`` and build no runner): the spec is applied
+    after the options, so the model and the pipelines take 64 (they kept
+    the file's 32, the spec saying 64)."""
+    from hpm_mm.apis import load_config
+    cfg = load_config(
+        osp.join(
+            REPO, 'configs/hpm/hpm-fast_vit-mini-p4_1xb256-coslr-10e_'
+            'image-folder.py'), {
+                'image.size': 64,
+                'image.channels': 1,
+                'image.mean': [100.],
+                'image.std': [50.]
+            })
+    m = cfg.model
+    assert (m.backbone.img_size, m.neck.num_patches,
+            m.backbone.patch_cfg.in_channels) == (64, 256, 1)
+    pipe = {t['type']: t for t in cfg.train_dataloader.dataset.pipeline}
+    assert pipe['LoadAndRandomResizedCrop']['scale'] == 64
+
+
 def test_build_runner_leaves_an_explicit_runner_alone_refuses_mmengines():
     from mmengine.config import Config
 

@@ -297,14 +297,16 @@ def syntax_error(path: str, error: SyntaxError, _seen=None) -> str:
 
 
 def load_config(path: str, options: Optional[dict] = None) -> Config:
-    """``Config.fromfile(path)`` with its ``image`` spec applied, then the
-    ``key.sub=value`` ``options`` merged (checked: :func:`merge_cfg_options`).
-    """
+    """``Config.fromfile(path)``, its keys checked, the ``key.sub=value``
+    ``options`` merged (checked: :func:`merge_cfg_options`), then its
+    ``image`` spec applied (``HPMRunner.from_cfg`` applies it too, for a
+    config built with ``RUNNERS.build``)."""
+    from hpm_mm.datasets.image_spec import apply_image_spec
     cfg = _read_config(path)
     check_config_keys(cfg, path)
     if options:
         merge_cfg_options(cfg, options)
-    return cfg
+    return apply_image_spec(cfg)  # after the options: image.size=64 flows
 
 
 def _names_read(path: str, seen: set) -> set:
@@ -346,7 +348,6 @@ def _read_config(path: str) -> Config:
     install in one line: a ``_base_`` of a missing package, or the real cause
     of a failed ``custom_imports`` (mmengine names ``sys.path`` instead)."""
     from hpm_mm.compat import FULL_INSTALL, MissingCompiledOpsError
-    from hpm_mm.datasets.image_spec import apply_image_spec
     if '::' not in str(path) and not osp.isfile(path):
         near = ''
         folder = osp.dirname(path) or '.'
@@ -362,7 +363,7 @@ def _read_config(path: str) -> Config:
                        'file path, e.g. configs/hpm/fast/hpm-fast_vit-mini-'
                        'p4_1xb256-coslr-10e_fmnist.py.')
     try:
-        return apply_image_spec(Config.fromfile(path))
+        return Config.fromfile(path)
     except SyntaxError as e:
         raise HPMError(f'{syntax_error(path, e)}. Fix: correct '
                        'the Python syntax there.') from None

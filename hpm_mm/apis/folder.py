@@ -210,7 +210,7 @@ def pretrain_folder(folder: str,
     ``settings``, ``runner``, ``knn`` and ``grids``; refusals are HPMErrors."""
     from hpm_mm.datasets.image_folder import (channel_stats, check_folder,
                                               scan_folder)
-    from .config import load_config, merge_cfg_options
+    from .config import load_config
     from .train import train
     log = log or (lambda line: None)
     check_counts(
@@ -275,7 +275,7 @@ def pretrain_folder(folder: str,
         with open(cfg_path, 'w') as f:
             f.write(text)
         if cfg_options:  # checked on the config as it will run
-            merge_cfg_options(load_config(cfg_path), cfg_options)
+            load_config(cfg_path, cfg_options)
         log(f'config: {cfg_path}')
         grids = osp.join(work_dir, 'hard_patches')
         result = dict(
