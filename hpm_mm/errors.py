@@ -30,11 +30,8 @@ def exit_status(prog: str, run, argv=None):
 def all_registries():
     """Every mmengine registry: the roots and their children (mmpretrain's,
     hpm_mm's, a plugin's)."""
-    import mmengine.registry as registries
-    todo = [
-        r for r in vars(registries).values()
-        if isinstance(r, registries.Registry)
-    ]
+    import mmengine.registry as reg
+    todo = [r for r in vars(reg).values() if isinstance(r, reg.Registry)]
     while todo:
         yield todo[-1]
         todo += list(todo.pop().children.values())
@@ -56,10 +53,8 @@ def unexpected_argument(error: TypeError):
         return None
     cls = next((r.module_dict[names[-1]]
                 for r in all_registries() if names[-1] in r.module_dict), None)
-    params = [
-        p for p in (inspect.signature(cls.__init__).parameters if cls else ())
-        if p not in ('self', 'args', 'kwargs')
-    ]
+    params = inspect.signature(cls.__init__).parameters if cls else ()
+    params = [p for p in params if p not in ('self', 'args', 'kwargs')]
     close = difflib.get_close_matches(key.group(1), params, n=2, cutoff=0.6)
     return (f'{names[-1]} takes no argument {key.group(1)!r}' +
             (f' (did you mean {" or ".join(close)}?)' if close else '') +
@@ -81,17 +76,11 @@ def unregistered_type(error: KeyError):
     name, scope, kind = found.groups()
     kinds = [r for r in all_registries() if r.name == kind]
     holders = sorted(r.scope for r in kinds if name in r.module_dict)
-    close = difflib.get_close_matches(
-        name,
-        sorted({n
-                for r in kinds
-                for n in r.module_dict}),
-        n=2,
-        cutoff=0.7)
+    known = sorted({n for r in kinds for n in r.module_dict})
+    close = difflib.get_close_matches(name, known, n=2, cutoff=0.7)
     fix = (f"default_scope='{holders[0]}' (its {kind} registry holds it)"
-           if holders else f'did you mean {" or ".join(close)}?'
-           if close else 'a registered type, or custom_imports that '
-           'registers it')
+           if holders else f'did you mean {" or ".join(close)}?' if close else
+           'a registered type, or custom_imports that registers it')
     return (f'{name!r} is not in the {scope} scope\'s {kind} registry' +
             (f' (registered in: {", ".join(holders)})' if holders else '') +
             f'. Fix: {fix}.')

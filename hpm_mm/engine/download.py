@@ -38,14 +38,11 @@ def _validators(url: str) -> Optional[dict]:
     import urllib.request
     if not url.startswith(('http://', 'https://')):
         return None
+    keys = ('etag', 'last-modified', 'content-length', 'date')
     try:
         with urllib.request.urlopen(
                 urllib.request.Request(url, method='HEAD'), timeout=10) as r:
-            return {
-                k: r.headers[k]
-                for k in ('etag', 'last-modified', 'content-length', 'date')
-                if r.headers.get(k)
-            }
+            return {k: r.headers[k] for k in keys if r.headers.get(k)}
     except Exception:
         return None
 
@@ -66,8 +63,8 @@ def changed(then: dict, now: dict) -> Optional[str]:
     etag = now.get('etag')
     if etag and not etag.startswith('W/'):
         return None if etag == then.get('etag') else 'its ETag changed'
-    modified, fetched = _seconds(now.get('last-modified')), _seconds(
-        then.get('downloaded'))
+    modified = _seconds(now.get('last-modified'))
+    fetched = _seconds(then.get('downloaded'))
     if modified is None or fetched is None:
         return ('the server sends neither a strong ETag nor a Last-Modified, '
                 'so it cannot prove the copy unchanged')
@@ -99,21 +96,17 @@ def download_checkpoint(url: str, model_dir: Optional[str] = None) -> str:
                     then = json.load(f)
             except (OSError, ValueError):
                 then = {}
-            if now is None:
-                if url.startswith(('http://', 'https://')):
-                    print_log(
-                        f'{url}: the server cannot be asked whether it '
-                        f'changed; using the copy {path} (downloaded '
-                        f"{then.get('downloaded', 'earlier')})",
-                        logger='current',
-                        level=logging.WARNING)
-                return
-            why = changed(then, now)
+            if now is None and url.startswith(('http://', 'https://')):
+                print_log(
+                    f'{url}: the server cannot be asked whether it changed; '
+                    f"using the copy {path} (downloaded "
+                    f"{then.get('downloaded', 'earlier')})", 'current',
+                    logging.WARNING)
+            why = changed(then, now) if now is not None else None
             if why is None:
                 return
-            print_log(
-                f'{url}: {why}; downloading it again over {path}',
-                logger='current')
+            print_log(f'{url}: {why}; downloading it again over {path}',
+                      'current')
         os.makedirs(model_dir, exist_ok=True)
         part = f'{path}.{os.getpid()}.part'
         when = (now or {}).get('date') or email.utils.formatdate(usegmt=True)
