@@ -18,16 +18,17 @@ from typing import Optional
 
 from mmengine.config import Config
 from mmengine.dist import is_main_process
-from mmengine.hooks import Hook
 from mmengine.registry import RUNNERS
 from mmengine.runner import FlexibleRunner, Runner
 
 from hpm_mm.datasets.data_check import check_data_roots
 from hpm_mm.errors import HPMError, unexpected_argument, unregistered_type
 from .dist import setup_cpu_distributed
+from .hooks.cuda_graph_step_hook import CUDAGraphStepHook
 from .log_filter import BareConsoleFormatter, QuietConsole
 from .precision import Precision, optim_wrapper_cfg, run_precision
 from .resume import RunResume
+from .safe_load import refuse_old_torch_pretraining
 from .schedule import check_run_length
 from .work_dir import own_work_dir, release_work_dir
 
@@ -36,16 +37,6 @@ _RUNNERS_BUILT = itertools.count(1)
 
 #: torch.compile modes that record and replay CUDA graphs
 GRAPH_MODES = ('reduce-overhead', 'max-autotune')
-
-
-class CUDAGraphStepHook(Hook):
-    """Under ``compile=dict(mode='reduce-overhead')``: mark each iteration's
-    start for torch's CUDA-graph trees, so a replay never overwrites the
-    outputs of a graph the same step still reads."""
-
-    def before_train_iter(self, runner, batch_idx, data_batch=None) -> None:
-        import torch
-        torch.compiler.cudagraph_mark_step_begin()
 
 
 class RunPolicyMixin:
@@ -292,29 +283,6 @@ class RunPolicyMixin:
         self._hpm_fit_checked = True
         from mmpretrain.utils import get_ori_model
         self._hpm_resume.check_fits(get_ori_model(self.model))
-
-
-def refuse_old_torch_pretraining(model) -> None:
-    """Pretraining on a torch without the allow-list (< 2.4) would write
-    checkpoints it cannot resume safely: refused at the start, in one line
-    (the transfer side runs there)."""
-    import torch
-    from mmpretrain.models.selfsup import BaseSelfSupervisor
-    from mmpretrain.registry import MODELS
-
-    from .safe_load import TORCH_FLOOR, torch_below
-    if not torch_below(TORCH_FLOOR) or \
-            not isinstance(model, dict):
-        return
-    cls = MODELS.get(model.get('type', ''))
-    if isinstance(cls, type) and issubclass(cls, BaseSelfSupervisor):
-        raise HPMError(
-            f'pretraining ({model["type"]}) needs torch >= {TORCH_FLOOR}, '
-            'whose weights-only loader '
-            'resumes its checkpoints safely; this is torch '
-            f'{torch.__version__}. Fix: pretrain in an environment with a '
-            'newer torch and transfer here (docs/install.md, two '
-            'environments).')
 
 
 @contextmanager

@@ -45,6 +45,25 @@ def torch_below(version: str) -> bool:
     return digit_version(torch.__version__) < digit_version(version)
 
 
+def refuse_old_torch_pretraining(model) -> None:
+    """Pretraining on a torch without the allow-list (< 2.4) would write
+    checkpoints it cannot resume safely: refused at the start, in one line
+    (the transfer side runs there)."""
+    from mmpretrain.models.selfsup import BaseSelfSupervisor
+    from mmpretrain.registry import MODELS
+    if not torch_below(TORCH_FLOOR) or not isinstance(model, dict):
+        return
+    cls = MODELS.get(model.get('type', ''))
+    if isinstance(cls, type) and issubclass(cls, BaseSelfSupervisor):
+        raise HPMError(
+            f'pretraining ({model["type"]}) needs torch >= {TORCH_FLOOR}, '
+            'whose weights-only loader resumes its checkpoints safely; this '
+            'is torch '
+            f'{torch.__version__}. Fix: pretrain in an environment with a '
+            'newer torch and transfer here (docs/install.md, two '
+            'environments).')
+
+
 def checkpoint_safe_globals() -> list:
     """The types mmengine's runner writes into a checkpoint: its
     ``HistoryBuffer`` and ``ConfigDict``, NumPy arrays, scalars and dtypes

@@ -642,3 +642,18 @@ def test_a_missing_file_and_a_failed_download_raise_what_mmengine_did(
         CheckpointLoader.load_checkpoint(str(tmp_path / 'missing.pth'))
     with pytest.raises(OSError, match='cannot download the checkpoint'):
         CheckpointLoader.load_checkpoint('http://127.0.0.1:9/x.pth')
+
+
+def test_pretraining_on_a_torch_without_the_allow_list_is_one_line(
+        monkeypatch):
+    """Below ``TORCH_FLOOR`` a self-supervised model (its checkpoints could
+    not be resumed weights-only) is refused at the start; a classifier (the
+    transfer side) is not."""
+    from hpm_mm.engine import safe_load
+    from hpm_mm.errors import HPMError
+    monkeypatch.setattr(safe_load, 'torch_below', lambda v: True)
+    with pytest.raises(HPMError, match=r'pretraining \(HPM\) needs torch >='):
+        safe_load.refuse_old_torch_pretraining(dict(type='HPM'))
+    safe_load.refuse_old_torch_pretraining(dict(type='ImageClassifier'))
+    monkeypatch.setattr(safe_load, 'torch_below', lambda v: False)
+    safe_load.refuse_old_torch_pretraining(dict(type='HPM'))
