@@ -16,8 +16,6 @@ PRECISIONS = ('auto', 'fp32', 'bf16', 'fp16')
 #: optimizer wrappers that ask for mixed precision in a config without the
 #: key (mmpretrain's ``--amp`` names ``AmpOptimWrapper``)
 AMP_TYPES = ('AmpOptimWrapper', 'GuardedAmpOptimWrapper')
-#: optimizers whose fused CUDA kernel a CUDA run takes
-FUSED_OPTIMIZERS = ('AdamW', 'Adam', 'SGD')
 DTYPES = dict(fp32=None, bf16=torch.bfloat16, fp16=torch.float16)
 
 
@@ -100,8 +98,7 @@ def optim_wrapper_cfg(optim_wrapper: dict, precision: Precision) -> dict:
     """The ``optim_wrapper`` config that computes ``precision``, keeping
     the non-finite guard: fp16 is :class:`GuardedAmpOptimWrapper` (dynamic
     loss scale), bf16 :class:`AutocastOptimWrapper`, fp32 the config's
-    wrapper without autocast. On CUDA AdamW / Adam / SGD take torch's
-    fused kernel unless the config sets ``fused`` or ``foreach``."""
+    wrapper without autocast."""
     cfg = dict(optim_wrapper)
     kind = cfg.get('type')
     if precision.name == 'fp16':
@@ -115,9 +112,4 @@ def optim_wrapper_cfg(optim_wrapper: dict, precision: Precision) -> dict:
             cfg.update(type='AutocastOptimWrapper', dtype='bfloat16')
         elif kind in AMP_TYPES + ('AutocastOptimWrapper', ):
             cfg.update(type='GuardedOptimWrapper')
-    optimizer = cfg.get('optimizer')
-    if precision.device == 'cuda' and isinstance(optimizer, dict) and \
-            str(optimizer.get('type')).split('.')[-1] in FUSED_OPTIMIZERS \
-            and 'fused' not in optimizer and 'foreach' not in optimizer:
-        cfg['optimizer'] = dict(optimizer, fused=True)
     return cfg

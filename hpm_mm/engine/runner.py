@@ -26,6 +26,7 @@ from hpm_mm.errors import HPMError, unexpected_argument, unregistered_type
 from .dist import setup_cpu_distributed
 from .hooks.cuda_graph_step_hook import CUDAGraphStepHook
 from .log_filter import BareConsoleFormatter, QuietConsole
+from .optimizers.guarded_optim_wrapper import fused_on_cuda
 from .precision import Precision, optim_wrapper_cfg, run_precision
 from .resume import RunResume
 from .safe_load import refuse_old_torch_pretraining
@@ -105,8 +106,8 @@ class RunPolicyMixin:
             wrapper = dict(kw['optim_wrapper'])
             precision = run_precision(
                 dict(precision=cfg.get('precision'), optim_wrapper=wrapper))
-            kw['optim_wrapper'] = cfg.optim_wrapper = optim_wrapper_cfg(
-                wrapper, precision)
+            kw['optim_wrapper'] = cfg.optim_wrapper = fused_on_cuda(
+                optim_wrapper_cfg(wrapper, precision), precision.device)
             self._hpm_precision = precision
         model = kw.get('model')
         refuse_old_torch_pretraining(model)

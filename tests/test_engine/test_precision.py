@@ -8,6 +8,7 @@ import torch
 from helpers import TINY_RUN, tiny_config, train
 
 from hpm_mm.engine import precision as P
+from hpm_mm.engine.optimizers.guarded_optim_wrapper import fused_on_cuda
 from hpm_mm.errors import HPMError
 
 WRAPPER = dict(type='OptimWrapper', optimizer=dict(type='AdamW'))
@@ -33,7 +34,7 @@ def test_auto_on_cuda_is_bf16_where_the_card_has_it(monkeypatch, bf16, name,
                                                     dtype):
     p = decide('auto', 'cuda', bf16, monkeypatch)
     assert (p.name, p.dtype) == (name, dtype)
-    wrapper = P.optim_wrapper_cfg(WRAPPER, p)
+    wrapper = fused_on_cuda(P.optim_wrapper_cfg(WRAPPER, p), p.device)
     assert wrapper['type'] == ('AutocastOptimWrapper'
                                if bf16 else 'GuardedAmpOptimWrapper')
     assert wrapper['optimizer'] == dict(type='AdamW', fused=True)
@@ -79,13 +80,12 @@ def test_optim_wrapper_follows_the_precision(monkeypatch):
     # a CPU: the optimizer as given; CUDA: fused unless the config says
     assert 'fused' not in fp32['optimizer'] and 'fused' not in \
         bf16['optimizer']
-    cuda = decide('auto', 'cuda', False, monkeypatch)
-    own = P.optim_wrapper_cfg(
+    own = fused_on_cuda(
         dict(type='OptimWrapper', optimizer=dict(type='AdamW', foreach=True)),
-        cuda)
+        'cuda')
     assert own['optimizer'] == dict(type='AdamW', foreach=True)
-    lars = P.optim_wrapper_cfg(
-        dict(type='OptimWrapper', optimizer=dict(type='LARS')), cuda)
+    lars = fused_on_cuda(
+        dict(type='OptimWrapper', optimizer=dict(type='LARS')), 'cuda')
     assert 'fused' not in lars['optimizer']
 
 

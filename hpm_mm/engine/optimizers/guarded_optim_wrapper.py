@@ -42,6 +42,23 @@ def check_clip_grad(clip) -> None:
             'clip_grad=None for no clipping.')
 
 
+#: optimizers whose fused CUDA kernel a CUDA run takes
+FUSED_OPTIMIZERS = ('AdamW', 'Adam', 'SGD')
+
+
+def fused_on_cuda(optim_wrapper: dict, device: str) -> dict:
+    """The ``optim_wrapper`` config with torch's fused kernel for AdamW /
+    Adam / SGD on CUDA (the guard's flag then stays on the device, as the
+    kernel's ``found_inf``), unless the config sets ``fused`` or
+    ``foreach``."""
+    optimizer = optim_wrapper.get('optimizer')
+    if device == 'cuda' and isinstance(optimizer, dict) and \
+            str(optimizer.get('type')).split('.')[-1] in FUSED_OPTIMIZERS \
+            and 'fused' not in optimizer and 'foreach' not in optimizer:
+        return dict(optim_wrapper, optimizer=dict(optimizer, fused=True))
+    return optim_wrapper
+
+
 class NonFiniteGuardMixin:
     """Skip an optimizer step whose loss or gradients are not finite.
 
