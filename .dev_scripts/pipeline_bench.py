@@ -161,12 +161,12 @@ def device_decode_rate(pipeline, files, device, batch=64, reps=3):
     import torch
     from mmengine.dataset import pseudo_collate
 
-    from hpm_mm.models.data_preprocessor import ChannelCheckedDataPreprocessor
+    from hpm_mm.models.data_preprocessor import DeviceDecodeDataPreprocessor
     steps = build(pipeline)
     np.random.seed(0)
     items = [steps(dict(img_path=f, sample_idx=0)) for f in files[:batch]]
     data = pseudo_collate(items)
-    pre = ChannelCheckedDataPreprocessor().to(device)
+    pre = DeviceDecodeDataPreprocessor().to(device)
     sync = torch.cuda.synchronize if device.type == 'cuda' else (lambda: None)
     pre(data)  # warm-up
     sync()
@@ -195,7 +195,7 @@ def fed_step(cfg, pipelines, root, setting, arch, batch, workers, device):
     overrides = SETTINGS[setting][0]
     model_cfg = model_cfgs(arch, 224, overrides)[overrides is not None]
     model_cfg['data_preprocessor']['type'] = \
-        'ChannelCheckedDataPreprocessor'  # decodes device_decode batches
+        'DeviceDecodeDataPreprocessor'  # decodes device_decode batches
     _, optim, step = trainer(model_cfg, device, 'bf16',
                              'fused' if ops.cuda else 'default')
     x = torch.randint(0, 256, (batch, 3, 224, 224), device=device).float()

@@ -1,5 +1,6 @@
 from .backbones import *  # noqa: F401,F403
 from .data_preprocessor import ChannelCheckedDataPreprocessor  # noqa: F401
+from .data_preprocessor import DeviceDecodeDataPreprocessor  # noqa: F401
 from .heads import *  # noqa: F401,F403
 from .losses import *  # noqa: F401,F403
 from .mask_generators import *  # noqa: F401,F403

@@ -112,28 +112,37 @@ def decode_crops(images: Sequence[torch.Tensor], decode: Sequence[dict], size,
 class ChannelCheckedDataPreprocessor(SelfSupDataPreprocessor):
     """mmpretrain's :class:`SelfSupDataPreprocessor` that refuses images
     whose channel count does not match its ``mean``/``std``, in one line
-    naming both (:func:`check_channels`), and decodes on its device the JPEG
-    batches :class:`~hpm_mm.datasets.LoadBytesAndCropBox` hands it
-    (:func:`decode_crops`: RGB, so no channel swap). hpm_mm's runners check
-    the built preprocessor of any model the same way
-    (:func:`watch_channels`)."""
+    naming both (:func:`check_channels`). hpm_mm's runners check the built
+    preprocessor of any model the same way (:func:`watch_channels`)."""
 
     def forward(self, data: dict, training: bool = False) -> dict:
-        samples = data.get('data_samples') if isinstance(data, dict) else None
-        if samples and 'device_decode' in samples[0]:
-            inputs = decode_crops(data['inputs'],
-                                  [s.device_decode for s in samples],
-                                  samples[0].img_shape, self.device)
-            if self._enable_normalize:
-                inputs = (inputs - self.mean) / self.std
-            return dict(inputs=inputs, data_samples=self.cast_data(samples))
         inputs = data.get('inputs') if isinstance(data, dict) else None
         if isinstance(inputs, list) and inputs and torch.is_tensor(
                 inputs[0]) and inputs[0].dim() == 1:
             raise HPMError(
-                'the batch holds encoded images (LoadBytesAndCropBox) '
-                'without their crop boxes. Fix: add \'device_decode\' to '
-                'PackInputs meta_keys (configs/_base_/datasets/'
-                'imagenet_bs512_mae_gpu_decode.py).')
+                'the batch holds encoded images (LoadBytesAndCropBox). Fix: '
+                "data_preprocessor type='DeviceDecodeDataPreprocessor' and "
+                "'device_decode' in PackInputs meta_keys (configs/_base_/"
+                'datasets/imagenet_bs512_mae_gpu_decode.py).')
         check_channels(self, data)
         return super().forward(data, training)
+
+
+@MODELS.register_module()
+class DeviceDecodeDataPreprocessor(ChannelCheckedDataPreprocessor):
+    """The GPU JPEG decode's second half: the JPEG batches
+    :class:`~hpm_mm.datasets.LoadBytesAndCropBox` hands it decoded on its
+    device (:func:`decode_crops`: RGB, so no channel swap), then
+    normalised; any other batch as :class:`ChannelCheckedDataPreprocessor`.
+    Its arguments are mmpretrain's ``SelfSupDataPreprocessor``'s."""
+
+    def forward(self, data: dict, training: bool = False) -> dict:
+        samples = data.get('data_samples') if isinstance(data, dict) else None
+        if not (samples and 'device_decode' in samples[0]):
+            return super().forward(data, training)
+        inputs = decode_crops(data['inputs'],
+                              [s.device_decode for s in samples],
+                              samples[0].img_shape, self.device)
+        if self._enable_normalize:
+            inputs = (inputs - self.mean) / self.std
+        return dict(inputs=inputs, data_samples=self.cast_data(samples))

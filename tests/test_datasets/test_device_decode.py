@@ -14,6 +14,7 @@ from test_reduced_decode import CROP, photo
 import hpm_mm  # noqa: F401
 from hpm_mm.datasets import LoadAndRandomResizedCrop, LoadBytesAndCropBox
 from hpm_mm.models.data_preprocessor import (ChannelCheckedDataPreprocessor,
+                                             DeviceDecodeDataPreprocessor,
                                              decode_crops)
 
 MEAN, STD = [123.675, 116.28, 103.53], [58.395, 57.12, 57.375]
@@ -57,7 +58,7 @@ def device_batch(paths, seeds, device):
     for path, seed in zip(paths, seeds):
         np.random.seed(seed)
         items.append(pack(load(dict(img_path=path))))
-    pre = ChannelCheckedDataPreprocessor().to(device)
+    pre = DeviceDecodeDataPreprocessor().to(device)
     return pre(pseudo_collate(items)), items
 
 
@@ -93,7 +94,7 @@ def test_normalised_as_the_config_pipeline(tmp_path):
     from mmpretrain.datasets.transforms import PackInputs
     load = LoadBytesAndCropBox(**CROP)
     pack = PackInputs(meta_keys=('img_shape', 'device_decode'))
-    pre = ChannelCheckedDataPreprocessor(mean=MEAN, std=STD, to_rgb=True)
+    pre = DeviceDecodeDataPreprocessor(mean=MEAN, std=STD, to_rgb=True)
     items = []
     for seed, path in enumerate(paths):
         np.random.seed(seed)
@@ -126,8 +127,13 @@ def test_an_unreadable_file_or_a_missing_key_is_one_line(tmp_path):
     np.random.seed(0)
     item = PackInputs()(
         LoadBytesAndCropBox(**CROP)(dict(img_path=images(tmp_path)[0])))
-    with pytest.raises(HPMError, match="add 'device_decode' to PackInputs"):
-        ChannelCheckedDataPreprocessor()(pseudo_collate([item]))
+    for pre in (ChannelCheckedDataPreprocessor(),
+                DeviceDecodeDataPreprocessor()):  # no box, or no decoder
+        with pytest.raises(
+                HPMError,
+                match="'DeviceDecodeDataPreprocessor' "
+                "and 'device_decode' in PackInputs"):
+            pre(pseudo_collate([item]))
     path = tmp_path / 'broken.jpg'
     path.write_bytes(b'not a jpeg')
     with pytest.raises(HPMError, match='cannot read image .*broken.jpg'):
@@ -145,7 +151,7 @@ def test_the_gpu_decode_config_builds_its_pipeline():
             for t in pipeline] == ['LoadBytesAndCropBox', 'PackInputs']
     assert 'device_decode' in pipeline[1]['meta_keys']
     assert cfg.train_dataloader.collate_fn.type == 'pseudo_collate'
-    assert cfg.data_preprocessor.type == 'ChannelCheckedDataPreprocessor'
+    assert cfg.data_preprocessor.type == 'DeviceDecodeDataPreprocessor'
 
 
 @pytest.mark.cuda

@@ -5,7 +5,7 @@
 # pipeline"). On a CPU the same path decodes with libjpeg.
 _base_ = 'mmpretrain::_base_/datasets/imagenet_bs512_mae.py'
 
-data_preprocessor = dict(type='ChannelCheckedDataPreprocessor')
+data_preprocessor = dict(type='DeviceDecodeDataPreprocessor')
 train_pipeline = [
     dict(
         type='LoadBytesAndCropBox',
