@@ -11,6 +11,7 @@ from mmengine.config import Config, DictAction
 from hpm_mm.errors import HPMError
 
 _MISSING = object()
+_KINDS = {bool: 'True or False', int: 'a whole number', float: 'a number'}
 
 
 class CfgOptionsAction(DictAction):
@@ -161,14 +162,12 @@ def unread_key(cfg: dict,
     if top in leaves:
         return (f'the run reads {top!r} only as {leaves[top]}, not at the '
                 f'top level. Fix: {leaves[top]}=...') if option else None
-    cutoff = 0.8 if option else 0.85
-    close = [
-        c + rest for c in difflib.get_close_matches(
-            top, sorted(keys), n=1, cutoff=cutoff)
-    ] or [
-        leaves[c] for c in difflib.get_close_matches(
-            top, sorted(leaves), n=1, cutoff=cutoff)
-    ]
+
+    def near(names):
+        return difflib.get_close_matches(
+            top, sorted(names), n=1, cutoff=0.8 if option else 0.85)
+
+    close = [c + rest for c in near(keys)] or [leaves[c] for c in near(leaves)]
     if close:
         return f'nothing reads {top!r}. Fix: did you mean {close[0]}?'
     return None
@@ -200,10 +199,7 @@ def _by_type(cfg: dict, key: str) -> str:
             ]
             where = '.'.join(parts[:i])
             if len(hits) != 1:
-                types = [
-                    item.get('type') for item in node
-                    if isinstance(item, dict)
-                ]
+                types = [i.get('type') for i in node if isinstance(i, dict)]
                 raise HPMError(
                     f'--cfg-options {key}: {where} has '
                     f'{"no" if not hits else len(hits)} element(s) of type '
@@ -230,11 +226,7 @@ def merge_cfg_options(cfg: Config, options: dict) -> Config:
     for key, value in options.items():
         old = _lookup(current, key)
         if not _fits(old, value):
-            kind = {
-                bool: 'True or False',
-                int: 'a whole number',
-                float: 'a number'
-            }[type(old)]
+            kind = _KINDS[type(old)]
             raise HPMError(
                 f'--cfg-options {key}={value!r}: expected {kind} (the '
                 f'config has {old!r}).')
