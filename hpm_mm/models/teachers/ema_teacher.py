@@ -18,34 +18,22 @@ class TeacherOutput(NamedTuple):
     features: Optional[torch.Tensor]
 
 
-@MODELS.register_module()
-class EMATeacher(ExponentialMovingAverage):
-    """The EMA teacher that scores every patch of the full image.
-
-    mmengine's :class:`ExponentialMovingAverage` of the student's encoder and
-    loss predictor (``module['backbone']``, ``module['predictor']``; iBOT adds
-    its head), so checkpoints keep ``teacher.module.*``. It runs in eval mode,
-    updates once per applied optimizer step (:meth:`update`), ramps its
-    momentum from ``momentum`` to ``end_momentum`` over ``momentum_epochs``
-    (None: the run; ``'linear'`` per epoch or ``'cosine'`` per iteration;
-    mmengine's convention ``teacher = (1 - m) teacher + m student``: the
-    authors' decay 0.999 -> 0.9999 is 1e-3 -> 1e-4), and gives per-patch
-    scores of ``score_source`` (None: targets only) and, when its
-    ``features`` are a target, its tokens, in one no-grad pass
-    (:meth:`forward`) under autocast in ``dtype``. ``input_scale`` < 1 scores
-    a downsampled copy (the fast setting; no features). docs/extending.md.
+class EMAAverage(ExponentialMovingAverage):
+    """The teacher's averaging half: mmengine's
+    :class:`ExponentialMovingAverage` with the paper's momentum ramp, one
+    update per applied optimizer step, kept in eval mode.
 
     The paper's EMA step, with its decay d (0.999 -> 0.9999):
     ``theta_t <- d * theta_t + (1 - d) * theta_s``. mmengine's momentum is
-    ``m = 1 - d``, and each update is that line as one multi-tensor
-    ``lerp``: ``theta_t <- theta_t + m * (theta_s - theta_t)``
-    (:meth:`update_parameters`).
+    ``m = 1 - d`` (``teacher = (1 - m) teacher + m student``: the authors'
+    decay 0.999 -> 0.9999 is m 1e-3 -> 1e-4), and each update is that line
+    as one multi-tensor ``lerp``: ``theta_t <- theta_t + m * (theta_s -
+    theta_t)`` (:meth:`update_parameters`).
 
     Args:
         model (nn.Module): what is averaged: ``ModuleDict(backbone=...,
             predictor=...)`` (HPMBase.student()).
-        momentum (float): mmengine's momentum m at the start, ``teacher = (1 -
-            m) teacher + m student``: the paper's decay is 1 - m. Defaults to
+        momentum (float): mmengine's momentum m at the start. Defaults to
             1e-3 (decay 0.999).
         end_momentum (float): m at the end of the ramp. Defaults to 1e-4 (decay
             0.9999).
@@ -53,16 +41,6 @@ class EMATeacher(ExponentialMovingAverage):
             run. Defaults to 100, the authors'.
         momentum_schedule (str): 'linear' (per epoch, the authors') or 'cosine'
             (per iteration). Defaults to 'linear'.
-        dtype (str, optional): the scoring pass's autocast dtype; None: the
-            step's precision. Defaults to None.
-        input_scale (float): the fraction of the patch grid per side the
-            teacher sees (< 1: a downsampled copy, the fast setting). Defaults
-            to 1.
-        score_source (str, optional): the registered source of the per-patch
-            scores (TEACHER_SCORES); None: targets only. Defaults to
-            'predicted_loss'.
-        features (bool): whether its tokens are a target (needs the full
-            image). Defaults to False.
     """
 
     def __init__(self,
@@ -70,33 +48,15 @@ class EMATeacher(ExponentialMovingAverage):
                  momentum: float = 1e-3,
                  end_momentum: float = 1e-4,
                  momentum_epochs: Optional[int] = 100,
-                 momentum_schedule: str = 'linear',
-                 dtype: Optional[str] = None,
-                 input_scale: float = 1.0,
-                 score_source: str = 'predicted_loss',
-                 features: bool = False) -> None:
+                 momentum_schedule: str = 'linear') -> None:
         super().__init__(model, momentum=momentum)
-        if not 0. < input_scale <= 1.:
-            raise ValueError(
-                'input_scale must be in (0, 1] (the fraction of the patch '
-                f'grid the teacher sees per side), got {input_scale}.')
         if momentum_schedule not in ('linear', 'cosine'):
             raise ValueError("momentum_schedule must be 'linear' or "
                              f"'cosine', got {momentum_schedule!r}.")
-        if score_source is not None:
-            check_source(score_source)
         self.start_momentum = momentum
         self.end_momentum = end_momentum
         self.momentum_epochs = momentum_epochs
         self.momentum_schedule = momentum_schedule
-        self.dtype = getattr(torch, dtype) if isinstance(dtype, str) else dtype
-        self.input_scale = input_scale
-        self.score_source = score_source
-        if features:
-            self.check_full_image()
-        # the pass, chosen once: the half-resolution teacher (fast setting)
-        self._pass = self._full_pass if input_scale == 1 else \
-            self._scaled_pass
         self._last_optim_steps: Optional[int] = None
         self._checked = False
         self._steps: Optional[int] = None  # ``steps`` on the host
@@ -125,7 +85,7 @@ class EMATeacher(ExponentialMovingAverage):
         self.momentum = self.start_momentum + r * (
             self.end_momentum - self.start_momentum)
 
-    def train(self, mode: bool = True) -> 'EMATeacher':
+    def train(self, mode: bool = True) -> 'EMAAverage':
         """Follow ``mode`` but keep the averaged model in eval mode."""
         super().train(mode)
         self.module.eval()
@@ -184,12 +144,10 @@ class EMATeacher(ExponentialMovingAverage):
         elif steps % self.interval == 0 and self._averaged:
             avg = [p for _, p in self._averaged]
             new = [src[k].to(p.device) for k, p in self._averaged]
-            if applied is None:
+            if applied is None:  # the paper's line
                 torch._foreach_lerp_(avg, new, self.momentum)
-            else:  # avg += momentum * applied * (new - avg), on the device
-                delta = torch._foreach_sub(new, avg)
-                torch._foreach_mul_(delta, applied * self.momentum)
-                torch._foreach_add_(avg, delta)
+            else:
+                self._lerp_if_applied(avg, new, applied)
         if not self.update_buffers:  # buffers follow the student's
             dst = list(self.module.buffers())
             if dst:
@@ -200,6 +158,15 @@ class EMATeacher(ExponentialMovingAverage):
                         to(self.steps.dtype))
         self._steps = steps + 1
 
+    def _lerp_if_applied(self, avg: list, new: list,
+                         applied: torch.Tensor) -> None:
+        """The same step with the momentum times ``applied`` (the guard's
+        0./1. flag, left on the device: a skipped step moves nothing, and the
+        host waits for nothing): ``avg += m * applied * (new - avg)``."""
+        delta = torch._foreach_sub(new, avg)
+        torch._foreach_mul_(delta, applied * self.momentum)
+        torch._foreach_add_(avg, delta)
+
     def _host_steps(self) -> int:
         if self._steps is None:  # once per build or load: one read back
             self._steps = int(self.steps)
@@ -208,6 +175,69 @@ class EMATeacher(ExponentialMovingAverage):
     def _load_from_state_dict(self, *args, **kwargs) -> None:
         super()._load_from_state_dict(*args, **kwargs)
         self._steps = None  # the loaded buffer is the count now
+
+
+@MODELS.register_module()
+class EMATeacher(EMAAverage):
+    """The EMA teacher that scores every patch of the full image: the
+    averaging of :class:`EMAAverage` (the student's encoder and loss
+    predictor, ``module['backbone']``, ``module['predictor']``; iBOT adds its
+    head; checkpoints keep ``teacher.module.*``) and the scoring pass
+    (:meth:`forward`): per-patch scores of ``score_source`` and, when its
+    ``features`` are a target, its tokens, in one no-grad pass under
+    autocast in ``dtype``. ``input_scale`` < 1 scores a downsampled copy
+    (the fast setting; no features). docs/extending.md.
+
+    Args:
+        model (nn.Module): what is averaged: ``ModuleDict(backbone=...,
+            predictor=...)`` (HPMBase.student()).
+        momentum (float): mmengine's momentum m at the start, ``teacher = (1 -
+            m) teacher + m student``: the paper's decay is 1 - m. Defaults to
+            1e-3 (decay 0.999).
+        end_momentum (float): m at the end of the ramp. Defaults to 1e-4 (decay
+            0.9999).
+        momentum_epochs (int, optional): the ramp's length in epochs; None: the
+            run. Defaults to 100, the authors'.
+        momentum_schedule (str): 'linear' (per epoch, the authors') or 'cosine'
+            (per iteration). Defaults to 'linear'.
+        dtype (str, optional): the scoring pass's autocast dtype; None: the
+            step's precision. Defaults to None.
+        input_scale (float): the fraction of the patch grid per side the
+            teacher sees (< 1: a downsampled copy, the fast setting). Defaults
+            to 1.
+        score_source (str, optional): the registered source of the per-patch
+            scores (TEACHER_SCORES); None: targets only. Defaults to
+            'predicted_loss'.
+        features (bool): whether its tokens are a target (needs the full
+            image). Defaults to False.
+    """
+
+    def __init__(self,
+                 model: nn.Module,
+                 momentum: float = 1e-3,
+                 end_momentum: float = 1e-4,
+                 momentum_epochs: Optional[int] = 100,
+                 momentum_schedule: str = 'linear',
+                 dtype: Optional[str] = None,
+                 input_scale: float = 1.0,
+                 score_source: str = 'predicted_loss',
+                 features: bool = False) -> None:
+        super().__init__(model, momentum, end_momentum, momentum_epochs,
+                         momentum_schedule)
+        if not 0. < input_scale <= 1.:
+            raise ValueError(
+                'input_scale must be in (0, 1] (the fraction of the patch '
+                f'grid the teacher sees per side), got {input_scale}.')
+        if score_source is not None:
+            check_source(score_source)
+        self.dtype = getattr(torch, dtype) if isinstance(dtype, str) else dtype
+        self.input_scale = input_scale
+        self.score_source = score_source
+        if features:
+            self.check_full_image()
+        # the pass, chosen once: the half-resolution teacher (fast setting)
+        self._pass = self._full_pass if input_scale == 1 else \
+            self._scaled_pass
 
     @property
     def grid(self) -> Tuple[int, int]:
