@@ -86,7 +86,7 @@ def analyze_hard_patches(model,
     if model.with_predictor:
         if gen.score_source == 'predicted_loss' and scores is not None:
             pred_loss = scores
-        elif teacher is not None and 'predictor' in teacher.module:
+        elif teacher is not None and 'scorer' in teacher.module:
             pred_loss = teacher(inputs, scores='predicted_loss').scores.cpu()
         else:
             pred_loss = model.student_scores(inputs).cpu()

@@ -221,10 +221,10 @@ def test_teacher_section_covers_the_scoring_pass():
 
         t = model.teacher.module
         for name, module in (('teacher_encoder', t['backbone']),
-                             ('teacher_predictor', t['predictor']),
+                             ('teacher_predictor', t['scorer']),
                              ('student_encoder', model.backbone.layers[0])):
             module.register_forward_pre_hook(record(name))
-        t['predictor'].predictor.blocks[0].register_forward_pre_hook(
+        t['scorer'].predictor.blocks[0].register_forward_pre_hook(
             record('teacher_predictor'))
         model.train_step(dict(data), optim)
         for u in undo:

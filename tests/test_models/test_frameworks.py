@@ -263,8 +263,8 @@ def test_teacher_scores_with_the_predictor_on_the_full_image(cfg):
         'loss_rec', 'loss_pred', 'rank_acc', 'alpha', 'num_hard'
     }
     t = model.teacher.module
-    assert set(t) == {'backbone', 'predictor'}
-    want = t['predictor'](t['backbone'](x, torch.zeros(2, 16))[0])
+    assert set(t) == {'backbone', 'scorer'}
+    want = t['scorer'](t['backbone'](x, torch.zeros(2, 16))[0])
     torch.testing.assert_close(model.teacher(x).scores, want)
     # the predictor's loss trains predictor and encoder, never the teacher
     losses['loss_pred'].backward()
@@ -503,13 +503,13 @@ def test_ibot_teacher_projects_and_scores_the_whole_global_crops():
         'loss_cls', 'loss_rec', 'loss_pred', 'rank_acc', 'alpha'
     }
     t = model.teacher.module
-    assert set(t) == {'backbone', 'neck', 'predictor'}
+    assert set(t) == {'backbone', 'neck', 'scorer'}
     assert not t.training  # no drop path in the teacher
     g = torch.cat(inputs[:2])
     tokens = t['backbone'](g, torch.zeros(4, 16))[0]
     torch.testing.assert_close(seen['a'][2],
                                t['neck'](tokens).unflatten(0, (2, 2)))
-    torch.testing.assert_close(model.teacher(g).scores, t['predictor'](tokens))
+    torch.testing.assert_close(model.teacher(g).scores, t['scorer'](tokens))
     s_cls, s_patch, _, scores, mask = seen['a']
     assert s_cls.shape == (5, 2, 64) and scores.shape == (4, 16)
     assert s_patch.shape == (int(mask.sum()), 64)
@@ -615,3 +615,26 @@ def test_framework_checkpoints_convert_to_a_plain_vit(cfg):
         for k, v in convert(enc, 'mmpretrain').items()
     }
     vit.load_state_dict(out, strict=True)
+
+
+@pytest.mark.parametrize('cfg', [hpm_cfg, simmim_cfg, ibot_cfg])
+def test_a_checkpoint_keyed_before_the_scorer_rename_loads(cfg):
+    """The teacher's copy of the score module is ``teacher.module.scorer``
+    (``teacher.module.predictor`` before #72: for HPM the decoder, so one
+    name for two things): a state dict in the old keys loads strictly into
+    the new ones, through every loader (``_load_from_state_dict``), and
+    today's keys pass unchanged; iBOT's ``teacher.module.neck`` stays."""
+    torch.manual_seed(0)
+    model, fresh = build(cfg()), build(cfg())
+    state = model.state_dict()
+    assert any(k.startswith('teacher.module.scorer.') for k in state)
+    assert not any('teacher.module.predictor.' in k for k in state)
+    old = {
+        k.replace('teacher.module.scorer.', 'teacher.module.predictor.'): v
+        for k, v in state.items()
+    }
+    assert fresh.upgrade_state_dict(old).keys() == state.keys()
+    assert fresh.upgrade_state_dict(state).keys() == state.keys()
+    fresh.load_state_dict(old, strict=True)
+    for k, v in fresh.state_dict().items():
+        assert torch.equal(v, state[k]), k

@@ -121,7 +121,7 @@ def test_teacher_scores_use_full_image_and_predictor_only(device):
     model = tiny_hpm(device=device)
     model.teacher.update(model.student())
     x = torch.randn(3, 1, 16, 16, device=device)
-    neck = model.teacher.module['predictor']  # HPM's decoder
+    neck = model.teacher.module['scorer']  # HPM's decoder
     with mock.patch.object(
             neck, 'reconstruct',
             side_effect=AssertionError('reconstructor ran')):
@@ -214,8 +214,8 @@ def test_low_resolution_teacher_matches_a_native_small_model(device):
     state['backbone.pos_embed'] = resize_pos_embed(state['backbone.pos_embed'],
                                                    (4, 4), (2, 2), 'bicubic',
                                                    1)
-    state['predictor.decoder_pos_embed'] = resize_pos_embed(
-        state['predictor.decoder_pos_embed'], (4, 4), (2, 2), 'bicubic', 1)
+    state['scorer.decoder_pos_embed'] = resize_pos_embed(
+        state['scorer.decoder_pos_embed'], (4, 4), (2, 2), 'bicubic', 1)
     small.student().load_state_dict(state)
     small_x = F.interpolate(
         x, size=(8, 8), mode='bilinear', align_corners=False, antialias=True)
@@ -278,7 +278,7 @@ def test_cls_attention_scores_match_brute_force(device):
     seen = []
     last = model.teacher.module['backbone'].layers[-1]
     last.ln1.register_forward_hook(lambda m, i, o: seen.append(o))
-    predictor = model.teacher.module['predictor'].predictor
+    predictor = model.teacher.module['scorer'].predictor
     with mock.patch.object(
             predictor, 'forward', side_effect=AssertionError('predictor ran')):
         scores = model.teacher(x).scores

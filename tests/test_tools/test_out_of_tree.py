@@ -270,7 +270,7 @@ def test_an_outside_loss_and_hook_train_as_written(tmp_path):
         work / 'epoch_1.pth', map_location='cpu',
         weights_only=False)['state_dict']
     assert 'predictor.fc.weight' in ckpt
-    assert 'teacher.module.predictor.fc.weight' in ckpt
+    assert 'teacher.module.scorer.fc.weight' in ckpt
     hard = [r['num_hard'] for r in scalar_rows(work) if 'num_hard' in r]
     assert hard and hard[-1] > 0
     # the loss is what its docstring says, pair by pair

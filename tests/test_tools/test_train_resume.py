@@ -179,7 +179,7 @@ def test_resumes_a_checkpoint_written_before_the_parts_split(tmp_path):
     upgraded = upgrade_hpm_state_dict(ckpt['state_dict'])
     assert sd.keys() == upgraded.keys() != ckpt['state_dict'].keys()
     assert 'neck.predictor.blocks.0.attn.qkv.weight' in sd
-    assert 'teacher.module.predictor.predictor.blocks.0.attn.qkv.weight' in sd
+    assert 'teacher.module.scorer.predictor.blocks.0.attn.qkv.weight' in sd
     assert int(sd['teacher.steps']) == 4  # 2 before, one per applied step
 
 

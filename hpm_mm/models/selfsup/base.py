@@ -80,6 +80,26 @@ class HPMBase(BaseSelfSupervisor):
         self._progress_set = False
         self._mask_checked = False
 
+    @staticmethod
+    def upgrade_state_dict(state_dict: dict, prefix: str = '') -> dict:
+        """A state dict of an earlier hpm_mm in today's keys: the teacher's
+        copy of the score module was ``teacher.module.predictor.*`` (one name
+        for two things in HPM, whose score module is its decoder); today's
+        keys pass unchanged."""
+        old, new = prefix + 'teacher.module.predictor.', \
+            prefix + 'teacher.module.scorer.'
+        return {(new + k[len(old):] if k.startswith(old) else k): v
+                for k, v in state_dict.items()}  # yapf: disable
+
+    def _load_from_state_dict(self, state_dict, prefix, *args,
+                              **kwargs) -> None:
+        """Every load (its own and its children's keys, which the loader
+        takes from this dict after this call) reads today's keys."""
+        upgraded = self.upgrade_state_dict(state_dict, prefix)
+        state_dict.clear()
+        state_dict.update(upgraded)
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+
     @property
     def score_module(self) -> Optional[nn.Module]:
         """The student's module with ``predict_scores`` (its loss predictor),
@@ -96,7 +116,7 @@ class HPMBase(BaseSelfSupervisor):
         encoder and the loss predictor."""
         parts = dict(backbone=self.backbone)
         if self.score_module is not None:
-            parts['predictor'] = self.score_module
+            parts['scorer'] = self.score_module
         return nn.ModuleDict(parts)
 
     def _check_predictor(self) -> None:
@@ -150,10 +170,9 @@ class HPMBase(BaseSelfSupervisor):
         # methods the step calls by name: compiled in place (an instance
         # attribute over the method; the module and its weights unchanged)
         methods = [('head.loss', self.head, 'loss')]
-        if self.teacher is not None and 'predictor' in self.teacher.module:
-            methods.append(
-                ('teacher.predictor.predict_scores',
-                 self.teacher.module['predictor'], 'predict_scores'))
+        if self.teacher is not None and 'scorer' in self.teacher.module:
+            methods.append(('teacher.scorer.predict_scores',
+                            self.teacher.module['scorer'], 'predict_scores'))
         for name, owner, method in methods:
             if owner is not None and hasattr(owner, method):
                 setattr(owner, method,

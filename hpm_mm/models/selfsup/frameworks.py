@@ -149,7 +149,7 @@ class HPMiBOT(HPMBase):
         hard-patch mining, the loss predictor."""
         parts = dict(backbone=self.backbone, neck=self.neck)
         if self.predictor is not None:
-            parts['predictor'] = self.predictor
+            parts['scorer'] = self.predictor
         return nn.ModuleDict(parts)
 
     def set_progress(self,

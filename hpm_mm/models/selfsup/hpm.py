@@ -10,7 +10,8 @@ from .base import HPMBase
 #: Checkpoint keys of hpm_mm versions before the one loss-predictor module
 #: (issue #31) -> today's: the decoder's predictor trunk became an
 #: HPMLossPredictor, and the teacher keys its copy of the decoder as the
-#: student's ``predictor`` (HPM's decoder is its score module).
+#: student's score module (``teacher.module.scorer``; ``predictor`` before
+#: issue #72).
 _PREDICTOR_KEYS = (('predictor_proj.', 'predictor.embed.'),
                    ('predictor_blocks.', 'predictor.blocks.'),
                    ('predictor_norm.', 'predictor.norm.'), ('predictor_pred.',
@@ -21,13 +22,13 @@ def upgrade_hpm_state_dict(state: dict, prefix: str = '') -> dict:
     """An HPM state dict of an earlier hpm_mm in today's keys (the one place
     of the key map); today's keys pass unchanged."""
     out = {}
-    for key, value in state.items():
+    scorer = 'teacher.module.scorer.'
+    for key, value in HPMBase.upgrade_state_dict(state, prefix).items():
         rest = key[len(prefix):] if key.startswith(prefix) else None
         if rest is not None:
             if rest.startswith('teacher.module.neck.'):
-                rest = 'teacher.module.predictor.' + \
-                    rest[len('teacher.module.neck.'):]
-            for head in ('neck.', 'teacher.module.predictor.'):
+                rest = scorer + rest[len('teacher.module.neck.'):]
+            for head in ('neck.', scorer):
                 for old, new in _PREDICTOR_KEYS:
                     if rest.startswith(head + old):
                         rest = head + new + rest[len(head + old):]
@@ -57,15 +58,6 @@ class HPM(HPMBase):
         """A state dict of an earlier hpm_mm in today's keys
         (:func:`upgrade_hpm_state_dict`); every load goes through it."""
         return upgrade_hpm_state_dict(state_dict, prefix)
-
-    def _load_from_state_dict(self, state_dict, prefix, *args,
-                              **kwargs) -> None:
-        """Every load (its own and its children's keys, which the loader
-        takes from this dict after this call) reads today's keys."""
-        upgraded = self.upgrade_state_dict(state_dict, prefix)
-        state_dict.clear()
-        state_dict.update(upgraded)
-        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     @property
     def score_module(self) -> Optional[nn.Module]:

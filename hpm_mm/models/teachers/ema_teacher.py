@@ -32,7 +32,7 @@ class EMAAverage(ExponentialMovingAverage):
 
     Args:
         model (nn.Module): what is averaged: ``ModuleDict(backbone=...,
-            predictor=...)`` (HPMBase.student()).
+            scorer=...)`` (HPMBase.student()).
         momentum (float): mmengine's momentum m at the start. Defaults to
             1e-3 (decay 0.999).
         end_momentum (float): m at the end of the ramp. Defaults to 1e-4 (decay
@@ -96,7 +96,7 @@ class EMAAverage(ExponentialMovingAverage):
                optim_steps: Optional[int] = None,
                applied=None) -> bool:
         """EMA step from the ``student`` (``ModuleDict(backbone=,
-        predictor=)``), only when ``optim_steps`` (taken so far; None: every
+        scorer=)``), only when ``optim_steps`` (taken so far; None: every
         call) moved and that step was ``applied`` (1./0., or a device tensor:
         the momentum is multiplied by it there, the host reads nothing;
         None: applied), so a skipped step leaves the teacher. Returns whether
@@ -181,7 +181,7 @@ class EMAAverage(ExponentialMovingAverage):
 class EMATeacher(EMAAverage):
     """The EMA teacher that scores every patch of the full image: the
     averaging of :class:`EMAAverage` (the student's encoder and loss
-    predictor, ``module['backbone']``, ``module['predictor']``; iBOT adds its
+    predictor, ``module['backbone']``, ``module['scorer']``; iBOT adds its
     head; checkpoints keep ``teacher.module.*``) and the scoring pass
     (:meth:`forward`): per-patch scores of ``score_source`` and, when its
     ``features`` are a target, its tokens, in one no-grad pass under
@@ -190,7 +190,7 @@ class EMATeacher(EMAAverage):
 
     Args:
         model (nn.Module): what is averaged: ``ModuleDict(backbone=...,
-            predictor=...)`` (HPMBase.student()).
+            scorer=...)`` (HPMBase.student()).
         momentum (float): mmengine's momentum m at the start, ``teacher = (1 -
             m) teacher + m student``: the paper's decay is 1 - m. Defaults to
             1e-3 (decay 0.999).

@@ -39,7 +39,7 @@ def predicted_loss(module: nn.ModuleDict, inputs: torch.Tensor,
                    patch_resolution: Optional[Tuple[int, int]]):
     """HPM's: the teacher's loss predictor on the full image."""
     latent, ids_restore = module['backbone'](inputs, visible, visible.shape[1])
-    return module['predictor'].predict_scores(
+    return module['scorer'].predict_scores(
         latent, ids_restore, patch_resolution=patch_resolution), latent
 
 
