@@ -69,7 +69,6 @@ def parse_args(argv=None):
 def run(argv=None):
     args = parse_args(argv)
     from hpm_mm.apis import build_runner, train_config
-    from hpm_mm.apis.train import set_loaders
     cfg = train_config(
         args.config,
         args.work_dir,
@@ -80,11 +79,9 @@ def run(argv=None):
         validate=not args.no_validate,
         auto_scale_lr=args.auto_scale_lr,
         launcher=args.launcher,
-        cfg_options=args.cfg_options)
-    if args.no_pin_memory:
-        set_loaders(cfg, 'pin_memory', False)
-    if args.no_persistent_workers:
-        set_loaders(cfg, 'persistent_workers', False)
+        cfg_options=args.cfg_options,
+        pin_memory=not args.no_pin_memory,
+        persistent_workers=not args.no_persistent_workers)
     if args.check_data:
         from hpm_mm.datasets.data_check import check_data
         result = check_data(cfg)

@@ -19,21 +19,26 @@ def train_config(config: Union[str, Config],
                  auto_scale_lr: bool = False,
                  launcher: str = 'none',
                  cfg_options: Optional[dict] = None,
+                 pin_memory: bool = True,
+                 persistent_workers: bool = True,
                  **overrides) -> Config:
     """The config of a training run, as ``tools/train.py`` makes it: ``config``
     (a file or a Config) with ``cfg_options`` (checked) and ``overrides``
     (top-level keys merged) and the tool's flags: ``resume`` (True: the work
     dir's newest checkpoint of this run; a path), ``amp`` (``precision='auto'``
     over the config's, with a warning), ``quiet`` (``console='quiet'``),
-    ``tensorboard``, ``validate``, ``auto_scale_lr``, ``launcher``. A config or
-    option that cannot work is one HPMError line."""
+    ``tensorboard``, ``validate``, ``auto_scale_lr``, ``launcher``,
+    ``pin_memory`` and ``persistent_workers`` (False: off in every loader). A
+    config or option that cannot work is one HPMError line."""
     check_arguments(
         dict(
             amp=amp,
             quiet=quiet,
             tensorboard=tensorboard,
             validate=validate,
-            auto_scale_lr=auto_scale_lr),
+            auto_scale_lr=auto_scale_lr,
+            pin_memory=pin_memory,
+            persistent_workers=persistent_workers),
         work_dir=work_dir,
         resume=resume,
         launcher=launcher)
@@ -66,6 +71,10 @@ def train_config(config: Union[str, Config],
             backends.append(dict(type='TensorboardVisBackend'))
     if quiet:
         cfg.console = 'quiet'
+    for key, on in (('pin_memory', pin_memory), ('persistent_workers',
+                                                 persistent_workers)):
+        if not on:
+            set_loaders(cfg, key, False)
     return cfg
 
 

@@ -73,10 +73,9 @@ def test_train_maps_every_option(record):
         cfg_options={
             'a.b': 1,
             'c': [1, 2]
-        })
-    for key in ('train_dataloader', 'val_dataloader'):
-        assert cfg[key].pin_memory is False
-        assert cfg[key].persistent_workers is False
+        },
+        pin_memory=False,
+        persistent_workers=False)
     # the defaults: no resume, full precision, a validation loop
     tool_main('train.py', 'c.py')
     (args, kwargs) = made.calls[-1]
@@ -85,6 +84,25 @@ def test_train_maps_every_option(record):
         kwargs['cfg_options'] is None
     tool_main('train.py', 'c.py', '--resume', 'ck.pth')
     assert made.calls[-1][1]['resume'] == 'ck.pth'
+
+
+def test_train_config_switches_pin_memory_and_workers_off_in_every_loader(
+        tmp_path):
+    """``--no-pin-memory`` / ``--no-persistent-workers`` are written by the
+    run's config room (``train_config``), in every loader."""
+    cfg = apis.train_config(
+        FMNIST_CFG,
+        str(tmp_path / 'w'),
+        pin_memory=False,
+        persistent_workers=False)
+    for key in ('train_dataloader', 'val_dataloader', 'test_dataloader'):
+        if cfg.get(key) is not None:
+            assert cfg[key].pin_memory is False
+            assert cfg[key].persistent_workers is False
+    kept = apis.train_config(FMNIST_CFG, str(tmp_path / 'w'))  # as the file
+    file = Config.fromfile(FMNIST_CFG).train_dataloader
+    for key in ('pin_memory', 'persistent_workers'):
+        assert kept.train_dataloader.get(key) == file.get(key)
 
 
 @pytest.mark.parametrize(
