@@ -63,15 +63,13 @@ def refuse_earlier_run(work_dir: str) -> None:
 
 
 def _run_id(path: str) -> Optional[str]:
-    """The run id a checkpoint records, its tensors left unread (mmap)."""
+    """The run id a checkpoint records, its tensors left unread (mmap); None
+    for a file without one (torch's legacy format: no mmap, no hpm_mm run)."""
     try:
         ckpt = torch.load(
             path, map_location='cpu', weights_only=True, mmap=True)
     except Exception:
-        try:  # (torch's legacy format has no mmap)
-            ckpt = load_file(path)
-        except Exception:
-            return None
+        return None
     return ((ckpt.get('meta') or {}).get('hpm_run') or {}).get('run_id')
 
 
