@@ -110,6 +110,20 @@ def test_benchmark_builds_from_the_configs():
         assert cfg['neck']['num_patches'] == 16
 
 
+@pytest.mark.parametrize('options', [{}, True, 'default'])
+def test_a_compile_row_compiles_with_default_options(options):
+    """``--compile`` on the card passed an empty options dict, which the
+    trainer read as "no compile": its rows were eager (the H200 call of
+    2026-11-27). Every way of asking compiles the step's parts (lazily:
+    nothing is compiled until a step runs); False compiles nothing."""
+    mae, hpm = bench.model_cfgs('toy', 32)
+    for cfg, parts in ((hpm, 'teacher.backbone'), (mae, 'backbone')):
+        step = bench.trainer(cfg, torch.device('cpu'), None, 'default',
+                             options)[2]
+        assert parts in step.compiled, step.compiled
+    assert bench.trainer(hpm, torch.device('cpu'))[2].compiled == []
+
+
 def test_the_vectorised_mask_is_the_authors_loop():
     """hpm_mm's vectorised generator masks what the authors' per-image loop
     (re-implemented above: the brute-force reference) masks: the same
