@@ -40,6 +40,27 @@ _RUNNERS_BUILT = itertools.count(1)
 GRAPH_MODES = ('reduce-overhead', 'max-autotune')
 
 
+class FormattedOnce(Config):
+    """A run's config whose ``pretty_text`` is formatted once per content:
+    mmengine formats the whole config with yapf (~0.25 s on a CPU) for the
+    start's log and again for the work dir's copy."""
+
+    @classmethod
+    def of(cls, cfg: Config) -> 'FormattedOnce':
+        once = cls.__new__(cls)
+        once.__dict__.update(cfg.__dict__)
+        return once
+
+    @property
+    def pretty_text(self) -> str:
+        key = repr(self._cfg_dict)
+        memo = self.__dict__.get('_hpm_text')
+        if memo is None or memo[0] != key:
+            memo = (key, super().pretty_text)
+            object.__setattr__(self, '_hpm_text', memo)
+        return memo[1]
+
+
 class RunPolicyMixin:
     """The policy of :mod:`hpm_mm.engine.runner`, mixed into mmengine's
     ``Runner`` or ``FlexibleRunner`` (which take the same keyword
@@ -60,7 +81,7 @@ class RunPolicyMixin:
         cfg = kw.get('cfg')
         cfg = copy.deepcopy(cfg) if isinstance(cfg, Config) else Config(
             dict(cfg or {}))
-        kw['cfg'] = cfg
+        kw['cfg'] = cfg = FormattedOnce.of(cfg)
         self._hpm_quiet = cfg.get('console', 'full') == 'quiet'
         self._hpm_precision = None
         self._hpm_lock = None
