@@ -189,17 +189,12 @@ class EMATeacher(EMAAverage):
     (the fast setting; no features). docs/extending.md.
 
     Args:
-        model (nn.Module): what is averaged: ``ModuleDict(backbone=...,
-            scorer=...)`` (HPMBase.student()).
-        momentum (float): mmengine's momentum m at the start, ``teacher = (1 -
-            m) teacher + m student``: the paper's decay is 1 - m. Defaults to
-            1e-3 (decay 0.999).
-        end_momentum (float): m at the end of the ramp. Defaults to 1e-4 (decay
-            0.9999).
-        momentum_epochs (int, optional): the ramp's length in epochs; None: the
-            run. Defaults to 100, the authors'.
-        momentum_schedule (str): 'linear' (per epoch, the authors') or 'cosine'
-            (per iteration). Defaults to 'linear'.
+        model (nn.Module): what is averaged (the averaging's five keys are
+            :class:`EMAAverage`'s, documented there).
+        momentum (float): m at the start, 1 - the paper's decay (1e-3).
+        end_momentum (float): m at the end of the ramp (1e-4).
+        momentum_epochs (int, optional): the ramp's epochs (100; None: run).
+        momentum_schedule (str): 'linear' (per epoch) or 'cosine'.
         dtype (str, optional): the scoring pass's autocast dtype; None: the
             step's precision. Defaults to None.
         input_scale (float): the fraction of the patch grid per side the
