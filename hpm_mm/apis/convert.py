@@ -136,36 +136,28 @@ def convert(enc: Dict[str, torch.Tensor],
     cls_pos, grid = _grid(enc['pos_embed'], 1)
     if grid_size is not None:
         grid = resize_grid(grid, grid_size)
-    layers = {k: v for k, v in enc.items() if k.startswith('layers.')}
-    if target == 'mmpretrain':
-        out = dict(enc)
-        out['pos_embed'] = torch.cat(
-            [cls_pos, grid.flatten(2).transpose(1, 2)], dim=1)
-        return {'backbone.' + k: v for k, v in out.items()}
-    if target == 'mmdet':
-        out = dict(layers)
-        out['patch_embed.projection.weight'] = enc[
-            'patch_embed.projection.weight']
-        out['patch_embed.projection.bias'] = enc['patch_embed.projection.bias']
-        out['pos_embed'] = grid.permute(0, 2, 3, 1).contiguous()
-        return out
-    if target == 'mmseg':
+    pos_embed = torch.cat([cls_pos, grid.flatten(2).transpose(1, 2)], dim=1)
+    out = dict(enc, pos_embed=pos_embed)
+    if target == 'mmdet':  # ViTSAM: no cls token, the grid as (1, h, w, C)
         out = {
             k: v
-            for k, v in enc.items() if not k.startswith(('ln1.', 'ln2.'))
-        }  # no final norm
-        out['pos_embed'] = torch.cat(
-            [cls_pos, grid.flatten(2).transpose(1, 2)], dim=1)
-        num_layers = 1 + max(int(k.split('.')[1]) for k in layers)
-        dim = enc['cls_token'].shape[-1]
-        for i in range(num_layers):
-            out[f'layers.{i}.gamma_1'] = torch.ones(dim)
-            out[f'layers.{i}.gamma_2'] = torch.ones(dim)
-        return out
-    # timm
-    out = {_rename(k, to_timm=True): v for k, v in enc.items()}
-    out['pos_embed'] = torch.cat(
-        [cls_pos, grid.flatten(2).transpose(1, 2)], dim=1)
+            for k, v in enc.items()
+            if k.startswith(('layers.', 'patch_embed.'))
+        }
+        out['pos_embed'] = grid.permute(0, 2, 3, 1).contiguous()
+    elif target == 'mmseg':  # its MAE: no final norm, layer scale 1
+        out = {
+            k: v
+            for k, v in out.items() if not k.startswith(('ln1.', 'ln2.'))
+        }
+        for i in range(1 + max(
+                int(k.split('.')[1]) for k in out if k.startswith('layers.'))):
+            for g in ('gamma_1', 'gamma_2'):
+                out[f'layers.{i}.{g}'] = torch.ones(enc['cls_token'].shape[-1])
+    elif target == 'timm':
+        out = {_rename(k, True): v for k, v in out.items()}
+    else:
+        out = {'backbone.' + k: v for k, v in out.items()}
     return out
 
 

@@ -62,8 +62,8 @@ def frozen_eval(config: Union[str, Config],
     from mmengine.runner import Runner
 
     from hpm_mm.engine.precision import run_precision
-    from hpm_mm.evaluation import (SAME_SET, extract_features, knn_classify,
-                                   linear_probe, model_device, same_images)
+    from hpm_mm.evaluation import (bank_and_evaluated, knn_classify,
+                                   linear_probe, model_device)
     from .model import load_model
     log = log or (lambda line: None)
     cfg = load_config(config) if isinstance(config, str) else config
@@ -96,23 +96,18 @@ def frozen_eval(config: Union[str, Config],
         dict(precision='auto' if amp else cfg.get('precision') or 'fp32'),
         model_device(model))
     log(precision.line())
-    feats = {}
-    for split, loader in loaders.items():
-        log(f'extracting {split} features ({len(loader.dataset)} images)')
-        try:
-            feats[split] = extract_features(
-                model,
-                loader,
-                feature=tuple(features),
-                amp=precision.dtype,
-                layer=None if raw_pixels else layer)
-        except ValueError as e:  # a layer the encoder does not have
-            raise HPMError(str(e)) from None
-    train, val = feats['train'], feats['val']
-    warnings = []
-    if same_images(train, val):
-        warnings.append(SAME_SET)
-        log(f'warning: {SAME_SET}')
+    try:
+        train, val, warnings = bank_and_evaluated(
+            model,
+            loaders,
+            log,
+            feature=tuple(features),
+            amp=precision.dtype,
+            layer=None if raw_pixels else layer)
+    except ValueError as e:  # a layer the encoder does not have
+        raise HPMError(str(e)) from None
+    for warning in warnings:
+        log(f'warning: {warning}')
     out = dict(
         warnings=warnings,
         knn={},

@@ -12,9 +12,9 @@ import numpy as np
 import torch
 from mmengine.config import Config
 from mmengine.dataset import Compose, default_collate
-from mmengine.runner import Runner
 
 from hpm_mm.errors import HPMError
+from hpm_mm.visualization import fixed_samples
 from .config import load_config
 
 
@@ -43,18 +43,15 @@ def folder_batch(folder, model_cfg):
 
 
 def dataset_batch(cfg, num):
+    """``num`` images of the config's kNN evaluation set (else its training
+    set), spread evenly, and their names."""
     hooks = [
         h for h in cfg.get('custom_hooks', [])
         if h.get('type') == 'KNNEvalHook'
     ]
-    loader_cfg = hooks[0]['val_dataloader'] if hooks else \
-        cfg.train_dataloader
-    dataset = Runner.build_dataloader(
-        dict(
-            loader_cfg, batch_size=1, num_workers=0, persistent_workers=False),
-        seed=0).dataset
-    idx = np.linspace(0, len(dataset) - 1, num).astype(int)
-    return [dataset[i] for i in idx], [f'sample_{i}' for i in idx]
+    samples, idx = fixed_samples(
+        hooks[0]['val_dataloader'] if hooks else cfg.train_dataloader, num)
+    return samples, [f'sample_{i}' for i in idx]
 
 
 def label_foreground(folder, names, size):
@@ -143,12 +140,9 @@ def hard_patches(config: Union[str, Config],
     result = analyze_hard_patches(
         model, inputs, progress, num_masks, use_teacher=not student)
     os.makedirs(out_dir, exist_ok=True)
-    pre = model.data_preprocessor
-    mean = pre.mean.view(-1).tolist()
-    std = pre.std.view(-1).tolist()
     for i, name in enumerate(names):
         stem = osp.splitext(osp.basename(name))[0]
-        draw_hard_patches(result, inputs, i, mean, std,
+        draw_hard_patches(result, inputs, i, model.data_preprocessor,
                           osp.join(out_dir, f'{stem}.png'))
     rho = result['spearman']
     summary = dict(

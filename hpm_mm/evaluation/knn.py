@@ -183,13 +183,18 @@ SAME_SET = ('the memory bank is the evaluated set (the same images in both '
             'Fix: evaluate on held-out images (val_dataloader).')
 
 
-def same_images(train: dict, val: dict) -> bool:
-    """Whether two :func:`extract_features` results are of the same images
-    (the same labels and the same features, in order)."""
-    if train['labels'].numel() != val['labels'].numel() or \
-            not torch.equal(train['labels'], val['labels']):
-        return False
-    a, b = train['feats'], val['feats']
-    if isinstance(a, dict):
-        return all(torch.equal(a[f], b[f]) for f in a)
-    return torch.equal(a, b)
+def bank_and_evaluated(model, loaders: dict, log, **kwargs) -> tuple:
+    """:func:`extract_features` (``kwargs``) of the labelled bank
+    (``loaders['train']``) and of the evaluated images (``'val'``), each
+    announced by ``log``; and the warnings: :data:`SAME_SET` where the two
+    are the same images (the same labels and features, in order)."""
+    out = []
+    for split, what in (('train', 'bank'), ('val', 'evaluated')):
+        log(f'kNN: the features of the {len(loaders[split].dataset)} {what} '
+            'images')
+        out.append(extract_features(model, loaders[split], **kwargs))
+    (a, b), labels = [o['feats'] for o in out], [o['labels'] for o in out]
+    a, b = (a, b) if isinstance(a, dict) else ({0: a}, {0: b})
+    same = labels[0].shape == labels[1].shape and torch.equal(*labels) and \
+        all(torch.equal(a[f], b[f]) for f in a)
+    return out[0], out[1], [SAME_SET] if same else []

@@ -171,31 +171,42 @@ def foreground_iou(pred_mask: np.ndarray, gt_mask: np.ndarray) -> np.ndarray:
     return inter / np.maximum(union, 1)
 
 
-def _to_display(img: torch.Tensor, mean, std) -> np.ndarray:
-    """(C, H, W) normalised -> (H, W[, 3]) in [0, 1]."""
-    x = img.float() * torch.as_tensor(std).view(
-        -1, 1, 1) + torch.as_tensor(mean).view(-1, 1, 1)
+def _to_display(img: torch.Tensor, preprocessor) -> np.ndarray:
+    """(C, H, W) normalised by ``preprocessor`` -> (H, W[, 3]) in [0, 1]."""
+    x = img.float().cpu() * preprocessor.std.view(-1, 1, 1).cpu() + \
+        preprocessor.mean.view(-1, 1, 1).cpu()
     x = (x / 255.).clamp(0, 1).numpy()
     return x[0] if x.shape[0] == 1 else x.transpose(1, 2, 0)
+
+
+def fixed_samples(loader_cfg: dict, num: int) -> tuple:
+    """``num`` samples spread evenly over the dataset of ``loader_cfg``
+    (the same ones every time), and their indices."""
+    from mmengine.runner import Runner
+    dataset = Runner.build_dataloader(
+        dict(
+            loader_cfg, batch_size=1, num_workers=0, persistent_workers=False),
+        seed=0).dataset
+    idx = np.linspace(0, len(dataset) - 1, num).astype(int)
+    return [dataset[i] for i in idx], idx
 
 
 def draw_hard_patches(result: Dict[str, torch.Tensor],
                       inputs: torch.Tensor,
                       index: int,
-                      mean,
-                      std,
+                      preprocessor,
                       out_file: Optional[str] = None,
                       dpi: int = 100) -> np.ndarray:
     """One row of five panels and a colour bar (input, true loss, the scores
-    the mask read, the mask with its scalars, the reconstruction); returns
-    RGB."""
+    the mask read, the mask with its scalars, the reconstruction) of image
+    ``index``, its pixels un-normalised by ``preprocessor``; returns RGB."""
     import matplotlib
     matplotlib.use('Agg')
     import matplotlib.pyplot as plt
 
     H, W = inputs.shape[-2:]
-    img = _to_display(inputs[index].cpu(), mean, std)
-    recon = _to_display(result['recon'][index], mean, std)
+    img = _to_display(inputs[index], preprocessor)
+    recon = _to_display(result['recon'][index], preprocessor)
     true_map = patch_map_to_pixels(result['true_loss'][index:index + 1],
                                    (H, W))[0]
     pred_map = patch_map_to_pixels(result['shown'][index:index + 1], (H, W))[0]

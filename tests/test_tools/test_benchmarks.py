@@ -29,7 +29,7 @@ custom_hooks = [dict(type='KNNEvalHook', ks=(1, 3, 200),
     lines = []
     res = knn_eval(str(cfg), hpm_checkpoint, log=lines.append)
     out = '\n'.join(lines)
-    assert 'extracting train features (12 images)' in out
+    assert 'kNN: the features of the 12 bank images' in out
     assert set(res['acc']) == {1, 3, 12}  # k=200 clipped to 12
     assert all(0 <= v <= 100 for v in res['acc'].values())
     assert (res['num_train'], res['num_val'], res['warnings']) == (12, 6, [])

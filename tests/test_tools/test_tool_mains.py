@@ -347,7 +347,7 @@ def test_output_paths_and_counts_are_checked_before_the_work(
         lines = proc.stderr.strip().splitlines()
         assert proc.returncode == 1 and len(lines) == 1 and says in lines[0], \
             (script, proc.stderr[-2000:])
-        assert 'extracting' not in proc.stdout  # no work done first
+        assert 'kNN: the features' not in proc.stdout  # no work done first
     assert not (tmp_path / 'no').exists() and not (tmp_path / 'p').exists()
 
 

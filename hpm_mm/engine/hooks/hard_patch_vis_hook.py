@@ -2,9 +2,7 @@ import os
 import os.path as osp
 from typing import Optional
 
-import numpy as np
 from mmengine.dataset import default_collate
-from mmengine.runner import Runner
 from mmpretrain.registry import HOOKS
 from mmpretrain.utils import get_ori_model
 
@@ -48,33 +46,23 @@ class HardPatchVisHook(AfterCheckpointEvalHook):
         self.num_masks = num_masks
         self._samples = None
 
-    def _batch(self, runner):
-        if self._samples is None:
-            cfg = dict(
-                self.dataloader_cfg,
-                batch_size=1,
-                num_workers=0,
-                persistent_workers=False)
-            dataset = Runner.build_dataloader(cfg, seed=0).dataset
-            idx = np.linspace(0, len(dataset) - 1, self.num_images).astype(int)
-            self._samples = [dataset[i] for i in idx]
-        return default_collate(self._samples)
-
-    def visualize(self, runner, tag: str) -> float:
+    def evaluate(self, runner, tag: str) -> float:
         """Draw the grids; return the mean Spearman correlation."""
         from hpm_mm.visualization import (analyze_hard_patches,
-                                          draw_hard_patches)
+                                          draw_hard_patches, fixed_samples)
+        if self._samples is None:
+            self._samples = fixed_samples(self.dataloader_cfg,
+                                          self.num_images)[0]
         model = get_ori_model(runner.model)
-        inputs = model.data_preprocessor(self._batch(runner), False)['inputs']
+        inputs = model.data_preprocessor(
+            default_collate(self._samples), False)['inputs']
         progress = model.progress if self.progress is None else \
             self.progress
         result = analyze_hard_patches(model, inputs, progress, self.num_masks)
         out_dir = osp.join(runner.work_dir, 'hard_patches')
         os.makedirs(out_dir, exist_ok=True)
-        pre = model.data_preprocessor
-        mean, std = pre.mean.view(-1).tolist(), pre.std.view(-1).tolist()
         for i in range(inputs.shape[0]):
-            rgb = draw_hard_patches(result, inputs, i, mean, std,
+            rgb = draw_hard_patches(result, inputs, i, model.data_preprocessor,
                                     osp.join(out_dir, f'{tag}_img{i}.png'))
             runner.visualizer.add_image(
                 f'hard_patches_img{i}', rgb, step=runner.iter)
@@ -85,34 +73,7 @@ class HardPatchVisHook(AfterCheckpointEvalHook):
                            f'{rho:.3f}; grids in {out_dir}')
         return rho
 
-    def _final_tag(self, runner) -> str:
-        return f'epoch_{runner.epoch}' if self.by_epoch else \
-            f'iter_{runner.iter}'
-
     def final_done(self, runner) -> bool:
         return osp.exists(
             osp.join(runner.work_dir, 'hard_patches',
-                     f'{self._final_tag(runner)}_img0.png'))
-
-    def run_final(self, runner) -> None:
-        self.run_evaluation(runner, self.visualize, runner,
-                            self._final_tag(runner))
-
-    def after_train_epoch(self, runner) -> None:
-        done = runner.epoch + 1
-        if self.by_epoch and (done >= runner.max_epochs or
-                              (self.interval > 0
-                               and done % self.interval == 0)):
-            self.run_evaluation(runner, self.visualize, runner,
-                                f'epoch_{done}')
-
-    def after_train_iter(self,
-                         runner,
-                         batch_idx,
-                         data_batch=None,
-                         outputs=None) -> None:
-        done = runner.iter + 1
-        if not self.by_epoch and (done >= runner.max_iters or
-                                  (self.interval > 0
-                                   and done % self.interval == 0)):
-            self.run_evaluation(runner, self.visualize, runner, f'iter_{done}')
+                     f'{self.final_tag(runner)}_img0.png'))

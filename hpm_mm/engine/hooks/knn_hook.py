@@ -10,8 +10,8 @@ from mmpretrain.utils import get_ori_model
 
 from hpm_mm.engine.optimizers.autocast_optim_wrapper import run_dtype
 from hpm_mm.engine.precision import run_precision
-from hpm_mm.evaluation import (FEATURES, SAME_SET, extract_features,
-                               knn_classify, model_device, same_images)
+from hpm_mm.evaluation import (FEATURES, bank_and_evaluated, knn_classify,
+                               model_device)
 from .eval_hook_base import AfterCheckpointEvalHook
 
 
@@ -70,7 +70,7 @@ class KNNEvalHook(AfterCheckpointEvalHook):
         self.layer = layer
         self.last_result: Optional[dict] = None
 
-    def evaluate(self, runner) -> dict:
+    def evaluate(self, runner, tag: str = '') -> dict:
         """Extract features and run kNN; log and return ``{k: acc}``."""
         if self.loaders is None:
             self.loaders = {
@@ -89,22 +89,18 @@ class KNNEvalHook(AfterCheckpointEvalHook):
             torch.bfloat16: 'bf16',
             torch.float16: 'fp16'
         }.get(dtype, 'fp32')
-        feats = {}
-        for split, what in (('train', 'bank'), ('val', 'evaluated')):
-            loader = self.loaders[split]  # a progress bar: minutes on a CPU
-            runner.logger.info(
-                f'kNN: the features of the {len(loader.dataset)} {what} '
-                'images',
-                extra=dict(console=True))
-            feats[split] = extract_features(model, loader, is_main_process(),
-                                            self.feature, dtype, self.layer)
-        train, val = feats['train'], feats['val']
+        train, val, warnings = bank_and_evaluated(
+            model,
+            self.loaders,
+            lambda line: runner.logger.info(line, extra=dict(console=True)),
+            progress=is_main_process(),
+            feature=self.feature,
+            amp=dtype,
+            layer=self.layer)
+        for warning in warnings:
+            runner.logger.warning(f'kNN: {warning}')
         acc = knn_classify(train['feats'], train['labels'], val['feats'],
                            val['labels'], self.ks, self.temperature)
-        warnings = []
-        if same_images(train, val):
-            warnings.append(SAME_SET)
-            runner.logger.warning(f'kNN: {SAME_SET}')
         scalars = {f'knn/top1_k{k}': v for k, v in acc.items()}
         scalars['knn/top1_best'] = max(acc.values())
         for key, value in scalars.items():
@@ -147,24 +143,3 @@ class KNNEvalHook(AfterCheckpointEvalHook):
         done = json.load(open(path))
         return done.get('epoch') == runner.epoch if self.by_epoch else \
             done.get('iter') == runner.iter
-
-    def run_final(self, runner) -> None:
-        self.run_evaluation(runner, self.evaluate, runner)
-
-    def _due(self, runner, count: int, last: bool) -> bool:
-        return last or (self.interval > 0 and count % self.interval == 0)
-
-    def after_train_epoch(self, runner) -> None:
-        done = runner.epoch + 1  # the loop increments epoch after this hook
-        if self.by_epoch and self._due(runner, done, done
-                                       >= runner.max_epochs):
-            self.run_evaluation(runner, self.evaluate, runner)
-
-    def after_train_iter(self,
-                         runner,
-                         batch_idx,
-                         data_batch=None,
-                         outputs=None) -> None:
-        if not self.by_epoch and self._due(
-                runner, runner.iter + 1, runner.iter + 1 >= runner.max_iters):
-            self.run_evaluation(runner, self.evaluate, runner)
