@@ -1,7 +1,9 @@
 """The one prepared GPU call (``gpu_check.sh OUT all``) at toy sizes on the
 CPU: every part runs whole (no deadline share, no time budget: nothing
 here depends on the machine's pace) and writes what comes back; the only
-skips are the CUDA-only parts, each saying why (no timing asserted)."""
+skips are the CUDA-only parts, each saying why (no timing asserted). Its
+Python commands run in a warm interpreter (:mod:`warm_python`: the stack
+imported once, each command forked from it), not seven cold ones."""
 import json
 import os
 import os.path as osp
@@ -10,28 +12,59 @@ import sys
 
 import pytest
 from helpers import CUDA, REPO
+from warm_python import warm_python
 
 NO_GRAPHS = {'skipped': 'CUDA graphs need a CUDA device'}
 
 
-def test_the_gpu_call_runs_at_toy_sizes(tmp_path):
+@pytest.fixture(scope='module')
+def python(tmp_path_factory):
+    """A warm interpreter (its parts' imports once), shared by the file."""
+    with warm_python(tmp_path_factory.mktemp('warm')) as client:
+        yield client
+
+
+def test_the_warm_interpreter_runs_commands_as_a_new_one(python, tmp_path):
+    """Each way of naming the program, with the caller's streams, folder,
+    environment and exit status."""
+    (tmp_path / 'prog.py').write_text(
+        'import os, sys\nprint(sys.argv[1:], os.getcwd(), os.environ["X"])\n'
+        'sys.exit(3)\n')
+    runs = [
+        ([str(tmp_path / 'prog.py'), 'a'], '', 3, f"['a'] {tmp_path} x", ''),
+        (['-c', 'import sys; print(sys.stdin.read()); sys.exit("no")'], 'fed',
+         1, 'fed', 'no'),
+        (['-S', '-', 'b'], 'import sys; print(sys.argv)', 0, "['-', 'b']", ''),
+        (['-m', 'json.tool'], '{"k": 1}', 0, '"k": 1', ''),
+    ]
+    for argv, stdin, code, says, err in runs:
+        proc = subprocess.run([python, *argv],
+                              input=stdin,
+                              cwd=tmp_path,
+                              env=dict(os.environ, X='x'),
+                              capture_output=True,
+                              text=True)
+        assert proc.returncode == code and says in proc.stdout and \
+            err in proc.stderr, (argv, proc)
+
+
+def test_the_gpu_call_runs_at_toy_sizes(python, tmp_path):
     if not osp.isfile(
             osp.join(REPO, 'data', 'fashion_mnist',
                      'train-images-idx3-ubyte')):
         pytest.skip('Fashion-MNIST is not prepared (tools/install.sh)')
-    env = dict(
-        os.environ,
-        HPM_GPU_TINY='1',
-        HPM_GPU_INSTALL='0',  # this environment has the stack
-        HPM_GPU_DEADLINE='1',  # spent at once: the dry run must not read it
-        HPM_PYTHON=sys.executable,
-        PATH=f'{osp.dirname(sys.executable)}:{os.environ["PATH"]}')
     out = tmp_path / 'out'
     proc = subprocess.run(
         ['bash', '.dev_scripts/gpu_check.sh',
          str(out), 'all'],
         cwd=REPO,
-        env=env,
+        env=dict(
+            os.environ,
+            HPM_GPU_TINY='1',
+            HPM_GPU_INSTALL='0',  # this environment has the stack
+            HPM_GPU_DEADLINE='1',  # spent at once: the dry run ignores it
+            HPM_PYTHON=python,
+            PATH=f'{osp.dirname(sys.executable)}:{os.environ["PATH"]}'),
         capture_output=True,
         text=True)
     log = proc.stdout + proc.stderr
