@@ -69,11 +69,9 @@ def require_compiled_ops(user: str) -> None:
     except (ImportError, OSError) as e:
         import mmcv
         raise MissingCompiledOpsError(
-            f'{user} needs mmcv\'s compiled ops (mmcv._ext), which this '
-            f'environment lacks: mmcv {mmcv.__version__} was installed by '
-            f'{distribution_of("mmcv")} ({type(e).__name__}: {e}). The '
-            f'pretraining profile does not build them. Fix: {FULL_INSTALL}'
-        ) from None
+            f'{user} needs mmcv\'s compiled ops (mmcv._ext): mmcv '
+            f'{mmcv.__version__} of {distribution_of("mmcv")} lacks them '
+            f'({type(e).__name__}: {e}). Fix: {FULL_INSTALL}') from None
 
 
 class _CyclicHue(float):

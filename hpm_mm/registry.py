@@ -22,11 +22,8 @@ class ScopeRegistry(Registry):
             if not force and have is not None and have is not module:
                 raise KeyError(
                     f'{name} is registered in the {self.name} registry (from '
-                    f'{have.__module__}); registering '
-                    f'{getattr(module, "__module__", "?")}.{name} in the '
-                    'hpm_mm scope would replace it in every hpm_mm:: config. '
-                    'Fix: give yours another name, or pass force=True to '
-                    'shadow it on purpose.')
+                    f'{have.__module__}): yours would replace it in every '
+                    'hpm_mm:: config. Fix: another name, or force=True.')
         super()._register_module(module, module_name, force)
 
 

@@ -176,7 +176,7 @@ def test_a_missing_plugin_and_a_launcher_without_torchrun_are_one_line(
         len(str(e.value).splitlines()) == 1
     for key in ('RANK', 'WORLD_SIZE', 'MASTER_ADDR'):
         monkeypatch.delenv(key, raising=False)
-    with pytest.raises(HPMError, match='needs the environment torchrun'):
+    with pytest.raises(HPMError, match="needs torchrun's environment"):
         train_config(FMNIST_CFG, str(tmp_path / 'w'), launcher='pytorch')
 
 

@@ -378,9 +378,8 @@ def _read_config(path: str) -> Config:
             if getattr(cause, 'name', None) == 'pkg_resources':
                 import setuptools
                 raise HPMError(
-                    f'{path}: mmengine 0.10.7 resolves the config\'s bases '
-                    'with pkg_resources, which setuptools >= 81 removed (this '
-                    f"is setuptools {setuptools.__version__}). Fix: pip "
+                    f'{path}: mmengine 0.10.7 needs pkg_resources, which '
+                    f'setuptools {setuptools.__version__} lacks. Fix: pip '
                     "install 'setuptools<81'") from None
             if isinstance(cause, ModuleNotFoundError) and cause.name:
                 plugin = plugin or cause
@@ -388,9 +387,8 @@ def _read_config(path: str) -> Config:
         if plugin is not None:  # a custom_imports module (or its own need)
             raise HPMError(
                 f'{path}: custom_imports could not import {plugin.name!r} '
-                f'({plugin}). Fix: make it importable (PYTHONPATH=the folder '
-                'that holds it, or pip install it), or take it out of '
-                'custom_imports.') from None
+                f'({plugin}). Fix: make it importable (PYTHONPATH, pip '
+                'install), or drop it from custom_imports.') from None
         raise
 
 
@@ -408,8 +406,7 @@ def run_config(config, work_dir: Optional[str], launcher: str, *options:
     else:
         raise HPMError(
             f'config={config!r} ({type(config).__name__}) is neither a config '
-            'file nor a loaded Config. Fix: a path such as configs/hpm/'
-            'hpm_vit-mini-p4_1xb256-coslr-10e_fmnist.py, or '
+            'file nor a loaded Config. Fix: a config path, or '
             'mmengine.Config.fromfile(path).')
     for option in options:
         if option is not None and not isinstance(option, dict):
@@ -422,11 +419,9 @@ def run_config(config, work_dir: Optional[str], launcher: str, *options:
     if launcher == 'pytorch' and not all(
             k in os.environ for k in ('RANK', 'WORLD_SIZE', 'MASTER_ADDR')):
         raise HPMError(
-            '--launcher pytorch needs the environment torchrun gives each '
-            'process (RANK, WORLD_SIZE, MASTER_ADDR). Fix: bash '
-            'tools/dist_train.sh CONFIG GPUS, or torchrun --nproc_per_node N '
-            'tools/train.py CONFIG --launcher pytorch; on one process leave '
-            '--launcher out.')
+            '--launcher pytorch needs torchrun\'s environment (RANK, '
+            'WORLD_SIZE, MASTER_ADDR). Fix: bash tools/dist_train.sh CONFIG '
+            'GPUS; on one process no --launcher.')
     cfg.launcher = launcher
     if work_dir is not None:
         if osp.exists(work_dir) and not osp.isdir(work_dir):

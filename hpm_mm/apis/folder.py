@@ -368,10 +368,9 @@ def _resume_or_refuse(work_dir: str,
                 'as --resume with resume_changed_run=True asks')
             return True
         raise HPMError(
-            f'{work_dir} holds a run on other images ({what}); continuing '
-            'it would mix the two. Fix: --work-dir NEW for a new run on the '
-            'folder as it is now, or --resume --cfg-options '
-            'resume_changed_run=True to continue its trained epochs on it.')
+            f'{work_dir} holds a run on other images ({what}). Fix: '
+            '--work-dir NEW for a new run, or --resume --cfg-options '
+            'resume_changed_run=True to continue it on these images.')
     if resume is None:
         log(f'{work_dir} holds an interrupted run on these same images: '
             'continuing it (--work-dir NEW starts a new one)')

@@ -28,10 +28,9 @@ def _knn_hook(cfg: Config) -> dict:
     ]
     if not hooks:
         raise HPMError(
-            f'{cfg.filename or "the config"} has no KNNEvalHook in '
-            'custom_hooks, so it does not say which labelled data to use. '
-            'Fix: add dict(type="KNNEvalHook", train_dataloader=..., '
-            'val_dataloader=...) to custom_hooks.')
+            f'{cfg.filename or "the config"} has no KNNEvalHook (its '
+            'labelled data). Fix: add dict(type="KNNEvalHook", train_'
+            'dataloader=..., val_dataloader=...) to custom_hooks.')
     return hooks[0]
 
 

@@ -122,9 +122,8 @@ def hard_patches(config: Union[str, Config],
     if 'neck.predictor.' in untrained:
         raise HPMError(
             f'{checkpoint} has no trained loss predictor (imported from '
-            "MAE's weights: it starts freshly initialised), so its hard "
-            'patches would be noise. Fix: pretrain it with HPM first '
-            '(load_from), or draw an HPM checkpoint.')
+            "MAE's weights). Fix: pretrain it with HPM first (load_from), "
+            'or draw an HPM checkpoint.')
     try:
         load_checkpoint_strict(
             model, ckpt, required_prefix=required, whole=True, name=checkpoint)

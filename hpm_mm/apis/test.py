@@ -54,9 +54,8 @@ def test(config: Union[str, Config],
         raise HPMError(
             f'{getattr(config, "filename", None) or config} has no test set '
             f'({", ".join(missing)} unset): a pretraining config. Fix: '
-            'evaluate its encoder with python tools/analysis_tools/'
-            'knn_eval.py CONFIG CHECKPOINT, or fine-tune it with a '
-            'benchmark config (configs/benchmarks/) and test that.')
+            'tools/analysis_tools/knn_eval.py CONFIG CHECKPOINT, or test a '
+            'fine-tuned benchmark config (configs/benchmarks/).')
     cfg.load_from = checkpoint
     from mmpretrain.utils import get_ori_model
 

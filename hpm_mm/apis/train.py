@@ -124,10 +124,9 @@ def build_runner(cfg: Config):
     kind = cfg.get('runner_type')
     if kind in POLICY_RUNNERS:
         raise HPMError(
-            f"runner_type='{kind}' is mmengine's runner without hpm_mm's run "
-            '(precision, work-dir lock, resume and checkpoint checks). Fix: '
-            f"runner_type='{POLICY_RUNNERS[kind]}' (the same runner with "
-            'them), or leave runner_type out.')
+            f"runner_type='{kind}' lacks hpm_mm's run policy (precision, "
+            f"work-dir lock, resume checks). Fix: runner_type='"
+            f"{POLICY_RUNNERS[kind]}', or no runner_type.")
     if kind is None:
         cfg.runner_type = 'HPMFlexibleRunner' if cfg.get(
             'strategy') is not None else 'HPMRunner'

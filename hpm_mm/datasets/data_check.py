@@ -110,18 +110,15 @@ def check_data_roots(cfg, work_dir: Optional[str] = None) -> None:
         if not osp.isdir(found):
             raise HPMError(
                 f'{name}.dataset.data_root {root!r} is not a folder (from '
-                f'{os.getcwd()}). Fix: set it to the folder of the images, '
-                'e.g. --cfg-options '
-                f'{name if name.endswith("_dataloader") else "custom_hooks"}'
-                '...data_root=PATH, or image.root=PATH with an image spec.')
+                f'{os.getcwd()}). Fix: the folder of the images (or '
+                'image.root=PATH with an image spec).')
         scans = kind == 'CustomDataset' and not dataset.get('ann_file')
         if name == 'train_dataloader' and work_dir and scans and \
                 _inside(work_dir, found):
             raise HPMError(
                 f'the work dir {work_dir} is inside the training images\' '
-                f'folder {root}: the hard-patch pictures written there '
-                'would be read as training images by the next run. Fix: '
-                '--work-dir outside it.')
+                f'folder {root} (its pictures would be read as images). Fix:'
+                ' --work-dir outside it.')
 
 
 def _inside(path: str, folder: str) -> bool:

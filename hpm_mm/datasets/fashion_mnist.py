@@ -138,13 +138,12 @@ class FashionMNISTSplit(FashionMNIST):
         if '://' not in root and not self._check_exists():
             where = osp.abspath(root)
             raise FileNotFoundError(
-                f'Fashion-MNIST is not in {where} (a relative data_root is '
-                f'looked for in the working directory {os.getcwd()}, then in '
-                f'the checkout {REPO}). Fix: python {REPO}/tools/'
+                f'Fashion-MNIST is not in {where} (a relative data_root: the '
+                f'working directory {os.getcwd()}, then in the checkout '
+                f'{REPO}). Fix: python {REPO}/tools/'
                 'dataset_converters/prepare_fashion_mnist.py --out '
-                f'{osp.join(REPO, "data", "fashion_mnist")} (offline, from '
-                "Debian's dataset-fashion-mnist), or set data_root to the "
-                'folder with the idx files.')
+                f'{osp.join(REPO, "data", "fashion_mnist")}, or data_root='
+                'the folder of the idx files.')
         if '://' not in root:
             files = self.test_list if self.split == 'test' else \
                 self.train_list
@@ -158,8 +157,7 @@ class FashionMNISTSplit(FashionMNIST):
                     raise HPMError(
                         f'{path}: {problem}. Fix: python {REPO}/tools/'
                         'dataset_converters/prepare_fashion_mnist.py --out '
-                        f'{root} (it checks every file and prepares the bad '
-                        'ones again).')
+                        f'{root} (prepares the bad files again).')
         test_mode = self.test_mode
         self.test_mode = self.split == 'test'
         try:

@@ -182,8 +182,7 @@ def channel_stats(root: str,
         raise HPMError(
             f'the images of {root} are one constant value (pixel std '
             f'{float(values.std(0).max()):.2f} of 255 over {len(pick)} '
-            'images): there is nothing to reconstruct or rank. Fix: point at '
-            'the folder of your real images.')
+            'images). Fix: the folder of your real images.')
     std = np.maximum(values.std(0), 1.0)  # a near-constant channel
     return dict(
         mean=[round(float(v), 2) for v in values.mean(0)],

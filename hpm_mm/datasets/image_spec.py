@@ -67,11 +67,9 @@ def _check(spec: dict) -> None:
     if small:
         raise HPMError(f"image.mean={list(spec['mean'])}, image.std="
                        f"{list(spec['std'])}: channel(s) {small} look like "
-                       '0..1 units, but the images are read as 0..255. Fix: '
-                       'give every channel in 0..255 (multiply 0..1 values '
-                       'by 255, e.g. mean=[123.675, 116.28, 103.53], std='
-                       '[58.395, 57.12, 57.375]; mean=0, std=255 scales to '
-                       '0..1).')
+                       '0..1 units; the images are read as 0..255. Fix: '
+                       'every channel in 0..255 (0..1 values times 255; '
+                       'mean=0, std=255 scales to 0..1).')
     if ch not in (1, 3):
         raise HPMError(f'image.channels={ch}: 1 (grayscale) or 3 (RGB).')
     if size % patch:
@@ -80,9 +78,8 @@ def _check(spec: dict) -> None:
                        f'{size - size % patch or patch}.')
     if (size // patch)**2 < 4:
         raise HPMError(f'image.size={size} with image.patch_size={patch} '
-                       f'gives {(size // patch)**2} patch(es) per image: '
-                       'masking hides some patches and shows the others, so '
-                       f'it needs several. Fix: image.patch_size <= '
+                       f'gives {(size // patch)**2} patch(es) per image; '
+                       'masking needs several. Fix: image.patch_size <= '
                        f'{max(size // 2, 1)}.')
     if len(spec['mean']) != ch or len(spec['std']) != ch:
         raise HPMError(f'image.mean / image.std need {ch} value(s) (one per '

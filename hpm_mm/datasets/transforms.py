@@ -27,11 +27,10 @@ class _Unreadable:
                 level=30)
             return None
         raise HPMError(
-            f'cannot read image {filename} ({why}). Fix: replace or '
-            'remove it (python tools/misc/check_data.py CONFIG lists '
-            'every unreadable file), or skip such files with '
-            f"dict(type='{type(self).__name__}', "
-            'skip_unreadable=True).') from e
+            f'cannot read image {filename} ({why}). Fix: replace or remove '
+            'it (tools/misc/check_data.py CONFIG lists them all), or '
+            f"dict(type='{type(self).__name__}', skip_unreadable=True)."
+        ) from e
 
 
 @TRANSFORMS.register_module()

@@ -110,28 +110,24 @@ def download_checkpoint(url: str, model_dir: Optional[str] = None) -> str:
         os.makedirs(model_dir, exist_ok=True)
         part = f'{path}.{os.getpid()}.part'
         when = (now or {}).get('date') or email.utils.formatdate(usegmt=True)
+        kept = f'; the earlier copy {path} stays untouched' if good else ''
         try:
             torch.hub.download_url_to_file(url, part, progress=False)
             problem = checkpoint_problem(part)
         except Exception as e:
             problem = f'{type(e).__name__}: {e}'
             raise DownloadError(
-                f'cannot download the checkpoint {url} ({problem}). Fix: '
-                'check the address and the network, or download it yourself '
-                'and pass its path' + (f'; the earlier copy {path} stays '
-                                       'untouched' if good else '') +
-                '.') from None
+                f'cannot download the checkpoint {url} ({problem}){kept}. '
+                'Fix: check the address and the network, or download it and '
+                'pass its path.') from None
         finally:
             if osp.exists(part) and problem is not None:
                 os.remove(part)
         if problem is not None:
             raise DownloadError(
                 f'the download of {url} is not a checkpoint ({problem}): '
-                'nothing of it was kept' +
-                (f'; the earlier copy {path} stays untouched (pass its path '
-                 'to use it)' if good else '') + '. Fix: check the address '
-                '(an error page or a moved file gives this), or download it '
-                'yourself and pass its path.')
+                'nothing of it was kept' + kept + '. Fix: check the address '
+                '(an error page?), or download it and pass its path.')
         os.replace(part, path)
         with open(record, 'w') as f:
             json.dump(dict(now or {}, downloaded=when), f)

@@ -57,9 +57,8 @@ def refuse_earlier_run(work_dir: str) -> None:
     if found:
         raise HPMError(
             f'{work_dir} holds the checkpoints of an earlier run '
-            f'({", ".join(found[:3])}{", ..." if len(found) > 3 else ""}); a '
-            'new run there would mix its checkpoints with them. Fix: --resume '
-            'to continue that run, or give this run its own --work-dir.')
+            f'({", ".join(found[:3])}{", ..." if len(found) > 3 else ""}). '
+            'Fix: --resume to continue it, or a new --work-dir.')
 
 
 def _run_id(path: str) -> Optional[str]:
@@ -226,10 +225,9 @@ class RunResume:
         if self.path:
             if not isinstance(self.ckpt.get('meta'), dict):
                 raise HPMError(
-                    f'--resume {self.path}: it holds no training state (no '
-                    'meta; weights only), so there is no run to continue. '
-                    f'Fix: --cfg-options load_from={self.path} in a new work '
-                    'dir to start from its weights.')
+                    f'--resume {self.path}: it holds no training state '
+                    f'(weights only). Fix: load_from={self.path} in a new '
+                    'work dir to start from its weights.')
             meta = self.ckpt['meta']
             self.then = meta.get('hpm_run')
             self.saved = self.ckpt.get('param_schedulers') or []
@@ -271,8 +269,7 @@ class RunResume:
             raise HPMError(
                 f'--resume found no complete checkpoint of this run in '
                 f'{self.work_dir} ({"; ".join(skipped)}) and will not train '
-                'from scratch over them. Fix: move them away, or pass '
-                '--resume PATH.')
+                'from scratch over them. Fix: move them, or --resume PATH.')
         else:
             self.notes.append((logging.WARNING, 'resume: no checkpoint in '
                                f'{self.work_dir} yet: training from scratch'))
@@ -301,11 +298,10 @@ class RunResume:
             length = self.signature[key]
             if length is not None and done and length < done:
                 raise HPMError(
-                    f'--resume {self.path}: it trained {done} '
-                    f'{key[4:]}, more than train_cfg.{key}={length}; a '
-                    'shorter run cannot continue it. Fix: '
-                    f'train_cfg.{key} >= {done}, or a new work dir with '
-                    f'--cfg-options load_from={self.path}.')
+                    f'--resume {self.path}: it trained {done} {key[4:]}, '
+                    f'more than train_cfg.{key}={length}. Fix: '
+                    f'train_cfg.{key} >= {done}, or load_from={self.path} '
+                    'in a new work dir.')
 
     def _refuse(self, changed: List[str], notes: list) -> None:
         if not changed:
@@ -319,13 +315,9 @@ class RunResume:
             return
         raise HPMError(
             f'--resume {self.path}: the run changed since it was written '
-            f'({what}); resuming keeps the checkpoint\'s iteration schedule '
-            'and optimizer state, so the run would not be the one '
-            'configured. Fix: resume with the config, data and number of '
-            'processes it was trained with (its config copy is in the work '
-            'dir), or start a new work dir with --cfg-options load_from='
-            'CKPT, or pass --cfg-options resume_changed_run=True to continue '
-            'it as the new config.')
+            f'({what}). Fix: resume with its config, data and processes (the '
+            "work dir's config copy), or load_from=CKPT in a new work dir, "
+            'or resume_changed_run=True to continue it as the new config.')
 
     def check_fits(self, model) -> None:
         """Refuse a checkpoint that does not fit ``model``: a resumed one
@@ -342,9 +334,8 @@ class RunResume:
             if problem:
                 raise HPMError(
                     f'{problem}: the config changed since the checkpoint was '
-                    'written. Fix: resume with the config it was trained '
-                    'with (its copy is in the work dir), or start a new work '
-                    'dir with --cfg-options load_from=CKPT.')
+                    "written. Fix: resume with its config (the work dir's "
+                    'copy), or load_from=CKPT in a new work dir.')
             return
         ckpt, self.ckpt = self.ckpt, None  # (a weights start loaded it)
         state = checkpoint_state(model, ckpt or self.path)
@@ -353,11 +344,9 @@ class RunResume:
         if share < 0.5:
             raise HPMError(
                 f'load_from={self.path} fills {100 * share:.1f}% of this '
-                "model's weights (by name and shape): a checkpoint of "
-                'another architecture, and training would start almost '
-                'from scratch. Fix: a checkpoint of this architecture, or '
-                'convert it (tools/model_converters/hpm2backbone.py) and '
-                "load it through the backbone's init_cfg.")
+                "model's weights: a checkpoint of another architecture. Fix: "
+                "one of this architecture, or convert it (tools/model_"
+                "converters/hpm2backbone.py) for the backbone's init_cfg.")
 
     def load(self, runner, load) -> None:
         """Run mmengine's ``load_or_resume`` (``load``) for ``runner``; for a

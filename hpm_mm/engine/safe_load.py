@@ -56,12 +56,9 @@ def refuse_old_torch_pretraining(model) -> None:
     cls = MODELS.get(model.get('type', ''))
     if isinstance(cls, type) and issubclass(cls, BaseSelfSupervisor):
         raise HPMError(
-            f'pretraining ({model["type"]}) needs torch >= {TORCH_FLOOR}, '
-            'whose weights-only loader resumes its checkpoints safely; this '
-            'is torch '
-            f'{torch.__version__}. Fix: pretrain in an environment with a '
-            'newer torch and transfer here (docs/install.md, two '
-            'environments).')
+            f'pretraining ({model["type"]}) needs torch >= {TORCH_FLOOR} (its '
+            f'weights-only loader), not {torch.__version__}. Fix: pretrain '
+            'with a newer torch, transfer here (docs/install.md).')
 
 
 def checkpoint_safe_globals() -> list:
@@ -228,10 +225,9 @@ def resave_checkpoint(path: str) -> None:
     bad = disallowed_globals(path)
     if bad != [HISTORY_GETATTR]:
         raise UnsafeCheckpointError(
-            f'{path}: not re-saved: it holds '
-            f'{", ".join(bad) or "nothing outside the allow-list"}, and only '
-            f'a checkpoint whose one extra global is {HISTORY_GETATTR} is '
-            're-saved (nothing was loaded).')
+            f'{path}: not re-saved (nothing loaded): it holds '
+            f'{", ".join(bad) or "nothing outside the allow-list"}, not just '
+            f'{HISTORY_GETATTR}.')
     with torch.serialization.safe_globals([getattr]):
         ckpt = load_file(path)
     part = f'{path}.{os.getpid()}.part'

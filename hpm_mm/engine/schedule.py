@@ -103,22 +103,18 @@ def check_run_length(cfg) -> None:
         if end > length:
             raise HPMError(
                 f'param_scheduler.{i} ({s.get("type")}) ends at {unit} {end} '
-                f'but the run has train_cfg.{key}={length}: its decay would '
-                f'not finish. Fix: param_scheduler.{i}.end={length} (and '
-                'T_max), or leave end unset to follow the run.')
+                f'but the run has train_cfg.{key}={length}. Fix: '
+                f'param_scheduler.{i}.end={length} (and T_max), or no end.')
     if ends and None not in ends and max(ends) < length:
         i = ends.index(max(ends))
         raise HPMError(
             f'the last parameter scheduler (param_scheduler.{i}) ends at '
-            f'{unit} {max(ends)} but the run has train_cfg.{key}={length}: '
-            f'{unit}s {max(ends)}-{length} would run at its final value. '
-            f'Fix: param_scheduler.{i}.end={length} (and T_max), or leave '
-            'end unset to follow the run.')
+            f'{unit} {max(ends)} but the run has train_cfg.{key}={length}. '
+            f'Fix: param_scheduler.{i}.end={length} (and T_max), or no end.')
     teacher = (cfg.get('model') or {}).get('teacher') or {}
     ramp = teacher.get('momentum_epochs')
     if by_epoch and ramp is not None and ramp > length:
         raise HPMError(
             f'model.teacher.momentum_epochs={ramp} is longer than the run '
-            f'(train_cfg.max_epochs={length}): the teacher\'s momentum '
-            f'would stop part-way. Fix: model.teacher.momentum_epochs='
-            f'{length}, or None to follow the run.')
+            f'(train_cfg.max_epochs={length}). Fix: model.teacher.'
+            f'momentum_epochs={length}, or None to follow the run.')

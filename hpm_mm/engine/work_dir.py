@@ -87,10 +87,8 @@ def own_work_dir(work_dir: str) -> IO:
         owner = handle.read().strip() or 'another process'
         handle.close()
         raise WorkDirBusy(
-            f'{work_dir} is in use by a running job ({owner}); two '
-            'runs in one work dir would overwrite each other\'s checkpoints '
-            'and interleave their logs. Fix: wait for it to finish, or give '
-            'this run its own --work-dir.') from None
+            f'{work_dir} is in use by a running job ({owner}). Fix: wait for '
+            'it to finish, or give this run its own --work-dir.') from None
     handle.seek(0)
     handle.truncate()
     started = datetime.datetime.now().strftime('%Y-%m-%d %H:%M:%S')

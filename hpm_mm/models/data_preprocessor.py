@@ -25,11 +25,9 @@ def check_channels(preprocessor, data: dict) -> None:
     if have != want:
         raise HPMError(
             f'the images have {have} channel(s) but the model takes '
-            f'{want} (data_preprocessor mean/std). Fix: load them '
-            f"with color_type='{'grayscale' if want == 1 else 'color'}"
-            "' in LoadImageFromFile(Checked), or set the model's "
-            'in_channels and the data_preprocessor mean/std for '
-            f'{have}-channel images.')
+            f'{want} (data_preprocessor mean/std). Fix: color_type='
+            f"'{'grayscale' if want == 1 else 'color'}' in the loader, or "
+            f'the model and mean/std for {have}-channel images.')
 
 
 def watch_channels(model) -> None:
@@ -121,9 +119,9 @@ class ChannelCheckedDataPreprocessor(SelfSupDataPreprocessor):
                 inputs[0]) and inputs[0].dim() == 1:
             raise HPMError(
                 'the batch holds encoded images (LoadBytesAndCropBox). Fix: '
-                "data_preprocessor type='DeviceDecodeDataPreprocessor' and "
-                "'device_decode' in PackInputs meta_keys (configs/_base_/"
-                'datasets/imagenet_bs512_mae_gpu_decode.py).')
+                "type='DeviceDecodeDataPreprocessor' and 'device_decode' in "
+                'PackInputs meta_keys (configs/_base_/datasets/'
+                'imagenet_bs512_mae_gpu_decode.py).')
         check_channels(self, data)
         return super().forward(data, training)
 

@@ -76,10 +76,9 @@ class AtomicCheckpointHook(CheckpointHook):
                 os.remove(tmp)
             if isinstance(e, OSError):  # a full disk, a read-only folder
                 raise HPMError(
-                    f'cannot write the checkpoint {self.last_ckpt} ({e}); '
-                    'the checkpoints before it are complete. Fix: free space '
-                    'or make the folder writable, then rerun with --resume.'
-                ) from None
+                    f'cannot write the checkpoint {self.last_ckpt} ({e}). '
+                    'Fix: free space or make the folder writable, then '
+                    '--resume.') from None
             raise
         if not is_main_process():
             return
@@ -92,9 +91,8 @@ class AtomicCheckpointHook(CheckpointHook):
         except OSError as e:
             raise HPMError(
                 f'cannot write {pointer} ({e}); the checkpoint '
-                f'{self.last_ckpt} is complete, and --resume takes it. Fix: '
-                'free space or make the work dir writable, then rerun with '
-                '--resume.') from None
+                f'{self.last_ckpt} is complete. Fix: free space or make the '
+                'work dir writable, then --resume.') from None
         for old in outdated:
             path = osp.join(self.out_dir, self.filename_tmpl.format(old))
             if osp.isfile(path):

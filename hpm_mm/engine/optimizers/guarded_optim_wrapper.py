@@ -37,9 +37,8 @@ def check_clip_grad(clip) -> None:
             not value > 0:  # NaN is not > 0 either
         raise HPMError(
             f'optim_wrapper.clip_grad.{key}={value!r} is not a positive '
-            f'number (a negative one reverses the gradients). Fix: '
-            f'optim_wrapper.clip_grad.{key}=5.0 (the recipes\' value), or '
-            'clip_grad=None for no clipping.')
+            f'number. Fix: optim_wrapper.clip_grad.{key}=5.0 (the recipes\'),'
+            ' or clip_grad=None for none.')
 
 
 #: optimizers whose fused CUDA kernel a CUDA run takes
@@ -234,15 +233,11 @@ class NonFiniteGuardMixin:
                 self._warn(self._skipped - skipped)
                 raise HPMError(
                     f'{self.consecutive_skips} optimizer steps in a row had '
-                    'a non-finite loss or non-finite gradients; training '
-                    'stopped. No non-finite step was applied, but the '
-                    'finite steps before them may have diverged the '
-                    'weights: check the checkpoints\' losses. Fix: lower '
-                    'optimizer.lr or set clip_grad, check the data, then '
-                    'restart from a checkpoint whose loss was sound with '
-                    '--cfg-options load_from=CKPT (--resume would bring '
-                    'back the scheduler\'s old learning rate), or raise '
-                    'optim_wrapper.max_consecutive_skips.')
+                    'a non-finite loss or gradients (none applied; the steps '
+                    'before may have diverged). Fix: lower optimizer.lr or '
+                    'set clip_grad, and restart from a checkpoint with a '
+                    'sound loss by load_from=CKPT (not --resume: its lr), or '
+                    'raise optim_wrapper.max_consecutive_skips.')
         self._warn(self._skipped - skipped)
 
     def _warn(self, new: int) -> None:
@@ -265,10 +260,9 @@ class NonFiniteGuardMixin:
         if skipped and skipped >= applied:
             raise HPMError(
                 f'{skipped} of {skipped + applied} optimizer steps were '
-                'skipped (non-finite loss or gradients): the checkpoints '
-                'hold a model that barely trained. Fix: lower '
-                'optimizer.lr or set clip_grad, check the data, and '
-                'train again.')
+                'skipped (non-finite loss or gradients): the model barely '
+                'trained. Fix: lower the lr or set clip_grad, and train again.'
+            )
 
 
 @OPTIM_WRAPPERS.register_module()
@@ -292,9 +286,7 @@ class GuardedAmpOptimWrapper(NonFiniteGuardMixin, AmpOptimWrapper):
                 raise
             from hpm_mm.errors import HPMError
             raise HPMError(
-                'GuardedAmpOptimWrapper computes fp16 on a GPU and this '
-                'machine has none. Fix: build the runner with mmengine\'s '
-                'RUNNERS.build(cfg) (runner_type=\'HPMRunner\', as hpm_mm\'s '
-                'configs name it) or hpm_mm.apis.train, whose precision '
-                'rule picks bf16 or fp32 here; mmengine\'s plain '
-                'Runner.from_cfg does not read runner_type.') from None
+                'GuardedAmpOptimWrapper computes fp16 on a GPU; this machine '
+                'has none. Fix: build the run with RUNNERS.build(cfg) '
+                "(runner_type='HPMRunner') or hpm_mm.apis.train, whose "
+                'precision rule picks bf16 or fp32 here.') from None

@@ -69,11 +69,9 @@ class HPMViT(MAEViT):
                 self.patch_resolution, self.patch_embed.projection.stride))
             raise ValueError(
                 f'mask must be (B, N) = ({B}, {N}) for this '
-                f'{x.shape[-2]}x{x.shape[-1]} input, got '
-                f'{tuple(mask.shape)}. The model was built for '
-                f'{built[0]}x{built[1]} images: resize/crop to that size in '
-                'the train pipeline, or set backbone.img_size and '
-                'neck.num_patches to match the data.')
+                f'{x.shape[-2]}x{x.shape[-1]} input, got {tuple(mask.shape)}'
+                f'. The model was built for {built[0]}x{built[1]} images. '
+                'Fix: that size, or backbone.img_size and neck.num_patches.')
         if mask_token is not None:
             w = mask.to(tokens.dtype).unsqueeze(-1)
             tokens = tokens * (1 - w) + mask_token.to(tokens.dtype) * w

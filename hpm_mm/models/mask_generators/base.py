@@ -128,8 +128,8 @@ class BaseMaskGenerator(nn.Module):
                 f'mask_ratio={self.mask_ratio!r} masks '
                 f'{"up to " if self.varies else ""}{k} of the {num_patches} '
                 'patches: at least one patch must be masked and one '
-                'visible. Fix: choose a mask_ratio (or a range) between '
-                f'{1 / num_patches:.3g} and {1 - 1 / num_patches:.3g}.')
+                f'visible. Fix: {1 / num_patches:.3g} <= mask_ratio <= '
+                f'{1 - 1 / num_patches:.3g}.')
 
     def log_vars(self, num_patches: int, progress: float) -> Dict[str, float]:
         """Scalars to log at this progress. Defaults to none."""

@@ -9,6 +9,9 @@ from mmpretrain.registry import MODELS
 from hpm_mm.errors import HPMError
 from ..mask_generators import IMAGE_SCORES
 
+#: the command that checks a mask generator against the contract
+CHECK = 'python tools/misc/check_mask_generator.py MODULE:CLASS'
+
 
 class HPMBase(BaseSelfSupervisor):
     """What every hard-patch-mining algorithm shares: the mask generator, the
@@ -55,11 +58,10 @@ class HPMBase(BaseSelfSupervisor):
         if self.mask_generator.varies and self.backbone.drops_masked:
             raise ValueError(
                 f'mask_ratio={self.mask_generator.mask_ratio!r} masks a '
-                'different number of patches in each image, but '
+                'different number of patches per image, but '
                 f'{type(self.backbone).__name__} drops the masked patches '
-                'and needs the same number in every image. Fix: a float '
-                'mask_ratio, or an encoder with mask tokens (MaskTokenViT: '
-                'HPMSimMIM, HPMBEiT, HPMiBOT).')
+                '(the same number per image). Fix: a float mask_ratio, or '
+                'a mask-token encoder (HPMSimMIM, HPMBEiT, HPMiBOT).')
         self._check_predictor()
         self.teacher_features = self.teacher_target or getattr(
             self.target_generator, 'uses_teacher', False)
@@ -258,10 +260,8 @@ class HPMBase(BaseSelfSupervisor):
         name = type(gen).__name__
         if tuple(mask.shape) != (B, N):
             raise HPMError(f'{name} gave a mask of shape {tuple(mask.shape)}'
-                           f', not ({B}, {N}) (images, patches). Fix: '
-                           'its forward must return one row per image '
-                           '(python tools/misc/check_mask_generator.py '
-                           'MODULE:CLASS checks the contract).')
+                           f', not ({B}, {N}) (images, patches). Fix: one '
+                           f'row per image ({CHECK} checks the contract).')
         rows = mask.detach().float().sum(1).cpu()
         binary = bool(((mask == 0) | (mask == 1)).all())
         if gen.varies:
@@ -276,9 +276,8 @@ class HPMBase(BaseSelfSupervisor):
                 f'{name} masked {got} patches per image where its ratio '
                 f'{gen.mask_ratio!r} asks for {want}' +
                 ('' if binary else ', with values other than 0 and 1') +
-                '. Fix: its forward must mask exactly num_masked(N) '
-                'patches per row (python tools/misc/check_mask_generator.py '
-                'MODULE:CLASS checks the contract).')
+                '. Fix: mask exactly num_masked(N) patches per row '
+                f'({CHECK} checks the contract).')
 
     def with_mask_log(self, losses: dict, inputs: torch.Tensor) -> dict:
         """Add the mask generator's log scalars (alpha, num_hard): host

@@ -112,12 +112,10 @@ class EMAAverage(ExponentialMovingAverage):
             for name, param in student.named_parameters():
                 if param.shape != teacher[name].shape:
                     raise RuntimeError(
-                        f'the EMA teacher needs the whole student parameters '
-                        f'but {name} is {tuple(param.shape)} here (a '
-                        f'shard?), {tuple(teacher[name].shape)} in the '
-                        'teacher. Under FSDP wrap the model with '
-                        'HPMFullyShardedDataParallel (one unit, teacher '
-                        'ignored), or use DDP.')
+                        f'the EMA teacher needs whole parameters: {name} is '
+                        f'{tuple(param.shape)} (a shard?), '
+                        f'{tuple(teacher[name].shape)} in the teacher. Fix: '
+                        'HPMFullyShardedDataParallel under FSDP, or DDP.')
             self._checked = True
         self.update_parameters(
             student, applied if isinstance(applied, torch.Tensor) else None)
@@ -246,9 +244,8 @@ class EMATeacher(EMAAverage):
         see the full image."""
         if self.input_scale != 1:
             raise ValueError(
-                'the EMA teacher\'s features are a target, which needs the '
-                'teacher to see the full image, but '
-                f'teacher.input_scale={self.input_scale}. Fix: '
+                "the EMA teacher's features are a target: it must see the "
+                f'full image (teacher.input_scale={self.input_scale}). Fix: '
                 'teacher=dict(input_scale=1.0).')
 
     @torch.no_grad()

@@ -28,9 +28,8 @@ def check_source(name: str) -> None:
         raise HPMError(
             f'score_source {name!r} is not a registered teacher score '
             f'source (registered: {sorted(TEACHER_SCORES.module_dict)}). '
-            'Fix: name one of those, or register yours with '
-            '@hpm_mm.models.teachers.TEACHER_SCORES.register_module('
-            "name='...') in a module your config imports (custom_imports).")
+            "Fix: one of those, or yours with TEACHER_SCORES.register_module"
+            "(name='...') in custom_imports.")
 
 
 @TEACHER_SCORES.register_module(name='predicted_loss')
