@@ -87,15 +87,13 @@ def _lookup(cfg: Any, key: str) -> Any:
 
 
 def _fits(old: Any, new: Any) -> bool:
-    if new is None or old is _MISSING or old is None:
+    """Whether ``new`` may replace the config's ``old``: a bool by a bool,
+    an int by an int, a float by a number; anything else by anything."""
+    if new is None or type(old) not in _KINDS:
         return True
-    if isinstance(old, bool):
-        return isinstance(new, bool)
-    if isinstance(old, int):
-        return isinstance(new, int) and not isinstance(new, bool)
-    if isinstance(old, float):
-        return isinstance(new, (int, float)) and not isinstance(new, bool)
-    return True
+    return isinstance(new, (int, float) if type(old) is float else
+                      type(old)) and (type(old) is bool) == (
+                          type(new) is bool)
 
 
 #: top-level keys a run reads besides the arguments of mmengine's runners:

@@ -52,9 +52,7 @@ def train_config(config: Union[str, Config],
             from mmengine.logging import print_log
             print_log(
                 f"--amp sets precision='auto' over the config's "
-                f"precision={cfg.precision!r}",
-                logger='current',
-                level=logging.WARNING)
+                f"precision={cfg.precision!r}", 'current', logging.WARNING)
         cfg.precision = 'auto'
     if auto_scale_lr:
         cfg.auto_scale_lr.enable = True

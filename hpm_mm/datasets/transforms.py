@@ -23,8 +23,7 @@ class _Unreadable:
             print_log(
                 f'skipped unreadable image {filename} ({why}); '
                 f'{self.num_skipped} skipped so far in this process',
-                logger='current',
-                level=30)
+                'current', 30)
             return None
         raise HPMError(
             f'cannot read image {filename} ({why}). Fix: replace or remove '

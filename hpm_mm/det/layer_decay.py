@@ -64,4 +64,4 @@ class LayerDecayOptimWrapperConstructor(DefaultOptimWrapperConstructor):
         print_log(
             f'layer decay {rate}: {len(groups)} parameter groups, lr scale '
             f'{rate**(num_layers + 1):.3g} (patch embed) .. 1 (heads)',
-            logger='current')
+            'current')

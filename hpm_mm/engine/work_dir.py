@@ -6,7 +6,7 @@ import os.path as osp
 import socket
 import sys
 import threading
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import IO
 
 from hpm_mm.errors import HPMError
@@ -30,17 +30,11 @@ def _forget_locks_in_child() -> None:
     open, and persistent dataloader workers outlive a killed trainer by
     seconds, during which the next run was refused naming a dead pid. The
     child never uses the lock; the parent's stays as it is."""
-    if not _HELD:
-        return
     null = os.open(os.devnull, os.O_RDWR)
-    try:
-        for fd in list(_HELD):
-            try:
-                os.dup2(null, fd)
-            except OSError:
-                pass
-    finally:
-        os.close(null)
+    for fd in _HELD:
+        with suppress(OSError):
+            os.dup2(null, fd)
+    os.close(null)
     _HELD.clear()
 
 

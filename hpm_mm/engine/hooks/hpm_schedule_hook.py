@@ -40,13 +40,10 @@ class HPMScheduleHook(Hook):
         _WARNED_RUNNER = True
         print_log(
             f'this run is under {type(runner).__name__}, not hpm_mm\'s '
-            'HPMRunner: it trains without the run\'s policy (the precision '
-            'key, the work-dir lock, the resume and checkpoint checks, '
-            'the input channel check). Fix: RUNNERS.build(cfg) or '
-            'HPMRunner.from_cfg(cfg) (mmengine\'s Runner.from_cfg ignores '
-            'runner_type), or hpm_mm.apis.train.',
-            logger='current',
-            level=logging.WARNING)
+            'HPMRunner: it trains without the run\'s policy (precision, '
+            'work-dir lock, resume checks). Fix: RUNNERS.build(cfg) '
+            '(Runner.from_cfg ignores runner_type) or hpm_mm.apis.train.',
+            'current', logging.WARNING)
 
     @staticmethod
     def epoch_state(runner) -> Tuple[int, float]:

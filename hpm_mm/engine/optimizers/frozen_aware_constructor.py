@@ -39,7 +39,6 @@ class FrozenAwareOptimWrapperConstructor(DefaultOptimWrapperConstructor):
             wrapper = super().__call__(model)
         frozen = frozen_summary(model)
         if frozen:
-            print_log(
-                f'not optimised (requires_grad=False): {frozen}',
-                logger='current')
+            print_log(f'not optimised (requires_grad=False): {frozen}',
+                      'current')
         return wrapper

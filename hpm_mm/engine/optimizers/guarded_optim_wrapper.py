@@ -245,11 +245,8 @@ class NonFiniteGuardMixin:
             print_log(
                 f'non-finite loss or gradients: {new} optimizer '
                 f'step{"s" * (new > 1)} skipped on every rank, weights '
-                'unchanged '
-                f'({self.consecutive_skips} in a row now, {self._skipped} '
-                'in all)',
-                logger='current',
-                level=30)
+                f'unchanged ({self.consecutive_skips} in a row now, '
+                f'{self._skipped} in all)', 'current', 30)
 
     def check_trained(self) -> None:
         """At the end of a run: refuse, in one line, one that skipped more

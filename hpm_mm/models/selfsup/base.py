@@ -294,8 +294,7 @@ class HPMBase(BaseSelfSupervisor):
                 f'{type(self).__name__}.set_progress was never called, so '
                 'the mask schedule and the teacher momentum stay at their '
                 'start. Add dict(type="HPMScheduleHook") to custom_hooks.',
-                logger='current',
-                level=30)
+                'current', 30)
             self._progress_set = True
 
     def loss(self, inputs, data_samples, **kwargs) -> Dict[str, torch.Tensor]:

@@ -76,9 +76,7 @@ class FrozenFeatureTarget(BaseModule):
         if self.checkpoint is None:
             print_log(
                 f'{name}: checkpoint=None, the target network keeps its '
-                'random initialisation (for tests only).',
-                logger='current',
-                level=30)
+                'random initialisation (for tests only).', 'current', 30)
             return
         if not osp.isfile(self.checkpoint):
             raise FileNotFoundError(
@@ -96,8 +94,7 @@ class FrozenFeatureTarget(BaseModule):
                 f'as {self.source} says?')
         print_log(
             f'{name}: loaded {len(state) - len(unexpected)} tensors from '
-            f'{self.checkpoint} ({len(unexpected)} unused).',
-            logger='current')
+            f'{self.checkpoint} ({len(unexpected)} unused).', 'current')
         self.freeze()
 
 
