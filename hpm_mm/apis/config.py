@@ -364,9 +364,9 @@ def _read_config(path: str) -> Config:
         missing = re.match(r'(\w+) is not installed', str(e))
         if missing:
             raise HPMError(
-                f'{path}: inherits from {missing.group(1)}, which is '
-                'not installed (the pretraining profile has no mmdet, mmseg '
-                f"or mmcv's compiled ops). Fix: {FULL_INSTALL}") from None
+                f'{path}: inherits from {missing.group(1)}, which is not '
+                f'installed (the pretraining profile). Fix: {FULL_INSTALL}'
+            ) from None
         cause, seen, plugin = e, set(), None
         while cause is not None and id(cause) not in seen:
             seen.add(id(cause))
@@ -410,8 +410,7 @@ def run_config(config, work_dir: Optional[str], launcher: str, *options:
         if option is not None and not isinstance(option, dict):
             raise HPMError(
                 f'options {option!r} ({type(option).__name__}): give a dict '
-                "of key.sub=value overrides, e.g. {'train_cfg.max_epochs': "
-                '2}.')
+                "of overrides, e.g. {'train_cfg.max_epochs': 2}.")
         if option:  # a copy: mmengine's merge pops keys (_delete_)
             merge_cfg_options(cfg, copy.deepcopy(option))
     if launcher == 'pytorch' and not all(

@@ -93,9 +93,8 @@ def encoder_state(checkpoint: dict, teacher: bool = False) -> dict:
     missing = [k for k in REQUIRED if k not in enc]
     if missing and teacher and all('backbone.' + k in state for k in REQUIRED):
         raise ValueError(
-            'this run has no EMA teacher (teacher.module.backbone.*): its '
-            'masks never read teacher scores (MAE, or alpha 0 -> 0), so none '
-            'was built. Fix: drop --teacher (the student is the encoder).')
+            'this run has no EMA teacher (teacher.module.backbone.*: MAE, '
+            'or alpha 0 -> 0). Fix: drop --teacher (the student).')
     if missing:
         what = 'EMA teacher encoder (teacher.module.backbone.*)' if teacher \
             else 'ViT encoder under backbone.*'

@@ -233,8 +233,8 @@ def pretrain_folder(folder: str,
             if not skip_unreadable:
                 raise HPMError(
                     f'{len(bad)} unreadable image file(s) in {folder}: '
-                    f'{listing}{more}. Fix: remove or repair them, or pass '
-                    '--skip-unreadable to leave them out.')
+                    f'{listing}{more}. Fix: remove or repair them, or '
+                    '--skip-unreadable.')
         if not scan['files']:
             raise HPMError(f'no readable image in {folder}. Fix: point at the '
                            'folder that holds your images.')

@@ -109,6 +109,5 @@ def load_checkpoint_strict(model: torch.nn.Module,
     if required:
         raise KeyError(
             f'{len(required)} {prefixes} keys of the model are not in '
-            f'{filename}, e.g. {required[:3]}. Is it a checkpoint of this '
-            'architecture?')
+            f'{filename}, e.g. {required[:3]}: another architecture?')
     return dict(missing=missing, unexpected=unexpected)

@@ -76,9 +76,8 @@ def test(config: Union[str, Config],
         model, state, checkpoint)
     if problem:
         raise HPMError(
-            f'{problem}. Fix: test it with the config it was trained with (a '
-            'pretraining checkpoint needs a linear probe or fine-tune '
-            'first), or pass --partial-load.')
+            f'{problem}. Fix: the config it was trained with (fine-tune a '
+            'pretraining checkpoint first), or --partial-load.')
     metrics = runner.test()
     if out:
         from mmengine.fileio import dump

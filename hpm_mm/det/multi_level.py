@@ -54,6 +54,6 @@ class MultiLevelViTAdapter(BaseModule):
         if len(inputs) != len(self.stages):
             raise ValueError(
                 f'MultiLevelViTAdapter has {len(self.stages)} levels but got '
-                f'{len(inputs)} feature maps: set the backbone\'s out_indices '
-                'to the last block of each subset (e.g. [2, 5, 8, 11]).')
+                f'{len(inputs)} feature maps. Fix: backbone out_indices, e.g. '
+                '[2, 5, 8, 11].')
         return tuple(stage(x) for stage, x in zip(self.stages, inputs))

@@ -83,9 +83,8 @@ def run_precision(cfg, device: Optional[str] = None) -> Precision:
             'fp16 autocast with a dynamic loss scale')
     if name == 'fp16' and not cuda:
         raise HPMError(
-            "precision='fp16' computes with a dynamic loss scale on a GPU, "
-            "and this machine has none. Fix: precision='bf16' (bf16 "
-            "autocast) or 'fp32'.")
+            "precision='fp16' needs a GPU, and this machine has none. Fix: "
+            "precision='bf16' (bf16 autocast) or 'fp32'.")
     if name == 'bf16' and not bf16_ok:
         raise HPMError("precision='bf16': this GPU does not support bf16. "
                        "Fix: precision='auto' (fp16 with a loss scale).")

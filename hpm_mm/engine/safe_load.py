@@ -253,9 +253,8 @@ def load_file(path: str, map_location='cpu'):
             'of an existing checkpoint.')
     if problem:
         raise CheckpointError(
-            f'cannot load the checkpoint {path}: {problem}. Fix: give a '
-            'complete one (an earlier checkpoint of the run, or copy the '
-            'file again).')
+            f'cannot load the checkpoint {path}: {problem}. Fix: a complete '
+            'one (an earlier checkpoint, or copy the file again).')
     if os.environ.get('TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD', '0') not in \
             ('0', '') and not _WARNED:
         import warnings
@@ -299,5 +298,4 @@ def check_finite(state_dict: dict, name: str = 'the checkpoint') -> None:
     if bad:
         raise HPMError(
             f'{name} holds non-finite values (NaN/inf) in {len(bad)} '
-            f'tensors, e.g. {", ".join(bad[:3])}: its training diverged. '
-            'Fix: use an earlier checkpoint of the run.')
+            f'tensors, e.g. {", ".join(bad[:3])}. Fix: an earlier one.')

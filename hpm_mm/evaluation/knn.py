@@ -93,8 +93,7 @@ def block_output(model, layer: Optional[int]):
             n = len(layers) if layers is not None else 0
             raise ValueError(
                 f'layer {layer}: the encoder has {n} blocks (0..{n - 1}, or '
-                f'-{n}..-1 from the end). Fix: a block index in that range, '
-                'or no layer for the encoder\'s output.')
+                f'-{n}..-1). Fix: one of those, or no layer (its output).')
         seen = []
         handle = layers[layer].register_forward_hook(
             lambda m, i, out: seen.append(out))
@@ -140,10 +139,8 @@ def extract_features(model,
     bar = ProgressBar(len(dataloader.dataset)) if progress else None
     device = model_device(model)
     if amp is True:
-        raise TypeError(
-            'extract_features(amp=True): pass the dtype, e.g. '
-            "hpm_mm.engine.precision.run_precision(dict(precision='auto'))"
-            '.dtype')
+        raise TypeError('extract_features(amp=True): pass the dtype '
+                        '(hpm_mm.engine.precision.run_precision(...).dtype)')
     dtype = amp or None
     for batch in dataloader:
         data = model.data_preprocessor(batch, False)

@@ -44,8 +44,7 @@ def watch_channels(model) -> None:
             pre, '_enable_normalize', False) and mean.shape[0] != want:
         raise HPMError(
             f'data_preprocessor mean/std have {mean.shape[0]} value(s) but '
-            f'the model takes {want}-channel images. Fix: one mean and one '
-            "std value per channel (the model's patch_cfg.in_channels).")
+            f'the model takes {want}-channel images. Fix: one per channel.')
     if not isinstance(pre, torch.nn.Module) or \
             getattr(pre, '_hpm_channels_watched', False) or \
             isinstance(pre, ChannelCheckedDataPreprocessor):

@@ -98,8 +98,7 @@ def analyze_hard_patches(model,
     else:
         raise ValueError(
             f'{type(model).__name__} has neither mask scores at progress '
-            f'{progress} nor a loss predictor: there are no hard patches to '
-            'show.')
+            f'{progress} nor a loss predictor: no hard patches to show.')
 
     # the mask the generator draws at this progress, and its reconstruction
     if seed is not None:

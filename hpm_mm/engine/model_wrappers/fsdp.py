@@ -55,8 +55,8 @@ class HPMFullyShardedDataParallel(MMFullyShardedDataParallel):
         if kwargs.get('auto_wrap_policy') is not None:
             raise ValueError(
                 'HPMFullyShardedDataParallel keeps the student in one FSDP '
-                'unit so that the EMA teacher update sees whole parameters; '
-                'remove auto_wrap_policy from the model_wrapper config.')
+                'unit (the EMA teacher needs whole parameters): no '
+                'auto_wrap_policy.')
         if not kwargs.get('use_orig_params', True):
             raise ValueError(
                 'HPMFullyShardedDataParallel needs use_orig_params=True (the '

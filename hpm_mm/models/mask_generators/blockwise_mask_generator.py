@@ -44,8 +44,8 @@ class BlockwiseMaskGenerator(BaseMaskGenerator):
         if min_num_patches < 1 or num_blocks < 1 or not 0 < min_aspect <= 1:
             raise ValueError(
                 'BlockwiseMaskGenerator needs min_num_patches >= 1, '
-                f'num_blocks >= 1 and 0 < min_aspect <= 1; got '
-                f'{min_num_patches}, {num_blocks}, {min_aspect}.')
+                f'num_blocks >= 1, 0 < min_aspect <= 1; got {min_num_patches}'
+                f', {num_blocks}, {min_aspect}.')
         self.min_num_patches = min_num_patches
         self.max_num_patches = max_num_patches
         self.log_aspect = (math.log(min_aspect), math.log(1 / min_aspect))

@@ -112,8 +112,8 @@ class HPMPretrainDecoder(MAEPretrainDecoder):
         if pos_embed.shape[1] != x_.shape[1] + 1:
             raise ValueError(
                 f'{x_.shape[1]} patches but the decoder was built for '
-                f'{self.num_patches}: pass patch_resolution for another '
-                'grid, or set neck.num_patches to match the backbone.')
+                f'{self.num_patches}. Fix: pass patch_resolution, or '
+                'neck.num_patches as the backbone.')
         return torch.cat([x[:, :1], x_], dim=1) + pos_embed
 
     def reconstruct(self, x: torch.Tensor) -> torch.Tensor:

@@ -80,18 +80,16 @@ class FrozenFeatureTarget(BaseModule):
             return
         if not osp.isfile(self.checkpoint):
             raise FileNotFoundError(
-                f'{name}: no target weights at {self.checkpoint!r}. Get and '
-                f'convert them as {self.source} says, or set '
-                'model.target_generator.checkpoint.')
+                f'{name}: no target weights at {self.checkpoint!r}. Fix: '
+                f'convert them as {self.source} says.')
         from mmengine.runner.checkpoint import _load_checkpoint
         ckpt = _load_checkpoint(self.checkpoint, map_location='cpu')
         state = self.load_target_state(ckpt.get('state_dict', ckpt))
         missing, unexpected = self.network.load_state_dict(state, strict=False)
         if missing:
             raise KeyError(
-                f'{name}: {self.checkpoint} lacks {len(missing)} weights of '
-                f'the target network, e.g. {missing[:3]}. Is it converted '
-                f'as {self.source} says?')
+                f'{name}: {self.checkpoint} lacks {len(missing)} weights, '
+                f'e.g. {missing[:3]}. Fix: convert it as {self.source} says.')
         print_log(
             f'{name}: loaded {len(state) - len(unexpected)} tensors from '
             f'{self.checkpoint} ({len(unexpected)} unused).', 'current')

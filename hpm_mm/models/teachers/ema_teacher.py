@@ -73,9 +73,8 @@ class EMAAverage(ExponentialMovingAverage):
         if ramp is None:
             if max_epochs is None:
                 raise ValueError(
-                    'teacher momentum_epochs=None ramps over the whole run, '
-                    'so set_epoch needs max_epochs (HPMScheduleHook passes '
-                    'it).')
+                    'teacher momentum_epochs=None ramps over the run: '
+                    'set_epoch needs max_epochs (HPMScheduleHook gives it).')
             ramp = max_epochs
         if self.momentum_schedule == 'linear':
             epoch = math.floor(epoch)
