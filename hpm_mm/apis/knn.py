@@ -72,17 +72,16 @@ def frozen_eval(config: Union[str, Config],
     if any(not isinstance(k, int) or k < 1 for k in ks):
         raise HPMError(f'ks {ks}: each k is a count of neighbours. Fix: give '
                        'positive integers, e.g. 10 20 100 200.')
-    if layer is None:
-        layer = hook.get('layer')
-    if temperature is None:
-        temperature = hook.get('temperature', 0.07)
+    layer = hook.get('layer') if layer is None else layer
+    temperature = hook.get('temperature', 0.07) if temperature is None \
+        else temperature
     if not temperature > 0:
         raise HPMError(f'temperature {temperature}: the vote weighs each '
                        'neighbour by exp(similarity / temperature). Fix: '
                        'give a positive temperature (DINO: 0.07).')
     if raw_pixels:
         model = PixelFeatures(load_model(cfg).data_preprocessor)
-        features = ('avg', )
+        features, layer = ('avg', ), None
     elif checkpoint is None:
         raise HPMError('knn_eval needs a checkpoint (or raw_pixels=True).')
     else:
@@ -102,7 +101,7 @@ def frozen_eval(config: Union[str, Config],
             log,
             feature=tuple(features),
             amp=precision.dtype,
-            layer=None if raw_pixels else layer)
+            layer=layer)
     except ValueError as e:  # a layer the encoder does not have
         raise HPMError(str(e)) from None
     for warning in warnings:
@@ -110,26 +109,18 @@ def frozen_eval(config: Union[str, Config],
     out = dict(
         warnings=warnings,
         knn={},
-        layer=None if raw_pixels else layer,
+        layer=layer,
         temperature=temperature,
         precision=precision.name,
         num_train=len(train['labels']),
         num_val=len(val['labels']))
     for f in features:
-        out['knn'][f] = knn_classify(train['feats'][f], train['labels'],
-                                     val['feats'][f], val['labels'], ks,
-                                     temperature)
-    if linear:
-        out['linear'] = {
-            f:
-            linear_probe(
-                train['feats'][f],
-                train['labels'],
-                val['feats'][f],
-                val['labels'],
-                seed=seed)['top1']
-            for f in features
-        }
+        data = (train['feats'][f], train['labels'], val['feats'][f],
+                val['labels'])
+        out['knn'][f] = knn_classify(*data, ks, temperature)
+        if linear:
+            out.setdefault('linear', {})[f] = linear_probe(
+                *data, seed=seed)['top1']
     return out
 
 

@@ -30,18 +30,8 @@ def train_config(config: Union[str, Config],
     ``tensorboard``, ``validate``, ``auto_scale_lr``, ``launcher``,
     ``pin_memory`` and ``persistent_workers`` (False: off in every loader). A
     config or option that cannot work is one HPMError line."""
-    check_arguments(
-        dict(
-            amp=amp,
-            quiet=quiet,
-            tensorboard=tensorboard,
-            validate=validate,
-            auto_scale_lr=auto_scale_lr,
-            pin_memory=pin_memory,
-            persistent_workers=persistent_workers),
-        work_dir=work_dir,
-        resume=resume,
-        launcher=launcher)
+    flags = {k: v for k, v in locals().items() if k in FLAGS}
+    check_arguments(flags, work_dir, resume, launcher)
     cfg = run_config(config, work_dir, launcher, overrides, cfg_options)
     if resume is True or resume == 'auto':
         cfg.resume, cfg.load_from = True, None
@@ -77,6 +67,9 @@ def train_config(config: Union[str, Config],
 
 
 LAUNCHERS = ('none', 'pytorch', 'slurm', 'mpi')
+#: train_config's switches (True or False)
+FLAGS = ('amp', 'quiet', 'tensorboard', 'validate', 'auto_scale_lr',
+         'pin_memory', 'persistent_workers')
 
 
 def check_arguments(flags: dict,
@@ -133,12 +126,7 @@ def build_runner(cfg: Config):
 
 def train(config: Union[str, Config],
           work_dir: Optional[str] = None,
-          *,
-          resume: Union[bool, str, None] = None,
-          amp: bool = False,
-          quiet: bool = False,
-          cfg_options: Optional[dict] = None,
-          **overrides):
+          **kwargs):
     """Train from a config file or a loaded config (:func:`train_config`'s
     arguments) and return the runner after training (a refusal of the run's
     policy is one HPMError line)::
@@ -147,14 +135,6 @@ def train(config: Union[str, Config],
             'configs/hpm/hpm_vit-mini-p4_1xb256-coslr-10e_fmnist.py',
             work_dir='work_dirs/try', train_cfg=dict(max_epochs=1))
     """
-    cfg = train_config(
-        config,
-        work_dir,
-        resume=resume,
-        amp=amp,
-        quiet=quiet,
-        cfg_options=cfg_options,
-        **overrides)
-    runner = build_runner(cfg)
+    runner = build_runner(train_config(config, work_dir, **kwargs))
     runner.train()
     return runner
