@@ -365,8 +365,8 @@ def _read_config(path: str) -> Config:
         if missing:
             raise HPMError(
                 f'{path}: inherits from {missing.group(1)}, which is not '
-                f'installed (the pretraining profile). Fix: {FULL_INSTALL}'
-            ) from None
+                "installed (the pretraining profile has no mmdet, mmseg or "
+                f"mmcv's compiled ops). Fix: {FULL_INSTALL}") from None
         cause, seen, plugin = e, set(), None
         while cause is not None and id(cause) not in seen:
             seen.add(id(cause))

@@ -239,6 +239,7 @@ class RunPolicyMixin:
                 model = super().train()
         finally:
             self.release_work_dir()
+            self.stop_loader_workers()
         wrapper = self.optim_wrapper  # one, or one per optimizer
         for w in (wrapper.values()
                   if hasattr(wrapper, 'values') else [wrapper]):
@@ -252,6 +253,16 @@ class RunPolicyMixin:
         self.cfg.compile = options
         if hasattr(self, '_compile'):
             self._compile = options or False
+
+    def stop_loader_workers(self) -> None:
+        """Stop the persistent workers of the run's loaders now: left to
+        the garbage collector, torch's shutdown waited its 5-s status
+        interval for them (a 5-s stall at a later runner's start)."""
+        for loop in (self._train_loop, self._val_loop, self._test_loop):
+            loader = getattr(loop, 'dataloader', None)
+            if getattr(loader, '_iterator', None) is not None:
+                loader._iterator._shutdown_workers()
+                loader._iterator = None
 
     def release_work_dir(self) -> None:
         """Let the next run have the work dir (done when ``train`` ends)."""
