@@ -100,6 +100,16 @@ def test_an_image_option_reaches_every_part_for_every_tool():
             m.backbone.patch_cfg.in_channels) == (64, 256, 1)
     pipe = {t['type']: t for t in cfg.train_dataloader.dataset.pipeline}
     assert pipe['LoadAndRandomResizedCrop']['scale'] == 64
+    # a loaded Config given to an API (load_model, knn_eval, the pictures):
+    # its spec applied the same way, to a copy
+    from mmengine.config import Config
+
+    from hpm_mm.apis import load_model
+    raw = Config.fromfile(cfg.filename)
+    raw.image.size = 64
+    model = load_model(raw)
+    assert tuple(model.backbone.patch_resolution) == (16, 16)  # 64 / 4
+    assert raw.model.backbone.img_size != 64  # the caller's left as it was
 
 
 def test_build_runner_leaves_an_explicit_runner_alone_refuses_mmengines():

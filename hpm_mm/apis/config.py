@@ -4,7 +4,7 @@ import copy
 import os
 import os.path as osp
 import re
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 from mmengine.config import Config, DictAction
 
@@ -286,16 +286,29 @@ def syntax_error(path: str, error: SyntaxError, _seen=None) -> str:
     return f'a syntax error in {path} or a file it inherits ({error})'
 
 
-def load_config(path: str, options: Optional[dict] = None) -> Config:
-    """``Config.fromfile(path)``, its keys checked, the ``key.sub=value``
+def load_config(config: Union[str, Config],
+                options: Optional[dict] = None) -> Config:
+    """The config a tool works from: ``config`` (a file, read and its keys
+    checked, or a loaded Config, copied) with the ``key.sub=value``
     ``options`` merged (checked: :func:`merge_cfg_options`), then its
     ``image`` spec applied (``HPMRunner.from_cfg`` applies it too, for a
-    config built with ``RUNNERS.build``)."""
+    config built with ``RUNNERS.build``) and its default scope set."""
+    from mmengine.registry import init_default_scope
+
     from hpm_mm.datasets.image_spec import apply_image_spec
-    cfg = _read_config(path)
-    check_config_keys(cfg, path)
+    if isinstance(config, Config):
+        cfg = Config(config.to_dict(), filename=config.filename)
+    elif isinstance(config, (str, os.PathLike)):
+        cfg = _read_config(str(config))
+        check_config_keys(cfg, str(config))
+    else:
+        raise HPMError(
+            f'config={config!r} ({type(config).__name__}) is neither a config '
+            'file nor a loaded Config. Fix: a config path, or '
+            'mmengine.Config.fromfile(path).')
     if options:
         merge_cfg_options(cfg, options)
+    init_default_scope(cfg.get('default_scope', 'mmpretrain'))
     return apply_image_spec(cfg)  # after the options: image.size=64 flows
 
 
@@ -396,16 +409,8 @@ def run_config(config, work_dir: Optional[str], launcher: str, *options:
     or a loaded config) with each of ``options`` merged (checked), the
     launcher, and the work dir (given, the config's, else
     ``work_dirs/<config name>``)."""
-    if isinstance(config, Config):
-        cfg = Config(config.to_dict(), filename=config.filename)
-        name = config.filename or 'config'
-    elif isinstance(config, (str, os.PathLike)):
-        cfg, name = load_config(str(config)), str(config)
-    else:
-        raise HPMError(
-            f'config={config!r} ({type(config).__name__}) is neither a config '
-            'file nor a loaded Config. Fix: a config path, or '
-            'mmengine.Config.fromfile(path).')
+    cfg = load_config(config)
+    name = cfg.filename or 'config'
     for option in options:
         if option is not None and not isinstance(option, dict):
             raise HPMError(

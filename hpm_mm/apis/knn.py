@@ -57,7 +57,6 @@ def frozen_eval(config: Union[str, Config],
     Returns:
         dict: ``knn`` ({feature: {k: top-1 %}}), ``linear``, ``temperature``,
         ``precision``, ``num_train``, ``num_val``."""
-    from mmengine.registry import init_default_scope
     from mmengine.runner import Runner
 
     from hpm_mm.engine.precision import run_precision
@@ -65,8 +64,7 @@ def frozen_eval(config: Union[str, Config],
                                    linear_probe, model_device)
     from .model import load_model
     log = log or (lambda line: None)
-    cfg = load_config(config) if isinstance(config, str) else config
-    init_default_scope(cfg.get('default_scope', 'mmpretrain'))
+    cfg = load_config(config)
     hook = _knn_hook(cfg)
     ks = list(ks or hook.get('ks', (10, 20, 100, 200)))
     if any(not isinstance(k, int) or k < 1 for k in ks):
@@ -138,7 +136,7 @@ def knn_eval(config: Union[str, Config],
     (:func:`frozen_eval`'s kNN part). Returns ``acc`` ({k: top-1 %}),
     ``best_k``, ``best``, ``feature``, ``temperature``, ``precision``,
     ``num_train``, ``num_val``."""
-    cfg = load_config(config) if isinstance(config, str) else config
+    cfg = load_config(config)
     feature = 'avg' if raw_pixels else (
         feature or _knn_hook(cfg).get('feature', 'avg'))
     result = frozen_eval(

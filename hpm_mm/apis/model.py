@@ -25,7 +25,7 @@ def load_model(config: Union[str, Config],
         KeyError: It does not fill the required weights."""
     from mmpretrain.apis import get_model
 
-    cfg = load_config(config) if isinstance(config, str) else config
+    cfg = load_config(config)
     model = get_model(cfg, device=device)
     if checkpoint is not None:
         load_checkpoint_strict(

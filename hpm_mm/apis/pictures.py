@@ -89,14 +89,11 @@ def hard_patches(config: Union[str, Config],
     over ``num_masks`` masks; ``saliency`` adds the IoU of the predicted-loss
     map with the foreground (``masks/<stem>.png``, or pixels above
     ``fg_threshold``). Returns the Spearman statistics (and IoUs)."""
-    from mmengine.registry import init_default_scope
-
     from hpm_mm.engine.work_dir import check_writable
     from hpm_mm.visualization import (analyze_hard_patches, draw_hard_patches,
                                       foreground_iou, saliency_mask)
     from .model import load_checkpoint_strict, load_model
-    cfg = load_config(config) if isinstance(config, str) else config
-    init_default_scope(cfg.get('default_scope', 'mmpretrain'))
+    cfg = load_config(config)
     check_writable(
         out_dir, 'the pictures', True, '--out-dir a folder you '
         'can write (by default they go beside the checkpoint)')
