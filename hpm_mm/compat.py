@@ -12,7 +12,7 @@ import importlib
 from importlib.metadata import packages_distributions
 from typing import Optional, Sequence
 
-from hpm_mm.errors import HPMError
+from hpm_mm.errors import FULL_INSTALL, MissingCompiledOpsError  # noqa: F401
 
 # import name -> (min inclusive, max exclusive)
 SUPPORTED = {
@@ -23,13 +23,6 @@ SUPPORTED = {
     'mmseg': ('1.2.2', '1.3.0'),
 }
 PRETRAIN = ('mmengine', 'mmcv', 'mmpretrain')  # checked on ``import hpm_mm``
-FULL_INSTALL = 'bash tools/install.sh full'
-
-
-class MissingCompiledOpsError(HPMError, RuntimeError):
-    """mmcv is importable but without its compiled ops (``mmcv._ext``); not
-    an ImportError, so that mmengine's ``custom_imports`` does not wrap it
-    (its own message would be the last line an mmdet/mmseg tool shows)."""
 
 
 def distribution_of(module: str) -> str:

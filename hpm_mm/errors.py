@@ -15,6 +15,16 @@ class HPMError(Exception):
         super().__init__(*args)
 
 
+#: the command that installs the full profile (mmdet, mmseg, mmcv's ops)
+FULL_INSTALL = 'bash tools/install.sh full'
+
+
+class MissingCompiledOpsError(HPMError, RuntimeError):
+    """mmcv is importable but without its compiled ops (``mmcv._ext``); not
+    an ImportError, so that mmengine's ``custom_imports`` does not wrap it
+    (its own message would be the last line an mmdet/mmseg tool shows)."""
+
+
 def exit_status(prog: str, run, argv=None):
     """A tool's ``main``: ``run(argv)`` as an exit status for the tool to hand
     to the interpreter: an int result is the status, any other 0; an

@@ -23,6 +23,7 @@ from mmengine.runner import FlexibleRunner, Runner
 
 from hpm_mm.datasets.data_check import check_data_roots
 from hpm_mm.errors import HPMError, unexpected_argument, unregistered_type
+from .config import load_config
 from .dist import setup_cpu_distributed
 from .hooks.cuda_graph_step_hook import CUDAGraphStepHook
 from .log_filter import BareConsoleFormatter, QuietConsole
@@ -69,11 +70,11 @@ class RunPolicyMixin:
 
     @classmethod
     def from_cfg(cls, cfg):
-        """mmengine's ``from_cfg`` after the config's ``image`` spec is
-        applied to every part it sets (:mod:`hpm_mm.datasets.image_spec`)."""
-        from hpm_mm.datasets.image_spec import apply_image_spec
+        """mmengine's ``from_cfg`` of the config as the config room reads it
+        (:func:`~hpm_mm.engine.config.load_config`: a copy, its ``image``
+        spec applied to every part it sets)."""
         with explained_build_errors():
-            return super().from_cfg(apply_image_spec(copy.deepcopy(cfg)))
+            return super().from_cfg(load_config(cfg))
 
     def __init__(self, *args, **kwargs) -> None:
         bound = inspect.signature(super().__init__).bind(*args, **kwargs)
