@@ -12,7 +12,7 @@ import importlib
 from importlib.metadata import packages_distributions
 from typing import Optional, Sequence
 
-from hpm_mm.errors import FULL_INSTALL, MissingCompiledOpsError  # noqa: F401
+from hpm_mm.errors import FULL_INSTALL, MissingCompiledOpsError
 
 # import name -> (min inclusive, max exclusive)
 SUPPORTED = {

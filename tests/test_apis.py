@@ -110,6 +110,12 @@ def test_an_image_option_reaches_every_part_for_every_tool():
     model = load_model(raw)
     assert tuple(model.backbone.patch_resolution) == (16, 16)  # 64 / 4
     assert raw.model.backbone.img_size != 64  # the caller's left as it was
+    # a run's config (train_config, as tools/train.py makes it): the spec
+    # applied after its options, once the runner is not yet built
+    from hpm_mm.apis import train_config
+    run = train_config(
+        raw, '/nonexistent/work', cfg_options={'image.size': 96})
+    assert run.model.backbone.img_size == 96
 
 
 def test_build_runner_leaves_an_explicit_runner_alone_refuses_mmengines():

@@ -8,7 +8,7 @@ from typing import Optional
 
 from mmengine.config import Config, DictAction
 
-from hpm_mm.engine.config import load_config, merge_cfg_options
+from hpm_mm.engine.config import load_config
 from hpm_mm.errors import HPMError
 
 
@@ -66,19 +66,12 @@ def parse_launched(parser, argv=None):
 
 def run_config(config, work_dir: Optional[str], launcher: str, *options:
                Optional[dict]) -> Config:
-    """A run's config as every tool makes it: a copy of ``config`` (a file
-    or a loaded config) with each of ``options`` merged (checked), the
-    launcher, and the work dir (given, the config's, else
-    ``work_dirs/<config name>``)."""
-    cfg = load_config(config)
+    """A run's config as every tool makes it: :func:`load_config` of
+    ``config`` (a file or a loaded config) with each of ``options`` merged
+    (the image spec applied after them), the launcher, and the work dir
+    (given, the config's, else ``work_dirs/<config name>``)."""
+    cfg = load_config(config, *options)
     name = cfg.filename or 'config'
-    for option in options:
-        if option is not None and not isinstance(option, dict):
-            raise HPMError(
-                f'options {option!r} ({type(option).__name__}): give a dict '
-                "of overrides, e.g. {'train_cfg.max_epochs': 2}.")
-        if option:  # a copy: mmengine's merge pops keys (_delete_)
-            merge_cfg_options(cfg, copy.deepcopy(option))
     if launcher == 'pytorch' and not all(
             k in os.environ for k in ('RANK', 'WORLD_SIZE', 'MASTER_ADDR')):
         raise HPMError(

@@ -78,7 +78,6 @@ def check_arguments(flags: dict,
                     launcher='none') -> None:
     """Refuse, in one line, an argument of the wrong type (``amp='no'``
     would otherwise count as True) or value."""
-    import os
     for name, value in flags.items():
         if not isinstance(value, bool):
             raise HPMError(f'{name}={value!r}: give True or False.')

@@ -237,11 +237,12 @@ def syntax_error(path: str, error: SyntaxError, _seen=None) -> str:
     return f'a syntax error in {path} or a file it inherits ({error})'
 
 
-def load_config(config: Union[str, Config],
-                options: Optional[dict] = None) -> Config:
+def load_config(config: Union[str, Config], *options:
+                Optional[dict]) -> Config:
     """The config a tool works from: ``config`` (a file, read and its keys
-    checked, or a loaded Config, copied) with the ``key.sub=value``
-    ``options`` merged (checked: :func:`merge_cfg_options`), then its
+    checked, or a loaded Config, copied) with each of the ``key.sub=value``
+    ``options`` dicts merged in turn (checked: :func:`merge_cfg_options`;
+    the caller's dicts left as they were), then its
     ``image`` spec applied (the one place: ``HPMRunner.from_cfg`` reads a
     config through here too) and its default scope set."""
     from mmengine.registry import init_default_scope
@@ -257,8 +258,13 @@ def load_config(config: Union[str, Config],
             f'config={config!r} ({type(config).__name__}) is neither a config '
             'file nor a loaded Config. Fix: a config path, or '
             'mmengine.Config.fromfile(path).')
-    if options:
-        merge_cfg_options(cfg, options)
+    for option in options:
+        if option is not None and not isinstance(option, dict):
+            raise HPMError(
+                f'options {option!r} ({type(option).__name__}): give a dict '
+                "of overrides, e.g. {'train_cfg.max_epochs': 2}.")
+        if option:  # a copy: mmengine's merge pops keys (_delete_)
+            merge_cfg_options(cfg, copy.deepcopy(option))
     init_default_scope(cfg.get('default_scope', 'mmpretrain'))
     return apply_image_spec(cfg)  # after the options: image.size=64 flows
 
