@@ -442,12 +442,13 @@ def tool_main(script: str, *argv) -> subprocess.CompletedProcess:
 
 DET_DIR = osp.join(REPO, 'configs', 'benchmarks', 'det')
 # the model part each tiny run changes: ViTDet's simple feature pyramid (on
-# the last map) or the multi-level adapter + FPN (on the 4 subsets' maps)
+# the last map) or the multi-level variant, mmseg's Feature2Pyramid + FPN (on
+# the 4 subsets' maps)
 DET_VARIANTS = {
     'sfp': ('mask-rcnn_hpm-vit-base-p16_sfp_8xb2-1x_coco-1024.py',
             'neck=dict(in_channels=64)'),
     'mlfpn': ('mask-rcnn_hpm-vit-base-p16_mlfpn_8xb2-1x_coco-1024.py',
-              "neck=[dict(type='MultiLevelViTAdapter', in_channels=64, "
+              "neck=[dict(type='mmseg.Feature2Pyramid', embed_dim=64, "
               "norm_cfg=dict(type='BN')), dict(type='FPN', in_channels=[64] "
               "* 4, out_channels=256, num_outs=5)]"),
 }

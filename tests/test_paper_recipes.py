@@ -261,7 +261,7 @@ def test_detection_layer_decay_matches_vitdet():
                                        ('large', [5, 11, 17, 23])])
 def test_multi_level_variant_differs_only_in_the_pyramid(size, ends):
     """The MAE-paper variant: the 4 subsets' last blocks (the global ones)
-    -> MultiLevelViTAdapter -> FPN; all else as the Tab. 6 config."""
+    -> mmseg's Feature2Pyramid -> FPN; all else as the Tab. 6 config."""
     ml = Config.fromfile(
         osp.join(REPO, 'configs',
                  DET.format(size, 'mlfpn_8xb2-1x').replace('_sfp_', '_')))
@@ -270,9 +270,9 @@ def test_multi_level_variant_differs_only_in_the_pyramid(size, ends):
     assert ml.model.backbone.out_indices == ends == \
         ml.model.backbone.arch.global_attn_indexes
     adapter, fpn = ml.model.neck
-    assert adapter.type == 'MultiLevelViTAdapter' and fpn.type == 'FPN'
+    assert adapter.type == 'mmseg.Feature2Pyramid' and fpn.type == 'FPN'
     width = ml.model.backbone.arch.embed_dims
-    assert adapter.in_channels == width and fpn.in_channels == [width] * 4
+    assert adapter.embed_dim == width and fpn.in_channels == [width] * 4
     a, b = ml.to_dict(), sfp.to_dict()
     for cfg in (a, b):
         cfg['model'].pop('neck')

@@ -2,6 +2,7 @@ import io
 from typing import NamedTuple, Optional
 
 import numpy as np
+from mmcv.image.geometric import pillow_interp_codes
 from mmcv.transforms import LoadImageFromFile
 from mmengine.logging import print_log
 from mmpretrain.datasets.transforms import RandomResizedCrop
@@ -121,6 +122,9 @@ class LoadAndRandomResizedCrop(_Unreadable, RandomResizedCrop):
         if color_type not in ('color', 'grayscale'):
             raise ValueError(f"color_type={color_type!r}: 'color' or "
                              "'grayscale'.")
+        if interpolation not in pillow_interp_codes:  # (Pillow resizes)
+            raise ValueError(f'interpolation={interpolation!r}: one of '
+                             f'{sorted(pillow_interp_codes)}.')
         self.reduce = reduce
         self.color_type = color_type
         self.skip_unreadable = skip_unreadable
@@ -173,7 +177,7 @@ class LoadAndRandomResizedCrop(_Unreadable, RandomResizedCrop):
             pil.draft(pil.mode, (pil.size[0] // factor, pil.size[1] // factor))
         pil = _as_mmcv_reads(pil, self.color_type)
         size = tuple(self.scale[::-1])
-        resample = _PIL_RESAMPLE[self.interpolation]
+        resample = pillow_interp_codes[self.interpolation]
         if factor == 1:  # mmcv's imcrop + imresize(backend='pillow')
             out = pil.crop((ow, oh, ow + tw, oh + th)).resize(size, resample)
         else:  # the box in the reduced image's coordinates
@@ -206,20 +210,6 @@ def _as_mmcv_reads(pil, color_type: str):
     elif pil.mode != 'RGB':
         pil = pil.convert('RGB')
     return pil.convert('L') if color_type == 'grayscale' else pil
-
-
-def _pil_resample():
-    from PIL import Image
-    r = getattr(Image, 'Resampling', Image)
-    return dict(
-        nearest=r.NEAREST,
-        bilinear=r.BILINEAR,
-        bicubic=r.BICUBIC,
-        area=r.BOX,
-        lanczos=r.LANCZOS)
-
-
-_PIL_RESAMPLE = _pil_resample()
 
 
 @TRANSFORMS.register_module()

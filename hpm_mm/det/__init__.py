@@ -7,10 +7,6 @@ require_compiled_ops('Detection (hpm_mm.det, mmdet\'s Mask R-CNN)')
 check_versions(['mmdet'])
 
 from .layer_decay import LayerDecayOptimWrapperConstructor  # noqa: E402
-from .multi_level import MultiLevelViTAdapter  # noqa: E402
 from .simple_fpn import SimpleFeaturePyramid  # noqa: E402
 
-__all__ = [
-    'SimpleFeaturePyramid', 'MultiLevelViTAdapter',
-    'LayerDecayOptimWrapperConstructor'
-]
+__all__ = ['SimpleFeaturePyramid', 'LayerDecayOptimWrapperConstructor']

@@ -6,8 +6,9 @@ model = dict(
     backbone=dict(out_indices=[5, 11, 17, 23]),
     neck=[
         dict(
-            type='MultiLevelViTAdapter',
-            in_channels=1024,
+            type='mmseg.Feature2Pyramid',
+            embed_dim=1024,
+            rescales=[4, 2, 1, 0.5],
             norm_cfg=dict(type='SyncBN', requires_grad=True)),
         dict(
             type='FPN',

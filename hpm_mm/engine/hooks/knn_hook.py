@@ -1,7 +1,6 @@
 import os.path as osp
 from typing import Optional, Sequence
 
-import torch
 from mmengine.dist import is_main_process
 from mmengine.fileio import dump
 from mmengine.runner import Runner
@@ -9,7 +8,7 @@ from mmpretrain.registry import HOOKS
 from mmpretrain.utils import get_ori_model
 
 from hpm_mm.engine.optimizers.autocast_optim_wrapper import run_dtype
-from hpm_mm.engine.precision import run_precision
+from hpm_mm.engine.precision import DTYPES, run_precision
 from hpm_mm.evaluation import (FEATURES, bank_and_evaluated, knn_classify,
                                model_device)
 from .eval_hook_base import AfterCheckpointEvalHook
@@ -85,10 +84,8 @@ class KNNEvalHook(AfterCheckpointEvalHook):
                                model_device(model))
         dtype = precision.dtype if precision else run_dtype(
             runner.optim_wrapper)
-        name = precision.name if precision else {
-            torch.bfloat16: 'bf16',
-            torch.float16: 'fp16'
-        }.get(dtype, 'fp32')
+        name = precision.name if precision else next(
+            k for k, v in DTYPES.items() if v == dtype)
         train, val, warnings = bank_and_evaluated(
             model,
             self.loaders,

@@ -271,19 +271,6 @@ class GuardedOptimWrapper(NonFiniteGuardMixin, OptimWrapper):
 
 @OPTIM_WRAPPERS.register_module()
 class GuardedAmpOptimWrapper(NonFiniteGuardMixin, AmpOptimWrapper):
-    """mmengine's :class:`AmpOptimWrapper` (CUDA, a loss scaler) with the
-    non-finite guard; on a CPU built outside hpm_mm's runner it refuses in one
-    line naming that runner."""
-
-    def __init__(self, *args, **kwargs) -> None:
-        try:
-            super().__init__(*args, **kwargs)
-        except AssertionError as e:
-            if 'only available' not in str(e):
-                raise
-            from hpm_mm.errors import HPMError
-            raise HPMError(
-                'GuardedAmpOptimWrapper computes fp16 on a GPU; this machine '
-                'has none. Fix: build the run with RUNNERS.build(cfg) '
-                "(runner_type='HPMRunner') or hpm_mm.apis.train, whose "
-                'precision rule picks bf16 or fp32 here.') from None
+    """mmengine's :class:`AmpOptimWrapper` (fp16 with a loss scaler: a GPU)
+    with the non-finite guard; hpm_mm's runner picks it for
+    ``precision='fp16'`` (and bf16 or fp32 where there is no GPU)."""

@@ -115,8 +115,11 @@ class HPMBase(BaseSelfSupervisor):
 
     def student(self) -> nn.ModuleDict:
         """What the EMA teacher averages, keyed as in the teacher: the
-        encoder and the loss predictor."""
+        encoder, the part its targets pass through (:attr:`teacher_target`
+        as a name: iBOT's projection head) and the loss predictor."""
         parts = dict(backbone=self.backbone)
+        if isinstance(self.teacher_target, str):
+            parts[self.teacher_target] = getattr(self, self.teacher_target)
         if self.score_module is not None:
             parts['scorer'] = self.score_module
         return nn.ModuleDict(parts)

@@ -6,7 +6,6 @@ with a score-free mask each is the plain framework (docs/targets.md)."""
 from typing import Dict, List, Optional, Tuple
 
 import torch
-import torch.nn as nn
 from mmpretrain.registry import MODELS
 from mmpretrain.structures import DataSample
 
@@ -143,14 +142,6 @@ class HPMiBOT(HPMBase):
             teacher=teacher,
             predictor=predictor,
             **kwargs)
-
-    def student(self) -> nn.ModuleDict:
-        """What the teacher averages: encoder, projection head and, with
-        hard-patch mining, the loss predictor."""
-        parts = dict(backbone=self.backbone, neck=self.neck)
-        if self.predictor is not None:
-            parts['scorer'] = self.predictor
-        return nn.ModuleDict(parts)
 
     def set_progress(self,
                      progress: float,
