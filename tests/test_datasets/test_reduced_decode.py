@@ -211,3 +211,12 @@ def test_grayscale_reads_as_the_checked_loader(tmp_path):
         assert got.shape == ref.shape == (224, 224)
         diffs.append(np.abs(got.astype(int) - ref.astype(int)).mean())
     assert np.mean(diffs) < 2.0, diffs
+
+
+def test_an_interpolation_pillow_lacks_is_refused_at_build():
+    """Pillow resizes every crop: an interpolation it lacks ('area', an
+    OpenCV mode) is one line at build, not an 'unreadable image' per
+    sample."""
+    with pytest.raises(ValueError, match="interpolation='area'"):
+        LoadAndRandomResizedCrop(scale=8, interpolation='area')
+    LoadAndRandomResizedCrop(scale=8, interpolation='bicubic')
