@@ -8,7 +8,7 @@ import re
 from typing import Dict, Tuple
 
 import torch
-import torch.nn.functional as F
+from mmpretrain.models.utils import resize_pos_embed
 
 TARGETS = ('mmpretrain', 'mmdet', 'mmseg', 'timm')
 REQUIRED = ('patch_embed.projection.weight', 'pos_embed',
@@ -106,25 +106,6 @@ def encoder_state(checkpoint: dict, teacher: bool = False) -> dict:
     return enc
 
 
-def _grid(pos_embed: torch.Tensor, extra: int) -> Tuple[torch.Tensor, int]:
-    """(1, extra + h*w, C) -> (extra tokens, (1, C, h, w) grid)."""
-    n = pos_embed.shape[1] - extra
-    h = int(round(n**0.5))
-    if h * h != n:
-        raise ValueError(f'position embedding of {n} patches is not square')
-    grid = pos_embed[:, extra:].reshape(1, h, h, -1).permute(0, 3, 1, 2)
-    return pos_embed[:, :extra], grid
-
-
-def resize_grid(grid: torch.Tensor, size: Tuple[int, int]) -> torch.Tensor:
-    """Bicubic interpolation of a (1, C, h, w) position grid."""
-    if tuple(grid.shape[-2:]) == tuple(size):
-        return grid
-    return F.interpolate(
-        grid.float(), size=size, mode='bicubic',
-        align_corners=False).to(grid.dtype)
-
-
 def convert(enc: Dict[str, torch.Tensor],
             target: str,
             grid_size: Tuple[int, int] = None) -> Dict[str, torch.Tensor]:
@@ -132,10 +113,13 @@ def convert(enc: Dict[str, torch.Tensor],
     embedding interpolated to ``grid_size`` (default: the pretraining grid)."""
     if target not in TARGETS:
         raise ValueError(f'target must be one of {TARGETS}, got {target!r}')
-    cls_pos, grid = _grid(enc['pos_embed'], 1)
-    if grid_size is not None:
-        grid = resize_grid(grid, grid_size)
-    pos_embed = torch.cat([cls_pos, grid.flatten(2).transpose(1, 2)], dim=1)
+    n = enc['pos_embed'].shape[1] - 1  # (1, 1 + h*w, C): a square grid
+    side = int(round(n**0.5))
+    if side * side != n:
+        raise ValueError(f'position embedding of {n} patches is not square')
+    grid_size = tuple(grid_size or (side, side))
+    pos_embed = resize_pos_embed(enc['pos_embed'], (side, side), grid_size,
+                                 'bicubic', 1)  # mmpretrain's, as its ViTs
     out = dict(enc, pos_embed=pos_embed)
     if target == 'mmdet':  # ViTSAM: no cls token, the grid as (1, h, w, C)
         out = {
@@ -143,7 +127,7 @@ def convert(enc: Dict[str, torch.Tensor],
             for k, v in enc.items()
             if k.startswith(('layers.', 'patch_embed.'))
         }
-        out['pos_embed'] = grid.permute(0, 2, 3, 1).contiguous()
+        out['pos_embed'] = pos_embed[:, 1:].reshape(1, *grid_size, -1)
     elif target == 'mmseg':  # its MAE: no final norm, layer scale 1
         out = {
             k: v
