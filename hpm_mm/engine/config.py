@@ -183,34 +183,16 @@ def merge_cfg_options(cfg: Config, options: dict) -> Config:
     return cfg
 
 
-def _bases(path: str, tree) -> list:
-    """The files a config's literal ``_base_`` names (relative ones resolved
-    from its folder; ``pkg::`` ones in that package's config folder)."""
-    import ast
-    names = []
-    for node in tree.body:
-        if isinstance(node, ast.Assign) and any(
-                isinstance(t, ast.Name) and t.id == '_base_'
-                for t in node.targets):
-            try:
-                value = ast.literal_eval(node.value)
-            except ValueError:
-                continue
-            names += [value] if isinstance(value, str) else list(value)
+def _bases(path: str) -> list:
+    """The files a config's ``_base_`` names, as mmengine resolves them
+    (relative ones from its folder, ``pkg::`` ones in that package); a
+    package not installed is left out (it is not the syntax)."""
     out = []
-    for name in names:
-        if '::' in name:
-            from mmengine.config.utils import _get_package_and_cfg_path
-            from mmengine.utils import get_installed_path
-            try:
-                package, rel = _get_package_and_cfg_path(name)
-                out.append(
-                    osp.join(
-                        get_installed_path(package), '.mim', 'configs', rel))
-            except Exception:  # a package not installed: not the syntax
-                continue
-        else:
-            out.append(osp.join(osp.dirname(path), name))
+    for name in Config._get_base_files(path):
+        try:
+            out.append(Config._get_cfg_path(name, path)[0])
+        except Exception:
+            continue
     return out
 
 
@@ -224,12 +206,12 @@ def syntax_error(path: str, error: SyntaxError, _seen=None) -> str:
         seen.add(osp.realpath(path))
         try:
             with open(path, encoding='utf-8') as f:
-                tree = ast.parse(f.read(), filename=path)
+                ast.parse(f.read(), filename=path)
         except SyntaxError as e:
             text = (e.text or '').strip()
             return (f'{path}, line {e.lineno}: {e.msg}' +
                     (f': {text}' if text else ''))
-        for base in _bases(path, tree):
+        for base in _bases(path):
             found = syntax_error(base, error, seen)
             if not found.startswith('a syntax error in'):
                 return found + f' (inherited by {path})' \
@@ -283,7 +265,7 @@ def _names_read(path: str, seen: set) -> set:
         for n in ast.walk(tree)
         if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)
     }
-    for base in _bases(path, tree):
+    for base in _bases(path):
         names |= _names_read(base, seen)
     return names
 
