@@ -21,17 +21,17 @@ class PixelFeatures(torch.nn.Module):
         return inputs.flatten(1)
 
 
-def _knn_hook(cfg: Config) -> dict:
-    hooks = [
-        h for h in cfg.get('custom_hooks', [])
-        if h.get('type') == 'KNNEvalHook'
-    ]
-    if not hooks:
+def knn_hook(cfg: Config, required: bool = True) -> Optional[dict]:
+    """The config's ``KNNEvalHook`` (its labelled data); without one None,
+    or (``required``) one HPMError line."""
+    hook = next((h for h in cfg.get('custom_hooks', [])
+                 if h.get('type') == 'KNNEvalHook'), None)
+    if hook is None and required:
         raise HPMError(
             f'{cfg.filename or "the config"} has no KNNEvalHook (its '
             'labelled data). Fix: add dict(type="KNNEvalHook", train_'
             'dataloader=..., val_dataloader=...) to custom_hooks.')
-    return hooks[0]
+    return hook
 
 
 def frozen_eval(config: Union[str, Config],
@@ -65,7 +65,7 @@ def frozen_eval(config: Union[str, Config],
     from .model import load_model
     log = log or (lambda line: None)
     cfg = load_config(config)
-    hook = _knn_hook(cfg)
+    hook = knn_hook(cfg)
     ks = list(ks or hook.get('ks', (10, 20, 100, 200)))
     if any(not isinstance(k, int) or k < 1 for k in ks):
         raise HPMError(f'ks {ks}: each k is a count of neighbours. Fix: give '
@@ -137,8 +137,8 @@ def knn_eval(config: Union[str, Config],
     ``best_k``, ``best``, ``feature``, ``temperature``, ``precision``,
     ``num_train``, ``num_val``."""
     cfg = load_config(config)
-    feature = 'avg' if raw_pixels else (
-        feature or _knn_hook(cfg).get('feature', 'avg'))
+    feature = 'avg' if raw_pixels else (feature
+                                        or knn_hook(cfg).get('feature', 'avg'))
     result = frozen_eval(
         cfg,
         checkpoint, (feature, ),

@@ -16,6 +16,7 @@ from mmengine.dataset import Compose, default_collate
 from hpm_mm.errors import HPMError
 from hpm_mm.visualization import fixed_samples
 from .config import load_config
+from .knn import knn_hook
 
 
 def folder_batch(folder, model_cfg):
@@ -45,12 +46,9 @@ def folder_batch(folder, model_cfg):
 def dataset_batch(cfg, num):
     """``num`` images of the config's kNN evaluation set (else its training
     set), spread evenly, and their names."""
-    hooks = [
-        h for h in cfg.get('custom_hooks', [])
-        if h.get('type') == 'KNNEvalHook'
-    ]
+    hook = knn_hook(cfg, required=False)
     samples, idx = fixed_samples(
-        hooks[0]['val_dataloader'] if hooks else cfg.train_dataloader, num)
+        hook['val_dataloader'] if hook else cfg.train_dataloader, num)
     return samples, [f'sample_{i}' for i in idx]
 
 

@@ -15,6 +15,7 @@ import torch
 
 from hpm_mm.errors import HPMError
 from .download import download_checkpoint
+from .optimizers.guarded_optim_wrapper import each_wrapper
 from .safe_load import (check_finite, checkpoint_problem, checkpoint_state,
                         load_file)
 
@@ -381,9 +382,7 @@ class RunResume:
             runner.logger.log(level, message)
         if not (self.allowed and (self.changed or changed)):
             return load()
-        wrapper = runner.optim_wrapper
-        wrappers = list(wrapper.values()) if hasattr(wrapper,
-                                                     'values') else [wrapper]
+        wrappers = each_wrapper(runner.optim_wrapper)
         groups = [[{
             k: v
             for k, v in g.items() if k != 'params'

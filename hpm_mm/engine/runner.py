@@ -27,7 +27,7 @@ from .config import load_config
 from .dist import setup_cpu_distributed
 from .hooks.cuda_graph_step_hook import CUDAGraphStepHook
 from .log_filter import BareConsoleFormatter, QuietConsole
-from .optimizers.guarded_optim_wrapper import fused_on_cuda
+from .optimizers.guarded_optim_wrapper import each_wrapper, fused_on_cuda
 from .precision import Precision, optim_wrapper_cfg, run_precision
 from .resume import RunResume
 from .safe_load import refuse_old_torch_pretraining
@@ -241,9 +241,7 @@ class RunPolicyMixin:
         finally:
             self.release_work_dir()
             self.stop_loader_workers()
-        wrapper = self.optim_wrapper  # one, or one per optimizer
-        for w in (wrapper.values()
-                  if hasattr(wrapper, 'values') else [wrapper]):
+        for w in each_wrapper(self.optim_wrapper):
             if hasattr(w, 'check_trained'):  # the non-finite guard's
                 w.check_trained()
         return model

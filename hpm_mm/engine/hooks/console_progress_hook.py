@@ -38,8 +38,10 @@ class ConsoleProgressHook(Hook):
     def before_train(self, runner) -> None:
         self._start, self._start_iter = time.time(), runner.iter
 
-    def _line(self, runner, head: str, window: int, done: int) -> str:
-        """``done``: iterations completed so far (all of them, this run)."""
+    def _print(self, runner, head: str, window: int, done: int) -> None:
+        """Log the line after ``done`` iterations (all of them, this run) as
+        a console record: a quiet console (HPMRunner, console='quiet') shows
+        it bare; the log file keeps it too."""
         parts = [head]
         for key in self.keys:
             buf = runner.message_hub.log_scalars.get(f'train/{key}')
@@ -48,13 +50,8 @@ class ConsoleProgressHook(Hook):
         spent = time.time() - self._start
         run = max(done - self._start_iter, 1)
         left = spent / run * max(runner.max_iters - done, 0)
-        return '  '.join(parts) + f'  |  {_duration(spent)} spent, ' \
-            f'~{_duration(left)} left'
-
-    def _print(self, runner, line: str) -> None:
-        # a console record: a quiet console (HPMRunner, console='quiet')
-        # shows it as the bare line; the log file keeps it too
-        runner.logger.info(line, extra=dict(console=True))
+        parts.append(f'|  {_duration(spent)} spent, ~{_duration(left)} left')
+        runner.logger.info('  '.join(parts), extra=dict(console=True))
 
     def after_train_epoch(self, runner) -> None:
         if not hasattr(runner.train_loop, 'max_epochs'):
@@ -62,12 +59,9 @@ class ConsoleProgressHook(Hook):
         width = len(str(runner.max_epochs))
         # mmengine has counted the epoch's iterations (runner.iter) but not
         # the epoch itself (runner.epoch) when after_train_epoch runs
-        self._print(
-            runner,
-            self._line(
-                runner,
-                f'epoch {runner.epoch + 1:>{width}}/{runner.max_epochs}',
-                len(runner.train_dataloader), runner.iter))
+        self._print(runner,
+                    f'epoch {runner.epoch + 1:>{width}}/{runner.max_epochs}',
+                    len(runner.train_dataloader), runner.iter)
 
     def after_train_iter(self,
                          runner,
@@ -79,8 +73,5 @@ class ConsoleProgressHook(Hook):
         every = max(runner.max_iters // 10, 1)
         if (runner.iter + 1) % every == 0 or runner.iter + 1 == \
                 runner.max_iters:
-            self._print(
-                runner,
-                self._line(runner,
-                           f'iter {runner.iter + 1}/{runner.max_iters}', every,
-                           runner.iter + 1))
+            self._print(runner, f'iter {runner.iter + 1}/{runner.max_iters}',
+                        every, runner.iter + 1)

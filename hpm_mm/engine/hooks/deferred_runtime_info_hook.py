@@ -4,6 +4,8 @@ import torch
 from mmengine.hooks import LoggerHook, RuntimeInfoHook
 from mmengine.registry import HOOKS
 
+from hpm_mm.engine.optimizers.guarded_optim_wrapper import each_wrapper
+
 
 @HOOKS.register_module()
 class DeferredRuntimeInfoHook(RuntimeInfoHook):
@@ -66,9 +68,7 @@ class DeferredRuntimeInfoHook(RuntimeInfoHook):
     def flush(self, runner) -> None:
         """Put every gathered iteration's scalars into the message hub (one
         copy per device for all of them), and the non-finite guard's."""
-        wrapper = getattr(runner, 'optim_wrapper', None)
-        for w in (wrapper.values()
-                  if hasattr(wrapper, 'values') else [wrapper]):
+        for w in each_wrapper(getattr(runner, 'optim_wrapper', None)):
             if hasattr(w, 'flush'):
                 w.flush()
         if not self._pending:

@@ -23,6 +23,13 @@ def clip_grad_norm_per_param_(params: List[torch.Tensor],
     return torch.stack(norms).max()
 
 
+def each_wrapper(optim_wrapper) -> list:
+    """A run's optimizer wrappers: its one, or each of an
+    ``OptimWrapperDict`` (one per optimizer)."""
+    return list(optim_wrapper.values()) if hasattr(
+        optim_wrapper, 'values') else [optim_wrapper]
+
+
 def check_clip_grad(clip) -> None:
     """Refuse, in one line, a clipping threshold that is not a positive
     number (``max_norm=-1`` would scale every gradient by a negative factor:
