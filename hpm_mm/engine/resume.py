@@ -326,21 +326,19 @@ class RunResume:
         of it (another architecture, trained almost from scratch)."""
         if not self.path:
             return
+        ckpt, self.ckpt = self.ckpt, None  # (loaded once, where it was)
+        name = f'--resume {self.path}' if self.resume else \
+            f'load_from={self.path}'
+        state = checkpoint_state(model, ckpt or self.path)
+        check_finite(state, name)  # (kNN's line)
         if self.resume:
-            ckpt, self.ckpt = self.ckpt, None
-            state = checkpoint_state(model, ckpt)
-            check_finite(state, f'--resume {self.path}')
-            problem = checkpoint_mismatch(model, state,
-                                          f'--resume {self.path}', True)
+            problem = checkpoint_mismatch(model, state, name, True)
             if problem:
                 raise HPMError(
                     f'{problem}: the config changed since the checkpoint was '
                     "written. Fix: resume with its config (the work dir's "
                     'copy), or load_from=CKPT in a new work dir.')
             return
-        ckpt, self.ckpt = self.ckpt, None  # (a weights start loaded it)
-        state = checkpoint_state(model, ckpt or self.path)
-        check_finite(state, f'load_from={self.path}')  # (kNN's line)
         share = share_of_model(model, state)
         if share < 0.5:
             raise HPMError(
