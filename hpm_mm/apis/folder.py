@@ -174,19 +174,6 @@ def check_counts(**counts) -> None:
         raise HPMError(f'channels={channels}: 1 (grayscale) or 3 (RGB).')
 
 
-def config_file(name: str) -> str:
-    """The path of hpm_mm's config ``name`` (relative to ``configs/``): in
-    the source tree, else in the installed package (``hpm_mm/.mim``)."""
-    here = osp.dirname(osp.dirname(osp.abspath(__file__)))
-    for root in (osp.join(osp.dirname(here),
-                          'configs'), osp.join(here, '.mim', 'configs')):
-        if osp.isfile(osp.join(root, name)):
-            return osp.join(root, name)
-    raise HPMError(f'hpm_mm\'s config {name} is in neither the source tree '
-                   'nor the installed package. Fix: pip install -e . in the '
-                   'hpm_mm repository (bash tools/install.sh).')
-
-
 def pretrain_folder(folder: str,
                     work_dir: Optional[str] = None,
                     epochs: Optional[int] = None,
@@ -246,9 +233,9 @@ def pretrain_folder(folder: str,
                                    epochs)
         stats = channel_stats(folder, scan['files'], settings['img_size'],
                               settings['channels'])
-        text = folder_config(
-            config_file(FOLDER_CONFIG), folder, work_dir, scan, settings,
-            stats)
+        from mmengine.config import Config
+        base = Config._get_cfg_path(f'hpm_mm::{FOLDER_CONFIG}', '')[0]
+        text = folder_config(base, folder, work_dir, scan, settings, stats)
         if bad:
             with open(osp.join(work_dir, 'unreadable.txt'), 'w') as f:
                 f.writelines(f'{p}\t{why}\n' for p, why in bad)
