@@ -183,39 +183,38 @@ def merge_cfg_options(cfg: Config, options: dict) -> Config:
     return cfg
 
 
-def _bases(path: str) -> list:
-    """The files a config's ``_base_`` names, as mmengine resolves them
-    (relative ones from its folder, ``pkg::`` ones in that package); a
-    package not installed is left out (it is not the syntax)."""
-    out = []
+def _config_files(path: str, seen: Optional[set] = None):
+    """``path`` and the files its ``_base_`` names, each once, as mmengine
+    resolves them (relative ones from its folder, ``pkg::`` ones in that
+    package; a package not installed is left out: it is not the syntax).
+    A file's bases are read only once the caller has taken the file."""
+    seen = set() if seen is None else seen
+    if not osp.isfile(path) or osp.realpath(path) in seen:
+        return
+    seen.add(osp.realpath(path))
+    yield path
     for name in Config._get_base_files(path):
         try:
-            out.append(Config._get_cfg_path(name, path)[0])
+            base = Config._get_cfg_path(name, path)[0]
         except Exception:
             continue
-    return out
+        yield from _config_files(base, seen)
 
 
-def syntax_error(path: str, error: SyntaxError, _seen=None) -> str:
+def syntax_error(path: str, error: SyntaxError) -> str:
     """Where a config's syntax error is: the file (``path`` or the
     ``_base_`` it inherits that holds it) and line (mmengine names a
     temporary copy of the file, or none)."""
     import ast
-    seen = _seen if _seen is not None else set()
-    if osp.isfile(path) and osp.realpath(path) not in seen:
-        seen.add(osp.realpath(path))
+    for file in _config_files(path):
         try:
-            with open(path, encoding='utf-8') as f:
-                ast.parse(f.read(), filename=path)
+            with open(file, encoding='utf-8') as f:
+                ast.parse(f.read(), filename=file)
         except SyntaxError as e:
             text = (e.text or '').strip()
-            return (f'{path}, line {e.lineno}: {e.msg}' +
-                    (f': {text}' if text else ''))
-        for base in _bases(path):
-            found = syntax_error(base, error, seen)
-            if not found.startswith('a syntax error in'):
-                return found + f' (inherited by {path})' \
-                    if _seen is None else found
+            return (f'{file}, line {e.lineno}: {e.msg}' +
+                    (f': {text}' if text else '') +
+                    (f' (inherited by {path})' if file != path else ''))
     return f'a syntax error in {path} or a file it inherits ({error})'
 
 
@@ -251,22 +250,19 @@ def load_config(config: Union[str, Config], *options:
     return apply_image_spec(cfg)  # after the options: image.size=64 flows
 
 
-def _names_read(path: str, seen: set) -> set:
+def _names_read(path: str) -> set:
     """The names a config file and the files it inherits read while they
     are parsed (its variables in use)."""
     import ast
-    if not osp.isfile(path) or osp.realpath(path) in seen:
-        return set()
-    seen.add(osp.realpath(path))
-    with open(path, encoding='utf-8') as f:
-        tree = ast.parse(f.read(), filename=path)
-    names = {
-        n.id
-        for n in ast.walk(tree)
-        if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)
-    }
-    for base in _bases(path):
-        names |= _names_read(base, seen)
+    names = set()
+    for file in _config_files(path):
+        with open(file, encoding='utf-8') as f:
+            tree = ast.parse(f.read(), filename=file)
+        names |= {
+            n.id
+            for n in ast.walk(tree)
+            if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)
+        }
     return names
 
 
@@ -275,7 +271,7 @@ def check_config_keys(cfg: Config, path: str) -> None:
     nothing reads and that is close to a key the run reads (``load_fom``,
     ``precison``, ``max_epoch``); a variable the files use while parsed
     stays legal."""
-    keys, used = run_keys(), _names_read(path, set())
+    keys, used = run_keys(), _names_read(path)
     plain = cfg.to_dict()
     for top in plain:
         if top in used:
