@@ -162,8 +162,6 @@ def official_config(layout: str, model: dict) -> Tuple[str, Config]:
     """The HPM config of ``model`` (:func:`read_arch`'s) as its text and as
     a config: the repository's 800-epoch ImageNet config of that encoder
     (ViT-B/16 or ViT-L/16 at 224 px; else ViT-B/16's) with those sizes."""
-    import tempfile
-
     from .config import load_config
     vit, bb = model['backbone']['arch'], model['backbone']
     key = (vit['embed_dims'], vit['num_layers'], bb['patch_size'],
@@ -173,10 +171,7 @@ def official_config(layout: str, model: dict) -> Tuple[str, Config]:
         'official2hpm.py: the sizes read from the file\n_base_ = '
         f"'hpm_mm::{BASE_CONFIGS.get(key, BASE_CONFIGS[(768, 12, 16, 224)])}'"
         '\n' + Config(dict(model=model)).pretty_text)
-    with tempfile.TemporaryDirectory() as tmp:
-        with open(osp.join(tmp, 'imported.py'), 'w') as f:
-            f.write(text)
-        return text, load_config(osp.join(tmp, 'imported.py'))
+    return text, load_config(Config.fromstring(text, '.py'))
 
 
 def import_official(src: str,
