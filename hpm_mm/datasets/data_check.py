@@ -113,14 +113,10 @@ def check_data_roots(cfg, work_dir: Optional[str] = None) -> None:
                 f'{os.getcwd()}). Fix: the folder of the images (or '
                 'image.root=PATH with an image spec).')
         scans = kind == 'CustomDataset' and not dataset.get('ann_file')
+        real = osp.realpath(found)
         if name == 'train_dataloader' and work_dir and scans and \
-                _inside(work_dir, found):
+                osp.commonpath([osp.realpath(work_dir), real]) == real:
             raise HPMError(
                 f'the work dir {work_dir} is inside the training images\' '
                 f'folder {root} (its pictures would be read as images). Fix:'
                 ' --work-dir outside it.')
-
-
-def _inside(path: str, folder: str) -> bool:
-    path, folder = osp.realpath(path), osp.realpath(folder)
-    return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)

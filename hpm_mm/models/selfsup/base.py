@@ -1,4 +1,4 @@
-from typing import Dict, List, Optional, Tuple, Union
+from typing import List, Optional, Tuple, Union
 
 import torch
 import torch.nn as nn
@@ -299,6 +299,3 @@ class HPMBase(BaseSelfSupervisor):
                 'start. Add dict(type="HPMScheduleHook") to custom_hooks.',
                 'current', 30)
             self._progress_set = True
-
-    def loss(self, inputs, data_samples, **kwargs) -> Dict[str, torch.Tensor]:
-        raise NotImplementedError
