@@ -47,12 +47,19 @@ def all_registries():
         todo += list(todo.pop().children.values())
 
 
+def did_you_mean(word: str, options, n: int = 1) -> str:
+    """`` (did you mean A or B?)`` naming up to ``n`` of ``options`` close to
+    ``word`` (difflib's ratio >= 0.6), or ''."""
+    import difflib
+    close = difflib.get_close_matches(word, sorted(options), n=n)
+    return f' (did you mean {" or ".join(close)}?)' if close else ''
+
+
 def unexpected_argument(error: TypeError):
     """One line for mmengine's ``class `X` in ...: X.__init__() got an
     unexpected keyword argument 'k'`` (a config key's typo below the top
     level: ``train_cfg.max_epoch``, ``mask_generator.mask_ratoi``), naming
     the constructor's parameters close to it; None for another TypeError."""
-    import difflib
     import inspect
     import re
     text = str(error)
@@ -65,9 +72,8 @@ def unexpected_argument(error: TypeError):
                 for r in all_registries() if names[-1] in r.module_dict), None)
     params = inspect.signature(cls.__init__).parameters if cls else ()
     params = [p for p in params if p not in ('self', 'args', 'kwargs')]
-    close = difflib.get_close_matches(key.group(1), params, n=2, cutoff=0.6)
     return (f'{names[-1]} takes no argument {key.group(1)!r}' +
-            (f' (did you mean {" or ".join(close)}?)' if close else '') +
+            did_you_mean(key.group(1), params, n=2) +
             (f'; it takes {", ".join(params)}' if params else '') +
             '. Fix: correct that key in the config (or --cfg-options).')
 

@@ -169,7 +169,10 @@ def test_a_missing_config_a_file_as_work_dir_and_no_epochs_are_one_line(
     from hpm_mm.apis import train_config
     from hpm_mm.engine.schedule import check_run_length
     typo = FMNIST_CFG + 'x'
-    with pytest.raises(HPMError, match=r'does not exist \(did you mean '):
+    with pytest.raises(
+            HPMError,
+            match=r'does not exist \(did you mean ' +
+            re.escape(osp.basename(FMNIST_CFG)) + r'\?\)'):
         train_config(typo)
     afile = tmp_path / 'afile'
     afile.write_text('')

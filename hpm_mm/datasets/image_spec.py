@@ -6,7 +6,7 @@
 and applied to every part that depends on them: the encoder, decoder and
 head, the data preprocessor (0..255 units, colour order) and every
 loader's root, colour and transform sizes (docs/own_data.md)."""
-from hpm_mm.errors import HPMError
+from hpm_mm.errors import HPMError, did_you_mean
 from .data_check import _loaders
 from .image_folder import reads_image_files
 
@@ -24,15 +24,13 @@ SPEC_KEYS = ('root', 'size', 'channels', 'patch_size', 'mean', 'std')
 
 
 def _check(spec: dict) -> None:
-    import difflib
     import math
     need = ('size', 'channels', 'patch_size', 'mean', 'std')
     unknown = [k for k in spec if k not in SPEC_KEYS]
     if unknown:
-        close = difflib.get_close_matches(unknown[0], SPEC_KEYS, n=1)
-        hint = f' (did you mean {close[0]}?)' if close else ''
         raise HPMError(f'image.{unknown[0]}: not a key of the image spec'
-                       f'{hint}. Fix: use {", ".join(SPEC_KEYS)}.')
+                       f'{did_you_mean(unknown[0], SPEC_KEYS)}. Fix: use '
+                       f'{", ".join(SPEC_KEYS)}.')
     missing = [k for k in need if spec.get(k) is None]
     if missing:
         raise HPMError(f'image: {missing} not set. Fix: image = dict('

@@ -11,7 +11,7 @@ from typing import Any, Optional, Union
 
 from mmengine.config import Config
 
-from hpm_mm.errors import HPMError
+from hpm_mm.errors import HPMError, did_you_mean
 
 _MISSING = object()
 _KINDS = {bool: 'True or False', int: 'a whole number', float: 'a number'}
@@ -292,11 +292,7 @@ def _read_config(path: str) -> Config:
         if osp.isdir(path):
             near = ' as a file: it is a folder'
         elif osp.isdir(folder):
-            import difflib
-            close = difflib.get_close_matches(
-                osp.basename(path), os.listdir(folder), n=1)
-            near = f' (did you mean {osp.join(folder, close[0])}?)' \
-                if close else ''
+            near = did_you_mean(osp.basename(path), os.listdir(folder))
         raise HPMError(f'config {path} does not exist{near}. Fix: a config '
                        'file path, e.g. configs/hpm/fast/hpm-fast_vit-mini-'
                        'p4_1xb256-coslr-10e_fmnist.py.')

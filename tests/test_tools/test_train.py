@@ -138,7 +138,7 @@ def test_what_cannot_be_judged_is_refused_before_work(tmp_path,
          f'(inherited by {child})'),
         (lambda: train(
             cfg, w, cfg_options={'default_hooks.checkpoint.max_keep_ckpt': 1}),
-         "did you mean 'max_keep_ckpts'"),
+         "'max_keep_ckpt' (did you mean max_keep_ckpts?)"),
         # its data root differs too: continue past that refusal
         (lambda: train(
             changed,

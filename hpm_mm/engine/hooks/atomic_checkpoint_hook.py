@@ -7,7 +7,7 @@ from mmengine.hooks import CheckpointHook
 from mmengine.registry import HOOKS  # root: every scope finds it
 
 from hpm_mm.engine.log_filter import drop_log_messages
-from hpm_mm.errors import HPMError
+from hpm_mm.errors import HPMError, did_you_mean
 
 # mmengine builds a deprecated FileClient in CheckpointHook.before_train and
 # in save_checkpoint even when it does not use it ("to avoid breaking
@@ -25,16 +25,13 @@ class AtomicCheckpointHook(CheckpointHook):
     argument (``max_keep_ckpt``) is refused at build with the closest name."""
 
     def __init__(self, *args, **kwargs) -> None:
-        import difflib
         import inspect
         known = set(inspect.signature(CheckpointHook.__init__).parameters)
         unknown = sorted(set(kwargs) - known)
         if unknown:
-            close = difflib.get_close_matches(unknown[0], sorted(known), 1)
             raise HPMError(
                 f'{type(self).__name__} (default_hooks.checkpoint) has no '
-                f'option {unknown[0]!r}' +
-                (f'; did you mean {close[0]!r}?' if close else '.') +
+                f'option {unknown[0]!r}{did_you_mean(unknown[0], known)}.'
                 ' Its options: ' + ', '.join(
                     sorted(k for k in known if k not in ('self', 'kwargs'))))
         super().__init__(*args, **kwargs)
