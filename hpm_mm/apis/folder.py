@@ -211,7 +211,8 @@ def pretrain_folder(folder: str,
         'work_dirs', f'folder_{osp.basename(osp.abspath(folder))}')
     from hpm_mm.engine.work_dir import hand_over, own_work_dir
     lock = own_work_dir(work_dir)  # before anything is written into it
-    with hand_over(lock, work_dir):  # the runner takes it over
+    # the runner takes the lock over; a refusal puts the work dir back
+    with hand_over(lock, work_dir), _restored_on_refusal(work_dir):
         scan = scan_folder(folder)
         bad = scan['unreadable']
         if bad:
@@ -228,7 +229,6 @@ def pretrain_folder(folder: str,
         resume = _resume_or_refuse(
             work_dir, scan['files'], resume, log,
             bool((cfg_options or {}).get('resume_changed_run')))
-        written = _WrittenFiles(work_dir)  # put back if the run is refused
         settings = choose_settings(scan, img_size, channels, batch_size,
                                    epochs)
         stats = channel_stats(folder, scan['files'], settings['img_size'],
@@ -273,14 +273,13 @@ def pretrain_folder(folder: str,
             grids=grids)
         if dry_run:
             return result
-        with written.restored_on_refusal():
-            result['runner'] = train(
-                cfg_path,
-                work_dir,
-                amp=amp,
-                quiet=True,
-                resume=resume or None,
-                cfg_options=cfg_options)
+        result['runner'] = train(
+            cfg_path,
+            work_dir,
+            amp=amp,
+            quiet=True,
+            resume=resume or None,
+            cfg_options=cfg_options)
     knn = osp.join(work_dir, 'knn.json')
     if osp.exists(knn):
         with open(knn) as f:
@@ -288,42 +287,33 @@ def pretrain_folder(folder: str,
     return result
 
 
-class _WrittenFiles:
+@contextmanager
+def _restored_on_refusal(work_dir: str):
     """The work dir's config and lists as they were before a run on the
     folder rewrote them: put back when the run is refused before it trained
-    (a resume of another length, ...), so a refusal changes nothing."""
+    (bad options, a resume of another length, ...), so a refusal changes
+    nothing."""
+    import glob
 
-    def __init__(self, work_dir: str) -> None:
-        self.work_dir = work_dir
-        self.before = {}
-        for path in self._files('*.txt', '*.py'):
-            with open(path, 'rb') as f:
-                self.before[path] = f.read()
-        self.checkpoints = self._checkpoints()
+    def files(*patterns):
+        return [p for t in patterns for p in glob.glob(osp.join(work_dir, t))]
 
-    def _files(self, *patterns: str) -> list:
-        import glob
-        return [
-            p for pattern in patterns
-            for p in glob.glob(osp.join(self.work_dir, pattern))
-        ]
-
-    def _checkpoints(self) -> set:
-        return {(p, osp.getmtime(p)) for p in self._files('*.pth')}
-
-    @contextmanager
-    def restored_on_refusal(self):
-        try:
-            yield
-        except HPMError:
-            if self._checkpoints() == self.checkpoints:  # nothing trained
-                for path in self._files('*.txt', '*.py'):
-                    if path not in self.before:
-                        os.remove(path)
-                for path, data in self.before.items():
-                    with open(path, 'wb') as f:
-                        f.write(data)
-            raise
+    before = {}
+    for path in files('*.txt', '*.py'):
+        with open(path, 'rb') as f:
+            before[path] = f.read()
+    checkpoints = {(p, osp.getmtime(p)) for p in files('*.pth')}
+    try:
+        yield
+    except HPMError:
+        if {(p, osp.getmtime(p)) for p in files('*.pth')} == checkpoints:
+            for path in files('*.txt', '*.py'):  # nothing trained
+                if path not in before:
+                    os.remove(path)
+            for path, data in before.items():
+                with open(path, 'wb') as f:
+                    f.write(data)
+        raise
 
 
 def _resume_or_refuse(work_dir: str,

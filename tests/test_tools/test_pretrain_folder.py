@@ -133,6 +133,11 @@ def test_own_images_one_per_class_trains_without_knn(tmp_path):
         _pretrain(root, work, epochs=2)
     assert (work / 'hpm_folder.py').read_text() == written
     assert (work / 'images.txt').read_text() == images
+    # a refused option, checked on the config once it is written: that
+    # config is put back too
+    with pytest.raises(HPMError, match='trian_cfg'):
+        _pretrain(root, work, epochs=2, cfg_options={'trian_cfg.x': 2})
+    assert (work / 'hpm_folder.py').read_text() == written
     # asked: its trained epoch continues on the folder as it is now
     (root / 'cat' / 'c.png').write_bytes((root / 'cat' / 'a.png').read_bytes())
     _, out = _pretrain(
