@@ -9,19 +9,13 @@
         [--budget S] [--device cpu|cuda] [--out FILE.json]
     python .dev_scripts/bench_step.py --report FILE.json ...
 
-A row is one model's own ``train_step`` on one batch of random images,
-built from the configs (mmpretrain's MAE, hpm_mm's HPM with alpha 0.5) at
-a ViT size (patch 16) or ``mini`` (the main job's Fashion-MNIST configs):
-:data:`SETTINGS` x arch x batch x precision x optimizer x attention
-kernel (``--sdpa``), each step preceded by what a run's hooks push (the
-progress, a CUDA-graph generation under ``--compile reduce-overhead``).
-Columns: the median step after the warm-up (the device synchronised),
-images/s, x MAE (same arch, batch, precision, optimizer, compile, kernel),
-the FLOP model (MACs: forward x3 for trained parts, x1 for the teacher),
-MFU (over the matrix rate measured first), host syncs, operator calls,
-peak memory; ``--sections``: HPM's real modules timed; ``--load-bench
-DIR``: a ViT-B checkpoint's integrity check and load. Rows after
-``--budget`` seconds are skipped.
+A row: one model's own ``train_step`` (mmpretrain's MAE, hpm_mm's HPM at
+alpha 0.5, :data:`SETTINGS`) on random images, after what a run's hooks
+push; x MAE: against the MAE row of the same arch, batch, precision,
+optimizer, compile and kernel; the FLOP model counts forward x3 for the
+trained parts, x1 for the teacher (the columns: docs/speed.md, "On a GPU").
+``--sections``: HPM's modules timed; ``--load-bench``: a ViT-B checkpoint's
+integrity check and load; ``--budget``: the rows after it are skipped.
 """
 import argparse
 import copy
@@ -127,15 +121,6 @@ def fast_flops(arch, img_size, pred_depth=8, teacher_scale=1., teacher=True):
 
 
 # -------------------------------------------------------------- models
-def _override(cfg, overrides):
-    for key, value in (overrides or {}).items():
-        *parents, leaf = key.split('.')
-        node = cfg
-        for k in parents:
-            node = node[k]
-        node[leaf] = value
-
-
 def model_cfgs(arch, img_size, overrides=None):
     """(MAE, HPM) model configs from the configs at this size (``mini``:
     the main job's Fashion-MNIST configs)."""
@@ -170,29 +155,27 @@ def model_cfgs(arch, img_size, overrides=None):
             cfg.data_preprocessor = pre
         mae.head.norm_pix = False  # HPM's targets
     hpm.mask_generator.update(alpha_0=0.5, alpha_T=0.5)
-    _override(hpm, overrides)
-    return mae.to_dict(), hpm.to_dict()
+    hpm = Config(dict(model=hpm))
+    hpm.merge_from_dict({
+        f'model.{k}': v
+        for k, v in (overrides or {}).items()
+    })
+    return mae.to_dict(), hpm.model.to_dict()
 
 
 def optim_wrapper(model, precision=None, optimizer='default', device='cpu'):
-    """AdamW through the guarded wrapper of ``precision`` (None: fp32)."""
+    """AdamW through the wrapper a run of ``precision`` (None: fp32) gets
+    (hpm_mm's rule: guarded; bf16 autocast; fp16 with a dynamic scale)."""
     from mmengine.optim import build_optim_wrapper
+
+    from hpm_mm.engine.precision import optim_wrapper_cfg, run_precision
     cfg = dict(
         type='GuardedOptimWrapper',
         optimizer=dict(type='AdamW', lr=1e-4, betas=(0.9, 0.95)))
     if optimizer != 'default':
         cfg['optimizer'][optimizer] = True  # fused / foreach
-    if precision == 'bf16':
-        cfg.update(
-            type='AutocastOptimWrapper',
-            dtype='bfloat16',
-            device_type=torch.device(device).type)
-    elif precision == 'fp16':
-        cfg.update(
-            type='GuardedAmpOptimWrapper',
-            dtype='float16',
-            loss_scale='dynamic')
-    return build_optim_wrapper(model, cfg)
+    rule = run_precision(dict(precision=precision or 'fp32'), str(device))
+    return build_optim_wrapper(model, optim_wrapper_cfg(cfg, rule))
 
 
 # -------------------------------------------------------------- timing
@@ -293,7 +276,7 @@ def measure(cfg,
             warmup=1,
             ops=None,
             optimizer='default',
-            compile_=False,
+            compile_=None,
             syncs=False,
             ops_count=False,
             sdpa='default'):
@@ -321,12 +304,12 @@ def measure(cfg,
         return dict(skipped=str(e).splitlines()[0][:120])
 
 
-def trainer(cfg, device, precision=None, optimizer='default', compile_=False):
+def trainer(cfg, device, precision=None, optimizer='default', compile_=None):
     """The model of ``cfg`` on ``device`` (seed 0; the teacher scoring, its
     ramp done), its optimizer wrapper and ``step(data)``: what a run's hooks
     push before an iteration (HPMScheduleHook's progress, a CUDA-graph
-    generation), then the model's own ``train_step``. ``compile_``: True or
-    a torch.compile mode ('reduce-overhead': CUDA graphs)."""
+    generation), then the model's own ``train_step``. ``compile_``: None, or
+    torch.compile's options (mode 'reduce-overhead': CUDA graphs)."""
     from mmpretrain.registry import MODELS
     torch.manual_seed(0)
     model = MODELS.build(cfg).to(device)
@@ -335,18 +318,15 @@ def trainer(cfg, device, precision=None, optimizer='default', compile_=False):
     if hasattr(model, 'set_progress'):
         model.set_progress(1.0, epoch=1, max_epochs=1)
     optim = optim_wrapper(model, precision, optimizer, device)
-    compiled = []
-    if compile_ not in (False, None):  # True, a mode, or compile's options
-        options = compile_ if isinstance(compile_, dict) else \
-            {} if compile_ in (True, 'default') else dict(mode=compile_)
+    compiled, options = [], compile_ if isinstance(compile_, dict) else {}
+    if isinstance(compile_, dict):  # ({}: torch.compile's defaults)
         if hasattr(model, 'compile_parts'):
             compiled = model.compile_parts(**options)
         else:
             model.backbone.compile(**options)
             model.neck.compile(**options)
             compiled = ['backbone', 'neck']
-    mode = compile_.get('mode') if isinstance(compile_, dict) else compile_
-    graphs = mode in ('reduce-overhead', 'max-autotune')
+    graphs = options.get('mode') in ('reduce-overhead', 'max-autotune')
 
     def step(data):
         if hasattr(model, 'set_progress'):
@@ -363,20 +343,16 @@ def _measure(cfg, x, iters, precision, breakdown, warmup, ops, optimizer,
              compile_, syncs, ops_count):
     model, optim, step = trainer(cfg, x.device, precision, optimizer, compile_)
     data = dict(inputs=x, data_samples=None)
-
-    def train_step():
-        step(data)
-
     timer = Timer(ops)
     t0 = time.perf_counter()
     for _ in range(max(1, warmup)):
-        train_step()
+        step(data)
     ops.sync()
     out = dict(first_steps_s=time.perf_counter() - t0, compiled=step.compiled)
     ops.reset_peak()
     for _ in range(iters):
         with timer.section('step'):
-            train_step()
+            step(data)
     out['step'] = statistics.median(timer.times.pop('step'))
     out['img_s'] = x.shape[0] / out['step']
     peak = ops.peak_gib()
@@ -386,7 +362,7 @@ def _measure(cfg, x, iters, precision, breakdown, warmup, ops, optimizer,
         from hpm_mm.testing.host_sync import HostSyncCounter
         cuda = x.device.type == 'cuda'
         with HostSyncCounter(device=x.device if cuda else None) as counter:
-            train_step()
+            step(data)
         out['syncs'], out['sync_ops'] = counter.count, dict(counter.ops)
     if ops_count:
         out['ops_per_step'], out['top_ops'] = count_ops(model, optim, data)
@@ -394,7 +370,7 @@ def _measure(cfg, x, iters, precision, breakdown, warmup, ops, optimizer,
         undo = sections(model, timer)
         for _ in range(iters):
             with timer.section('timed_step'):
-                train_step()
+                step(data)
         for u in undo:
             u()
         steps = timer.times.pop('timed_step')
@@ -512,12 +488,10 @@ def table(rows, tflops):
         'FLOP model | MFU | syncs | ops | peak GiB |', '|---' * 12 + '|'
     ]
     for r in rows:
+        sdpa = r.get('sdpa', 'default')
         head = (f"| {r['arch']} | {r['batch']} | {r['precision']} | "
-                f"{r['setting']}, {r['optimizer']}"
-                f"{compiled(r['compile'])}"
-                f"{'' if r.get('sdpa', 'default') == 'default' else ', '}"
-                f"{'' if r.get('sdpa', 'default') == 'default' else r['sdpa']}"
-                ' |')
+                f"{r['setting']}, {r['optimizer']}{compiled(r['compile'])}"
+                f"{'' if sdpa == 'default' else ', ' + sdpa} |")
         if 'step' not in r:
             why = 'OOM' if r.get('oom') else r.get('skipped', 'failed')
             lines.append(head + f' {why} |' + ' |' * 7)
@@ -625,6 +599,13 @@ def main(argv=None):
         iters=args.iters,
         warmup=args.warmup,
         rows=rows)
+
+    def save():
+        record['seconds'] = time.perf_counter() - start
+        if args.out:
+            with open(args.out, 'w') as f:
+                json.dump(record, f, indent=1)
+
     for arch, batch, precision, optimizer, sdpa, setting in itertools.product(
             args.arch, args.batch, args.precision, args.optimizer, args.sdpa,
             args.rows):
@@ -643,20 +624,14 @@ def main(argv=None):
             r = row(args, spec, device, ops)
         rows.append(r)
         print(table([r], tflops).splitlines()[-1], flush=True)
-        if args.out:  # a call cut short keeps its rows
-            record['seconds'] = time.perf_counter() - start
-            with open(args.out, 'w') as f:
-                json.dump(record, f, indent=1)
+        save()  # a call cut short keeps its rows
     print(table(rows, tflops))
     if args.load_bench:
         record['load_bench'] = lb = load_bench(args.load_bench)
         print(f"ViT-B checkpoint {lb['gb']:.2f} GB: CRC check "
               f"{lb['crc_check']:.2f} s ({lb['crc_s_per_gb']:.2f} s/GB), "
               f"weights-only load {lb['torch_load']:.2f} s (with the check)")
-    record['seconds'] = time.perf_counter() - start
-    if args.out:
-        with open(args.out, 'w') as f:
-            json.dump(record, f, indent=1)
+    save()
     return record
 
 

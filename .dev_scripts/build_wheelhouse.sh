@@ -5,21 +5,13 @@
 #   bash .dev_scripts/build_wheelhouse.sh DIR [options]
 #   HPM_WHEELHOUSE=DIR bash tools/install.sh pretrain     # on the offline machine
 #
-# Options:
-#   --profile pretrain|full   what to collect (default: pretrain; full adds mmdet,
-#                             mmsegmentation and the test tools, and serves both)
+# Options (docs/install.md#offline-a-wheelhouse says when each is wanted):
+#   --profile pretrain|full   what to collect (default pretrain; full: mmdet, mmseg, tests)
 #   --python-version X.Y      target Python (default: the one running pip here)
-#   --platform TAG            target platform, repeatable (default: this machine's;
-#                             e.g. manylinux2014_x86_64 --platform manylinux_2_28_x86_64)
-#   --no-torch                leave out torch, torchvision and their CUDA/triton wheels
-#                             (for a machine whose environment has its own torch)
-#   --with-mmcv               add the locally built mmcv wheel with compiled ops (from
-#                             HPM_WHEEL_CACHE, built by tools/install.sh full) for the
-#                             local python/torch; the full profile needs it offline
-#   --overlay                 only the exact wheels of requirements/overlay.txt, no
-#                             dependencies: for `tools/install.sh overlay` on an environment
-#                             that keeps its own torch, numpy (1 or 2) and OpenCV (a GPU
-#                             image); ~4 MB, pure Python
+#   --platform TAG            target platform, repeatable (default: this machine's)
+#   --no-torch                without torch, torchvision and their CUDA/triton wheels
+#   --with-mmcv               add the locally built mmcv with compiled ops (HPM_WHEEL_CACHE)
+#   --overlay                 only requirements/overlay.txt's wheels, no dependencies (~4 MB)
 #
 # How: pip resolves the profile's requirements (requirements/, pinned by
 # requirements/constraints.txt) for the target into a report without installing,

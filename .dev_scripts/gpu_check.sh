@@ -1,31 +1,14 @@
 #!/usr/bin/env bash
-# The one prepared GPU call: everything a lent GPU machine (one H100/H200, no
-# network, its own torch) measures, in one command of at most 9 minutes.
+# The one prepared GPU call (docs/gpu.md#the-prepared-call: what each part measures and
+# the eight files it writes into OUT):
 #
-#   bash .dev_scripts/gpu_check.sh OUT pack   # here, with network: into .carry/ (git-ignored;
-#                                             # HPM_CARRY moves it) the overlay wheelhouse for
-#                                             # Python 3.12, the gzipped Fashion-MNIST and
-#                                             # 300 generated ImageNet-like JPEGs
+#   bash .dev_scripts/gpu_check.sh OUT pack      # here, with network: .carry/ (HPM_CARRY)
 #   bash .dev_scripts/gpu_check.sh OUT eager     # there, offline, carrying .carry: call 1
 #   bash .dev_scripts/gpu_check.sh OUT compiled  # call 2 (`all`: both, where time allows)
 #
 # Each keeps a deadline (HPM_GPU_DEADLINE, default 520 s) and gives each part what is
-# left. eager: the overlay install; `pytest -m cuda`; the main job's loader alone (1
-# and 4 workers); the main job on CUDA (--amp, 4 workers); then
-# .dev_scripts/bench_step.py, ViT-B/16 224 px bf16 fused AdamW: MAE / faithful HPM / the
-# fast setting at batch 256 and 64 (syncs, operator calls); MAE under each attention
-# kernel (--sdpa); JPEG decoding on the GPU against the CPU pipelines
-# (.dev_scripts/pipeline_bench.py --device-decode over the carried JPEGs) and MAE's and
-# the fast setting's b256 step fed by both loaders with 8 workers (--step). compiled
-# (one H200 call could not hold both halves): the main job with CUDA graphs
-# (compile.mode=reduce-overhead) and the batch-64 rows with them; the compiled
-# batch-256 rows. Eight files straight into OUT (at most 8 come back): all.log,
-# cuda_tests.xml, main_job.json (with key main_job_graphs), pace_b.json, pace_sdpa.json,
-# decode.json, pace_graphs.json, pace_compile.json. HPM_GPU_TINY=1 runs it at toy sizes
-# on whatever device there is (the CPU dry run; HPM_GPU_INSTALL=0 skips the install): every
-# part whole, no deadline (it is the card's), compiled rows with the eager backend; without
-# CUDA the CUDA tests are skipped, and cuda_tests.xml says so. HPM_PYTHON picks the Python.
-# docs/gpu.md says more.
+# left. HPM_GPU_TINY=1: toy sizes on any device, every part whole, no deadline (the CPU
+# dry run); HPM_GPU_INSTALL=0 skips the install; HPM_PYTHON picks the Python.
 set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"

@@ -38,6 +38,14 @@ def cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
+def record() -> dict:
+    """What every wall time of a study is recorded beside."""
+    return dict(
+        cpu_class=cpu_class(),
+        threads=torch.get_num_threads(),
+        torch=torch.__version__)
+
+
 def gemm_gflops(n: int = 2048, repeats: int = 3) -> float:
     a, b = torch.randn(n, n), torch.randn(n, n)
     a @ b

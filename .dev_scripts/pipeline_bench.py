@@ -8,19 +8,11 @@ images/s per core, the transforms' shares, and the real dataloader.
     python .dev_scripts/pipeline_bench.py --own-loader CONFIG \
         [--workers 1 2] [--cfg-options KEY=VALUE ...]
 
-The images are generated ImageNet-like JPEGs (85% of 300-520 px, 15% of
-800-2,100 px, quality 75-95, 2% grayscale, 1% CMYK; a photo's bits per
-pixel), kept in ``--data`` (the dataloaders read the whole folder). Both
-pipelines are built from the config's ``train_dataloader`` over them:
-mmpretrain's MAE pipeline (full decode, ``RandomResizedCrop``) and the
-config's own (``LoadAndRandomResizedCrop``).
-Reported: each transform timed alone, the dataloader per ``--workers``
-count, and the cores one GPU needs at the H200's step rates; ``--step``:
-those settings' training steps (bench_step's models, bf16) fed by each
-pipeline's real dataloader over the JPEGs, beside the same step on random
-tensors in the same process. ``--own-loader``: a config's own
-``train_dataloader`` (its dataset, its pipeline), images/s per worker count:
-timed as the JPEG loaders."""
+Over generated ImageNet-like JPEGs (:func:`make_images`, kept in
+``--data``): each transform timed alone, the dataloader per ``--workers``,
+the cores one GPU needs at the H200's step rates; ``--step``: bench_step's
+bf16 steps fed by each real dataloader beside the same step on tensors;
+``--own-loader``: a config's own ``train_dataloader``, timed alike."""
 import argparse
 import copy
 import json
@@ -47,7 +39,9 @@ GPU_RATES = {
 
 
 def make_images(root, n, seed=0):
-    """``n`` ImageNet-like JPEGs in ``root`` (made once, then reused)."""
+    """``n`` ImageNet-like JPEGs in ``root`` (made once, then reused): 85%
+    of 300-520 px, 15% of 800-2,100 px, quality 75-95, 2% grayscale, 1%
+    CMYK; a photo's bits per pixel."""
     from PIL import Image
     os.makedirs(root, exist_ok=True)
     have = sorted(f for f in os.listdir(root) if f.endswith('.JPEG'))
@@ -82,11 +76,6 @@ def make_images(root, n, seed=0):
         img.save(osp.join(root, name), quality=int(rng.integers(75, 96)))
         names.append(name)
     return names
-
-
-def build(pipeline):
-    from mmengine.dataset import Compose
-    return Compose(copy.deepcopy(pipeline))
 
 
 def per_transform(pipeline, files, passes=2):
@@ -159,10 +148,10 @@ def device_decode_rate(pipeline, files, device, batch=64, reps=3):
     """Images/s of the data preprocessor's decode, crop and resize on
     ``device`` (batches made by the worker half beforehand)."""
     import torch
-    from mmengine.dataset import pseudo_collate
+    from mmengine.dataset import Compose, pseudo_collate
 
     from hpm_mm.models.data_preprocessor import DeviceDecodeDataPreprocessor
-    steps = build(pipeline)
+    steps = Compose(copy.deepcopy(pipeline))
     np.random.seed(0)
     items = [steps(dict(img_path=f, sample_idx=0)) for f in files[:batch]]
     data = pseudo_collate(items)

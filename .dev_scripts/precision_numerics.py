@@ -99,7 +99,7 @@ def measure(model, batches, k):
 
 
 def main(argv=None):
-    from machine import cpu_class
+    from machine import record
     from mmengine.registry import init_default_scope
     from mmengine.runner import Runner
 
@@ -136,10 +136,7 @@ def main(argv=None):
         images=sum(len(b) for b in batches),
         num_patches=N,
         k_hard=k,
-        machine=dict(
-            cpu_class=cpu_class(),
-            threads=torch.get_num_threads(),
-            torch=torch.__version__),
+        machine=record(),
         command='python .dev_scripts/precision_numerics.py ' +
         ' '.join(argv if argv is not None else os.sys.argv[1:]),
         date=time.strftime('%Y-%m-%d %H:%M'))

@@ -14,14 +14,17 @@ probe); one json per run in ``--results`` (default
 import argparse
 import glob
 import json
-import math
 import os
 import os.path as osp
-import statistics
 import sys
 import time
 
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
+sys.path.insert(0, osp.join(ROOT, '.dev_scripts', 'fmnist_study'))
+from common import machine  # noqa: E402  (the study's record of a machine)
+from evaluate import pretrain_end  # noqa: E402  (a run's last scalars)
+from report import ci as interval  # noqa: E402  (mean, 95% t half width)
+
 CONFIG = 'configs/hpm/fast/hpm-fast_vit-mini-p4_1xb256-coslr-10e_fmnist.py'
 RESULTS = osp.join(ROOT, 'docs', 'results', 'precision')
 WORK = osp.join(ROOT, 'work_dirs', 'precision_study')
@@ -51,9 +54,6 @@ def run_config(precision, seed, epochs):
 
 
 def run_one(precision, seed, epochs, results=RESULTS):
-    import torch
-    from machine import cpu_class
-
     from hpm_mm.apis import frozen_eval, train
     name = f'{precision}_{epochs}e_seed{seed}'
     out = osp.join(results, name + '.json')
@@ -79,8 +79,6 @@ def run_one(precision, seed, epochs, results=RESULTS):
     start = time.time()
     r = frozen_eval(config, ckpt, features=('avg', ), linear=True, seed=seed)
     eval_s = time.time() - start
-    sys.path.insert(0, osp.join(osp.dirname(__file__), 'fmnist_study'))
-    from evaluate import pretrain_end  # the last logged scalars of a run
     scalars = pretrain_end(work)
     knn = r['knn']['avg']
     record = dict(
@@ -103,10 +101,7 @@ def run_one(precision, seed, epochs, results=RESULTS):
             loss_rec=scalars.get('loss_rec'),
             rank_acc=scalars.get('rank_acc')),
         evaluation='fp32 features, kNN T=0.07 + cached linear probe (avg)',
-        machine=dict(
-            cpu_class=cpu_class(),
-            threads=torch.get_num_threads(),
-            torch=torch.__version__),
+        machine=machine(),
         train_seconds=round(train_s, 1),
         eval_seconds=round(eval_s, 1),
         command=f'python .dev_scripts/precision_study.py run --seeds {seed} '
@@ -133,16 +128,6 @@ def paired(records, metric, variant='bf16'):
             if a is not None and b is not None:
                 diffs.append(a - b)
     return diffs
-
-
-def interval(values):
-    """Mean and the 95% t interval's half width (None for one value)."""
-    from scipy import stats
-    n, mean = len(values), statistics.mean(values)
-    if n < 2:
-        return mean, None
-    return mean, stats.t.ppf(.975, n - 1) * statistics.stdev(values) / \
-        math.sqrt(n)
 
 
 def report(results=RESULTS):

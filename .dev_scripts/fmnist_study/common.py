@@ -13,6 +13,8 @@ ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 RESULTS = osp.join(ROOT, 'docs', 'results', 'fmnist_study')
 WORK = osp.join(ROOT, 'work_dirs', 'fmnist_study')
 PLAN = yaml.safe_load(open(osp.join(osp.dirname(__file__), 'plan.yml')))
+sys.path.insert(0, osp.dirname(osp.dirname(osp.abspath(__file__))))
+from machine import record as machine  # noqa: E402, F401  (the phases')
 
 
 def run_name(variant, seed, epochs=None, images=None):
@@ -22,18 +24,6 @@ def run_name(variant, seed, epochs=None, images=None):
     epochs, images = epochs or PLAN['length']['epochs'], \
         images or PLAN['length']['images']
     return f'{variant}_{epochs}e_{images // 1000}k_seed{seed}'
-
-
-def machine():
-    """What every wall time is recorded beside."""
-    import torch
-
-    sys.path.insert(0, osp.dirname(osp.dirname(osp.abspath(__file__))))
-    from machine import cpu_class
-    return dict(
-        cpu_class=cpu_class(),
-        threads=torch.get_num_threads(),
-        torch=torch.__version__)
 
 
 def save(path, record):

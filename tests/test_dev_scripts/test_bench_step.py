@@ -110,12 +110,12 @@ def test_benchmark_builds_from_the_configs():
         assert cfg['neck']['num_patches'] == 16
 
 
-@pytest.mark.parametrize('options', [{}, True, 'default'])
+@pytest.mark.parametrize('options', [{}, dict(mode='default')])
 def test_a_compile_row_compiles_with_default_options(options):
     """``--compile`` on the card passed an empty options dict, which the
     trainer read as "no compile": its rows were eager (the H200 call of
     2026-11-27). Every way of asking compiles the step's parts (lazily:
-    nothing is compiled until a step runs); False compiles nothing."""
+    nothing is compiled until a step runs); None compiles nothing."""
     mae, hpm = bench.model_cfgs('toy', 32)
     for cfg, parts in ((hpm, 'teacher.backbone'), (mae, 'backbone')):
         step = bench.trainer(cfg, torch.device('cpu'), None, 'default',
