@@ -26,14 +26,14 @@ class AtomicCheckpointHook(CheckpointHook):
 
     def __init__(self, *args, **kwargs) -> None:
         import inspect
-        known = set(inspect.signature(CheckpointHook.__init__).parameters)
+        known = set(inspect.signature(
+            CheckpointHook.__init__).parameters) - {'self', 'kwargs'}
         unknown = sorted(set(kwargs) - known)
         if unknown:
             raise HPMError(
                 f'{type(self).__name__} (default_hooks.checkpoint) has no '
                 f'option {unknown[0]!r}{did_you_mean(unknown[0], known)}.'
-                ' Its options: ' + ', '.join(
-                    sorted(k for k in known if k not in ('self', 'kwargs'))))
+                f' Its options: {", ".join(sorted(known))}')
         super().__init__(*args, **kwargs)
 
     def before_train(self, runner) -> None:
