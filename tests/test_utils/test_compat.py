@@ -145,7 +145,8 @@ import mmengine.registry as R
 from mmengine.config import utils
 from mmengine.runner.checkpoint import CheckpointLoader
 
-MODULES = ('mmengine.config.config', 'mmengine.runner.runner',
+MODULES = ('mmengine.config.config', 'mmengine.config.utils',
+           'mmengine.runner.runner',
            'mmengine.runner.checkpoint', 'mmengine.logging.history_buffer',
            'mmcv', 'mmcv.image', 'mmcv.image.photometric',
            'torch.serialization')
@@ -158,9 +159,10 @@ def snap():
         for k, v in vars(module).items():
             if type(v).__name__ == 'module':
                 continue
-            out[k] = id(v)
+            out[f'{name}.{k}'] = id(v)
             if isinstance(v, type) and v.__module__ == name:
-                out.update({f'{k}.{a}': id(b) for a, b in vars(v).items()})
+                out.update({f'{name}.{k}.{a}': id(b)
+                            for a, b in vars(v).items()})
     for r in vars(R).values():
         if isinstance(r, R.Registry):
             out.update({f'registry {r.name} {k}': id(v)
@@ -193,7 +195,7 @@ def _token(change: str) -> str:
         return kind
     owner, _, attr = change.rpartition('.')
     private = attr.startswith('_') and not attr.startswith('__')
-    return owner if private else attr
+    return owner.rpartition('.')[2] if private else attr
 
 
 def test_what_import_hpm_mm_changes_is_in_the_docs_table():
@@ -219,3 +221,26 @@ def test_what_import_hpm_mm_changes_is_in_the_docs_table():
                       re.S).group(1)
     unnamed = sorted({c for c in changes if _token(c) not in table})
     assert not unnamed, f'not in docs/install.md\'s table: {unnamed}'
+
+
+def test_a_packages_model_index_is_read_once(tmp_path):
+    """mmengine parses every metafile of a package's model index for each
+    ``pkg::`` base; a second config with such bases reads none again and
+    resolves them to the same files. A package not found is asked again."""
+    from mmengine.config import Config, config, utils
+    cfg = osp.join(REPO, 'configs', 'benchmarks', 'classification',
+                   'vit-base-p16_8xb128-coslr-100e_in1k.py')
+    first = Config.fromfile(cfg)
+    misses = utils.load.cache_info().misses
+    second = Config.fromfile(cfg)
+    assert utils.load.cache_info().misses == misses
+    assert first.to_dict() == second.to_dict()
+    assert config.is_installed('mmpretrain')
+    assert not config.is_installed('no_such_package_here')
+    (tmp_path / 'no_such_package_here.py').write_text('')
+    sys.path.insert(0, str(tmp_path))  # "installed" meanwhile: found
+    try:
+        assert config.is_installed('no_such_package_here')
+    finally:
+        sys.path.remove(str(tmp_path))
+        sys.modules.pop('no_such_package_here', None)
