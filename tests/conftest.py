@@ -48,6 +48,17 @@ def default_scope():
 
 
 @pytest.fixture(scope='session')
+def warm(tmp_path_factory):
+    """A warm interpreter (tests/warm_python.py), one per worker: an
+    executable taking python's arguments whose commands fork from a process
+    that imported the stack once (~5 s saved each). For commands run as
+    written whose point is not a start-up of their own."""
+    from warm_python import warm_python
+    with warm_python(tmp_path_factory.mktemp('warm')) as client:
+        yield client
+
+
+@pytest.fixture(scope='session')
 def hpm_checkpoint(tmp_path_factory):
     """Checkpoint of a 2-iteration HPM run of the small config (teacher
     active: alpha 0.5 -> 1)."""

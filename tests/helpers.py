@@ -395,12 +395,14 @@ def train(cfg, work, **kwargs) -> str:
 def process(*args,
             cwd=REPO,
             env: dict = None,
-            timeout: int = 600) -> subprocess.CompletedProcess:
-    """``python *args`` in a new interpreter in ``cwd`` with ``env``: extra
-    environment variables; output captured as text. For what needs a
-    process of its own: DDP, a kill, an install, what a start-up reads."""
+            timeout: int = 600,
+            python: str = sys.executable) -> subprocess.CompletedProcess:
+    """``python *args`` in a new interpreter (or ``python``: the ``warm``
+    fixture's) in ``cwd`` with ``env``: extra environment variables; output
+    captured as text. For what needs a process of its own: DDP, a kill, an
+    install, what a start-up reads."""
     return subprocess.run(
-        [sys.executable] + [str(a) for a in args],
+        [python] + [str(a) for a in args],
         cwd=cwd,
         env=dict(os.environ, **{
             k: str(v)

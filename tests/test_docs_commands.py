@@ -31,7 +31,7 @@ def test_the_pages_name_scripts():
 
 
 @pytest.mark.parametrize('path,page', named_scripts())
-def test_each_named_script_exists_and_answers_help(path, page):
+def test_each_named_script_exists_and_answers_help(path, page, warm):
     full = osp.join(REPO, path)
     assert osp.isfile(full), f'{page} names {path}, which does not exist'
     if path.endswith('.sh'):
@@ -44,7 +44,7 @@ def test_each_named_script_exists_and_answers_help(path, page):
         return  # modules and configs, not commands
     proc = tool_main(path[len('tools/'):],
                      '--help') if path.startswith('tools/') else process(
-                         path, '--help', timeout=300)
+                         path, '--help', python=warm)
     assert proc.returncode == 0, f'{page}: {path} --help:\n' + \
         (proc.stdout + proc.stderr)[-2000:]
     assert 'usage:' in proc.stdout

@@ -12,19 +12,11 @@ import sys
 
 import pytest
 from helpers import CUDA, REPO
-from warm_python import warm_python
 
 NO_GRAPHS = {'skipped': 'CUDA graphs need a CUDA device'}
 
 
-@pytest.fixture(scope='module')
-def python(tmp_path_factory):
-    """A warm interpreter (its parts' imports once), shared by the file."""
-    with warm_python(tmp_path_factory.mktemp('warm')) as client:
-        yield client
-
-
-def test_the_warm_interpreter_runs_commands_as_a_new_one(python, tmp_path):
+def test_the_warm_interpreter_runs_commands_as_a_new_one(warm, tmp_path):
     """Each way of naming the program, with the caller's streams, folder,
     environment and exit status."""
     (tmp_path / 'prog.py').write_text(
@@ -38,7 +30,7 @@ def test_the_warm_interpreter_runs_commands_as_a_new_one(python, tmp_path):
         (['-m', 'json.tool'], '{"k": 1}', 0, '"k": 1', ''),
     ]
     for argv, stdin, code, says, err in runs:
-        proc = subprocess.run([python, *argv],
+        proc = subprocess.run([warm, *argv],
                               input=stdin,
                               cwd=tmp_path,
                               env=dict(os.environ, X='x'),
@@ -48,7 +40,7 @@ def test_the_warm_interpreter_runs_commands_as_a_new_one(python, tmp_path):
             err in proc.stderr, (argv, proc)
 
 
-def test_the_gpu_call_runs_at_toy_sizes(python, tmp_path):
+def test_the_gpu_call_runs_at_toy_sizes(warm, tmp_path):
     if not osp.isfile(
             osp.join(REPO, 'data', 'fashion_mnist',
                      'train-images-idx3-ubyte')):
@@ -63,7 +55,7 @@ def test_the_gpu_call_runs_at_toy_sizes(python, tmp_path):
             HPM_GPU_TINY='1',
             HPM_GPU_INSTALL='0',  # this environment has the stack
             HPM_GPU_DEADLINE='1',  # spent at once: the dry run ignores it
-            HPM_PYTHON=python,
+            HPM_PYTHON=warm,
             PATH=f'{osp.dirname(sys.executable)}:{os.environ["PATH"]}'),
         capture_output=True,
         text=True)

@@ -113,7 +113,12 @@ def _dist_train(cfg, work, port, env, *args):
     assert proc.returncode == 0, proc.stderr[-5000:]
 
 
-def _one_process(tmp_path, name, body, base=FMNIST_CFG, transform=RESIZE):
+def _one_process(python,
+                 tmp_path,
+                 name,
+                 body,
+                 base=FMNIST_CFG,
+                 transform=RESIZE):
     cfg = tiny_config(
         tmp_path / name,
         base,
@@ -128,7 +133,8 @@ def _one_process(tmp_path, name, body, base=FMNIST_CFG, transform=RESIZE):
         cfg,
         '--work-dir',
         tmp_path / name,
-        env=_nan_env(tmp_path))
+        env=_nan_env(tmp_path),
+        python=python)  # the warm fixture's: one process all the same
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
     log = glob.glob(str(tmp_path / name / '*' / '*.log'))[0]
     assert 'optimizer step skipped' in open(log).read()
@@ -150,8 +156,8 @@ def _assert_equal_weights(sa, sb, name):
     assert int(sa['teacher.steps']) == int(sb['teacher.steps']) == 2
 
 
-def test_two_processes_equal_one(tmp_path):
-    sa = _one_process(tmp_path, 'one', BODY)
+def test_two_processes_equal_one(tmp_path, warm):
+    sa = _one_process(warm, tmp_path, 'one', BODY)
     # gradient clipping was active in the reference run
     scalars = glob.glob(
         str(tmp_path / 'one' / '*' / 'vis_data' / 'scalars.json'))[0]
@@ -169,19 +175,19 @@ def test_two_processes_equal_one(tmp_path):
                           'ddp')
 
 
-def test_fsdp_two_processes_equal_one(tmp_path):
+def test_fsdp_two_processes_equal_one(tmp_path, warm):
     """FSDP (FlexibleRunner, HPMFullyShardedDataParallel: sharded student,
     replicated EMA teacher, FSDP-wide gradient clipping) against one
     process of the same FlexibleRunner (which seeds the model's
     construction differently from Runner, so it is its own reference)."""
     flexible = "\nrunner_type = 'HPMFlexibleRunner'\n"
-    sa = _one_process(tmp_path, 'one', BODY + flexible)
+    sa = _one_process(warm, tmp_path, 'one', BODY + flexible)
     _assert_equal_weights(sa,
                           _two_processes(tmp_path, 'fsdp', BODY + FSDP, 29534),
                           'fsdp')
 
 
-def test_ibot_two_processes_equal_one(tmp_path):
+def test_ibot_two_processes_equal_one(tmp_path, warm):
     """HPM on iBOT under DDP: the centers are all-reduced (equal on both
     ranks and to one process's), per-parameter clipping, the guard. Every
     image 25% masked, all by the teacher's score (no per-rank random
@@ -194,7 +200,7 @@ def test_ibot_two_processes_equal_one(tmp_path):
     body = BODY.replace('alpha_T=1.0)',
                         'alpha_T=1.0, mask_ratio=[(.25, .25)])')
     assert 'mask_ratio' in body
-    sa = _one_process(tmp_path, 'one', body, base, views)
+    sa = _one_process(warm, tmp_path, 'one', body, base, views)
     assert sa['head.center'].abs().sum() > 0
     _assert_equal_weights(
         sa, _two_processes(tmp_path, 'ddp', body, 29535, base, views),

@@ -22,10 +22,10 @@ SMALL_EVAL = [
 ]
 
 
-def run_outside(cwd, *args):
+def run_outside(cwd, *args, python=sys.executable):
     """``python ARGS`` with ``cwd`` as the working directory (not the
     repository), failing with the output."""
-    proc = subprocess.run([sys.executable, *args],
+    proc = subprocess.run([python, *args],
                           cwd=cwd,
                           capture_output=True,
                           text=True,
@@ -55,7 +55,7 @@ def main_outside(monkeypatch, cwd, name, *args):
 
 
 @pytest.fixture(scope='module')
-def outside(tmp_path_factory):
+def outside(tmp_path_factory, warm):
     """A folder outside the repository with a config that holds nothing but
     an ``hpm_mm::`` base and one override, trained there for 2 iterations
     by tools/train.py; returns (folder, config, checkpoint)."""
@@ -65,8 +65,14 @@ def outside(tmp_path_factory):
         f'_base_ = {HPM_BASE!r}\n'
         'train_dataloader = dict(batch_size=8, num_workers=0, '
         'persistent_workers=False, dataset=dict(indices=16))\n')
-    run_outside(folder, tool('train.py'), 'my_hpm.py', '--cfg-options',
-                'train_cfg.max_epochs=1', *SMALL_EVAL)
+    run_outside(
+        folder,
+        tool('train.py'),
+        'my_hpm.py',
+        '--cfg-options',
+        'train_cfg.max_epochs=1',
+        *SMALL_EVAL,
+        python=warm)
     work = folder / 'work_dirs' / 'my_hpm'  # relative to the folder
     assert (work / 'epoch_1.pth').exists() and (work / 'knn.json').exists()
     assert len(list((work / 'hard_patches').glob('*.png'))) > 0
@@ -156,11 +162,12 @@ def scalar_rows(work):
     ]
 
 
-def run_docs_example(tmp_path, folder, project, names):
+def run_docs_example(tmp_path, folder, project, names, python):
     """The ``# FOLDER/NAME`` python blocks of docs/extending.md (checked
     equal to projects/PROJECT/NAME) written into tmp_path/FOLDER, then its
-    ``cd FOLDER`` bash block run as written; (the process, the smoke run's
-    logged scalars, its checkpoint's state dict)."""
+    ``cd FOLDER`` bash block run as written by ``python`` (the warm one);
+    (the process, the smoke run's logged scalars, its checkpoint's state
+    dict)."""
     files = {}
     for block in docs_blocks('python'):
         first, _, body = block.partition('\n')
@@ -176,7 +183,7 @@ def run_docs_example(tmp_path, folder, project, names):
         b for b in docs_blocks('bash') if b.startswith(f'cd {folder}\n')
     ]
     assert len(commands) == 1
-    script = commands[0].replace('$HPM/.venv/bin/python', sys.executable)
+    script = commands[0].replace('$HPM/.venv/bin/python', python)
     proc = subprocess.run(['bash', '-euo', 'pipefail', '-c', script],
                           cwd=tmp_path,
                           capture_output=True,
@@ -192,7 +199,7 @@ def run_docs_example(tmp_path, folder, project, names):
     return proc, rows, state
 
 
-def test_the_extending_example_runs_as_written(tmp_path):
+def test_the_extending_example_runs_as_written(tmp_path, warm):
     """docs/extending.md's out-of-tree example: its two files (the same as
     projects/contrast_mask/) in a folder outside the repository, then its
     commands as written -- the contract's property check on the new
@@ -200,7 +207,7 @@ def test_the_extending_example_runs_as_written(tmp_path):
     scores and builds no teacher."""
     proc, rows, state = run_docs_example(
         tmp_path, 'my_hpm', 'contrast_mask',
-        ['contrast_mask.py', 'hpm-contrast_fmnist.py'])
+        ['contrast_mask.py', 'hpm-contrast_fmnist.py'], warm)
     assert 'ContrastMaskGenerator: every property holds' in proc.stdout
     hard = [r['num_hard'] for r in rows if 'num_hard' in r]
     assert hard and hard[-1] > 0  # the last iteration masked by score
@@ -208,13 +215,13 @@ def test_the_extending_example_runs_as_written(tmp_path):
     assert (tmp_path / 'my_hpm' / 'work_dirs' / 'smoke' / 'knn.json').exists()
 
 
-def test_an_outside_teacher_score_source_trains_as_written(tmp_path):
+def test_an_outside_teacher_score_source_trains_as_written(tmp_path, warm):
     """docs/extending.md's teacher score source (projects/token_norm/),
     registered from a folder outside the repository with no library edit:
     the smoke run builds a teacher and masks by the source's scores."""
     _, rows, state = run_docs_example(
         tmp_path, 'my_scores', 'token_norm',
-        ['token_norm.py', 'hpm-token-norm_fmnist.py'])
+        ['token_norm.py', 'hpm-token-norm_fmnist.py'], warm)
     hard = [r['num_hard'] for r in rows if 'num_hard' in r]
     assert hard and hard[-1] > 0  # masked by the token norms
     assert any(k.startswith('teacher.module.backbone.') for k in state)
@@ -246,7 +253,7 @@ def test_an_unknown_score_source_lists_the_registered_ones():
     assert 'TEACHER_SCORES.register_module' in msg
 
 
-def test_an_outside_loss_and_hook_train_as_written(tmp_path):
+def test_an_outside_loss_and_hook_train_as_written(tmp_path, warm):
     """docs/extending.md's L_pred loss, loss predictor and hook
     (projects/margin_rank/), from a folder outside the repository: the run
     trains L_pred with the margin loss (checked pair by pair) and the hook
@@ -255,7 +262,7 @@ def test_an_outside_loss_and_hook_train_as_written(tmp_path):
     _, rows, state = run_docs_example(tmp_path, 'my_loss', 'margin_rank', [
         'margin_rank.py', 'hpm-margin-rank_fmnist.py',
         'hpm-simmim-linear-predictor_fmnist.py'
-    ])
+    ], warm)
     assert any('loss_pred' in r for r in rows)
     work = tmp_path / 'my_loss' / 'work_dirs' / 'smoke'
     logged = [json.loads(ln) for ln in open(work / 'rank_acc.jsonl')]
@@ -285,7 +292,8 @@ def test_an_outside_loss_and_hook_train_as_written(tmp_path):
     assert MarginRankLoss(0.1)(s, t, mask).item() == pytest.approx(0.3)
 
 
-def test_own_data_config_runs_as_written_and_the_image_spec_flows(tmp_path):
+def test_own_data_config_runs_as_written_and_the_image_spec_flows(
+        tmp_path, warm):
     """docs/own_data.md: a config that sets `image` once over the image-
     folder base, run as written on an RGB folder: every part takes the
     size, channels and patch size; a grayscale 48-px spec flows the same
@@ -311,7 +319,7 @@ def test_own_data_config_runs_as_written_and_the_image_spec_flows(tmp_path):
     ][0]
     proc = subprocess.run([
         'bash', '-euo', 'pipefail', '-c',
-        script.replace('$HPM/.venv/bin/python', sys.executable)
+        script.replace('$HPM/.venv/bin/python', warm)
     ],
                           cwd=tmp_path,
                           capture_output=True,
