@@ -53,14 +53,13 @@ def test_a_second_run_refuses_and_a_killed_one_frees_the_dir(tmp_path):
     finally:
         a.send_signal(signal.SIGKILL)
         a.wait()
-    # killed with -9: the lock went with it; a new run may resume there
-    c = start(
+    # killed with -9: the lock went with it; a new run may train there
+    log = train(
         tiny_config(
             tmp_path / 'c',
             num_images=8,
             body='train_cfg = dict(max_epochs=1)'), work)
-    out, _ = c.communicate(timeout=300)
-    assert c.returncode == 0, out[-3000:]
+    assert 'Saving checkpoint at 1 epochs' in log
 
 
 def test_a_killed_runs_forked_workers_do_not_keep_the_dir(tmp_path):
