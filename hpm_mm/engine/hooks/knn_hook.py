@@ -85,7 +85,7 @@ class KNNEvalHook(AfterCheckpointEvalHook):
         dtype = precision.dtype if precision else run_dtype(
             runner.optim_wrapper)
         name = precision.name if precision else next(
-            k for k, v in DTYPES.items() if v == dtype)
+            (k for k, v in DTYPES.items() if v == dtype), 'fp32')
         train, val, warnings = bank_and_evaluated(
             model,
             self.loaders,
