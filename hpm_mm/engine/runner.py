@@ -222,10 +222,7 @@ class RunPolicyMixin:
                 self.logger.warning(
                     f"compile mode={options['mode']!r} replays CUDA graphs, "
                     'which need a GPU: compiling in the default mode here')
-                options = {
-                    k: v
-                    for k, v in options.items() if k != 'mode'
-                } or True
+                options = dict(options, mode=None)  # (torch's default)
                 self.set_compile(options)
             else:  # a new graph generation per iteration
                 self.register_hook(CUDAGraphStepHook(), 'VERY_HIGH')

@@ -170,6 +170,9 @@ class HPMBase(BaseSelfSupervisor):
         done = []
         for name, module in parts.items():
             if isinstance(module, nn.Module):
+                for m in module.modules():  # mmpretrain's np.linspace rates:
+                    if hasattr(m, 'drop_prob'):  # a float, not a traced
+                        m.drop_prob = float(m.drop_prob)  # array's branch
                 module.compile(**options)
                 done.append(name)
         # methods the step calls by name: compiled in place (an instance
