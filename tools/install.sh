@@ -107,30 +107,46 @@ INSTALL=("${PIP[@]}" install -q "${SOURCE[@]}" -c "$REQ/constraints.txt")
 stamp_src=$(cat "$ROOT/tools/install.sh" "$REQ"/*.txt "$ROOT/setup.py" 2>/dev/null | sha1sum | cut -c1-16)
 PREFIX=$("$PY" -c 'import sys; print(sys.prefix)')
 stamp() { echo "$PREFIX/.hpm_mm_install_$1_$stamp_src"; }
-mmcv_ops_ok() { "$PY" - <<EOF 2>/dev/null
-import mmcv, mmcv.ops, torch
-assert mmcv.__version__ == "$MMCV_VERSION"
-mmcv.ops.nms(torch.rand(4, 4).sort(1)[0], torch.rand(4), 0.5)
-EOF
-}
+OPS_CHECK="import mmcv, mmcv.ops, torch
+assert mmcv.__version__ == '$MMCV_VERSION'
+mmcv.ops.nms(torch.rand(4, 4).sort(1)[0], torch.rand(4), 0.5)"
+mmcv_ops_ok() { "$PY" -c "$OPS_CHECK" 2>/dev/null; }
 # (pretraining needs no compiled ops: a full install serves it without the
 # ops check)
-prepare_data() {  # every run, the fast path too: sizes and SHA-256 checked
-  if [[ ${HPM_SKIP_DATA:-0} != 1 ]]; then
-    "$PY" "$ROOT/tools/dataset_converters/prepare_fashion_mnist.py" --out "$ROOT/data/fashion_mnist" \
-      || log "WARNING: Fashion-MNIST not prepared (see above); the main job needs it, the tests do not."
-  fi
+# ready [CHECK]: whether hpm_mm imports and CHECK runs (if not, why, in one
+# line); then the embedded data, every run: sizes and SHA-256 checked. One
+# Python: each start imports the stack (~5 s).
+ready() {
+  "$PY" - "$ROOT" "${1:-}" <<'EOF'
+import contextlib, io, os, sys
+root, check = sys.argv[1:]
+try:
+    with contextlib.redirect_stderr(io.StringIO()):
+        import hpm_mm  # noqa: F401
+        exec(check)
+except Exception as e:
+    sys.exit(f'[install] not ready: {type(e).__name__}: {e}'.splitlines()[0])
+if os.environ.get('HPM_SKIP_DATA') != '1':
+    sys.path.insert(0, os.path.join(root, 'tools', 'dataset_converters'))
+    from prepare_fashion_mnist import main
+    try:
+        main(['--out', os.path.join(root, 'data', 'fashion_mnist')])
+    except (Exception, SystemExit) as e:
+        print(e, file=sys.stderr)
+        print('[install] WARNING: Fashion-MNIST not prepared (see above); '
+              'the main job needs it, the tests do not.')
+EOF
 }
-if [[ -f $(stamp full) ]] && "$PY" -c "import hpm_mm" 2>/dev/null && { [[ $PROFILE == pretrain ]] || mmcv_ops_ok; }; then
-  prepare_data
-  log "already installed (full profile: $(stamp full)); $(( $(date +%s) - start )) s"
-  exit 0
-fi
-if [[ $PROFILE != full && -f $(stamp "$PROFILE") ]] && "$PY" -c "import hpm_mm" 2>/dev/null; then
-  prepare_data
-  log "already installed ($PROFILE profile: $(stamp "$PROFILE")); $(( $(date +%s) - start )) s"
-  exit 0
-fi
+haves=(full)  # full serves every profile
+[[ $PROFILE == full ]] || haves+=("$PROFILE")
+for have in "${haves[@]}"; do
+  [[ -f $(stamp "$have") ]] || continue
+  [[ $have == full && $PROFILE != pretrain ]] && check=$OPS_CHECK || check=''
+  if ready "$check"; then
+    log "already installed ($have profile: $(stamp "$have")); $(( $(date +%s) - start )) s"
+    exit 0
+  fi
+done
 log "profile: $PROFILE"
 
 # ---------------------------------------------------------------- overlay
@@ -165,8 +181,7 @@ EOF
   # it, pip (no pyproject.toml, wheel present) runs `setup.py develop`, which setuptools >= 80
   # turns into a second pip with build isolation, asking an index for setuptools (offline: fails).
   "${PIP[@]}" install -q "${SOURCE[@]}" --no-deps --no-build-isolation --use-pep517 -e "$ROOT" || die "pip could not install hpm_mm itself"
-  "$PY" -c "import hpm_mm" || die "hpm_mm does not import; see the message above"
-  prepare_data
+  ready || die "hpm_mm does not import (the line above). Fix: $PY -c 'import hpm_mm' shows the traceback"
   touch "$(stamp overlay)"
   log "done (overlay) in $(( $(date +%s) - start )) s"
   exit 0
@@ -260,10 +275,7 @@ fi
 log "installing ${reqs[*]} and hpm_mm (editable)"
 "${INSTALL[@]}" "${reqs[@]}" || die "pip could not install the OpenMMLab libraries${WHEELHOUSE:+ from the wheelhouse (was it built for the $PROFILE profile?)}"
 "${PIP[@]}" install -q "${SOURCE[@]}" --no-deps --no-build-isolation --use-pep517 -e "$ROOT" || die "pip could not install hpm_mm itself"
-"$PY" -c "import hpm_mm" || die "hpm_mm does not import; see the message above"
-
-# ---------------------------------------------------------------- embedded data
-prepare_data
+ready || die "hpm_mm does not import (the line above). Fix: $PY -c 'import hpm_mm' shows the traceback"
 
 touch "$(stamp "$PROFILE")"
 log "done ($PROFILE profile) in $(( $(date +%s) - start )) s; activate with: source ${VENV}/bin/activate"
