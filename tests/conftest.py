@@ -1,4 +1,5 @@
 """The tests' fixtures; what they share besides is tests/helpers.py."""
+import collections
 import os
 
 # Under pytest-xdist (tools/run_tests.sh: one worker per core) every worker
@@ -19,6 +20,38 @@ from mmengine.config import Config  # noqa: E402
 def pytest_configure(config):
     config.addinivalue_line(
         'markers', 'cuda: the CUDA case of a device-parametrised test')
+
+
+#: seconds of the slowest files (the timeline of `bash tools/run_tests.sh`,
+#: summed per file, AVX512-BF16, 2026-11-28): they run first, longest first,
+#: so that no worker is left alone with one at the end. xdist's own order
+#: (tools/run_tests.sh turns it off) runs the files with the fewest tests
+#: last: the offline install, ~100 s alone on one core of two.
+SLOW = {
+    'test_tools/test_offline_install.py': 172,
+    'test_tools/test_train_resume.py': 64,
+    'test_tools/test_out_of_tree.py': 60,
+    'test_tools/test_ddp.py': 50,
+    'test_downstream/test_toolkit_entry_points.py': 39,
+    'test_downstream/test_det_seg.py': 35,
+    'test_engine/test_runner.py': 25,
+    'test_engine/test_checkpoint.py': 25,
+    'test_style.py': 24,
+    'test_configs.py': 22,
+}
+
+
+def pytest_collection_modifyitems(items):
+    """The slow files first (:data:`SLOW`), then the others by their
+    number of tests, as xdist's order; each file's tests kept together and
+    in order."""
+
+    def file(item):
+        return item.nodeid.split('::')[0]
+
+    count = collections.Counter(map(file, items))
+    items.sort(key=lambda item:
+               (-SLOW.get(file(item)[len('tests/'):], 0), -count[file(item)]))
 
 
 @pytest.fixture(params=DEVICES)
