@@ -180,3 +180,13 @@ def test_every_registered_constructor_has_an_args_block():
             if missing:
                 lacking[cls.__name__] = missing
     assert not lacking, f'Args: blocks lacking: {lacking}'
+
+
+def test_the_slow_files_that_start_first_exist():
+    """tests/conftest.py's order names files: a renamed one would silently
+    fall back to running late."""
+    import os.path as osp
+
+    from conftest import SLOW
+    assert SLOW and all(osp.isfile(osp.join(REPO, 'tests', f))
+                        for f in SLOW), SLOW
