@@ -181,7 +181,7 @@ EOF
   # it, pip (no pyproject.toml, wheel present) runs `setup.py develop`, which setuptools >= 80
   # turns into a second pip with build isolation, asking an index for setuptools (offline: fails).
   "${PIP[@]}" install -q "${SOURCE[@]}" --no-deps --no-build-isolation --use-pep517 -e "$ROOT" || die "pip could not install hpm_mm itself"
-  ready || die "hpm_mm does not import (the line above). Fix: $PY -c 'import hpm_mm' shows the traceback"
+  ready || die "hpm_mm does not import after the install (why: the line above; the traceback: $PY -c 'import hpm_mm')"
   touch "$(stamp overlay)"
   log "done (overlay) in $(( $(date +%s) - start )) s"
   exit 0
@@ -275,7 +275,7 @@ fi
 log "installing ${reqs[*]} and hpm_mm (editable)"
 "${INSTALL[@]}" "${reqs[@]}" || die "pip could not install the OpenMMLab libraries${WHEELHOUSE:+ from the wheelhouse (was it built for the $PROFILE profile?)}"
 "${PIP[@]}" install -q "${SOURCE[@]}" --no-deps --no-build-isolation --use-pep517 -e "$ROOT" || die "pip could not install hpm_mm itself"
-ready || die "hpm_mm does not import (the line above). Fix: $PY -c 'import hpm_mm' shows the traceback"
+ready || die "hpm_mm does not import after the install (why: the line above; the traceback: $PY -c 'import hpm_mm')"
 
 touch "$(stamp "$PROFILE")"
 log "done ($PROFILE profile) in $(( $(date +%s) - start )) s; activate with: source ${VENV}/bin/activate"
