@@ -10,7 +10,7 @@ import sys
 
 import pytest
 import torch
-from helpers import REPO
+from helpers import REPO, process
 
 HPM_BASE = 'hpm_mm::hpm/hpm_vit-mini-p4_1xb256-coslr-10e_fmnist.py'
 LINEAR_BASE = ('hpm_mm::benchmarks/classification/fmnist/'
@@ -25,12 +25,7 @@ SMALL_EVAL = [
 def run_outside(cwd, *args, python=sys.executable):
     """``python ARGS`` with ``cwd`` as the working directory (not the
     repository), failing with the output."""
-    proc = subprocess.run([python, *args],
-                          cwd=cwd,
-                          capture_output=True,
-                          text=True,
-                          timeout=600,
-                          env=dict(os.environ, PYTHONUNBUFFERED='1'))
+    proc = process(*args, cwd=cwd, env=dict(PYTHONUNBUFFERED=1), python=python)
     if proc.returncode != 0:
         pytest.fail(f'{args} failed ({proc.returncode}):\n'
                     f'{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}')
