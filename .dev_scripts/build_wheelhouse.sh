@@ -13,11 +13,8 @@
 #   --with-mmcv               add the locally built mmcv with compiled ops (HPM_WHEEL_CACHE)
 #   --overlay                 only requirements/overlay.txt's wheels, no dependencies (~4 MB)
 #
-# How: pip resolves the profile's requirements (requirements/, pinned by
-# requirements/constraints.txt) for the target into a report without installing,
-# then downloads exactly those wheels (binary only when the target differs from
-# here; a pure-Python package that PyPI ships only as a source archive is built
-# into a wheel here). Uses the network; the result is a plain folder to copy.
+# How: the numbered steps below (docs/install.md#offline-a-wheelhouse). Uses the
+# network; the result is a plain folder to copy.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 REQ=$ROOT/requirements
@@ -70,10 +67,21 @@ if [[ $OVERLAY == 1 ]]; then
   exit 0
 fi
 
-# 1. resolve for the target, without installing anything
-report=$(mktemp)
-trap 'rm -f "$report"' EXIT
-resolve=("${PIP[@]}" install --dry-run --ignore-installed --quiet --report "$report" -c "$REQ/constraints.txt")
+# 1. resolve for the target, without installing anything. pip sees itself and, with
+# --no-torch, this environment's torch stack (metadata) as installed: else it downloads
+# ~3 GB of CUDA wheels to read their requirements. (A cross-target resolve ignores them.)
+STACK='^(torch|torchvision|torchaudio|triton|nvidia-.*|cuda-.*)$'
+report=$(mktemp) view=$(mktemp -d)
+trap 'rm -rf "$report" "$view"' EXIT
+"$PY" - "$view" "$NO_TORCH" "$STACK" <<'EOF'
+import importlib.metadata as m, os, re, sys, pip
+view, no_torch, stack = sys.argv[1], sys.argv[2] == '1', sys.argv[3]
+os.symlink(os.path.dirname(pip.__file__), f'{view}/pip')
+for d in m.distributions() if no_torch else ():
+    if re.match(stack, d.metadata['Name'].lower().replace('_', '-')):
+        os.symlink(d._path, f'{view}/{d._path.name}')
+EOF
+resolve=(env -C "$view" PYTHONPATH="$view" "$PY" -S -m pip --disable-pip-version-check install --dry-run --quiet --report "$report" -c "$REQ/constraints.txt")
 if [[ $CROSS == 1 ]]; then
   resolve+=(--only-binary :all: --target "$(mktemp -d)" "${TARGET[@]}")
 fi
@@ -81,15 +89,12 @@ log "resolving the $PROFILE profile${PYVER:+ for Python $PYVER}${PLATFORMS:+ on 
 "${resolve[@]}" "${reqs[@]}" || die "pip could not resolve the $PROFILE profile for this target (see above)"
 
 # 2. the resolved list, minus torch and its CUDA stack with --no-torch
-mapfile -t pins < <("$PY" - "$report" "$NO_TORCH" <<'EOF'
+mapfile -t pins < <("$PY" - "$report" "$NO_TORCH" "$STACK" <<'EOF'
 import json, re, sys
-report, no_torch = json.load(open(sys.argv[1])), sys.argv[2] == '1'
-torch_stack = re.compile(r'^(torch|torchvision|torchaudio|triton|nvidia-.*|cuda-.*)$')
-for item in report['install']:
-    name, version = item['metadata']['name'], item['metadata']['version']
-    if no_torch and torch_stack.match(name.lower().replace('_', '-')):
-        continue
-    print(f'{name}=={version}')
+for i in json.load(open(sys.argv[1]))['install']:
+    name, version = i['metadata']['name'], i['metadata']['version']
+    if sys.argv[2] != '1' or not re.match(sys.argv[3], name.lower().replace('_', '-')):
+        print(f'{name}=={version}')
 EOF
 )
 log "${#pins[@]} distributions"
@@ -97,8 +102,7 @@ log "${#pins[@]} distributions"
 # 3. download them (wheels; a source-only pure-Python package is built into a wheel)
 get=("${PIP[@]}" download --quiet --no-deps -d "$OUT")
 if [[ $CROSS == 1 ]]; then get+=(--only-binary :all: "${TARGET[@]}"); fi
-# one pip for all of them (a pip start costs ~1 s); where a pin has no wheel on
-# the index, one per pin finds which
+# one pip for all (a start costs ~1 s); where a pin has no wheel, one per pin finds which
 missing=()
 if ! "${get[@]}" --only-binary :all: "${pins[@]}" 2>/dev/null; then
   for pin in "${pins[@]}"; do

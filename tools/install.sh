@@ -188,8 +188,8 @@ EOF
 fi
 
 # ---------------------------------------------------------------- torch
-if "$PY" -c "import torch, torchvision" 2>/dev/null; then
-  log "keeping installed $("$PY" -c 'import torch, torchvision; print("torch", torch.__version__, "torchvision", torchvision.__version__)')"
+if have=$("$PY" -c 'import torch, torchvision as v; print("torch", torch.__version__, "torchvision", v.__version__)' 2>/dev/null); then
+  log "keeping installed $have"
 else
   log "installing $TORCH_SPEC"
   # shellcheck disable=SC2086
