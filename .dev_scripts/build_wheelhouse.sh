@@ -41,13 +41,11 @@ case $PROFILE in pretrain|full) ;; *) die "--profile must be pretrain or full, n
 VENV_PY=${HPM_VENV:-$ROOT/.venv}/bin/python
 PY=$( [[ -x $VENV_PY ]] && echo "$VENV_PY" || command -v python3 )
 PIP=("$PY" -m pip --disable-pip-version-check)
-mkdir -p "$OUT"
-OUT=$(cd "$OUT" && pwd)
+OUT=$(mkdir -p "$OUT" && cd "$OUT" && pwd)
 TARGET=()
 [[ -n $PYVER ]] && TARGET+=(--python-version "$PYVER")
 for p in "${PLATFORMS[@]}"; do TARGET+=(--platform "$p"); done
-CROSS=0
-[[ ${#TARGET[@]} -gt 0 ]] && CROSS=1
+CROSS=$(( ${#TARGET[@]} > 0 ))
 
 reqs=(mmengine mmpretrain mmcv-lite "setuptools>=77.0.3" -r "$REQ/runtime.txt")
 if [[ $PROFILE == full ]]; then  # serves both profiles; mmcv itself: --with-mmcv
@@ -73,13 +71,15 @@ fi
 STACK='^(torch|torchvision|torchaudio|triton|nvidia-.*|cuda-.*)$'
 report=$(mktemp) view=$(mktemp -d)
 trap 'rm -rf "$report" "$view"' EXIT
-"$PY" - "$view" "$NO_TORCH" "$STACK" <<'EOF'
+"$PY" - "$view" "$NO_TORCH" "$STACK" <<'EOF' || die "could not list this environment's pip and torch stack (see above)"
 import importlib.metadata as m, os, re, sys, pip
 view, no_torch, stack = sys.argv[1], sys.argv[2] == '1', sys.argv[3]
 os.symlink(os.path.dirname(pip.__file__), f'{view}/pip')
+seen = set()  # the first of a name on sys.path, as an import finds it
 for d in m.distributions() if no_torch else ():
-    if re.match(stack, d.metadata['Name'].lower().replace('_', '-')):
-        os.symlink(d._path, f'{view}/{d._path.name}')
+    name = (d.metadata['Name'] or '').lower().replace('_', '-')
+    if re.match(stack, name) and name not in seen:
+        seen.add(name), os.symlink(d._path, f'{view}/{d._path.name}')
 EOF
 resolve=(env -C "$view" PYTHONPATH="$view" "$PY" -S -m pip --disable-pip-version-check install --dry-run --quiet --report "$report" -c "$REQ/constraints.txt")
 if [[ $CROSS == 1 ]]; then
