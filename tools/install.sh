@@ -188,8 +188,8 @@ EOF
 fi
 
 # ---------------------------------------------------------------- torch
-if have=$("$PY" -c 'import torch, torchvision as v; print("torch", torch.__version__, "torchvision", v.__version__)' 2>/dev/null); then
-  log "keeping installed $have"
+if torch_found=$("$PY" -c 'import torch, torchvision as v; print("torch", torch.__version__, "torchvision", v.__version__)' 2>/dev/null); then
+  log "keeping installed $torch_found"
 else
   log "installing $TORCH_SPEC"
   # shellcheck disable=SC2086

@@ -237,25 +237,11 @@ def test_wheelhouse_then_offline_install_both_profiles(tmp_path):
     assert not re.search(r'Downloading (torch|nvidia|triton)',
                          pip_log.read_text())
 
-    # a new environment whose torch comes from this one (overlay)
+    # a new environment that sees the machine's own big packages (as a GPU
+    # image has them): the profiles install the OpenMMLab stack and the rest
+    # from the wheelhouse
+    py = _new_venv(tmp_path, OWN)
     venv = tmp_path / 'venv'
-    subprocess.run([
-        getattr(sys, '_base_executable', sys.executable), '-m', 'venv',
-        str(venv)
-    ],
-                   check=True)
-    site = subprocess.run([
-        str(venv / 'bin' / 'python'), '-c',
-        'import sysconfig; print(sysconfig.get_paths()["purelib"])'
-    ],
-                          check=True,
-                          capture_output=True,
-                          text=True).stdout.strip()
-    # the machine's own big packages (as a GPU image has them): the
-    # profiles install the OpenMMLab stack and the rest from the wheelhouse
-    _torch_overlay(str(tmp_path / 'torch_overlay'), OWN)
-    with open(osp.join(site, 'torch_overlay.pth'), 'w') as f:
-        f.write(str(tmp_path / 'torch_overlay') + '\n')
 
     offline = {
         k: v
@@ -273,7 +259,6 @@ def test_wheelhouse_then_offline_install_both_profiles(tmp_path):
         http_proxy='http://127.0.0.1:9',
         HTTPS_PROXY='http://127.0.0.1:9',
         HTTP_PROXY='http://127.0.0.1:9')
-    py = str(venv / 'bin' / 'python')
 
     pre = _run(['bash', 'tools/install.sh', 'pretrain'], offline)
     assert pre.returncode == 0, pre.stdout[-3000:] + pre.stderr[-3000:]
