@@ -1,13 +1,5 @@
-"""HPM's and MAE's training step side by side in one run, on a CPU or a GPU.
-
-    python .dev_scripts/bench_step.py [--arch t s b l mini toy] [--batch 8]
-        [--precision fp32 bf16 fp16] [--optimizer default fused foreach]
-        [--rows mae hpm fast ...] [--compile [reduce-overhead]]
-        [--compile-backend eager]
-        [--sdpa default flash efficient cudnn math] [--sections] [--count-ops]
-        [--load-bench DIR] [--iters 5] [--warmup 1] [--img-size 224]
-        [--budget S] [--device cpu|cuda] [--out FILE.json]
-    python .dev_scripts/bench_step.py --report FILE.json ...
+"""HPM's and MAE's training step side by side in one run, on a CPU or a GPU
+(``--help``: the options; ``--report FILE.json ...`` prints saved rows).
 
 A row: one model's own ``train_step`` (mmpretrain's MAE, hpm_mm's HPM at
 alpha 0.5, :data:`SETTINGS`) on random images, after what a run's hooks
@@ -320,12 +312,10 @@ def trainer(cfg, device, precision=None, optimizer='default', compile_=None):
     optim = optim_wrapper(model, precision, optimizer, device)
     compiled, options = [], compile_ if isinstance(compile_, dict) else {}
     if isinstance(compile_, dict):  # ({}: torch.compile's defaults)
-        if hasattr(model, 'compile_parts'):
-            compiled = model.compile_parts(**options)
-        else:
-            model.backbone.compile(**options)
-            model.neck.compile(**options)
-            compiled = ['backbone', 'neck']
+        from hpm_mm.models.selfsup.base import HPMBase
+        if not isinstance(model, HPMBase):  # mmpretrain's MAE: its parts
+            model.teacher = None  # compiled as HPM's are (block by block)
+        compiled = HPMBase.compile_parts(model, **options)
     graphs = options.get('mode') in ('reduce-overhead', 'max-autotune')
 
     def step(data):
@@ -364,7 +354,8 @@ def _measure(cfg, x, iters, precision, breakdown, warmup, ops, optimizer,
         with HostSyncCounter(device=x.device if cuda else None) as counter:
             step(data)
         out['syncs'], out['sync_ops'] = counter.count, dict(counter.ops)
-    if ops_count:
+    if ops_count and not isinstance(compile_, dict):  # (a dispatch mode
+        # runs compiled code eager: a compiled row would count eager ops)
         out['ops_per_step'], out['top_ops'] = count_ops(model, optim, data)
     if breakdown:
         undo = sections(model, timer)

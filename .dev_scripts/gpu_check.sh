@@ -40,9 +40,18 @@ fi
 DEADLINE=$(( $(date +%s) + ${HPM_GPU_DEADLINE:-520} ))
 left() { echo $(( DEADLINE - $(date +%s) )); }
 TINY=${HPM_GPU_TINY:-0}
-# part SECONDS CMD...: on the card, CMD under its share of the deadline; the dry run
-# (HPM_GPU_TINY=1) runs every part whole, so that no verdict depends on the machine's pace
-part() { local s=$1; shift; if [[ $TINY == 1 ]]; then "$@"; else timeout "$s" "$@"; fi; }
+# part SECONDS JSON CMD...: on the card, CMD under its share of the deadline; a part it
+# cuts says so in all.log, in JSON ('-': none) and in CUT. The dry run (HPM_GPU_TINY=1)
+# runs every part whole, so that no verdict depends on the machine's pace
+part() {
+  local s=$1 json=$2; shift 2; CUT=
+  [[ $TINY == 1 ]] && { "$@"; return; }
+  timeout "$s" "$@" || { local rc=$?; (( rc == 124 )) || return $rc
+    CUT="after $s s, its share of the deadline"; log "cut $CUT"
+    [[ $json == - ]] || note "$json" cut "\"$CUT\""; }
+}
+# note FILE KEY JSON: FILE's KEY set to JSON (FILE made where absent)
+note() { "$PY" -S -c 'import json, os, sys; o = sys.argv[1]; d = json.load(open(o)) if os.path.exists(o) else {}; d[sys.argv[2]] = json.loads(sys.argv[3]); json.dump(d, open(o, "w"), indent=1)' "$@"; }
 budget() { [[ $TINY == 1 ]] || echo --budget "$1"; }
 exec > >(tee "$OUT/all.log") 2>&1
 B=(.dev_scripts/bench_step.py --count-ops)
@@ -64,7 +73,7 @@ else
   PACE_B=(--arch b --batch 256 64 --precision bf16)
   SDPA=(--arch b --batch 256 --precision bf16 --rows mae --sdpa flash efficient cudnn math)
   GRAPHS=(--arch b --batch 64 --precision bf16 --rows mae hpm fast)
-  COMPILE=(--arch b --batch 256 --precision bf16 --rows mae hpm fast)
+  COMPILE=(--arch b --batch 256 --precision bf16 --rows hpm fast mae)
   DECODE=(--images 300 --workers 4 8 --passes 1 --data "$JPEGS"
           --step mae fast --step-batch 256 --step-workers 8)
   LOADER=(--workers 1 4)
@@ -83,12 +92,12 @@ fi
 main_job() {  # NAME [options]: the main job on CUDA into main_job.json (key NAME after the
   local name=$1 start=$(date +%s); shift  # first): its knn.json, precision.json, wall time,
   rm -rf "work_dirs/gpu_$name"           # and from its logged scalars train_s and data_share
-  part $(( $(left) / 5 )) "$PY" tools/train.py configs/hpm/fast/hpm-fast_vit-mini-p4_1xb256-coslr-10e_fmnist.py \
+  part $(( $(left) / 5 )) - "$PY" tools/train.py configs/hpm/fast/hpm-fast_vit-mini-p4_1xb256-coslr-10e_fmnist.py \
     --work-dir "work_dirs/gpu_$name" --quiet --amp "${MAIN_OPTS[@]}" "$@"
-  "$PY" -S - "work_dirs/gpu_$name" "$(( $(date +%s) - start ))" "$OUT/main_job.json" "$name" <<'EOF'
+  "$PY" -S - "work_dirs/gpu_$name" "$(( $(date +%s) - start ))" "$OUT/main_job.json" "$name" "$CUT" <<'EOF'
 import glob, json, os.path as osp, statistics, sys
-work, seconds, out, name = sys.argv[1:]
-record = dict(seconds=int(seconds), work_dir=work)
+work, seconds, out, name, cut = sys.argv[1:]
+record = dict(seconds=int(seconds), work_dir=work, **(dict(cut=cut) if cut else {}))
 for part in ('knn', 'precision'):
     try:
         with open(osp.join(work, f'{part}.json')) as f:
@@ -110,7 +119,7 @@ EOF
 if half eager "$2"; then
   log "CUDA tests ($(left) s left)"
   if [[ -n $GPU ]]; then
-    part $(( $(left) / 3 )) "$PY" -m pytest -q -p no:cacheprovider -m cuda tests/test_models tests/test_engine \
+    part $(( $(left) / 3 )) - "$PY" -m pytest -q -p no:cacheprovider -m cuda tests/test_models tests/test_engine \
       tests/test_evaluation tests/test_datasets --junitxml "$OUT/cuda_tests.xml"
   else  # (every case would skip: not worth a pytest start)
     printf '<testsuites><testsuite name="cuda" tests="0" skipped="1"><properties><property name="skipped" value="%s"/></properties></testsuite></testsuites>\n' \
@@ -118,7 +127,7 @@ if half eager "$2"; then
     log "CUDA tests skipped: no CUDA device"
   fi
   log "main job's loader, ${LOADER[*]} ($(left) s left)"
-  part 60 "$PY" .dev_scripts/pipeline_bench.py "${LOADER[@]}" \
+  part 60 - "$PY" .dev_scripts/pipeline_bench.py "${LOADER[@]}" \
     --own-loader configs/hpm/fast/hpm-fast_vit-mini-p4_1xb256-coslr-10e_fmnist.py
   log "main job on CUDA, 4 workers ($(left) s left)"
   main_job main_job
@@ -129,25 +138,24 @@ if half eager "$2"; then
   "$PY" "${B[@]}" "${SIZE[@]}" "${SDPA[@]}" --optimizer fused \
     $(budget $(( $(left) * 15 / 100 ))) --out "$OUT/pace_sdpa.json"
   log "JPEG decoding on the GPU ($(left) s left)"
-  part $(( $(left) / 4 )) "$PY" .dev_scripts/pipeline_bench.py "${DECODE[@]}" --device-decode \
-    --out "$OUT/decode.json"
+  part $(( $(left) / 4 )) "$OUT/decode.json" "$PY" .dev_scripts/pipeline_bench.py "${DECODE[@]}" \
+    --device-decode --out "$OUT/decode.json"
 fi
-if half compiled "$2"; then
+if half compiled "$2"; then  # the compiled rows first: compiling is most of a part's time
+  log "compile ($(left) s left)"
+  part $(( $(left) * 2 / 3 )) "$OUT/pace_compile.json" "$PY" "${B[@]}" "${SIZE[@]}" "${COMPILE[@]}" \
+    --optimizer fused --compile $(budget $(( $(left) / 3 ))) --out "$OUT/pace_compile.json"
   if [[ -n $GPU ]]; then
     log "main job with CUDA graphs ($(left) s left)"
     main_job main_job_graphs --cfg-options compile.mode=reduce-overhead
     log "CUDA graphs ($(left) s left)"
-    part $(( $(left) / 2 )) "$PY" "${B[@]}" "${SIZE[@]}" "${GRAPHS[@]}" --optimizer fused --compile reduce-overhead \
-      $(budget $(( $(left) / 3 ))) --out "$OUT/pace_graphs.json"
+    part $(( $(left) - 10 )) "$OUT/pace_graphs.json" "$PY" "${B[@]}" "${SIZE[@]}" "${GRAPHS[@]}" \
+      --optimizer fused --compile reduce-overhead $(budget $(( $(left) / 2 ))) --out "$OUT/pace_graphs.json"
   else  # CUDA graphs replay on a GPU only (the CPU fallback: tests/test_engine/test_runner.py)
     why='{"skipped": "CUDA graphs need a CUDA device"}'
-    "$PY" -S -c 'import json, os, sys; o = sys.argv[1]; d = json.load(open(o)) if os.path.exists(o) else {}; d["main_job_graphs"] = json.loads(sys.argv[2]); json.dump(d, open(o, "w"), indent=1)' \
-      "$OUT/main_job.json" "$why"
+    note "$OUT/main_job.json" main_job_graphs "$why"
     echo "$why" > "$OUT/pace_graphs.json"
     log "main job and rows with CUDA graphs skipped: no CUDA device"
   fi
-  log "compile ($(left) s left)"
-  part $(( $(left) - 10 )) "$PY" "${B[@]}" "${SIZE[@]}" "${COMPILE[@]}" --optimizer fused --compile \
-    $(budget $(( $(left) / 2 ))) --out "$OUT/pace_compile.json"
 fi
 log "done ($(left) s left)"
