@@ -23,9 +23,7 @@ def _step(node: Any, part: str) -> Any:
     if isinstance(node, (list, tuple)) and part.isdigit() and \
             int(part) < len(node):
         return node[int(part)]
-    if isinstance(node, dict) and part in node:
-        return node[part]
-    return _MISSING
+    return node[part] if isinstance(node, dict) and part in node else _MISSING
 
 
 def _lookup(cfg: Any, key: str) -> Any:

@@ -71,9 +71,7 @@ def pool_features(feats,
         raise ValueError("feature='cls' needs token outputs (B, L, D) "
                          "(out_type='raw'), got a tensor of shape "
                          f'{tuple(feats.shape)}.')
-    if feats.dim() == 4:
-        return feats.mean(dim=(2, 3))
-    return feats
+    return feats.mean(dim=(2, 3)) if feats.dim() == 4 else feats
 
 
 def block_output(model, layer: Optional[int]):
