@@ -272,7 +272,7 @@ def test_compile_key_compiles_the_parts_and_keeps_the_losses(tmp_path):
     """mmengine's ``compile=True`` on an HPM config: the student's encoder
     and neck and the teacher's encoder run through torch.compile, block by
     block (the optimizer wrapper and teacher update stay eager), and the run
-    logs the losses of the eager run, step by step, each part one graph (no
+    logs the losses of the eager run, step by step, each block one graph (no
     graph break: mmpretrain's drop-path rates are numpy scalars, which dynamo
     traces as arrays); CUDA graphs (``mode='reduce-overhead'``) on a CPU:
     the default mode, said in a line."""

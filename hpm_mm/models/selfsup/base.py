@@ -169,7 +169,7 @@ class HPMBase(BaseSelfSupervisor):
         encoder and neck, the head's losses, the teacher's encoder and
         predictor. Block by block where a part repeats blocks (an
         ``nn.ModuleList``): one block's code compiles once for all its
-        copies, about a third of the whole part's compile time (docs/speed.md).
+        copies, in less than half the whole part's time (docs/speed.md).
         The teacher update, the mask and the optimizer step stay eager
         (host-side state a graph would recompile for). Returns the parts
         compiled."""
