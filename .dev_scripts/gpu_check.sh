@@ -92,7 +92,7 @@ fi
 main_job() {  # NAME [options]: the main job on CUDA into main_job.json (key NAME after the
   local name=$1 start=$(date +%s); shift  # first): its knn.json, precision.json, wall time,
   rm -rf "work_dirs/gpu_$name"           # and from its logged scalars train_s and data_share
-  part $(( $(left) / 5 )) - "$PY" tools/train.py configs/hpm/fast/hpm-fast_vit-mini-p4_1xb256-coslr-10e_fmnist.py \
+  part $(( $(left) / ${SHARE:-5} )) - "$PY" tools/train.py configs/hpm/fast/hpm-fast_vit-mini-p4_1xb256-coslr-10e_fmnist.py \
     --work-dir "work_dirs/gpu_$name" --quiet --amp "${MAIN_OPTS[@]}" "$@"
   "$PY" -S - "work_dirs/gpu_$name" "$(( $(date +%s) - start ))" "$OUT/main_job.json" "$name" "$CUT" <<'EOF'
 import glob, json, os.path as osp, statistics, sys
@@ -143,11 +143,11 @@ if half eager "$2"; then
 fi
 if half compiled "$2"; then  # the compiled rows first: compiling is most of a part's time
   log "compile ($(left) s left)"
-  part $(( $(left) * 2 / 3 )) "$OUT/pace_compile.json" "$PY" "${B[@]}" "${SIZE[@]}" "${COMPILE[@]}" \
-    --optimizer fused --compile $(budget $(( $(left) / 3 ))) --out "$OUT/pace_compile.json"
+  part $(( $(left) / 2 )) "$OUT/pace_compile.json" "$PY" "${B[@]}" "${SIZE[@]}" "${COMPILE[@]}" \
+    --optimizer fused --compile $(budget $(( $(left) / 4 ))) --out "$OUT/pace_compile.json"
   if [[ -n $GPU ]]; then
     log "main job with CUDA graphs ($(left) s left)"
-    main_job main_job_graphs --cfg-options compile.mode=reduce-overhead
+    SHARE=2 main_job main_job_graphs --cfg-options compile.mode=reduce-overhead  # half: it compiles
     log "CUDA graphs ($(left) s left)"
     part $(( $(left) - 10 )) "$OUT/pace_graphs.json" "$PY" "${B[@]}" "${SIZE[@]}" "${GRAPHS[@]}" \
       --optimizer fused --compile reduce-overhead $(budget $(( $(left) / 2 ))) --out "$OUT/pace_graphs.json"
