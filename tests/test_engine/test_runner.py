@@ -284,6 +284,25 @@ def test_compile_key_compiles_the_parts_and_keeps_the_losses(tmp_path):
         in runs['reduce-overhead'][1]
 
 
+def test_the_compiled_blocks_are_the_innermost_repeated_ones():
+    """compile_parts' regions: a ViT's layers; a Swin's blocks, not the
+    stages that hold them; nothing in a part without a list (compiled
+    whole)."""
+    from mmpretrain.models import SwinTransformer, VisionTransformer
+
+    from hpm_mm.models.selfsup.base import _blocks
+    vit = VisionTransformer(
+        arch=dict(
+            embed_dims=16, num_layers=3, num_heads=2, feedforward_channels=32))
+    assert _blocks(vit) == list(vit.layers)
+    swin = SwinTransformer(
+        arch=dict(embed_dims=16, depths=[2, 1], num_heads=[2, 2]),
+        img_size=32,
+        out_indices=(1, ))
+    assert _blocks(swin) == [b for s in swin.stages for b in s.blocks]
+    assert _blocks(torch.nn.Sequential(torch.nn.Linear(2, 2))) == []
+
+
 @pytest.mark.cuda
 @NEEDS_CUDA
 def test_cuda_graphs_keep_the_losses(tmp_path):
