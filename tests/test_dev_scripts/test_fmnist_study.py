@@ -61,15 +61,22 @@ def test_a_run_is_its_variant_scaled_to_its_length(study):
 
 
 def test_a_run_out_of_time_stops_at_an_epoch_and_the_same_command_continues(
-        study, tmp_path):
+        study, tmp_path, monkeypatch):
     """Trained in this process through hpm_mm.apis.train: with too few
     minutes the TimeLimitHook ends it after epoch 1 of 2 (checkpoint
     written, exit 3); the same command resumes it to the end, and the
-    record keeps both attempts."""
+    record keeps both attempts. The hook's clock gains an hour a reading,
+    so the first run is out of time on any machine."""
+    from types import SimpleNamespace
+
+    from hpm_mm.engine.hooks import time_limit_hook
+    hours = iter(range(0, 10**6, 3600))
+    monkeypatch.setattr(time_limit_hook, 'time',
+                        SimpleNamespace(time=lambda: next(hours)))
     with pytest.raises(SystemExit) as stop:
         study.pretrain.main([
             'mae', '--seed', '0', '--epochs', '2', '--images', '256',
-            '--minutes', '0.001'
+            '--minutes', '60'
         ])
     assert stop.value.code == study.pretrain.STOPPED
     work = tmp_path / 'work' / 'mae_2e_0k_seed0'

@@ -90,7 +90,7 @@ def test_a_finished_run_frees_its_work_dir_while_its_workers_live(tmp_path):
     import time
     lock = own_work_dir(str(tmp_path))
     ctx = multiprocessing.get_context('fork')
-    worker = ctx.Process(target=time.sleep, args=(30, ))
+    worker = ctx.Process(target=time.sleep, args=(3600, ))
     worker.start()  # holds a copy of the lock's file descriptor
     try:
         release_work_dir(lock)

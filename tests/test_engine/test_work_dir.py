@@ -25,7 +25,7 @@ def start(cfg, work):
         env=dict(os.environ, PYTHONUNBUFFERED='1'))
 
 
-def wait_for_lock(proc, work, timeout=120):
+def wait_for_lock(proc, work, timeout=600):  # the bound: a hang
     lock = work / LOCK_NAME
     end = time.time() + timeout
     while time.time() < end:
@@ -38,7 +38,7 @@ def wait_for_lock(proc, work, timeout=120):
 
 def test_a_second_run_refuses_and_a_killed_one_frees_the_dir(tmp_path):
     cfg = tiny_config(
-        tmp_path, num_images=64, body='train_cfg = dict(max_epochs=50)')
+        tmp_path, num_images=64, body='train_cfg = dict(max_epochs=10**6)')
     work = tmp_path / 'work'
     a = start(cfg, work)
     try:
@@ -72,10 +72,10 @@ def test_a_killed_runs_forked_workers_do_not_keep_the_dir(tmp_path):
               f'handle = own_work_dir({work!r})\n'
               'child = os.fork()\n'
               'if child == 0:\n'
-              '    time.sleep(60)  # a persistent data worker\n'
+              '    time.sleep(3600)  # a persistent data worker\n'
               '    os._exit(0)\n'
               'print(child, flush=True)\n'
-              'time.sleep(60)\n')
+              'time.sleep(3600)\n')
     proc = subprocess.Popen([sys.executable, '-c', script],
                             stdout=subprocess.PIPE,
                             text=True)

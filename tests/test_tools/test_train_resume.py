@@ -2,6 +2,7 @@
 hpm_mm.apis.train (tools/train.py's)."""
 import glob
 import json
+import os
 import os.path as osp
 import re
 import subprocess
@@ -450,28 +451,67 @@ def test_resume_finds_the_newest_complete_checkpoint(tmp_path):
     assert 'will not train from scratch over them' in str(refused.value)
 
 
-def test_kill_9_during_training_then_resume(tmp_path):
+# one iteration into epoch 2 the run says so in a file and waits to be
+# killed (once: a run that finds the file goes on): the kill lands there on
+# any machine, however fast or slow
+HOLD_HOOK = '''
+import os
+import time
+from mmengine.hooks import Hook
+from mmengine.registry import HOOKS
+
+
+@HOOKS.register_module()
+class HoldInEpoch2(Hook):
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def after_train_iter(self, runner, batch_idx, data_batch=None,
+                         outputs=None):
+        if runner.epoch == 1 and not os.path.exists(self.marker):
+            open(self.marker, 'w').close()
+            time.sleep(3600)
+'''
+
+
+def test_kill_9_during_training_then_resume(tmp_path, monkeypatch):
     """SIGKILL while epoch 2 trains: --resume continues from epoch 1 with its
     step counts, and the run completes."""
     import signal
     import time
+    (tmp_path / 'hold_in_epoch_2.py').write_text(HOLD_HOOK)
+    marker = tmp_path / 'in_epoch_2'
+    hooks = ("custom_imports = dict(imports=['hpm_mm', 'hold_in_epoch_2'], "
+             'allow_failed_imports=False)\n'
+             "custom_hooks = [dict(type='HPMScheduleHook'), "
+             f"dict(type='HoldInEpoch2', marker={str(marker)!r})]")
     cfg = tiny_config(
-        tmp_path, FMNIST_CFG, TINY_RUN.format(keep=2, epochs=3), num_images=64)
+        tmp_path,
+        FMNIST_CFG,
+        TINY_RUN.format(keep=2, epochs=3),
+        num_images=64,
+        hooks=hooks)
     work = tmp_path / 'work'
     proc = subprocess.Popen(  # a process: the kill is the point
         [sys.executable, 'tools/train.py', cfg, '--work-dir',
          str(work)],
         cwd=REPO,
+        env=dict(os.environ, PYTHONPATH=str(tmp_path)),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL)
-    deadline = time.time() + 300
-    while not (work / 'epoch_1.pth').exists() and time.time() < deadline:
+    deadline = time.time() + 600  # the bound only catches a hang
+    while not marker.exists():
+        assert proc.poll() is None and time.time() < deadline, \
+            'the run never reached epoch 2'
         time.sleep(0.2)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     assert proc.returncode == -signal.SIGKILL
-    assert not (work / 'epoch_3.pth').exists()
-    assert 'resumed epoch: ' in train(cfg, work, resume=True)
+    assert (work / 'epoch_1.pth').exists()
+    assert not (work / 'epoch_2.pth').exists()
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert 'resumed epoch: 1, iter: 16' in train(cfg, work, resume=True)
     ckpt = torch.load(work / 'epoch_3.pth', map_location='cpu')
     assert ckpt['meta']['epoch'] == 3 and ckpt['meta']['iter'] == 48
 
