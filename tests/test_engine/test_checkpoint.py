@@ -484,12 +484,16 @@ def test_the_load_check_is_not_fooled_by_a_restored_mtime(
 def server():
     """A server of one checkpoint whose response headers the test sets:
     ``(url, state)``; ``state['body']`` is served with ``state['headers']``
-    (HEAD and GET), ``state['gets']`` counts the downloads."""
+    (HEAD and GET), ``state['gets']`` counts the downloads; its clock
+    (the ``Date`` header) reads ``state['date']`` where the test sets it."""
     import http.server
     import threading
     state = dict(body=b'', headers={}, gets=0)
 
     class Handler(http.server.BaseHTTPRequestHandler):
+
+        def date_time_string(self, timestamp=None):
+            return state.get('date') or super().date_time_string(timestamp)
 
         def _head(self):
             self.send_response(200)
@@ -544,8 +548,6 @@ def test_a_url_copy_is_reused_only_when_the_server_proves_it_unchanged(
 
     from hpm_mm.engine.download import download_checkpoint
     url, state = server
-    import email.utils
-    email_date = email.utils.formatdate(usegmt=True)
     headers = {
         'size only': {
             'Content-Length': _length
@@ -555,9 +557,8 @@ def test_a_url_copy_is_reused_only_when_the_server_proves_it_unchanged(
             'ETag': 'W/"abc"',
             'Content-Length': _length
         },
-        'same second': {
-            'Last-Modified': email_date,
-            'Date': email_date,
+        'same second': {  # the server's clock stands still at OLD_DATE
+            'Last-Modified': OLD_DATE,
             'Content-Length': _length
         },
         'new etag': {
@@ -574,6 +575,8 @@ def test_a_url_copy_is_reused_only_when_the_server_proves_it_unchanged(
         },
     }[case]
     state.update(body=_ckpt_bytes(tmp_path, 1), headers=headers)
+    if case == 'same second':
+        state['date'] = OLD_DATE
     cache = str(tmp_path / 'cache')
     path = download_checkpoint(url, cache)
     assert torch.load(path)['w'][0] == 1 and state['gets'] == 1
