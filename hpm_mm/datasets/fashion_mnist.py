@@ -47,7 +47,8 @@ SHA256 = {
     't10k-labels-idx1-ubyte':
     '0402a96d92fd2663957122ceb108a494c5af83dab82d92729df917d7dec38c34',
 }
-#: (path, size, mtime) of the files found to be the release's, this process
+#: (path, inode, size, mtime, ctime) of the files found to be the release's,
+#: this process: a rewrite changes the ctime, which no ``os.utime`` restores
 _RELEASE_CHECKED = set()
 
 
@@ -65,7 +66,8 @@ def release_problem(path: str, name: str, size_only: bool = False):
         return None if size_only else (
             f'{stat.st_size} bytes instead of {FILES[name]} (truncated or '
             'altered)')
-    key = (osp.realpath(path), stat.st_size, stat.st_mtime_ns)
+    key = (osp.realpath(path), stat.st_ino, stat.st_size, stat.st_mtime_ns,
+           stat.st_ctime_ns)
     if key in _RELEASE_CHECKED:
         return None
     digest = hashlib.sha256()
@@ -136,11 +138,10 @@ class FashionMNISTSplit(FashionMNIST):
     def load_data_list(self):
         root = self.data_prefix['root']
         if '://' not in root and not self._check_exists():
-            where = osp.abspath(root)
             raise FileNotFoundError(
-                f'Fashion-MNIST is not in {where} (a relative data_root: the '
-                f'working directory {os.getcwd()}, then in the checkout '
-                f'{REPO}). Fix: python {REPO}/tools/'
+                f'Fashion-MNIST is not in {osp.abspath(root)} (a relative '
+                f'data_root: the working directory {os.getcwd()}, then in '
+                f'the checkout {REPO}). Fix: python {REPO}/tools/'
                 'dataset_converters/prepare_fashion_mnist.py --out '
                 f'{osp.join(REPO, "data", "fashion_mnist")}, or data_root='
                 'the folder of the idx files.')

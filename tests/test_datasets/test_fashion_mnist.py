@@ -105,8 +105,10 @@ def test_prepare_checks_every_file_and_prepares_a_bad_one_again(tmp_path):
 def test_an_altered_release_file_is_refused_on_every_path(tmp_path):
     """A file of the release's size whose SHA-256 is not the release's (an
     altered byte) is refused by the dataset itself, so tools/train.py and
-    the apis check it too (only install.sh and main_job.sh did); a smaller
-    idx file of the same name is a set of one's own."""
+    the apis check it too (only install.sh and main_job.sh did), also with
+    its mtime put back; a smaller idx file of the same name is a set of
+    one's own."""
+    import os
     import shutil
 
     import pytest
@@ -127,7 +129,9 @@ def test_an_altered_release_file_is_refused_on_every_path(tmp_path):
     labels = root / 't10k-labels-idx1-ubyte'
     data = bytearray(labels.read_bytes())
     data[50] = (data[50] + 1) % 10  # another class, same size
-    labels.write_bytes(bytes(data))
+    before = os.stat(labels)
+    labels.write_bytes(bytes(data))  # its mtime put back: checked again
+    os.utime(labels, ns=(before.st_atime_ns, before.st_mtime_ns))
     with pytest.raises(HPMError) as e:
         FashionMNISTSplit(data_root=str(root), split='test')
     msg = str(e.value)
