@@ -71,12 +71,7 @@ strategy = dict(type='FSDPStrategy', state_dict_cfg='full',
 '''
 
 
-def _two_processes(tmp_path,
-                   name,
-                   body,
-                   port,
-                   base=FMNIST_CFG,
-                   transform=RESIZE):
+def _two_processes(tmp_path, name, body, base=FMNIST_CFG, transform=RESIZE):
     cfg = tiny_config(
         tmp_path / name,
         base,
@@ -86,19 +81,29 @@ def _two_processes(tmp_path,
         batch_size=2,
         shuffle=False,
         hooks=HOOKS)
-    _dist_train(cfg, tmp_path / name, port, _nan_env(tmp_path))
+    _dist_train(cfg, tmp_path / name, _nan_env(tmp_path))
     return torch.load(
         sorted((tmp_path / name).glob('iter_*.pth'))[-1],
         map_location='cpu')['state_dict']
 
 
-def _dist_train(cfg, work, port, env, *args):
+def _free_port() -> str:
+    """A port nothing listens on now: a fixed one that another run on the
+    machine holds would make torchrun fail (or a test wait for a state)."""
+    import socket
+    with socket.socket() as s:
+        s.bind(('127.0.0.1', 0))
+        return str(s.getsockname()[1])
+
+
+def _dist_train(cfg, work, env, *args):
     """``tools/dist_train.sh cfg 2 --work-dir work *args`` on CPU (gloo,
-    one thread per process), ``env`` added; it must succeed."""
+    one thread per process, a free port), ``env`` added; it must
+    succeed."""
     env = dict(
         os.environ,
         PYTHON=sys.executable,
-        PORT=str(port),
+        PORT=_free_port(),
         OMP_NUM_THREADS='1',
         **env)
     proc = subprocess.run([
@@ -171,8 +176,7 @@ def test_two_processes_equal_one(tmp_path, warm):
         sa['backbone.layers.0.attn.qkv.weight'],
         sa['teacher.module.backbone.layers.0.attn.qkv.'
            'weight'])
-    _assert_equal_weights(sa, _two_processes(tmp_path, 'ddp', BODY, 29533),
-                          'ddp')
+    _assert_equal_weights(sa, _two_processes(tmp_path, 'ddp', BODY), 'ddp')
 
 
 def test_fsdp_two_processes_equal_one(tmp_path, warm):
@@ -182,8 +186,7 @@ def test_fsdp_two_processes_equal_one(tmp_path, warm):
     construction differently from Runner, so it is its own reference)."""
     flexible = "\nrunner_type = 'HPMFlexibleRunner'\n"
     sa = _one_process(warm, tmp_path, 'one', BODY + flexible)
-    _assert_equal_weights(sa,
-                          _two_processes(tmp_path, 'fsdp', BODY + FSDP, 29534),
+    _assert_equal_weights(sa, _two_processes(tmp_path, 'fsdp', BODY + FSDP),
                           'fsdp')
 
 
@@ -202,9 +205,8 @@ def test_ibot_two_processes_equal_one(tmp_path, warm):
     assert 'mask_ratio' in body
     sa = _one_process(warm, tmp_path, 'one', body, base, views)
     assert sa['head.center'].abs().sum() > 0
-    _assert_equal_weights(
-        sa, _two_processes(tmp_path, 'ddp', body, 29535, base, views),
-        'ibot-ddp')
+    _assert_equal_weights(sa, _two_processes(tmp_path, 'ddp', body, base,
+                                             views), 'ibot-ddp')
 
 
 def test_dist_launchers_use_the_project_environment(tmp_path):
@@ -265,7 +267,10 @@ def test_killing_the_launcher_ends_its_workers(tmp_path):
         batch_size=2,
         hooks=HPM_HOOKS)
     env = dict(
-        os.environ, PYTHON=sys.executable, PORT='29531', OMP_NUM_THREADS='1')
+        os.environ,
+        PYTHON=sys.executable,
+        PORT=_free_port(),
+        OMP_NUM_THREADS='1')
     proc = subprocess.Popen([
         'bash', 'tools/dist_train.sh', cfg, '2', '--work-dir',
         str(tmp_path / 'work')
@@ -292,8 +297,10 @@ def test_killing_the_launcher_ends_its_workers(tmp_path):
         # the state itself, not a time: both workers training (iterations
         # logged), then, after the kill, both gone
         wait_for(
-            lambda: list((tmp_path / 'work').glob('*/vis_data/scalars.json')),
+            lambda: proc.poll() is not None or list(
+                (tmp_path / 'work').glob('*/vis_data/scalars.json')),
             'the run logged no iteration')
+        assert proc.poll() is None, f'the launcher ended: {proc.returncode}'
         workers = [
             int(p) for p in subprocess.run(
                 ['pgrep', '-P', str(proc.pid)], capture_output=True,
