@@ -8,7 +8,8 @@
 #
 # Each keeps a deadline (HPM_GPU_DEADLINE, default 520 s) and gives each part what is
 # left. HPM_GPU_TINY=1: toy sizes on any device, every part whole, no deadline (the CPU
-# dry run); HPM_GPU_INSTALL=0 skips the install; HPM_PYTHON picks the Python.
+# dry run); HPM_GPU_INSTALL=0 skips the install; HPM_PYTHON picks the Python; HPM_GPU_WORK
+# holds the main job's work dirs (default work_dirs/).
 set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
@@ -91,10 +92,11 @@ if [[ -d $CARRY/fashion-mnist && ! -f data/fashion_mnist/train-images-idx3-ubyte
 fi
 main_job() {  # NAME [options]: the main job on CUDA into main_job.json (key NAME after the
   local name=$1 start=$(date +%s); shift  # first): its knn.json, precision.json, wall time,
-  rm -rf "work_dirs/gpu_$name"           # and from its logged scalars train_s and data_share
+  local work=${HPM_GPU_WORK:-work_dirs}/gpu_$name  # and from its logged scalars train_s and
+  rm -rf "$work"                                  # data_share
   part $(( $(left) / ${SHARE:-5} )) - "$PY" tools/train.py configs/hpm/fast/hpm-fast_vit-mini-p4_1xb256-coslr-10e_fmnist.py \
-    --work-dir "work_dirs/gpu_$name" --quiet --amp "${MAIN_OPTS[@]}" "$@"
-  "$PY" -S - "work_dirs/gpu_$name" "$(( $(date +%s) - start ))" "$OUT/main_job.json" "$name" "$CUT" <<'EOF'
+    --work-dir "$work" --quiet --amp "${MAIN_OPTS[@]}" "$@"
+  "$PY" -S - "$work" "$(( $(date +%s) - start ))" "$OUT/main_job.json" "$name" "$CUT" <<'EOF'
 import glob, json, os.path as osp, statistics, sys
 work, seconds, out, name, cut = sys.argv[1:]
 record = dict(seconds=int(seconds), work_dir=work, **(dict(cut=cut) if cut else {}))

@@ -56,6 +56,7 @@ def test_the_gpu_call_runs_at_toy_sizes(warm, tmp_path):
             HPM_GPU_INSTALL='0',  # this environment has the stack
             HPM_GPU_DEADLINE='1',  # spent at once: the dry run ignores it
             HPM_PYTHON=warm,
+            HPM_GPU_WORK=str(tmp_path / 'work'),  # the checkout untouched
             PATH=f'{osp.dirname(sys.executable)}:{os.environ["PATH"]}'),
         capture_output=True,
         text=True)
@@ -78,6 +79,7 @@ def test_the_gpu_call_runs_at_toy_sizes(warm, tmp_path):
     else:
         assert main['main_job_graphs'] == NO_GRAPHS and graphs == NO_GRAPHS
     for run in runs:
+        assert run['work_dir'].startswith(str(tmp_path / 'work' / 'gpu_'))
         assert run['knn']['best'] > 0 and run['precision']['precision']
         assert run['train_s'] > 0 and 0 <= run['data_share'] < 1, run
     rows = json.loads((out / 'pace_b.json').read_text())['rows']
