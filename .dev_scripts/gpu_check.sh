@@ -92,8 +92,8 @@ if [[ -d $CARRY/fashion-mnist && ! -f data/fashion_mnist/train-images-idx3-ubyte
 fi
 main_job() {  # NAME [options]: the main job on CUDA into main_job.json (key NAME after the
   local name=$1 start=$(date +%s); shift  # first): its knn.json, precision.json, wall time,
-  local work=${HPM_GPU_WORK:-work_dirs}/gpu_$name  # and from its logged scalars train_s and
-  rm -rf "$work"                                  # data_share
+  local work=${HPM_GPU_WORK:-work_dirs}/gpu_$name  # and from its logged scalars train_s, data_share
+  rm -rf "$work"
   part $(( $(left) / ${SHARE:-5} )) - "$PY" tools/train.py configs/hpm/fast/hpm-fast_vit-mini-p4_1xb256-coslr-10e_fmnist.py \
     --work-dir "$work" --quiet --amp "${MAIN_OPTS[@]}" "$@"
   "$PY" -S - "$work" "$(( $(date +%s) - start ))" "$OUT/main_job.json" "$name" "$CUT" <<'EOF'
