@@ -88,12 +88,10 @@ def _two_processes(tmp_path, name, body, base=FMNIST_CFG, transform=RESIZE):
 
 
 def _free_port() -> str:
-    """A port nothing listens on now: a fixed one that another run on the
-    machine holds would make torchrun fail (or a test wait for a state)."""
-    import socket
-    with socket.socket() as s:
-        s.bind(('127.0.0.1', 0))
-        return str(s.getsockname()[1])
+    """A port nothing listens on now (torch's pick): a fixed one that
+    another run on the machine holds would make torchrun fail."""
+    from torch.distributed.elastic.utils.distributed import get_free_port
+    return str(get_free_port())
 
 
 def _dist_train(cfg, work, env, *args):

@@ -497,7 +497,11 @@ def test_kill_9_during_training_then_resume(tmp_path, monkeypatch):
         [sys.executable, 'tools/train.py', cfg, '--work-dir',
          str(work)],
         cwd=REPO,
-        env=dict(os.environ, PYTHONPATH=str(tmp_path)),
+        env=dict(
+            os.environ,
+            PYTHONPATH=os.pathsep.join(
+                [str(tmp_path),
+                 os.environ.get('PYTHONPATH', '')])),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL)
     deadline = time.time() + 600  # the bound only catches a hang
