@@ -3,9 +3,8 @@ results jsons (as mmpretrain's .dev_scripts generate its READMEs).
 
     python .dev_scripts/generate_readme.py
 
-Models and results (configs/hpm/metafile.yml), the main job's kNN beside
-raw pixels', and the precision study's runs by CPU class with their paired
-bf16 - fp32 difference (docs/results/)."""
+Models (configs/hpm/metafile.yml); the main job's kNN per CPU class beside
+raw pixels'; the precision study's runs, paired bf16 - fp32 (docs/results/)."""
 import glob
 import json
 import os.path as osp
@@ -42,15 +41,15 @@ def models_table(meta):
     return lines
 
 
-def knn_table(main, raw):
-    ks = sorted({int(k) for k in main['acc']} | {int(k) for k in raw['acc']})
+def knn_table(mains, raw):
+    ks = sorted({int(k) for r in mains + [raw] for k in r['acc']})
     lines = [
         '| features (kNN, T = 0.07, 60k train / 10k test) | ' +
         ' | '.join(f'k={k}' for k in ks) + ' |', '|---|' + '---|' * len(ks)
     ]
-    for title, r in ((f"the main job's encoder ({main['precision']}, "
-                      f"{main['machine']['cpu_class']})", main),
-                     ('raw pixels, 28 px (baseline)', raw)):
+    for title, r in [(f"the main job's encoder ({m['precision']}, "
+                      f"{m['machine']['cpu_class']})", m)
+                     for m in mains] + [('raw pixels, 28 px (baseline)', raw)]:
         lines.append(f'| {title} | ' + ' | '.join(
             f"{r['acc'][str(k)]:.2f}" if str(k) in r['acc'] else '-'
             for k in ks) + ' |')
@@ -91,24 +90,25 @@ def precision_table(records):
             f'{mean + half:+.2f}]. Commands: `python .dev_scripts/'
             'precision_study.py run --seeds 0 1 2 --epochs 2`; the reading '
             'in [docs/speed.md](../../docs/speed.md#bf16-and-accuracy). '
-            'The wall times are the runs\' own (each json), taken while '
-            'other work shared the 2 cores at times: a ratio, not a '
-            'benchmark.'
+            'Wall times: each json\'s own, with other work on the 2 cores '
+            'at times (a ratio, not a benchmark).'
         ]
     return lines
 
 
 def generate():
     meta = yaml.safe_load(open(METAFILE))
-    main, raw = json.load(open(MAIN_JOB)), json.load(open(RAW))
+    raw, mains = json.load(open(RAW)), glob.glob(MAIN_JOB[:-5] + '*.json')
+    mains = [json.load(open(p)) for p in sorted(mains)]  # one per CPU class
     records = [
         json.load(open(p))
         for p in sorted(glob.glob(osp.join(PRECISION, '*_seed*.json')))
     ]
     return '\n'.join(
-        models_table(meta) + [''] + knn_table(main, raw) + [
-            '', f"Commands: `{main['command']}` (seed 0, commit "
-            f"{main['commit']}); the baseline: `{raw['command']}`."
+        models_table(meta) + [''] + knn_table(mains, raw) + [
+            '', f"Commands: `{mains[0]['command']}` (seed 0; commits " +
+            ', '.join(f"{m['commit']}"
+                      for m in mains) + f"); the baseline: `{raw['command']}`."
         ] + ([''] + precision_table(records) if records else []))
 
 
