@@ -62,14 +62,15 @@ def unexpected_argument(error: TypeError):
     the constructor's parameters close to it; None for another TypeError."""
     import inspect
     import re
-    text = str(error)
-    key = re.search(r"unexpected keyword argument '(\w+)'", text)
+    key = re.search(r"unexpected keyword argument '(\w+)'", text := str(error))
     names = re.findall(r'class `(\w+)`', text) or re.findall(
         r'(\w+)\.__init__\(\)', text)
     if not key or not names:
         return None
-    cls = next((r.module_dict[names[-1]]
-                for r in all_registries() if names[-1] in r.module_dict), None)
+    # the registered class, or the base whose __init__ it has (HPMBase)
+    cls = next((b for r in all_registries() for c in r.module_dict.values()
+                for b in getattr(c, '__mro__', ()) if b.__name__ == names[-1]),
+               None)
     params = inspect.signature(cls.__init__).parameters if cls else ()
     params = [p for p in params if p not in ('self', 'args', 'kwargs')]
     return (f'{names[-1]} takes no argument {key.group(1)!r}' +

@@ -240,6 +240,9 @@ def test_a_config_files_top_level_typo_is_one_line(tmp_path, line, says):
      "'weight_decya' (did you mean weight_decay?)"),
     ('model.mask_generator.mask_ratoi', "HPMMaskGenerator takes no argument "
      "'mask_ratoi' (did you mean mask_ratio?)"),
+    ('model.mask_generatr', "HPMBase takes no argument 'mask_generatr' "
+     "(did you mean mask_generator or target_generator?); it takes "
+     "backbone, neck"),
     ('default_scope', "'HPM' is not in the mmdet scope's model registry "
      "(registered in: mmpretrain). Fix: default_scope='mmpretrain'"),
 ])
