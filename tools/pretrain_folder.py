@@ -39,10 +39,16 @@ def parse_args(argv=None):
         description='Pretrain HPM on a folder of images')
     parser.add_argument('folder', help='folder of images (nested allowed)')
     parser.add_argument('--work-dir', help='default: work_dirs/folder_<name>')
-    parser.add_argument('--epochs', type=int)
-    parser.add_argument('--img-size', type=int)
-    parser.add_argument('--channels', type=int, choices=[1, 3])
-    parser.add_argument('--batch-size', type=int)
+    parser.add_argument('--epochs', type=int, help='default: from the images')
+    parser.add_argument(
+        '--img-size', type=int, help='default: from the images')
+    parser.add_argument(
+        '--channels',
+        type=int,
+        choices=[1, 3],
+        help='default: from the images')
+    parser.add_argument(
+        '--batch-size', type=int, help='default: from the images')
     parser.add_argument(
         '--amp',
         action='store_true',

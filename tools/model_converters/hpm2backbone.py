@@ -151,12 +151,14 @@ def timm_pretrained_cfg(ckpt, in_channels, img_size, src, teacher):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument('src')
-    parser.add_argument('dst')
+    parser.add_argument('src', help='an hpm_mm pretraining checkpoint')
+    parser.add_argument(
+        'dst', help='the backbone checkpoint to write (timm: a folder)')
     parser.add_argument(
         '--target',
         required=True,
-        choices=['mmpretrain', 'mmdet', 'mmseg', 'timm'])
+        choices=['mmpretrain', 'mmdet', 'mmseg', 'timm'],
+        help='the toolkit whose ViT reads it')
     parser.add_argument(
         '--teacher',
         action='store_true',

@@ -22,8 +22,15 @@ def run(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument('src', help="the authors' or MAE's .pth")
     parser.add_argument('out', help='the hpm_mm checkpoint to write (.pth)')
-    parser.add_argument('--num-heads', type=int)
-    parser.add_argument('--decoder-num-heads', type=int)
+    parser.add_argument(
+        '--num-heads',
+        type=int,
+        help='the encoder\'s heads: only for a width no standard ViT has')
+    parser.add_argument(
+        '--decoder-num-heads',
+        type=int,
+        help='the decoder\'s heads: only for a decoder not 512 wide '
+        '(default 16)')
     args = parser.parse_args(argv)
     from hpm_mm.apis import import_official
     done = import_official(args.src, args.out, args.num_heads,

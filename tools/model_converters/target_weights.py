@@ -95,9 +95,9 @@ def convert(kind: str, state: dict):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-    parser.add_argument('kind', choices=['dino', 'clip'])
-    parser.add_argument('src')
-    parser.add_argument('dst')
+    parser.add_argument('kind', choices=['dino', 'clip'], help='the release')
+    parser.add_argument('src', help='the released file')
+    parser.add_argument('dst', help='the weights file to write (.pth)')
     args = parser.parse_args(argv)
     from hpm_mm.engine.work_dir import check_writable
     from hpm_mm.errors import HPMError
