@@ -17,10 +17,20 @@ from hpm_mm.errors import exit_status
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description='kNN evaluation')
-    parser.add_argument('config')
-    parser.add_argument('checkpoint')
-    parser.add_argument('--ks', type=int, nargs='+', default=None)
-    parser.add_argument('--temperature', type=float, default=None)
+    parser.add_argument('config', help='the config the checkpoint trained')
+    parser.add_argument(
+        'checkpoint', help='the checkpoint (any word with --raw-pixels)')
+    parser.add_argument(
+        '--ks',
+        type=int,
+        nargs='+',
+        default=None,
+        help="numbers of neighbours; default: the config's KNNEvalHook")
+    parser.add_argument(
+        '--temperature',
+        type=float,
+        default=None,
+        help="the vote's softmax temperature; default: the hook's (0.07)")
     parser.add_argument(
         '--feature',
         choices=['avg', 'cls'],
@@ -48,7 +58,11 @@ def parse_args(argv=None):
         help='read the tokens out of this encoder block (0-based, negative '
         "from the end); default: the hook's layer, else the encoder's output")
     parser.add_argument('--out', help='write the accuracies to this json')
-    parser.add_argument('--cfg-options', nargs='+', action=CfgOptionsAction)
+    parser.add_argument(
+        '--cfg-options',
+        nargs='+',
+        action=CfgOptionsAction,
+        help='override config settings, key=value (xxx=[a,b] lists)')
     return parser.parse_args(argv)
 
 

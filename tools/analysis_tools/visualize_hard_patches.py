@@ -26,17 +26,22 @@ from hpm_mm.errors import exit_status
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description='Visualise hard patches')
-    parser.add_argument('config')
-    parser.add_argument('checkpoint')
+    parser.add_argument('config', help='the config the checkpoint trained')
+    parser.add_argument('checkpoint', help='an hpm_mm checkpoint')
     parser.add_argument('--images', help='folder of images to draw')
-    parser.add_argument('--num-samples', type=int, default=8)
+    parser.add_argument(
+        '--num-samples', type=int, default=8, help='images to draw')
     parser.add_argument(
         '--progress',
         type=float,
         default=1.0,
         help='training progress t/T at which the mask '
         'generator draws the mask (default: 1.0, the end)')
-    parser.add_argument('--num-masks', type=int, default=8)
+    parser.add_argument(
+        '--num-masks',
+        type=int,
+        default=8,
+        help='random masks averaged for the true per-patch loss')
     parser.add_argument(
         '--student',
         action='store_true',
@@ -45,7 +50,10 @@ def parse_args(argv=None):
         '--out-dir',
         help='default: hard_patches/<checkpoint name>[_student]/ beside the '
         'checkpoint (each checkpoint its own folder)')
-    parser.add_argument('--saliency', action='store_true')
+    parser.add_argument(
+        '--saliency',
+        action='store_true',
+        help='also the IoU of the predicted-loss map with the foreground')
     parser.add_argument(
         '--fg-threshold',
         type=float,
@@ -55,7 +63,11 @@ def parse_args(argv=None):
         '--masks',
         help='folder of label maps <stem>.png '
         '(foreground = label > 0) for --saliency')
-    parser.add_argument('--cfg-options', nargs='+', action=CfgOptionsAction)
+    parser.add_argument(
+        '--cfg-options',
+        nargs='+',
+        action=CfgOptionsAction,
+        help='override config settings, key=value (xxx=[a,b] lists)')
     return parser.parse_args(argv)
 
 

@@ -18,13 +18,17 @@ from hpm_mm.errors import exit_status
 
 def run(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument('config')
+    parser.add_argument('config', help='the config whose datasets to check')
     parser.add_argument(
         '--max-images',
         type=int,
         default=0,
         help='check at most N images per dataset (0: all)')
-    parser.add_argument('--cfg-options', nargs='+', action=CfgOptionsAction)
+    parser.add_argument(
+        '--cfg-options',
+        nargs='+',
+        action=CfgOptionsAction,
+        help='override config settings, key=value (xxx=[a,b] lists)')
     args = parser.parse_args(argv)
     import hpm_mm  # noqa: F401
     from hpm_mm.apis import load_config

@@ -19,7 +19,8 @@ def run(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument('target', help='MODULE:CLASS')
     parser.add_argument('--kwargs', default='{}', help='a json dict')
-    parser.add_argument('--device', default='cpu')
+    parser.add_argument(
+        '--device', default='cpu', help='where to run it (cpu, cuda)')
     args = parser.parse_args(argv)
     from hpm_mm.testing.check_mask_generator import load_generator, report
     lines, bad = report(

@@ -17,7 +17,7 @@ from hpm_mm.errors import exit_status
 
 def run(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument('checkpoint')
+    parser.add_argument('checkpoint', help='the checkpoint, re-saved in place')
     args = parser.parse_args(argv)
     from hpm_mm.engine.safe_load import resave_checkpoint
     resave_checkpoint(args.checkpoint)
