@@ -1,4 +1,6 @@
-"""hpm_mm's one exception type for a refusal."""
+"""hpm_mm's one exception type for a refusal, and the lines that explain
+what mmengine raised while building a config's parts."""
+from contextlib import contextmanager
 
 
 class HPMError(Exception):
@@ -56,15 +58,14 @@ def did_you_mean(word: str, options, n: int = 1) -> str:
 
 
 def unexpected_argument(error: TypeError):
-    """One line for mmengine's ``class `X` in ...: X.__init__() got an
-    unexpected keyword argument 'k'`` (a config key's typo below the top
+    """One line for ``X.__init__() got an unexpected keyword argument 'k'``
+    raised in mmengine's build (a config key's typo below the top
     level: ``train_cfg.max_epoch``, ``mask_generator.mask_ratoi``), naming
     the constructor's parameters close to it; None for another TypeError."""
     import inspect
     import re
     key = re.search(r"unexpected keyword argument '(\w+)'", text := str(error))
-    names = re.findall(r'class `(\w+)`', text) or re.findall(
-        r'(\w+)\.__init__\(\)', text)
+    names = re.findall(r'(\w+)\.__init__\(\)', text)
     if not key or not names:
         return None
     # the registered class, or the base whose __init__ it has (HPMBase)
@@ -77,6 +78,21 @@ def unexpected_argument(error: TypeError):
             did_you_mean(key.group(1), params, n=2) +
             (f'; it takes {", ".join(params)}' if params else '') +
             '. Fix: correct that key in the config (or --cfg-options).')
+
+
+def refused_value(error: Exception):
+    """One line for a ValueError or assert raised while mmengine built a
+    config's part (``mask_generator.alpha_T=2``, ``lr=-1``,
+    ``batch_size=0``): the class whose constructor refused and its reason;
+    None for one raised outside a build (a bug keeps its traceback)."""
+    import traceback
+    frames = [f for f, _ in traceback.walk_tb(error.__traceback__)][::-1]
+    obj = next((f.f_locals.get('self')
+                for f in frames if f.f_code.co_name == '__init__'), None)
+    built = any(f.f_code.co_name == 'build_from_cfg' for f in frames)
+    why = str(error) if 'Fix:' in str(error) else \
+        str(error).rstrip('.') + '. Fix: correct that value in the config.'
+    return built and obj is not None and f'{type(obj).__name__}: {why}' or None
 
 
 def unregistered_type(error: KeyError):
@@ -101,3 +117,21 @@ def unregistered_type(error: KeyError):
     return (f'{name!r} is not in the {scope} scope\'s {kind} registry' +
             (f' (registered in: {", ".join(holders)})' if holders else '') +
             f'. Fix: {fix}.')
+
+
+@contextmanager
+def explained_build_errors():
+    """A config key's typo below the top level, a type no registry of the
+    scope holds, or a value a constructor refuses, as one line naming what
+    is close or the reason (:func:`unexpected_argument`,
+    :func:`unregistered_type`, :func:`refused_value`), where mmengine raised a
+    traceback of the nested builds."""
+    try:
+        yield
+    except (TypeError, KeyError, ValueError, AssertionError) as e:
+        line = unexpected_argument(e) if isinstance(e, TypeError) else \
+            unregistered_type(e) if isinstance(e, KeyError) else \
+            refused_value(e)
+        if line is None:
+            raise
+        raise HPMError(line) from None

@@ -260,6 +260,35 @@ def test_a_typo_below_the_top_level_is_one_line(tmp_path, key, says):
     assert says in str(e.value) and '\n' not in str(e.value), str(e.value)
 
 
+@pytest.mark.parametrize('key,value,says', [
+    ('model.mask_generator.alpha_T', 2,
+     'HPMMaskGenerator: alpha_T must be in [0, 1], got 2. Fix: correct that '
+     'value in the config.'),
+    ('optim_wrapper.optimizer.lr', -1,
+     'AdamW: Invalid learning rate: -1. Fix: '),
+    ('model.teacher.momentum', -1, 'EMATeacher: momentum must be in range'),
+    ('train_dataloader.batch_size', 0, 'BatchSampler: batch_size should be'),
+])
+def test_a_value_a_constructor_refuses_is_one_line(tmp_path, key, value, says):
+    """A value refused by the constructor the config builds (a ValueError or
+    an assert of hpm_mm's, mmpretrain's, mmengine's or torch's): one line
+    naming the class and the constructor's reason, not the nested builds'
+    traceback; a ValueError raised outside a build stays a traceback
+    (tests/test_tools/test_tool_mains.py::test_anything_else_propagates)."""
+    from helpers import TINY_RUN, tiny_config
+
+    from hpm_mm.apis import train
+    cfg = tiny_config(tmp_path, body=TINY_RUN.format(keep=1, epochs=1))
+    with pytest.raises(HPMError) as e:
+        train(cfg, str(tmp_path / 'w'), cfg_options={key: value})
+    assert str(e.value).startswith(says) and '\n' not in str(e.value), \
+        str(e.value)
+    from hpm_mm.errors import refused_value
+    with pytest.raises(ValueError) as outside:  # not in a build: a bug's
+        int('x')
+    assert refused_value(outside.value) is None
+
+
 def test_option_keys_keep_their_meaning_and_plugins_declare_theirs():
     """``key =value`` is ``key=value``; a path with spaces and parentheses
     keeps them; a hook that reads a top-level key of its own declares it

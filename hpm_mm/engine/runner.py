@@ -13,7 +13,6 @@ import logging
 import os
 import os.path as osp
 import sys
-from contextlib import contextmanager
 from typing import Optional
 
 from mmengine.config import Config
@@ -22,7 +21,7 @@ from mmengine.registry import RUNNERS
 from mmengine.runner import FlexibleRunner, Runner
 
 from hpm_mm.datasets.data_check import check_data_roots
-from hpm_mm.errors import HPMError, unexpected_argument, unregistered_type
+from hpm_mm.errors import explained_build_errors
 from .config import load_config
 from .dist import setup_cpu_distributed
 from .hooks.cuda_graph_step_hook import CUDAGraphStepHook
@@ -312,22 +311,6 @@ class RunPolicyMixin:
         self._hpm_fit_checked = True
         from mmpretrain.utils import get_ori_model
         self._hpm_resume.check_fits(get_ori_model(self.model))
-
-
-@contextmanager
-def explained_build_errors():
-    """A config key's typo below the top level, or a type no registry of
-    the scope holds, as one line naming what is close
-    (:func:`hpm_mm.errors.unexpected_argument`, ``unregistered_type``),
-    where mmengine raised a traceback of the nested builds."""
-    try:
-        yield
-    except (TypeError, KeyError) as e:
-        line = unexpected_argument(e) if isinstance(e, TypeError) else \
-            unregistered_type(e)
-        if line is None:
-            raise
-        raise HPMError(line) from None
 
 
 @RUNNERS.register_module()
