@@ -256,10 +256,10 @@ class RunResume:
             if problem:
                 newest, _ = find_resume_checkpoint(
                     osp.dirname(load_from) or '.')
-                hint = (f' The newest complete one there: --resume {newest}'
-                        if newest else '')
+                fix = f'--resume {newest}, the newest complete one there' \
+                    if newest else 'a complete checkpoint, or bare --resume'
                 raise HPMError(
-                    f'cannot resume from {load_from}: {problem}.{hint}')
+                    f'cannot resume from {load_from}: {problem}. Fix: {fix}.')
             return load_from
         path, skipped = find_resume_checkpoint(self.work_dir)
         self.notes += [(logging.WARNING, f'resume: skipped {s}')

@@ -440,8 +440,12 @@ def test_resume_finds_the_newest_complete_checkpoint(tmp_path):
     with pytest.raises(HPMError) as refused:
         train(cfg, work, resume=str(work / 'epoch_3.pth'))
     assert (f'cannot resume from {work}/epoch_3.pth: empty file. '
-            f'The newest complete one there: --resume {work}/epoch_2.pth'
-            in str(refused.value))
+            f'Fix: --resume {work}/epoch_2.pth, the newest complete one '
+            'there.' in str(refused.value))
+    with pytest.raises(HPMError) as refused:  # a folder with none
+        train(cfg, work, resume=str(tmp_path / 'nowhere' / 'epoch_1.pth'))
+    assert str(refused.value).endswith(
+        'no such file. Fix: a complete checkpoint, or bare --resume.')
     # nothing complete: refuse to start from scratch over the files
     for p in work.glob('epoch_*.pth'):
         p.write_bytes(b'x' * 100)
