@@ -107,7 +107,7 @@ def generate():
     return '\n'.join(
         models_table(meta) + [''] + knn_table(mains, raw) + [
             '', f"Commands: `{mains[0]['command']}` (seed 0; commits " +
-            ', '.join(f"{m['commit']}"
+            ', '.join(m['commit']
                       for m in mains) + f"); the baseline: `{raw['command']}`."
         ] + ([''] + precision_table(records) if records else []))
 

@@ -9,6 +9,7 @@ import sys
 
 import torch
 from helpers import FMNIST_CFG, HPM_HOOKS, REPO, process, tiny_config
+from torch.distributed.elastic.utils.distributed import get_free_port
 
 import hpm_mm  # noqa: F401
 
@@ -87,13 +88,6 @@ def _two_processes(tmp_path, name, body, base=FMNIST_CFG, transform=RESIZE):
         map_location='cpu')['state_dict']
 
 
-def _free_port() -> str:
-    """A port nothing listens on now (torch's pick): a fixed one that
-    another run on the machine holds would make torchrun fail."""
-    from torch.distributed.elastic.utils.distributed import get_free_port
-    return str(get_free_port())
-
-
 def _dist_train(cfg, work, env, *args):
     """``tools/dist_train.sh cfg 2 --work-dir work *args`` on CPU (gloo,
     one thread per process, a free port), ``env`` added; it must
@@ -101,7 +95,7 @@ def _dist_train(cfg, work, env, *args):
     env = dict(
         os.environ,
         PYTHON=sys.executable,
-        PORT=_free_port(),
+        PORT=str(get_free_port()),  # a fixed one another run may hold
         OMP_NUM_THREADS='1',
         **env)
     proc = subprocess.run([
@@ -267,7 +261,7 @@ def test_killing_the_launcher_ends_its_workers(tmp_path):
     env = dict(
         os.environ,
         PYTHON=sys.executable,
-        PORT=_free_port(),
+        PORT=str(get_free_port()),  # a fixed one another run may hold
         OMP_NUM_THREADS='1')
     proc = subprocess.Popen([
         'bash', 'tools/dist_train.sh', cfg, '2', '--work-dir',
