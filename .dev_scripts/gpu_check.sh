@@ -45,7 +45,7 @@ TINY=${HPM_GPU_TINY:-0}
 # cuts says so in all.log, in JSON ('-': none) and in CUT. The dry run (HPM_GPU_TINY=1)
 # runs every part whole, so that no verdict depends on the machine's pace
 part() {
-  local s=$1 json=$2; shift 2; CUT=
+  local s=$(( $1 > 1 ? $1 : 1 )) json=$2; shift 2; CUT=
   [[ $TINY == 1 ]] && { "$@"; return; }
   timeout "$s" "$@" || { local rc=$?; (( rc == 124 )) || return $rc
     CUT="after $s s, its share of the deadline"; log "cut $CUT"
@@ -143,13 +143,13 @@ if half eager "$2"; then
   part $(( $(left) / 4 )) "$OUT/decode.json" "$PY" .dev_scripts/pipeline_bench.py "${DECODE[@]}" \
     --device-decode --out "$OUT/decode.json"
 fi
-if half compiled "$2"; then  # the compiled rows first: compiling is most of a part's time
-  log "compile ($(left) s left)"
-  part $(( $(left) / 2 )) "$OUT/pace_compile.json" "$PY" "${B[@]}" "${SIZE[@]}" "${COMPILE[@]}" \
-    --optimizer fused --compile $(budget $(( $(left) / 4 ))) --out "$OUT/pace_compile.json"
+if half compiled "$2"; then  # the compiled rows first (one process: the later rows reuse
+  log "compile ($(left) s left)"  # the first's block graphs), all but 150 s for the main job
+  part $(( $(left) - 150 )) "$OUT/pace_compile.json" "$PY" "${B[@]}" "${SIZE[@]}" "${COMPILE[@]}" \
+    --optimizer fused --compile $(budget $(( $(left) - 200 ))) --out "$OUT/pace_compile.json"
   if [[ -n $GPU ]]; then
     log "main job with CUDA graphs ($(left) s left)"
-    SHARE=2 main_job main_job_graphs --cfg-options compile.mode=reduce-overhead  # half: it compiles
+    SHARE=1 main_job main_job_graphs --cfg-options compile.mode=reduce-overhead  # it compiles
     log "CUDA graphs ($(left) s left)"
     part $(( $(left) - 10 )) "$OUT/pace_graphs.json" "$PY" "${B[@]}" "${SIZE[@]}" "${GRAPHS[@]}" \
       --optimizer fused --compile reduce-overhead $(budget $(( $(left) / 2 ))) --out "$OUT/pace_graphs.json"
