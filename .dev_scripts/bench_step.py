@@ -311,7 +311,8 @@ def trainer(cfg, device, precision=None, optimizer='default', compile_=None):
         model.set_progress(1.0, epoch=1, max_epochs=1)
     optim = optim_wrapper(model, precision, optimizer, device)
     compiled, options = [], compile_ if isinstance(compile_, dict) else {}
-    if isinstance(compile_, dict):  # ({}: torch.compile's defaults)
+    if isinstance(compile_, dict):  # ({}: torch.compile's defaults) from a
+        torch._dynamo.reset()  # fresh state: no row reuses another's graphs
         from hpm_mm.models.selfsup.base import HPMBase
         if not isinstance(model, HPMBase):  # mmpretrain's MAE: its parts
             model.teacher = None  # compiled as HPM's are (block by block)

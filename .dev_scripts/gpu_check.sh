@@ -6,10 +6,9 @@
 #   bash .dev_scripts/gpu_check.sh OUT eager     # there, offline, carrying .carry: call 1
 #   bash .dev_scripts/gpu_check.sh OUT compiled  # call 2 (`all`: both, where time allows)
 #
-# Each keeps a deadline (HPM_GPU_DEADLINE, default 520 s) and gives each part what is
-# left. HPM_GPU_TINY=1: toy sizes on any device, every part whole, no deadline (the CPU
-# dry run); HPM_GPU_INSTALL=0 skips the install; HPM_PYTHON picks the Python; HPM_GPU_WORK
-# holds the main job's work dirs (default work_dirs/).
+# Each keeps a deadline (HPM_GPU_DEADLINE, default 520 s), shared among its parts.
+# HPM_GPU_TINY=1: toy sizes, every part whole, no deadline (the CPU dry run);
+# HPM_GPU_INSTALL=0 skips the install; HPM_PYTHON: the Python; HPM_GPU_WORK: work dirs.
 set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
