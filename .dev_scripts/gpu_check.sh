@@ -142,8 +142,8 @@ if half eager "$2"; then
   part $(( $(left) / 4 )) "$OUT/decode.json" "$PY" .dev_scripts/pipeline_bench.py "${DECODE[@]}" \
     --device-decode --out "$OUT/decode.json"
 fi
-if half compiled "$2"; then  # the compiled rows first (one process: the later rows reuse
-  log "compile ($(left) s left)"  # the first's block graphs), all but 150 s for the main job
+if half compiled "$2"; then  # the compiled rows first (each compiles, ~30-40 s for
+  log "compile ($(left) s left)"  # a ViT-B HPM), all but 150 s: the main job's 162 s
   part $(( $(left) - 150 )) "$OUT/pace_compile.json" "$PY" "${B[@]}" "${SIZE[@]}" "${COMPILE[@]}" \
     --optimizer fused --compile $(budget $(( $(left) - 200 ))) --out "$OUT/pace_compile.json"
   if [[ -n $GPU ]]; then
