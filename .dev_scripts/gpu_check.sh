@@ -72,7 +72,7 @@ else
   SIZE=(--img-size 224 --iters 8 --warmup 2)
   PACE_B=(--arch b --batch 256 64 --precision bf16)
   SDPA=(--arch b --batch 256 --precision bf16 --rows mae --sdpa flash efficient cudnn math)
-  GRAPHS=(--arch b --batch 64 --precision bf16 --rows mae hpm fast)
+  GRAPHS=(--arch b --batch 256 64 --precision bf16 --rows hpm fast mae)
   COMPILE=(--arch b --batch 256 --precision bf16 --rows hpm fast mae)
   DECODE=(--images 300 --workers 4 8 --passes 1 --data "$JPEGS"
           --step mae fast --step-batch 256 --step-workers 8)
@@ -142,16 +142,16 @@ if half eager "$2"; then
   part $(( $(left) / 4 )) "$OUT/decode.json" "$PY" .dev_scripts/pipeline_bench.py "${DECODE[@]}" \
     --device-decode --out "$OUT/decode.json"
 fi
-if half compiled "$2"; then  # the compiled rows first (each compiles, ~30-40 s for
-  log "compile ($(left) s left)"  # a ViT-B HPM), all but 150 s: the main job's 162 s
-  part $(( $(left) - 150 )) "$OUT/pace_compile.json" "$PY" "${B[@]}" "${SIZE[@]}" "${COMPILE[@]}" \
-    --optimizer fused --compile $(budget $(( $(left) - 200 ))) --out "$OUT/pace_compile.json"
+if half compiled "$2"; then  # the compiled rows, the CUDA-graph rows (the targets; each
+  log "compile ($(left) s left)"  # row compiles: 30-40 s for HPM), the main job with graphs
+  part $(( $(left) * 45 / 100 )) "$OUT/pace_compile.json" "$PY" "${B[@]}" "${SIZE[@]}" "${COMPILE[@]}" \
+    --optimizer fused --compile $(budget $(( $(left) * 30 / 100 ))) --out "$OUT/pace_compile.json"
   if [[ -n $GPU ]]; then
-    log "main job with CUDA graphs ($(left) s left)"
-    SHARE=1 main_job main_job_graphs --cfg-options compile.mode=reduce-overhead  # it compiles
     log "CUDA graphs ($(left) s left)"
-    part $(( $(left) - 10 )) "$OUT/pace_graphs.json" "$PY" "${B[@]}" "${SIZE[@]}" "${GRAPHS[@]}" \
+    part $(( $(left) * 75 / 100 )) "$OUT/pace_graphs.json" "$PY" "${B[@]}" "${SIZE[@]}" "${GRAPHS[@]}" \
       --optimizer fused --compile reduce-overhead $(budget $(( $(left) / 2 ))) --out "$OUT/pace_graphs.json"
+    log "main job with CUDA graphs ($(left) s left)"
+    SHARE=1 main_job main_job_graphs --cfg-options compile.mode=reduce-overhead  # 162 s on the H200
   else  # CUDA graphs replay on a GPU only (the CPU fallback: tests/test_engine/test_runner.py)
     why='{"skipped": "CUDA graphs need a CUDA device"}'
     note "$OUT/main_job.json" main_job_graphs "$why"
