@@ -153,10 +153,10 @@ def run_signature(kw: dict) -> dict:
               for k in DATA_KEYS if dataset.get(k) is not None} if isinstance(
                   loader.get('dataset'), dict) else None,
         mask_generator=_plain(part(kw, 'model').get('mask_generator')),
-        optimizer={
-            k: _plain(v)
-            for k, v in optimizer.items() if k not in ('lr', '_scope_')
-        },
+        optimizer=_plain({
+            k: v
+            for k, v in optimizer.items() if k != 'lr'
+        }),
         max_epochs=train_cfg.get('max_epochs'),
         max_iters=train_cfg.get('max_iters'),
         batch_size=loader.get('batch_size'),
