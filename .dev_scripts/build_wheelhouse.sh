@@ -88,32 +88,28 @@ fi
 log "resolving the $PROFILE profile${PYVER:+ for Python $PYVER}${PLATFORMS:+ on ${PLATFORMS[*]}}"
 "${resolve[@]}" "${reqs[@]}" || die "pip could not resolve the $PROFILE profile for this target (see above)"
 
-# 2. the resolved list, minus torch and its CUDA stack with --no-torch
-mapfile -t pins < <("$PY" - "$report" "$NO_TORCH" "$STACK" <<'EOF'
+# 2. the resolved files (URL and sha256), minus torch and its CUDA stack with --no-torch
+mapfile -t files < <("$PY" - "$report" "$NO_TORCH" "$STACK" <<'EOF'
 import json, re, sys
 for i in json.load(open(sys.argv[1]))['install']:
-    name, version = i['metadata']['name'], i['metadata']['version']
-    if sys.argv[2] != '1' or not re.match(sys.argv[3], name.lower().replace('_', '-')):
-        print(f'{name}=={version}')
+    info, name = i['download_info'], i['metadata']['name'].lower().replace('_', '-')
+    if sys.argv[2] != '1' or not re.match(sys.argv[3], name):
+        sha = info.get('archive_info', {}).get('hashes', {}).get('sha256')
+        print(info['url'].split('#')[0] + (f'#sha256={sha}' if sha else ''))
 EOF
 )
-log "${#pins[@]} distributions"
+log "${#files[@]} distributions"
 
-# 3. download them (wheels; a source-only pure-Python package is built into a wheel)
+# 3. download exactly those files: one pip, no second pass over the index (82 pages took
+# ~15 s); a source-only pure-Python package is built into a wheel
 get=("${PIP[@]}" download --quiet --no-deps -d "$OUT")
 if [[ $CROSS == 1 ]]; then get+=(--only-binary :all: "${TARGET[@]}"); fi
-# one pip for all (a start costs ~1 s); where a pin has no wheel, one per pin finds which
-missing=()
-if ! "${get[@]}" --only-binary :all: "${pins[@]}" 2>/dev/null; then
-  for pin in "${pins[@]}"; do
-    "${get[@]}" --only-binary :all: "$pin" 2>/dev/null || missing+=("$pin")
-  done
-fi
-for pin in "${missing[@]}"; do
-  log "no wheel on the index for $pin: building one"
-  "${PIP[@]}" wheel --quiet --no-deps -w "$OUT" "$pin" || die "could not get a wheel for $pin"
+"${get[@]}" "${files[@]}" || die "pip could not download the resolved files (see above)"
+for sdist in "$OUT"/*.tar.gz "$OUT"/*.zip; do
+  [[ -e $sdist ]] || continue
+  log "no wheel on the index for $(basename "$sdist"): building one"
+  "${PIP[@]}" wheel --quiet --no-deps -w "$OUT" "$sdist" && rm "$sdist" || die "could not build a wheel from $sdist"
 done
-rm -f "$OUT"/*.tar.gz "$OUT"/*.zip
 
 # 4. the locally built mmcv with compiled ops
 if [[ $WITH_MMCV == 1 ]]; then
