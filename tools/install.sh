@@ -188,12 +188,15 @@ EOF
 fi
 
 # ---------------------------------------------------------------- torch
-if torch_found=$("$PY" -c 'import torch, torchvision as v; print("torch", torch.__version__, "torchvision", v.__version__)' 2>/dev/null); then
-  log "keeping installed $torch_found"
+# one import says both versions and the tag of the python/torch pair an mmcv wheel is built for
+torch_probe='import sys, torch, torchvision as v; print(torch.__version__, v.__version__, "py%d%d" % sys.version_info[:2])'
+if read -r torch_version tv_version py_tag < <("$PY" -c "$torch_probe" 2>/dev/null); then
+  log "keeping installed torch $torch_version torchvision $tv_version"
 else
   log "installing $TORCH_SPEC"
   # shellcheck disable=SC2086
   "${INSTALL[@]}" $TORCH_SPEC "numpy<2" || die "could not install $TORCH_SPEC. Fix: set HPM_TORCH to a torch/torchvision pair pip can install here${WHEELHOUSE:+ (the wheelhouse must hold it: build it without --no-torch)}."
+  read -r torch_version tv_version py_tag < <("$PY" -c "$torch_probe") || die "torch does not import after installing $TORCH_SPEC (the traceback: $PY -c 'import torch')"
 fi
 # mmengine first: mmcv's ops (checked below) import it
 "${INSTALL[@]}" "setuptools>=77.0.3" "numpy<2" mmengine || die "pip could not install setuptools/numpy/mmengine"
@@ -211,7 +214,7 @@ elif mmcv_ops_ok; then
   log "mmcv $MMCV_VERSION with ops already installed"
 else
   # The wheel is specific to the python and torch it was built against.
-  tag=$("$PY" -c 'import sys, torch; print("py%d%d-torch%s" % (*sys.version_info[:2], torch.__version__.replace("+", "_")))')
+  tag=$py_tag-torch${torch_version//+/_}
   cache_dir=$WHEEL_CACHE/$tag
   wheel=$(ls "${WHEELHOUSE:-/nonexistent}/mmcv-$tag"/mmcv-$MMCV_VERSION-*.whl "$cache_dir"/mmcv-$MMCV_VERSION-*.whl 2>/dev/null | head -n1 || true)
   if [[ -z $wheel ]]; then
@@ -231,7 +234,7 @@ else
     # compiles with -std=c++20 ship headers that need it, so follow torch.
     std=$("$PY" -c "import inspect, torch.utils.cpp_extension as c; print('c++20' if 'c++20' in inspect.getsource(c) else 'c++17')")
     if [[ $std == c++20 ]]; then
-      log "raising mmcv's C++ standard to $std for torch $("$PY" -c 'import torch; print(torch.__version__)')"
+      log "raising mmcv's C++ standard to $std for torch $torch_version"
       sed -i 's/-std=c++17/-std=c++20/g' "$src/setup.py"
     fi
     mkdir -p "$cache_dir"
