@@ -95,8 +95,7 @@ def folder_config(base_path: str, root: str, work_dir: str, scan: Dict,
     if bank and val:
         bank_file = write('knn_bank.txt', [f'{f} {c}' for f, c in bank])
         val_file = write('knn_val.txt', [f'{f} {c}' for f, c in val])
-        with open(osp.join(work_dir, 'classes.txt'), 'w') as f:
-            f.writelines(f'{c}\n' for c in scan['classes'])
+        write('classes.txt', scan['classes'])
         vis_loader = dict(loader, dataset=dataset(val_file, True))
         hooks.append(
             dict(
@@ -257,7 +256,6 @@ def pretrain_folder(folder: str,
             f'patch {settings["patch_size"]}, batch {settings["batch_size"]}, '
             f'{settings["epochs"]} epochs of {settings["steps_per_epoch"]} '
             'steps; override: --img-size --channels --batch-size --epochs')
-        os.makedirs(work_dir, exist_ok=True)
         cfg_path = osp.join(work_dir, 'hpm_folder.py')
         with open(cfg_path, 'w') as f:
             f.write(text)
