@@ -241,6 +241,7 @@ def test_detection_layer_decay_matches_vitdet():
     }
     seen = 0
     for group in wrapper.optimizer.param_groups:
+        assert type(group) is dict  # (FrozenAwareOptimWrapperConstructor's)
         for name, p in zip(group['param_names'], group['params']):
             layer = 5  # num_layers + 1
             if name.startswith('backbone'):

@@ -4,16 +4,19 @@ from typing import List
 import torch.nn as nn
 from mmdet.registry import OPTIM_WRAPPER_CONSTRUCTORS
 from mmengine.logging import print_log
-from mmengine.optim import DefaultOptimWrapperConstructor
+
+from hpm_mm.engine.optimizers import FrozenAwareOptimWrapperConstructor
 
 
 @OPTIM_WRAPPER_CONSTRUCTORS.register_module()
-class LayerDecayOptimWrapperConstructor(DefaultOptimWrapperConstructor):
+class LayerDecayOptimWrapperConstructor(FrozenAwareOptimWrapperConstructor):
     """Layer-wise lr decay for a plain-ViT backbone in mmdet (ViTDet's
     ``get_vit_lr_decay_rate``): block ``i`` gets ``decay ** (num_layers -
     i)``, the embeddings ``decay ** (num_layers + 1)``, the rest the full lr;
     no weight decay on norms and the position embedding.
-    ``paramwise_cfg``: ``layer_decay_rate``, ``num_layers``."""
+    ``paramwise_cfg``: ``layer_decay_rate``, ``num_layers``. Its groups are
+    plain dicts and frozen parameters one line, as in
+    :class:`FrozenAwareOptimWrapperConstructor`."""
 
     NORMS = (nn.modules.batchnorm._NormBase, nn.LayerNorm, nn.GroupNorm,
              nn.LocalResponseNorm)

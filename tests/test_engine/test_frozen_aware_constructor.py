@@ -5,9 +5,11 @@ from helpers import FMNIST_CFG
 
 # ------------------------------------------------------------ the constructor
 def test_frozen_aware_constructor_same_groups_one_line(capsys):
-    """Same parameter groups as mmengine's default constructor; the EMA
-    teacher is named once instead of once per parameter."""
-    from mmengine.config import Config
+    """Same parameter groups as mmengine's default constructor, as plain
+    dicts (the default's are ConfigDicts: every read of a step through
+    addict); the EMA teacher is named once instead of once per
+    parameter."""
+    from mmengine.config import Config, ConfigDict
     from mmengine.logging import MMLogger
     from mmengine.optim import build_optim_wrapper
 
@@ -19,7 +21,7 @@ def test_frozen_aware_constructor_same_groups_one_line(capsys):
     import uuid  # a new logger becomes mmengine's 'current' one
     logger = MMLogger.get_instance(
         f'frozen_{uuid.uuid4().hex}', log_level='INFO')
-    groups = {}
+    groups, kinds = {}, {}
     for constructor in ('FrozenAwareOptimWrapperConstructor',
                         'DefaultOptimWrapperConstructor'):
         capsys.readouterr()
@@ -29,6 +31,7 @@ def test_frozen_aware_constructor_same_groups_one_line(capsys):
             k: v
             for k, v in g.items() if k != 'params'
         }) for g in wrapper.optimizer.param_groups]
+        kinds[constructor] = {type(g) for g in wrapper.optimizer.param_groups}
         out = capsys.readouterr().out
         skipped = out.count('requires_grad=False')
         if constructor == 'DefaultOptimWrapperConstructor':
@@ -39,4 +42,7 @@ def test_frozen_aware_constructor_same_groups_one_line(capsys):
                 'backbone.pos_embed, neck.decoder_pos_embed' in out, out
     assert groups['FrozenAwareOptimWrapperConstructor'] == \
         groups['DefaultOptimWrapperConstructor']
+    assert kinds == dict(
+        FrozenAwareOptimWrapperConstructor={dict},
+        DefaultOptimWrapperConstructor={ConfigDict}), kinds
     del logger

@@ -32,11 +32,16 @@ def frozen_summary(model: nn.Module) -> str:
 class FrozenAwareOptimWrapperConstructor(DefaultOptimWrapperConstructor):
     """mmengine's default constructor, its one warning per frozen parameter
     (hundreds for a ViT-B's teacher) replaced by one INFO line naming them;
-    the parameter groups are exactly the default's."""
+    the parameter groups are the default's, as plain dicts: mmengine hands
+    them to the optimizer inside its config, as ConfigDicts, whose every
+    read (``group['lr']``: ~2,300 a step in the main job, the optimizer's,
+    the schedulers' and the guard's) goes through addict (docs/speed.md)."""
 
     def __call__(self, model: nn.Module) -> OptimWrapper:
         with drop_log_messages('is skipped since its requires_grad=False'):
             wrapper = super().__call__(model)
+        groups = wrapper.optimizer.param_groups  # (a resumed run's: dicts)
+        groups[:] = [dict(g) for g in groups]
         frozen = frozen_summary(model)
         if frozen:
             print_log(f'not optimised (requires_grad=False): {frozen}',
