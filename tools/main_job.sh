@@ -48,7 +48,7 @@ fmnist = sys.argv[3].endswith('_fmnist')  # the embedded data's configs
 print(f"\n== kNN top-1 of the encoder (T={r.get('temperature', 0.07)}; "
       f"{r['num_train']} train / {r['num_val']} test images"
       f"{' of Fashion-MNIST' if fmnist else ''}; trained in "
-      f"{p['precision']} on " + (f"a {torch.backends.cpu.get_cpu_capability()} CPU"
+      f"{p['precision']} on " + (f"a CPU, torch's {torch.backends.cpu.get_cpu_capability()} kernels"
       if p['device'] == 'cpu' else 'a GPU') + ")")
 print('| k | top-1 (%) |\n|---|---|')
 for k, v in r['acc'].items():
