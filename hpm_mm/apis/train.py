@@ -59,9 +59,8 @@ def train_config(config: Union[str, Config],
             backends.append(dict(type='TensorboardVisBackend'))
     if quiet:
         cfg.console = 'quiet'
-    for key, on in (('pin_memory', pin_memory), ('persistent_workers',
-                                                 persistent_workers)):
-        if not on:
+    for key in ('pin_memory', 'persistent_workers'):
+        if not flags[key]:
             set_loaders(cfg, key, False)
     return cfg
 

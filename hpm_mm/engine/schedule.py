@@ -45,14 +45,10 @@ def scale_recipe(cfg, epochs: int, steps_per_epoch: int):
             'scale_recipe scales a linear warm-up followed by a cosine '
             f'(the Fashion-MNIST recipe); this config has {kinds}.')
     warm, cosine = (dict(s) for s in cfg.param_scheduler)
-    w = warmup_epochs(epochs)
-    cosine.update(
-        begin=0,
-        end=epochs,
-        T_max=epochs,
-        by_epoch=True,
-        convert_to_iter_based=True)
-    warm.update(begin=0, end=w, by_epoch=True, convert_to_iter_based=True)
+    w, span = warmup_epochs(epochs), dict(
+        begin=0, by_epoch=True, convert_to_iter_based=True)
+    cosine.update(span, end=epochs, T_max=epochs)
+    warm.update(span, end=w)
     cfg.param_scheduler = [warm, cosine] if w else [cosine]
     cfg.train_cfg.max_epochs = epochs
     teacher = cfg.model.get('teacher')
@@ -91,16 +87,12 @@ def check_run_length(cfg) -> None:
                        f'trains nothing. Fix: train_cfg.{key}=N with N >= 1 '
                        f'(the config\'s schedule names its {unit}s).')
     schedulers = cfg.get('param_scheduler') or []
-    if isinstance(schedulers, dict):
-        schedulers = [schedulers]
+    schedulers = [schedulers] if isinstance(schedulers, dict) else schedulers
     ends = []
     for i, s in enumerate(schedulers):
-        if s.get('by_epoch', True) != by_epoch or s.get('end') is None:
-            ends.append(None)
-            continue
-        end = s['end']
+        end = s.get('end') if s.get('by_epoch', True) == by_epoch else None
         ends.append(end)
-        if end > length:
+        if end is not None and end > length:
             raise HPMError(
                 f'param_scheduler.{i} ({s.get("type")}) ends at {unit} {end} '
                 f'but the run has train_cfg.{key}={length}. Fix: '
