@@ -142,21 +142,17 @@ if half eager "$2"; then
   part $(( $(left) / 4 )) "$OUT/decode.json" "$PY" .dev_scripts/pipeline_bench.py "${DECODE[@]}" \
     --device-decode --out "$OUT/decode.json"
 fi
-if half compiled "$2"; then  # the compiled rows, the CUDA-graph rows (the targets; each
-  log "compile ($(left) s left)"  # row compiles: 30-40 s for HPM), the main job with graphs
+if half compiled "$2"; then  # the compiled rows, then the CUDA-graph rows (the targets;
+  log "compile ($(left) s left)"  # each row compiles: 30-40 s for HPM)
   part $(( $(left) * 45 / 100 )) "$OUT/pace_compile.json" "$PY" "${B[@]}" "${SIZE[@]}" "${COMPILE[@]}" \
     --optimizer fused --compile $(budget $(( $(left) * 30 / 100 ))) --out "$OUT/pace_compile.json"
   if [[ -n $GPU ]]; then
     log "CUDA graphs ($(left) s left)"
-    part $(( $(left) * 75 / 100 )) "$OUT/pace_graphs.json" "$PY" "${B[@]}" "${SIZE[@]}" "${GRAPHS[@]}" \
-      --optimizer fused --compile reduce-overhead $(budget $(( $(left) / 2 ))) --out "$OUT/pace_graphs.json"
-    log "main job with CUDA graphs ($(left) s left)"
-    SHARE=1 main_job main_job_graphs --cfg-options compile.mode=reduce-overhead  # 162 s on the H200
+    part $(( $(left) * 90 / 100 )) "$OUT/pace_graphs.json" "$PY" "${B[@]}" "${SIZE[@]}" "${GRAPHS[@]}" \
+      --optimizer fused --compile reduce-overhead $(budget $(( $(left) * 60 / 100 ))) --out "$OUT/pace_graphs.json"
   else  # CUDA graphs replay on a GPU only (the CPU fallback: tests/test_engine/test_runner.py)
-    why='{"skipped": "CUDA graphs need a CUDA device"}'
-    note "$OUT/main_job.json" main_job_graphs "$why"
-    echo "$why" > "$OUT/pace_graphs.json"
-    log "main job and rows with CUDA graphs skipped: no CUDA device"
+    echo '{"skipped": "CUDA graphs need a CUDA device"}' > "$OUT/pace_graphs.json"
+    log "rows with CUDA graphs skipped: no CUDA device"
   fi
 fi
 log "done ($(left) s left)"
