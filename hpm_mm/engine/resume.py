@@ -15,6 +15,7 @@ import torch
 
 from hpm_mm.errors import HPMError
 from .download import download_checkpoint
+from .optimizers.frozen_aware_constructor import merge_groups
 from .optimizers.guarded_optim_wrapper import each_wrapper
 from .safe_load import (check_finite, checkpoint_problem, checkpoint_state,
                         load_file)
@@ -411,6 +412,40 @@ class RunResume:
             self.signature,
             iters_per_epoch=iters_per_epoch,
             run_id=self.run_id)
+
+
+def merge_saved(ckpt: dict, optimizer) -> Optional[str]:
+    """A resumed checkpoint whose optimizer holds more parameter groups than
+    ``optimizer`` (saved before the constructor merged them by setting: one
+    per parameter) merged the same way, in place: its state renumbered, its
+    schedulers' per-group values those of each merged group's first. Returns
+    the line that says so; None where nothing was merged (torch's own error
+    names a layout that still differs)."""
+    state = ckpt.get('optimizer') or {}
+    saved = state.get('param_groups') or []
+    if len(saved) <= len(optimizer.param_groups):
+        return None
+    merged = merge_groups([  # each parameter as (its group, its saved id)
+        dict(g, params=[(i, p) for p in g['params']])
+        for i, g in enumerate(saved)
+    ])
+    if [len(g['params']) for g in merged] != \
+            [len(g['params']) for g in optimizer.param_groups]:
+        return None
+    firsts = [g['params'][0][0] for g in merged]
+    ids = iter(range(sum(len(g['params']) for g in merged)))
+    new = {p: next(ids) for g in merged for _, p in g['params']}
+    state['state'] = {new[p]: v for p, v in state['state'].items()}
+    state['param_groups'] = [
+        dict(g, params=[new[p] for _, p in g['params']]) for g in merged
+    ]
+    for scheduler in ckpt.get('param_schedulers') or []:
+        for key, value in scheduler.items():  # base_values, _last_value
+            if isinstance(value, list) and len(value) >= len(saved):
+                scheduler[key] = [value[i] for i in firsts]
+    return (f'resume: the checkpoint\'s {len(saved)} optimizer groups (one '
+            f'per parameter) merged by setting into {len(merged)}, as this '
+            'run builds them')
 
 
 def _replay(fresh, iters: int, iters_per_epoch: int) -> None:

@@ -28,7 +28,7 @@ from .hooks.cuda_graph_step_hook import CUDAGraphStepHook
 from .log_filter import BareConsoleFormatter, QuietConsole
 from .optimizers.guarded_optim_wrapper import each_wrapper, fused_on_cuda
 from .precision import Precision, optim_wrapper_cfg, run_precision
-from .resume import RunResume
+from .resume import RunResume, merge_saved
 from .safe_load import refuse_old_torch_pretraining
 from .schedule import check_run_length
 from .work_dir import own_work_dir, release_work_dir
@@ -291,6 +291,18 @@ class RunPolicyMixin:
         if self._hpm_resume is None:
             return super().load_or_resume()
         self._hpm_resume.load(self, super().load_or_resume)
+
+    def load_checkpoint(self, filename, *args, **kwargs) -> dict:
+        """mmengine's; a resumed checkpoint's optimizer groups merged as
+        this run's (:func:`~hpm_mm.engine.resume.merge_saved`)."""
+        ckpt = super().load_checkpoint(filename, *args, **kwargs)
+        if self._resume and isinstance(ckpt.get('optimizer'), dict):
+            self.optim_wrapper = self.build_optim_wrapper(self.optim_wrapper)
+            optimizer = getattr(self.optim_wrapper, 'optimizer', None)
+            line = optimizer and merge_saved(ckpt, optimizer)
+            if line:
+                self.logger.info(line)
+        return ckpt
 
     def save_checkpoint(self, *args, **kwargs):
         """mmengine's checkpoint, its meta holding this run's signature and

@@ -173,6 +173,9 @@ def test_resumes_a_checkpoint_written_before_the_parts_split(tmp_path):
         resume=OLD_LAYOUT_CKPT,
         cfg_options=dict(resume_changed_run=True))
     assert 'resumed epoch: 1, iter: 2' in log
+    # its optimizer kept mmengine's one group per parameter: merged
+    assert "the checkpoint's 64 optimizer groups (one per parameter) " \
+        'merged by setting into 2' in log
     sd = torch.load(
         osp.join(work, 'epoch_2.pth'), map_location='cpu')['state_dict']
     # saved in today's keys: the v0 keys through the one key map

@@ -1,3 +1,5 @@
+from typing import List
+
 import torch.nn as nn
 from mmengine.logging import print_log
 from mmengine.optim import DefaultOptimWrapperConstructor, OptimWrapper
@@ -28,20 +30,32 @@ def frozen_summary(model: nn.Module) -> str:
     return ', '.join(parts)
 
 
+def merge_groups(groups: List[dict]) -> List[dict]:
+    """One parameter group per distinct setting (every key but ``params``),
+    in the order first met, its parameters in their order: AdamW runs once
+    per group, and ``paramwise_cfg`` makes one per parameter."""
+    merged = {}
+    for g in groups:
+        key = repr(sorted((k, v) for k, v in g.items() if k != 'params'))
+        merged.setdefault(key, dict(g, params=[]))['params'] += g['params']
+    return list(merged.values())
+
+
 @OPTIM_WRAPPER_CONSTRUCTORS.register_module()
 class FrozenAwareOptimWrapperConstructor(DefaultOptimWrapperConstructor):
     """mmengine's default constructor, its one warning per frozen parameter
     (hundreds for a ViT-B's teacher) replaced by one INFO line naming them;
-    the parameter groups are the default's, as plain dicts: mmengine hands
-    them to the optimizer inside its config, as ConfigDicts, whose every
-    read (``group['lr']``: ~2,300 a step in the main job, the optimizer's,
-    the schedulers' and the guard's) goes through addict (docs/speed.md)."""
+    its parameter groups merged by setting (:func:`merge_groups`: ViT-B's
+    352 are 2) into plain dicts: mmengine's are ConfigDicts, whose every
+    read (``group['lr']``, by the optimizer, the schedulers and the guard)
+    goes through addict (docs/speed.md). A checkpoint saved with one group
+    per parameter resumes through :func:`hpm_mm.engine.resume.merge_saved`."""
 
     def __call__(self, model: nn.Module) -> OptimWrapper:
         with drop_log_messages('is skipped since its requires_grad=False'):
             wrapper = super().__call__(model)
-        groups = wrapper.optimizer.param_groups  # (a resumed run's: dicts)
-        groups[:] = [dict(g) for g in groups]
+        groups = wrapper.optimizer.param_groups
+        groups[:] = merge_groups(groups)
         frozen = frozen_summary(model)
         if frozen:
             print_log(f'not optimised (requires_grad=False): {frozen}',
