@@ -440,9 +440,8 @@ def merge_saved(ckpt: dict, optimizer) -> Optional[str]:
         dict(g, params=[new[p] for _, p in g['params']]) for g in merged
     ]
     for scheduler in ckpt.get('param_schedulers') or []:
-        for key, value in scheduler.items():  # base_values, _last_value
-            if isinstance(value, list) and len(value) >= len(saved):
-                scheduler[key] = [value[i] for i in firsts]
+        for key in set(scheduler) & {'base_values', '_last_value'}:
+            scheduler[key] = [scheduler[key][i] for i in firsts]
     return (f'resume: the checkpoint\'s {len(saved)} optimizer groups (one '
             f'per parameter) merged by setting into {len(merged)}, as this '
             'run builds them')

@@ -175,3 +175,39 @@ def test_pretraining_samples_carry_no_labels(tmp_path):
                           'fashion_mnist_mim.py')
     assert cfg.train_dataloader.dataset.with_label is False
     assert cfg.knn_hook.train_dataloader.dataset.get('with_label', True)
+
+
+def test_the_samples_are_mmpretrains_of_the_split_asked_for():
+    """Both splits' samples as mmpretrain's ``FashionMNIST`` reads them
+    (its ``test_mode`` choosing the files), image for image and label for
+    label, and without labels for pretraining (``with_label=False``)."""
+    import numpy as np
+    import pytest
+    from mmpretrain.datasets import FashionMNIST
+
+    from hpm_mm.datasets import FashionMNISTSplit
+    from hpm_mm.datasets.fashion_mnist import REPO
+    root = osp.join(REPO, 'data', 'fashion_mnist')
+    if not osp.exists(root):
+        pytest.skip('the embedded data is not prepared in this checkout')
+    for split in ('train', 'test'):
+        ours = FashionMNISTSplit(data_root=root, split=split)
+        theirs = FashionMNIST(data_root=root, test_mode=split == 'test')
+        assert len(ours) == len(theirs) == (60000
+                                            if split == 'train' else 10000)
+        for i in (0, 1, 777, len(ours) - 1):
+            a, b = ours.get_data_info(i), theirs.get_data_info(i)
+            assert a.keys() == b.keys() == {'img', 'gt_label', 'sample_idx'}
+            assert a['img'].dtype == b['img'].dtype == np.uint8
+            assert np.array_equal(a['img'], b['img'])
+            assert a['gt_label'].dtype == b['gt_label'].dtype == np.int64
+            assert a['gt_label'].shape == b['gt_label'].shape == ()
+            assert a['gt_label'] == b['gt_label']
+        every = range(len(ours)) if split == 'test' else range(0, 60000, 997)
+        assert np.array_equal(
+            np.stack([ours.get_data_info(i)['img'] for i in every]),
+            np.stack([theirs.get_data_info(i)['img'] for i in every]))
+        assert [int(ours.get_data_info(i)['gt_label']) for i in every] == \
+            [int(theirs.get_data_info(i)['gt_label']) for i in every]
+    unlabelled = FashionMNISTSplit(data_root=root, with_label=False)
+    assert unlabelled.get_data_info(3).keys() == {'img', 'sample_idx'}
