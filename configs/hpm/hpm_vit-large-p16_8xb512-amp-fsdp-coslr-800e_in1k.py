@@ -10,7 +10,7 @@ _base_ = './hpm_vit-large-p16_8xb512-amp-coslr-800e_in1k.py'
 
 runner_type = 'HPMFlexibleRunner'
 strategy = dict(
-    type='FSDPStrategy',
+    type='HPMFSDPStrategy',
     state_dict_cfg='full',  # checkpoints keep the usual (DDP) key layout
     model_wrapper=dict(type='HPMFullyShardedDataParallel'))
 optim_wrapper = dict(use_fsdp=True)

@@ -398,10 +398,30 @@ class RunResume:
             runner.train_loop._iter = iters
         _replay(fresh, iters, iters_per_epoch)
 
-    def meta(self, iters_per_epoch: int) -> dict:
-        """What every checkpoint records of the run (``meta['hpm_run']``);
-        the run's id goes into the work dir too, where ``--resume`` reads
-        which newer checkpoints are its own."""
+    def restore(self, runner, ckpt: dict) -> None:
+        """Before mmengine loads a resumed checkpoint's optimizer state: its
+        groups merged as this run's (:func:`merge_saved`), and whether its
+        last step was applied, which the EMA teacher's next update reads (a
+        run saved after a skipped step leaves the teacher, as it would have
+        without the stop)."""
+        if isinstance(runner.optim_wrapper, dict):  # (Runner: built next)
+            runner.optim_wrapper = runner.build_optim_wrapper(
+                runner.optim_wrapper)
+        wrapper = runner.optim_wrapper
+        line = hasattr(wrapper, 'optimizer') and merge_saved(
+            ckpt, wrapper.optimizer)
+        if line:
+            runner.logger.info(line)
+        applied = ((ckpt.get('meta') or {}).get('hpm_run')
+                   or {}).get('last_applied')
+        if applied is not None and hasattr(wrapper, 'last_applied'):
+            wrapper.last_applied = applied
+
+    def meta(self, iters_per_epoch: int, applied=None) -> dict:
+        """What every checkpoint records of the run (``meta['hpm_run']``;
+        ``applied``: whether its last step was); the run's id goes into the
+        work dir too, where ``--resume`` reads which newer checkpoints are
+        its own."""
         from mmengine.dist import is_main_process
         if is_main_process() and osp.isdir(self.work_dir):
             with open(osp.join(self.work_dir, RUN_ID_FILE), 'w') as f:
@@ -411,14 +431,16 @@ class RunResume:
         return dict(
             self.signature,
             iters_per_epoch=iters_per_epoch,
-            run_id=self.run_id)
+            run_id=self.run_id,
+            **({} if applied is None else dict(last_applied=float(applied))))
 
 
 def merge_saved(ckpt: dict, optimizer) -> Optional[str]:
     """A resumed checkpoint whose optimizer holds more parameter groups than
     ``optimizer`` (saved before the constructor merged them by setting: one
-    per parameter) merged the same way, in place: its state renumbered, its
-    schedulers' per-group values those of each merged group's first. Returns
+    per parameter) merged the same way, in place: its state renumbered (an
+    FSDP state, keyed by name, keeps its keys), its schedulers' per-group
+    values those of each merged group's first. Returns
     the line that says so; None where nothing was merged (torch's own error
     names a layout that still differs)."""
     state = ckpt.get('optimizer') or {}
@@ -433,8 +455,8 @@ def merge_saved(ckpt: dict, optimizer) -> Optional[str]:
             [len(g['params']) for g in optimizer.param_groups]:
         return None
     firsts = [g['params'][0][0] for g in merged]
-    ids = iter(range(sum(len(g['params']) for g in merged)))
-    new = {p: next(ids) for g in merged for _, p in g['params']}
+    order = [p for g in merged for _, p in g['params']]  # FSDP's: names
+    new = {p: i if isinstance(p, int) else p for i, p in enumerate(order)}
     state['state'] = {new[p]: v for p, v in state['state'].items()}
     state['param_groups'] = [
         dict(g, params=[new[p] for _, p in g['params']]) for g in merged
@@ -475,14 +497,17 @@ def _replay(fresh, iters: int, iters_per_epoch: int) -> None:
 
 
 # -------------------------------------------------------------- the fit
+def _own_state(model: torch.nn.Module) -> dict:
+    """``model``'s state dict; an FSDP-sharded model's as it was before
+    sharding (``HPMFullyShardedDataParallel``'s meta tensors)."""
+    return getattr(model, 'unsharded_state', None) or model.state_dict()
+
+
 def share_of_model(model: torch.nn.Module, state_dict: dict) -> float:
     """The fraction of ``model``'s floating-point weights that
     ``state_dict`` holds under the same name (``module.`` dropped) and
     shape."""
-    own = {
-        k: v
-        for k, v in model.state_dict().items() if v.is_floating_point()
-    }
+    own = {k: v for k, v in _own_state(model).items() if v.is_floating_point()}
     shared = 0
     for k, v in state_dict.items():
         k = k[len('module.'):] if k.startswith('module.') else k
@@ -500,7 +525,7 @@ def checkpoint_mismatch(model: torch.nn.Module,
     keys, other shapes; keys the model lacks are counted, and with
     ``exact`` a failure too: a resumed model shallower or narrower than
     the checkpoint's), or None."""
-    own = model.state_dict()
+    own = _own_state(model)
     missing = [k for k in own if k not in state_dict]
     shapes = [
         k for k in own if k in state_dict

@@ -28,7 +28,7 @@ from .hooks.cuda_graph_step_hook import CUDAGraphStepHook
 from .log_filter import BareConsoleFormatter, QuietConsole
 from .optimizers.guarded_optim_wrapper import each_wrapper, fused_on_cuda
 from .precision import Precision, optim_wrapper_cfg, run_precision
-from .resume import RunResume, merge_saved
+from .resume import RunResume
 from .safe_load import refuse_old_torch_pretraining
 from .schedule import check_run_length
 from .work_dir import own_work_dir, release_work_dir
@@ -292,24 +292,23 @@ class RunPolicyMixin:
             return super().load_or_resume()
         self._hpm_resume.load(self, super().load_or_resume)
 
-    def load_checkpoint(self, filename, *args, **kwargs) -> dict:
-        """mmengine's; a resumed checkpoint's optimizer groups merged as
-        this run's (:func:`~hpm_mm.engine.resume.merge_saved`)."""
-        ckpt = super().load_checkpoint(filename, *args, **kwargs)
-        if self._resume and isinstance(ckpt.get('optimizer'), dict):
-            self.optim_wrapper = self.build_optim_wrapper(self.optim_wrapper)
-            optimizer = getattr(self.optim_wrapper, 'optimizer', None)
-            line = optimizer and merge_saved(ckpt, optimizer)
-            if line:
-                self.logger.info(line)
-        return ckpt
+    def call_hook(self, fn_name: str, **kwargs) -> None:
+        """mmengine's; a resume's ``after_load_checkpoint`` (both runners
+        load the optimizer's state after it) in the resume room first
+        (:meth:`RunResume.restore`)."""
+        if fn_name == 'after_load_checkpoint' and self._resume and \
+                self._hpm_resume is not None:
+            self._hpm_resume.restore(self, kwargs['checkpoint'])
+        super().call_hook(fn_name, **kwargs)
 
     def save_checkpoint(self, *args, **kwargs):
         """mmengine's checkpoint, its meta holding this run's signature and
         id (:meth:`RunResume.meta`)."""
         if self._hpm_resume is not None:
             meta = dict(kwargs.get('meta') or {})
-            meta['hpm_run'] = self._hpm_resume.meta(len(self.train_dataloader))
+            meta['hpm_run'] = self._hpm_resume.meta(
+                len(self.train_dataloader),
+                getattr(self.optim_wrapper, 'last_applied', None))
             kwargs['meta'] = meta
         return super().save_checkpoint(*args, **kwargs)
 

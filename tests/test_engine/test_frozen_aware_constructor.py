@@ -140,6 +140,20 @@ def test_merged_groups_step_as_mmengines_and_resume_their_state():
     _steps(fresh, model, (3, ))
     for k, v in model.state_dict().items():
         assert torch.equal(v, after_old[k]), k
+    names = {id(p): n for n, p in model.named_parameters()}  # FSDP's
+    by_name = old.state_dict()  # layout: keyed by parameter name
+    ids = [
+        names[id(p)] for g in old.optimizer.param_groups for p in g['params']
+    ]
+    by_name['state'] = {ids[i]: v for i, v in by_name['state'].items()}
+    for g in by_name['param_groups']:
+        g['params'] = [ids[i] for i in g['params']]
+    state = dict(by_name['state'])
+    merge_saved(dict(optimizer=by_name), fresh.optimizer)
+    assert by_name['state'] == state  # the same keys, the same values
+    assert [g['params'] for g in by_name['param_groups']
+            ] == [[names[id(p)] for p in g['params']]
+                  for g in fresh.optimizer.param_groups]
     short = fresh.state_dict()  # a layout that does not merge into this
     short['param_groups'] = short['param_groups'] * 3
     assert merge_saved(dict(optimizer=short), fresh.optimizer) is None

@@ -67,12 +67,18 @@ def _nan_env(tmp_path):
 
 FSDP = '''
 runner_type = 'HPMFlexibleRunner'
-strategy = dict(type='FSDPStrategy', state_dict_cfg='full',
+strategy = dict(type='HPMFSDPStrategy', state_dict_cfg='full',
                 model_wrapper=dict(type='HPMFullyShardedDataParallel'))
 '''
 
 
-def _two_processes(tmp_path, name, body, base=FMNIST_CFG, transform=RESIZE):
+def _two_processes(tmp_path,
+                   name,
+                   body,
+                   *args,
+                   base=FMNIST_CFG,
+                   transform=RESIZE):
+    """The weights after 3 steps of 2 processes (``args``: train.py's)."""
     cfg = tiny_config(
         tmp_path / name,
         base,
@@ -82,7 +88,7 @@ def _two_processes(tmp_path, name, body, base=FMNIST_CFG, transform=RESIZE):
         batch_size=2,
         shuffle=False,
         hooks=HOOKS)
-    _dist_train(cfg, tmp_path / name, _nan_env(tmp_path))
+    _dist_train(cfg, tmp_path / name, _nan_env(tmp_path), *args)
     return torch.load(
         sorted((tmp_path / name).glob('iter_*.pth'))[-1],
         map_location='cpu')['state_dict']
@@ -108,6 +114,7 @@ def _dist_train(cfg, work, env, *args):
                           text=True,
                           timeout=600)
     assert proc.returncode == 0, proc.stderr[-5000:]
+    return proc
 
 
 def _one_process(python,
@@ -175,11 +182,27 @@ def test_fsdp_two_processes_equal_one(tmp_path, warm):
     """FSDP (FlexibleRunner, HPMFullyShardedDataParallel: sharded student,
     replicated EMA teacher, FSDP-wide gradient clipping) against one
     process of the same FlexibleRunner (which seeds the model's
-    construction differently from Runner, so it is its own reference)."""
+    construction differently from Runner, so it is its own reference).
+    The FSDP run keeps mmengine's one optimizer group per parameter (as
+    hpm_mm saved before merging them); resumed from its step-2 checkpoint
+    it ends where it did: the fit check reads the unsharded shapes,
+    HPMFSDPStrategy loads the optimizer's state (mmengine's FSDPStrategy
+    failed to) and the groups, keyed by name, are merged."""
     flexible = "\nrunner_type = 'HPMFlexibleRunner'\n"
     sa = _one_process(warm, tmp_path, 'one', BODY + flexible)
-    _assert_equal_weights(sa, _two_processes(tmp_path, 'fsdp', BODY + FSDP),
-                          'fsdp')
+    sb = _two_processes(
+        tmp_path, 'fsdp', BODY + FSDP, '--cfg-options',
+        'default_hooks.checkpoint.interval=1', 'optim_wrapper.constructor='
+        'DefaultOptimWrapperConstructor')
+    _assert_equal_weights(sa, sb, 'fsdp')
+    cfg, second = tmp_path / 'fsdp' / 'tiny_cfg.py', tmp_path / 'resumed'
+    out = _dist_train(cfg, second, _nan_env(tmp_path), '--resume',
+                      tmp_path / 'fsdp' / 'iter_2.pth').stdout
+    assert 'resumed epoch: 0, iter: 2' in out and 'optimizer groups (one ' \
+        'per parameter) merged by setting into 2' in out, out[-3000:]
+    resumed = torch.load(second / 'iter_3.pth', map_location='cpu')
+    _assert_equal_weights(sb, resumed['state_dict'], 'fsdp resumed')
+    assert len(resumed['optimizer']['param_groups']) == 2
 
 
 def test_ibot_two_processes_equal_one(tmp_path, warm):
@@ -197,8 +220,9 @@ def test_ibot_two_processes_equal_one(tmp_path, warm):
     assert 'mask_ratio' in body
     sa = _one_process(warm, tmp_path, 'one', body, base, views)
     assert sa['head.center'].abs().sum() > 0
-    _assert_equal_weights(sa, _two_processes(tmp_path, 'ddp', body, base,
-                                             views), 'ibot-ddp')
+    _assert_equal_weights(
+        sa, _two_processes(tmp_path, 'ddp', body, base=base, transform=views),
+        'ibot-ddp')
 
 
 def test_dist_launchers_use_the_project_environment(tmp_path):

@@ -187,6 +187,36 @@ def test_resumes_a_checkpoint_written_before_the_parts_split(tmp_path):
     assert int(sd['teacher.steps']) == 4  # 2 before, one per applied step
 
 
+@pytest.mark.parametrize('runner', ['HPMRunner', 'HPMFlexibleRunner'])
+def test_a_checkpoint_with_one_group_per_parameter_resumes(tmp_path, runner):
+    """A run saved by mmengine's constructor (one optimizer group per
+    parameter, as hpm_mm saved before merging them) resumes under either
+    runner (FlexibleRunner loads through its strategy): the groups merged
+    in one line, the run completed in the merged layout."""
+    body = TINY_RUN.format(keep=2, epochs=2) + f'runner_type = {runner!r}\n'
+    cfg = tiny_config(tmp_path, body=body, num_images=8)
+    work = str(tmp_path / 'work')
+    train(
+        cfg,
+        work,
+        cfg_options={
+            'train_cfg.max_epochs': 1,
+            'optim_wrapper.constructor': 'DefaultOptimWrapperConstructor'
+        })
+    first = torch.load(osp.join(work, 'epoch_1.pth'), map_location='cpu')
+    n = len(first['optimizer']['param_groups'])
+    assert n > 20
+    log = train(
+        cfg, work, resume=True, cfg_options=dict(resume_changed_run=True))
+    assert f"the checkpoint's {n} optimizer groups (one per parameter) " \
+        'merged by setting into 2' in log, log
+    last = torch.load(osp.join(work, 'epoch_2.pth'), map_location='cpu')
+    assert len(last['optimizer']['param_groups']) == 2
+    assert {float(s['step'])
+            for s in last['optimizer']['state'].values()
+            } == {4.0}  # two steps before the resume, two after
+
+
 def test_teacher_of_a_v0_checkpoint_loads_into_the_student(tmp_path):
     """knn_eval --teacher's loader on the v0 checkpoint: the teacher's old
     decoder keys (teacher.module.neck.predictor_blocks...) land in the

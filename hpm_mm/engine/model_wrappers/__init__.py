@@ -1,3 +1,3 @@
-from .fsdp import HPMFullyShardedDataParallel
+from .fsdp import HPMFSDPStrategy, HPMFullyShardedDataParallel
 
-__all__ = ['HPMFullyShardedDataParallel']
+__all__ = ['HPMFullyShardedDataParallel', 'HPMFSDPStrategy']

@@ -4,9 +4,10 @@ from typing import Dict
 import torch
 import torch.distributed as dist
 import torch.nn as nn
+from mmengine._strategy import FSDPStrategy
 from mmengine.model import MMFullyShardedDataParallel
 from mmengine.optim import OptimWrapper
-from mmengine.registry import MODEL_WRAPPERS  # root: every scope finds it
+from mmengine.registry import MODEL_WRAPPERS, STRATEGIES  # root registries
 
 
 def _fsdp_clip_grad_norm(fsdp: 'HPMFullyShardedDataParallel',
@@ -37,8 +38,10 @@ class HPMFullyShardedDataParallel(MMFullyShardedDataParallel):
     while the single root unit holds the full student, so it needs no
     communication); the student is one unit (an ``auto_wrap_policy`` is
     refused); ``use_orig_params=True``; clipping by FSDP's global norm; every
-    rank starts from rank 0's weights; without CUDA the device is the CPU.
-    Use it through ``FlexibleRunner`` with ``strategy=dict(type='FSDPStrategy',
+    rank starts from rank 0's weights; without CUDA the device is the CPU;
+    ``module.unsharded_state``: its state's shapes before sharding (meta
+    tensors), for the resume's fit check. Use it through ``FlexibleRunner``
+    with ``strategy=dict(type='HPMFSDPStrategy',
     model_wrapper=dict(type='HPMFullyShardedDataParallel'))`` (docs/
     distributed.md); its arguments are mmengine's wrapper's.
 
@@ -74,6 +77,10 @@ class HPMFullyShardedDataParallel(MMFullyShardedDataParallel):
         # sync_module_states skips ignored modules and refuses CPU tensors.
         if kwargs.pop('sync_module_states', True) and dist.is_initialized():
             _broadcast_from_rank0(module)
+        module.unsharded_state = {
+            k: torch.empty_like(v, device='meta')
+            for k, v in module.state_dict().items()
+        }
         super().__init__(module, device_id=device_id, **kwargs)
 
     def train_step(self, data: dict,
@@ -82,3 +89,27 @@ class HPMFullyShardedDataParallel(MMFullyShardedDataParallel):
         if getattr(optim_wrapper, 'grad_name', None) == 'grad_norm':
             optim_wrapper.clip_func = partial(_fsdp_clip_grad_norm, self)
         return super().train_step(data, optim_wrapper)
+
+
+@STRATEGIES.register_module()
+class HPMFSDPStrategy(FSDPStrategy):
+    """mmengine's ``FSDPStrategy``, whose resume loads the optimizer's
+    state: mmengine 0.10.7 calls torch's ``optim_state_dict_to_load`` with
+    torch 1's argument order (a resume failed: "unhashable type: 'dict'").
+
+    Args:
+        model_wrapper (dict, optional): the FSDP wrapper
+            (``HPMFullyShardedDataParallel``).
+        skip_init_weights (bool): Defaults to False.
+        state_dict_cfg (str | dict): 'full' keeps the usual key layout in
+            checkpoints. Defaults to 'local'.
+        activation_checkpointing (dict, optional): Defaults to None.
+        **kwargs: mmengine's ``DDPStrategy`` arguments.
+    """
+
+    def load_optim_state_dict(self, state_dict: dict) -> None:
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+        self.optim_wrapper.load_state_dict(
+            FSDP.optim_state_dict_to_load(self.model,
+                                          self.optim_wrapper.optimizer,
+                                          state_dict))
