@@ -440,9 +440,9 @@ def merge_saved(ckpt: dict, optimizer) -> Optional[str]:
     ``optimizer`` (saved before the constructor merged them by setting: one
     per parameter) merged the same way, in place: its state renumbered (an
     FSDP state, keyed by name, keeps its keys), its schedulers' per-group
-    values those of each merged group's first. Returns
-    the line that says so; None where nothing was merged (torch's own error
-    names a layout that still differs)."""
+    values those of each merged group's first. Returns the line that says
+    so; None where nothing was merged (torch's own error names a layout
+    that still differs)."""
     state = ckpt.get('optimizer') or {}
     saved = state.get('param_groups') or []
     if len(saved) <= len(optimizer.param_groups):
