@@ -400,10 +400,11 @@ class RunResume:
 
     def restore(self, runner, ckpt: dict) -> None:
         """Before mmengine loads a resumed checkpoint's optimizer state: its
-        groups merged as this run's (:func:`merge_saved`), and whether its
-        last step was applied, which the EMA teacher's next update reads (a
-        run saved after a skipped step leaves the teacher, as it would have
-        without the stop)."""
+        groups merged as this run's (:func:`merge_saved`); the non-finite
+        guard's steps skipped and applied (its end-of-run check counts the
+        whole run) and whether the last was applied, which the EMA teacher's
+        next update reads (a run saved after a skipped step leaves the
+        teacher, as it would have without the stop)."""
         if isinstance(runner.optim_wrapper, dict):  # (Runner: built next)
             runner.optim_wrapper = runner.build_optim_wrapper(
                 runner.optim_wrapper)
@@ -412,27 +413,33 @@ class RunResume:
             ckpt, wrapper.optimizer)
         if line:
             runner.logger.info(line)
-        applied = ((ckpt.get('meta') or {}).get('hpm_run')
-                   or {}).get('last_applied')
-        if applied is not None and hasattr(wrapper, 'last_applied'):
-            wrapper.last_applied = applied
+        run = (ckpt.get('meta') or {}).get('hpm_run') or {}
+        if 'last_applied' in run and hasattr(wrapper, 'last_applied'):
+            wrapper.last_applied = run['last_applied']
+            wrapper._skipped, wrapper._applied = run['steps']
 
-    def meta(self, iters_per_epoch: int, applied=None) -> dict:
+    def meta(self, iters_per_epoch: int, wrapper=None) -> dict:
         """What every checkpoint records of the run (``meta['hpm_run']``;
-        ``applied``: whether its last step was); the run's id goes into the
-        work dir too, where ``--resume`` reads which newer checkpoints are
-        its own."""
+        from the non-finite guard's ``wrapper``: its steps skipped and
+        applied so far and whether the last was applied); the run's id goes
+        into the work dir too, where ``--resume`` reads which newer
+        checkpoints are its own."""
         from mmengine.dist import is_main_process
         if is_main_process() and osp.isdir(self.work_dir):
             with open(osp.join(self.work_dir, RUN_ID_FILE), 'w') as f:
                 f.write(f'{self.run_id}\n{osp.realpath(self.work_dir)}\n')
                 if self.parent is not None:
                     f.write(f'{self.parent[0]} {self.parent[1]}\n')
+        guard = {}
+        if getattr(wrapper, 'last_applied', None) is not None:
+            guard = dict(
+                last_applied=float(wrapper.last_applied),
+                steps=[wrapper.skipped_steps, wrapper.applied_steps])
         return dict(
             self.signature,
             iters_per_epoch=iters_per_epoch,
             run_id=self.run_id,
-            **({} if applied is None else dict(last_applied=float(applied))))
+            **guard)
 
 
 def merge_saved(ckpt: dict, optimizer) -> Optional[str]:

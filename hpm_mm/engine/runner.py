@@ -307,8 +307,7 @@ class RunPolicyMixin:
         if self._hpm_resume is not None:
             meta = dict(kwargs.get('meta') or {})
             meta['hpm_run'] = self._hpm_resume.meta(
-                len(self.train_dataloader),
-                getattr(self.optim_wrapper, 'last_applied', None))
+                len(self.train_dataloader), self.optim_wrapper)
             kwargs['meta'] = meta
         return super().save_checkpoint(*args, **kwargs)
 

@@ -88,6 +88,31 @@ def test_mostly_skipped_short_run_and_negative_clip_norm_fail(tmp_path):
     assert not list((tmp_path / 'w2').glob('epoch_*.pth'))
 
 
+def test_a_resumed_run_counts_its_steps_before_the_stop(tmp_path):
+    """The guard's end-of-run check counts the whole run: 4 steps applied
+    before a stop, then a resumed epoch (lr 1e6) that skips a step ends
+    normally; counting the resumed process's steps alone (1 of 2 skipped)
+    it failed. Each checkpoint's meta keeps the counts."""
+    cfg = tiny_config(tmp_path, FMNIST_CFG, num_images=8)
+    work = tmp_path / 'w'
+    train(cfg, work, cfg_options={'train_cfg.max_epochs': 2})
+    run = torch.load(work / 'epoch_2.pth', map_location='cpu')['meta']
+    assert run['hpm_run']['steps'] == [0, 4]
+    assert run['hpm_run']['last_applied'] == 1.0
+    log = train(
+        cfg,
+        work,
+        resume=True,
+        cfg_options={
+            'train_cfg.max_epochs': 3,
+            'optim_wrapper.optimizer.lr': 1e6,
+            'resume_changed_run': True
+        })
+    assert 'optimizer step skipped' in log
+    run = torch.load(work / 'epoch_3.pth', map_location='cpu')['meta']
+    assert run['hpm_run']['steps'] == [1, 5]
+
+
 def test_what_cannot_be_judged_is_refused_before_work(tmp_path,
                                                       hpm_checkpoint):
     """Each refused in one line, non-zero exit, before any training or

@@ -259,7 +259,9 @@ class NonFiniteGuardMixin:
         """At the end of a run: refuse, in one line, one that skipped more
         optimizer steps (non-finite loss or gradients) than it applied: its
         checkpoints hold a model that barely trained (a run shorter than
-        ``max_consecutive_skips`` would otherwise end normally)."""
+        ``max_consecutive_skips`` would otherwise end normally). A resumed
+        run counts its steps before the stop too (the resume room restores
+        them)."""
         skipped, applied = self.skipped_steps, self.applied_steps
         if skipped and skipped >= applied:
             raise HPMError(
