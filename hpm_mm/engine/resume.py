@@ -405,10 +405,7 @@ class RunResume:
         whole run) and whether the last was applied, which the EMA teacher's
         next update reads (a run saved after a skipped step leaves the
         teacher, as it would have without the stop)."""
-        if isinstance(runner.optim_wrapper, dict):  # (Runner: built next)
-            runner.optim_wrapper = runner.build_optim_wrapper(
-                runner.optim_wrapper)
-        wrapper = runner.optim_wrapper
+        wrapper = runner.optim_wrapper  # (built: both runners' train)
         line = hasattr(wrapper, 'optimizer') and merge_saved(
             ckpt, wrapper.optimizer)
         if line:

@@ -54,8 +54,8 @@ class FrozenAwareOptimWrapperConstructor(DefaultOptimWrapperConstructor):
     def __call__(self, model: nn.Module) -> OptimWrapper:
         with drop_log_messages('is skipped since its requires_grad=False'):
             wrapper = super().__call__(model)
-        groups = wrapper.optimizer.param_groups
-        groups[:] = merge_groups(groups)
+        wrapper.optimizer.param_groups[:] = merge_groups(
+            wrapper.optimizer.param_groups)
         frozen = frozen_summary(model)
         if frozen:
             print_log(f'not optimised (requires_grad=False): {frozen}',
