@@ -225,7 +225,7 @@ else
     "${PIP[@]}" install -q "setuptools<70" wheel ninja packaging
     build=$(mktemp -d)
     trap 'rm -rf "$build"' EXIT
-    log "building mmcv $MMCV_VERSION from source with ops (2 cores: 7-20 min on AVX512/AMX, 35-55 min on AVX2; once: cached in $cache_dir)"
+    log "building mmcv $MMCV_VERSION from source with ops, once (cached in $cache_dir): a progress line a minute; its time per CPU class: docs/install.md"
     "${PIP[@]}" download -q --no-deps --no-binary :all: --no-build-isolation "mmcv==$MMCV_VERSION" -d "$build" \
       || die "could not download the mmcv $MMCV_VERSION sdist from PyPI"
     tar -xzf "$build"/mmcv-$MMCV_VERSION.tar.gz -C "$build"
