@@ -442,6 +442,28 @@ def tool_main(script: str, *argv) -> subprocess.CompletedProcess:
                                        out.getvalue(), err.getvalue())
 
 
+def rewrite_is_whole(path, write) -> None:
+    """``write()`` over the file ``path``, stopped half-way through its
+    ``torch.save`` as a Ctrl-C would: ``path`` is as it was, no part of
+    the new file is left beside it."""
+    from unittest import mock
+    path, real = str(path), torch.save
+
+    def stopped(obj, f, *args, **kwargs):
+        real({'half': torch.zeros(3)}, f)  # some bytes written, then
+        raise KeyboardInterrupt
+
+    with open(path, 'rb') as f:
+        before = f.read()
+    with mock.patch.object(torch, 'save', stopped), \
+            pytest.raises(KeyboardInterrupt):
+        write()
+    with open(path, 'rb') as f:
+        assert f.read() == before, f'{path} changed'
+    folder = osp.dirname(path)
+    assert [n for n in os.listdir(folder) if n.endswith('.part')] == []
+
+
 DET_DIR = osp.join(REPO, 'configs', 'benchmarks', 'det')
 # the model part each tiny run changes: ViTDet's simple feature pyramid (on
 # the last map) or the multi-level variant, mmseg's Feature2Pyramid + FPN (on

@@ -11,12 +11,10 @@ HPM's loss predictor (``decoder_blocks_losspred.i``,
 ``mae_pretrain_vit_*`` files hold the encoder only, its ``mae_visualize_*``
 add the reconstructor. docs/transfer.md#start-from-the-authors-weights.
 """
-import os
 import os.path as osp
 import re
 from typing import Optional, Tuple
 
-import torch
 from mmengine.config import Config
 
 from hpm_mm.errors import HPMError
@@ -190,7 +188,7 @@ def import_official(src: str,
         HPMError: ``src`` is not such a file (one line; nothing written)."""
     from mmpretrain.registry import MODELS
 
-    from hpm_mm.engine.safe_load import check_finite, load_file
+    from hpm_mm.engine.safe_load import check_finite, load_file, save_file
     from hpm_mm.engine.work_dir import check_writable
     check_writable(out, 'the imported checkpoint')
     ckpt = load_file(src)
@@ -251,10 +249,8 @@ def import_official(src: str,
     config_path = osp.splitext(out)[0] + '.py'
     with open(config_path, 'w') as f:
         f.write(text)
-    part = f'{out}.{os.getpid()}.part'
-    torch.save(
+    save_file(
         dict(
             state_dict=model.state_dict(),
-            meta=dict(cfg=cfg.pretty_text, imported=imported)), part)
-    os.replace(part, out)
+            meta=dict(cfg=cfg.pretty_text, imported=imported)), out)
     return dict(imported, out=out, config=config_path)

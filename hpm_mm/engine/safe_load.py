@@ -1,9 +1,10 @@
 """The one checkpoint loader: the file's bytes checked, then
 ``torch.load(weights_only=True)`` with an allow-list of the types mmengine
-writes. :func:`hpm_mm.compat.register_checkpoint_loader` routes mmengine's
-loads (resume, ``load_from``, ``init_cfg`` Pretrained) through
-:func:`load_file`, URLs through :mod:`hpm_mm.engine.download` (which
-downloads, then calls it); docs/reliability.md says why and what it costs.
+writes; and the one writer of a whole file (:func:`save_file`).
+:func:`hpm_mm.compat.register_checkpoint_loader` routes mmengine's loads
+(resume, ``load_from``, ``init_cfg`` Pretrained) through :func:`load_file`,
+URLs through :mod:`hpm_mm.engine.download` (which downloads, then calls
+it); docs/reliability.md says why and what it costs.
 """
 import os
 import os.path as osp
@@ -230,8 +231,21 @@ def resave_checkpoint(path: str) -> None:
             f'{HISTORY_GETATTR}.')
     with torch.serialization.safe_globals([getattr]):
         ckpt = load_file(path)
+    save_file(ckpt, path)
+
+
+def save_file(obj, path: str) -> None:
+    """``torch.save(obj, path)`` whole or not at all: written beside
+    ``path``, then renamed over it, so an interrupted save leaves the file
+    that was there and no part of it (mmengine's checkpoints:
+    ``AtomicCheckpointHook``)."""
     part = f'{path}.{os.getpid()}.part'
-    torch.save(ckpt, part)
+    try:
+        torch.save(obj, part)
+    except BaseException:
+        if osp.exists(part):
+            os.remove(part)
+        raise
     os.replace(part, path)
 
 

@@ -11,7 +11,8 @@ from functools import partial
 import pytest
 import torch
 import torch.nn as nn
-from helpers import NEEDS_FULL, make_image_folder, tool_main, train
+from helpers import (NEEDS_FULL, make_image_folder, rewrite_is_whole,
+                     tool_main, train)
 
 import hpm_mm  # noqa: F401
 from hpm_mm.errors import HPMError
@@ -222,6 +223,8 @@ def test_the_authors_hpm_file_imports_number_for_number(tmp_path, arch, extra):
     assert imported['layout'] == 'hpm' and imported['teacher'] == 'ema'
     assert imported['untrained'] == [] and imported['epoch'] == 799
     assert not any(k.startswith('optimizer') for k in saved)
+    if arch is TINY:  # a stopped rerun keeps the earlier file
+        rewrite_is_whole(out, lambda: import_(src, out, *extra))
 
 
 @pytest.mark.parametrize('layout', ['mae_pretrain', 'mae_visualize'])

@@ -1,7 +1,7 @@
 """tools/model_converters/target_weights.py: DINO (timm layout) and CLIP
 releases -> the files the feature-target configs load, exactly."""
 import torch
-from helpers import tool_main
+from helpers import rewrite_is_whole, tool_main
 from mmpretrain.models import VisionTransformer
 from mmpretrain.models.utils.clip_generator_helper import \
     VisionTransformer as CLIPViT
@@ -42,6 +42,9 @@ def test_dino_release_round_trip(tmp_path):
     target.init_weights()
     for k, v in target.network.state_dict().items():
         assert torch.equal(v, mine[k]), k
+    rewrite_is_whole(  # a stopped rerun keeps the earlier file
+        dst, lambda: tool_main('model_converters/target_weights.py', 'dino',
+                               src, dst))
 
 
 def test_clip_release(tmp_path):

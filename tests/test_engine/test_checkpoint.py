@@ -393,7 +393,7 @@ def test_a_checkpoint_re_saved_without_hpm_mm_is_refused_with_the_reason(
     pickled with getattr, nothing else): refused naming that and an hpm_mm
     command that re-saves it (loading it weights-only with getattr alone
     added), which, run as printed, makes it load."""
-    from helpers import tool_main
+    from helpers import rewrite_is_whole, tool_main
     resaved = tmp_path / 'resaved.pth'
     _plain_resave(hpm_checkpoint, resaved)
     with pytest.raises(
@@ -404,6 +404,8 @@ def test_a_checkpoint_re_saved_without_hpm_mm_is_refused_with_the_reason(
     assert 'weights_only=False' not in line and '\n' not in line
     fix = line.split('Fix: if you trust it, re-save it: ')[1].split(' (')[0]
     assert fix == 'python tools/misc/resave_checkpoint.py PATH'
+    rewrite_is_whole(  # stopped: the file as it was
+        resaved, lambda: tool_main('misc/resave_checkpoint.py', resaved))
     proc = tool_main('misc/resave_checkpoint.py', resaved)  # the fix
     assert proc.returncode == 0, proc.stderr
     assert load_file(str(resaved))['state_dict'].keys() == \

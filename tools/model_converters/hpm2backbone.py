@@ -17,8 +17,6 @@ loads. A checkpoint holding NaN/inf is refused.
 import argparse
 import os.path as osp
 
-import torch
-
 # keys a target initialises itself by design (absent from any MAE/HPM ckpt)
 FRESH = {
     'mmpretrain': (),
@@ -184,7 +182,7 @@ def main(argv=None):
     except HPMError as e:
         raise SystemExit(f'hpm2backbone.py: {e}')
     from hpm_mm.apis.convert import convert, encoder_state
-    from hpm_mm.engine.safe_load import load_file
+    from hpm_mm.engine.safe_load import load_file, save_file
     from hpm_mm.errors import HPMError
     try:  # weights_only=True, the allow-list; a damaged file named
         ckpt = load_file(args.src)
@@ -257,7 +255,7 @@ def main(argv=None):
               ", SHA256SUMS; load it with "
               f"timm.create_model('local-dir:{args.dst}', pretrained=True)")
         return
-    torch.save(
+    save_file(  # whole or not at all: an earlier dst survives a stop
         dict(
             state_dict=state,
             meta=dict(

@@ -113,7 +113,8 @@ def main(argv=None):
     if missing:
         raise SystemExit(f'the target network lacks {missing[:5]}; '
                          'nothing written')
-    torch.save({'state_dict': out}, args.dst)
+    from hpm_mm.engine.safe_load import save_file
+    save_file({'state_dict': out}, args.dst)  # whole or not at all
     print(f'wrote {args.dst}')
 
 
