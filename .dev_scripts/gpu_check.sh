@@ -9,6 +9,26 @@
 # Each keeps a deadline (HPM_GPU_DEADLINE, default 520 s), shared among its parts.
 # HPM_GPU_TINY=1: toy sizes, every part whole, no deadline (the CPU dry run);
 # HPM_GPU_INSTALL=0 skips the install; HPM_PYTHON: the Python; HPM_GPU_WORK: work dirs.
+#
+# The next card session (15 minutes of device time hold one call of under 10 minutes
+# and a short one; a machine's start and transfers take part of them; on the last
+# H200, eager took about 300 s, compiled about 360 s, so `all` starves the second half):
+# 1. HPM_GPU_DEADLINE=460 bash .dev_scripts/gpu_check.sh $OUT compiled (timeout 490 s,
+#    carrying .carry): the compiled and the CUDA-graph rows at batch 256 (HPM faithful,
+#    fast, MAE), each from a fresh compile state (never measured so: the last rows after
+#    the first shared one process's block graphs), then batch 64 as the deadline allows.
+# 2. At once, on the warm machine: the main job eager with 4 workers (its optimizer
+#    groups and datasets changed since its record main_job/h200_01cdffc.json), and the
+#    same run under cProfile for its host side by function:
+#      P=python3; C=configs/hpm/fast/hpm-fast_vit-mini-p4_1xb256-coslr-10e_fmnist.py
+#      $P -c 'import hpm_mm' || HPM_WHEELHOUSE=$PWD/.carry/whl HPM_SKIP_DATA=1 \
+#        HPM_PYTHON=$P bash tools/install.sh overlay
+#      $P tools/dataset_converters/prepare_fashion_mnist.py --src .carry/fashion-mnist \
+#        --out data/fashion_mnist   # where data/fashion_mnist/ is missing
+#      for run in eager cprofile; do timeout 170 $P $([ $run = cprofile ] && echo \
+#        -m cProfile -o $OUT/main_job.prof) tools/train.py $C --work-dir work_dirs/$run \
+#        --quiet --amp --cfg-options train_dataloader.num_workers=4 > $OUT/$run.log 2>&1; done
+#    then each result into a record (docs/speed.md#records) and generate_readme.py.
 set -uo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
