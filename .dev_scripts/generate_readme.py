@@ -16,6 +16,7 @@ marks, and no figure is written by hand outside them
 """
 import glob
 import json
+import os
 import os.path as osp
 import re
 import statistics
@@ -69,10 +70,15 @@ def records(pattern):
     each checked against the schema."""
     out = []
     for path in sorted(glob.glob(osp.join(RESULTS, pattern))):
-        name, r = osp.relpath(path, RESULTS), json.load(open(path))
-        if problem(r):
-            raise ValueError(f'docs/results/{name}: {problem(r)} (the record '
-                             'schema: docs/speed.md#records)')
+        name = osp.relpath(path, RESULTS)
+        try:
+            r = json.load(open(path))
+        except ValueError as e:
+            raise ValueError(f'docs/results/{name} is not json ({e})')
+        if not isinstance(r, dict) or problem(r):
+            raise ValueError(f'docs/results/{name}: '
+                             f'{problem(r) if isinstance(r, dict) else "no object"}'
+                             ' (the record schema: docs/speed.md#records)')
         out.append((name, r))
     if not out:
         raise ValueError(f'no record matches docs/results/{pattern}')
@@ -697,7 +703,13 @@ def render(name):
     if text.count(begin) != 1 or text.count(end) != 1:
         raise ValueError(f'{page} holds no single block {name} ({begin})')
     head, rest = text.split(begin, 1)
-    body = '\n'.join(build())
+    if end not in rest:
+        raise ValueError(f'{page}: block {name} ends before it begins')
+    try:
+        body = '\n'.join(build())
+    except (KeyError, IndexError, TypeError) as e:
+        raise ValueError(f'block {name} ({page}): a record lacks {e!r} '
+                         '(the record schema: docs/speed.md#records)')
     return page, text, f'{head}{begin}\n{body}\n{end}{rest.split(end, 1)[1]}'
 
 
@@ -713,18 +725,28 @@ def main(argv=None):
                         action='store_true',
                         help='write nothing; exit 1 naming each stale block')
     args = parser.parse_args(argv)
-    if args.check:
-        names = stale()
-        for name in names:
-            print(f'stale: {BLOCKS[name][0]}, block {name} '
-                  '(python .dev_scripts/generate_readme.py)')
-        return 1 if names else 0
-    for name in BLOCKS:
-        page, old, new = render(name)
-        if new != old:
-            with open(osp.join(ROOT, page), 'w') as f:
-                f.write(new)
-            print(f'wrote {page}: {name}')
+    try:
+        if args.check:
+            names = stale()
+            for name in names:
+                print(f'stale: {BLOCKS[name][0]}, block {name} '
+                      '(python .dev_scripts/generate_readme.py)')
+            return 1 if names else 0
+        for name in BLOCKS:
+            page, old, new = render(name)
+            if new != old:  # whole or not at all: beside it, then renamed
+                path = osp.join(ROOT, page)
+                try:
+                    with open(path + '.part', 'w') as f:
+                        f.write(new)
+                    os.replace(path + '.part', path)
+                finally:
+                    if osp.exists(path + '.part'):
+                        os.remove(path + '.part')
+                print(f'wrote {page}: {name}')
+    except (ValueError, OSError) as e:
+        print(f'generate_readme.py: {e}', file=sys.stderr)
+        return 2
     return 0
 
 

@@ -106,6 +106,27 @@ def test_check_names_a_stale_block_and_a_new_record_is_one_regeneration(
     assert '`main_job/avx2_1234567.json`' in speed.read_text()
     readme = (tmp_path / 'README.md').read_text()
     assert 'AVX2 15.0 min (1 run)' in readme
+    # a record without its commit, a json cut short, a page without its
+    # block: one line naming the file, exit 2, nothing written
+    results = tmp_path / 'docs' / 'results' / 'main_job'
+    del record['commit']
+    (results / 'avx2_1234567.json').write_text(json.dumps(record))
+    (tmp_path / 'docs' / 'results' / 'install' / 'x.json').write_text('{"wh')
+    before = speed.read_text()
+    for cut in ('commit', 'json'):
+        capsys.readouterr()
+        assert g.main([]) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1
+        assert ('main_job/avx2_1234567.json: no commit' in err
+                if cut == 'commit' else 'install/x.json is not json' in err)
+        (results / 'avx2_1234567.json').unlink(missing_ok=True)
+    (tmp_path / 'docs' / 'results' / 'install' / 'x.json').unlink()
+    speed.write_text(before.replace('<!-- end generated: fused -->', ''))
+    assert g.main(['--check']) == 2
+    assert 'docs/speed.md holds no single block fused' in \
+        capsys.readouterr().err
+    assert not list(tmp_path.glob('**/*.part'))
 
 
 def test_an_estimate_is_printed_as_one_and_a_stand_in_is_not_its_class(g):
