@@ -1,8 +1,8 @@
 """Pretrain HPM on a folder of your own images, in one command.
 
-    python tools/pretrain_folder.py FOLDER [--work-dir DIR] [--epochs N]
-        [--img-size S] [--channels 1|3] [--batch-size B] [--amp]
-        [--resume | --new-run]
+    python tools/pretrain_folder.py FOLDER [--from CKPT] [--work-dir DIR]
+        [--epochs N] [--img-size S] [--channels 1|3] [--batch-size B]
+        [--lr LR] [--alpha-0 A] [--amp] [--resume | --new-run]
         [--skip-unreadable] [--dry-run] [--cfg-options k=v ...]
 
 FOLDER: any images (JPEG, PNG, BMP, WebP, TIFF; any size; grayscale or
@@ -16,7 +16,10 @@ unlabelled.
 The model and recipe are the main job's (the mini ViT, HPM with the
 easy-to-hard schedule); input size, channels, patch size, batch size and
 epochs are chosen from the images and printed in one line (each has an
-option to override it). The config written to the work dir is an ordinary
+option to override it). ``--from CKPT`` (an hpm_mm checkpoint or one
+imported by official2hpm.py) continues HPM from its weights instead: its
+model, input size, channels and normalisation, and a continued recipe
+(docs/own_data.md). The config written to the work dir is an ordinary
 config: rerun or edit it with tools/train.py.
 
 The same command after a stop continues the run (it says so): a work dir
@@ -25,7 +28,8 @@ complete checkpoint; one on other images (files added or removed) is
 refused in one line. The work dir is locked before anything is written.
 
 Output: ``WORK_DIR/hard_patches/*.png`` (the hard-patch grids),
-``WORK_DIR/knn.json`` (labelled folders), the checkpoints and the log.
+``WORK_DIR/knn.json`` (labelled folders), the checkpoints and the log; the
+last line exports the encoder (tools/model_converters/hpm2backbone.py).
 """
 import argparse
 import sys
@@ -38,6 +42,11 @@ def parse_args(argv=None):
     parser = argparse.ArgumentParser(
         description='Pretrain HPM on a folder of images')
     parser.add_argument('folder', help='folder of images (nested allowed)')
+    parser.add_argument(
+        '--from',
+        dest='start_from',
+        metavar='CKPT',
+        help='continue HPM from this checkpoint (hpm_mm or imported)')
     parser.add_argument('--work-dir', help='default: work_dirs/folder_<name>')
     parser.add_argument('--epochs', type=int, help='default: from the images')
     parser.add_argument(
@@ -49,6 +58,12 @@ def parse_args(argv=None):
         help='default: from the images')
     parser.add_argument(
         '--batch-size', type=int, help='default: from the images')
+    parser.add_argument(
+        '--lr', type=float, help='default: scaled to the batch')
+    parser.add_argument(
+        '--alpha-0',
+        type=float,
+        help='the easy-to-hard schedule\'s start (default: the recipe\'s)')
     parser.add_argument(
         '--amp',
         action='store_true',
@@ -94,7 +109,10 @@ def run(argv=None):
         skip_unreadable=args.skip_unreadable,
         dry_run=args.dry_run,
         cfg_options=args.cfg_options,
-        log=lambda line: print(line, flush=True))
+        log=lambda line: print(line, flush=True),
+        start_from=args.start_from,
+        lr=args.lr,
+        alpha_0=args.alpha_0)
     if args.dry_run:
         return result['config']
     r = result['knn']
@@ -103,6 +121,7 @@ def run(argv=None):
               f'images): ' + ', '.join(f'k={k}: {v:.2f}%'
                                        for k, v in r['acc'].items()))
     print(f'hard-patch grids: {result["grids"]}/')
+    print(result['export'])
     return result['config']
 
 

@@ -14,6 +14,7 @@ from hpm_mm.errors import HPMError
 FOLDER_CONFIG = 'hpm/hpm-fast_vit-mini-p4_1xb256-coslr-10e_image-folder.py'
 
 SIZES = (32, 64, 96, 128, 224)  # candidate input sizes
+START_CONFIG = 'from_checkpoint.py'  # a --from checkpoint's saved config
 TARGET_STEPS = 400  # the main job's schedule length
 
 
@@ -21,22 +22,26 @@ def choose_settings(scan: Dict,
                     img_size: Optional[int] = None,
                     channels: Optional[int] = None,
                     batch_size: Optional[int] = None,
-                    epochs: Optional[int] = None) -> Dict:
+                    epochs: Optional[int] = None,
+                    patch_size: Optional[int] = None) -> Dict:
     """Defaults from the images, each overridable: the largest of
     :data:`SIZES` not above the median short side, an 8 x 8 patch grid (16 px
     patches at 224), 1 channel when every image is, batch 256 or an eighth
-    of the images, about :data:`TARGET_STEPS` steps in 10..200 epochs."""
+    of the images, about :data:`TARGET_STEPS` steps in 10..200 epochs; a
+    batch larger than the folder is refused."""
     n = len(scan['files'])
     short = median(min(s) for s in scan['sizes'])
     size = img_size if img_size is not None else max(
         [s for s in SIZES if s <= short] or [SIZES[0]])
-    patch = 16 if size >= 224 else size // 8
+    patch = patch_size or (16 if size >= 224 else size // 8)
     if size % patch:
         raise HPMError(f'--img-size {size}: must be a multiple of '
                        f'{patch} (patch size). Fix: use one of {SIZES}.')
     ch = channels if channels is not None else (1 if scan['gray'] else 3)
-    batch = batch_size if batch_size is not None else max(8, min(256, n // 8))
-    batch = min(batch, n)
+    if batch_size is not None and batch_size > n:
+        raise HPMError(f'{n} images cannot fill one batch of {batch_size}. '
+                       f'Fix: --batch-size {n} or fewer, or more images.')
+    batch = batch_size or min(n, max(8, min(256, n // 8)))
     steps = steps_per_epoch(n, batch)  # the loader keeps the last batch
     ep = epochs if epochs is not None else int(
         min(200, max(10, round(TARGET_STEPS / steps))))
@@ -51,13 +56,20 @@ def choose_settings(scan: Dict,
         num_images=n)
 
 
-def folder_config(base_path: str, root: str, work_dir: str, scan: Dict,
-                  settings: Dict, stats: Dict) -> str:
+def folder_config(base_path: str,
+                  root: str,
+                  work_dir: str,
+                  scan: Dict,
+                  settings: Dict,
+                  stats: Dict,
+                  start: Optional[Dict] = None) -> str:
     """The config of a run on the folder ``root``: it inherits
-    ``base_path`` (the image-folder base) and holds only the folder's
+    ``base_path`` (the image-folder base; with ``start``, the checkpoint's
+    saved config, beside it in ``work_dir``) and holds only the folder's
     values (its ``image`` spec, file lists, batch size, the recipe scaled to
-    the run, the hooks' held-out lists). Writes the file lists into
-    ``work_dir``; returns the config's text."""
+    the run, the hooks' held-out lists) and the checkpoint's (its weights,
+    the image-folder pipelines, the continued recipe: :func:`start_recipe`).
+    Writes the file lists into ``work_dir``; returns the config's text."""
     import pprint
 
     from mmengine.config import Config
@@ -113,44 +125,232 @@ def folder_config(base_path: str, root: str, work_dir: str, scan: Dict,
             num_images=min(4, settings['num_images']),
             num_masks=8,
             dataloader=vis_loader))
-    # the recipe (warm-up, cosine, the teacher's lag) scaled to the run
-    recipe = scale_recipe(
-        Config.fromfile(base_path), settings['epochs'],
-        settings['steps_per_epoch'])
-    teacher = recipe.model.get('teacher') or {}
-    values = dict(
-        image=dict(
-            root=root,
-            size=settings['img_size'],
-            channels=settings['channels'],
-            patch_size=settings['patch_size'],
-            mean=stats['mean'],
-            std=stats['std']),
+    dataset = dict(ann_file=all_files, data_prefix='')
+    spec = dict(
+        root=root,
+        size=settings['img_size'],
+        channels=settings['channels'],
+        patch_size=settings['patch_size'],
+        mean=stats['mean'],
+        std=stats['std'])
+    values = {}
+    if start is None:  # the recipe (warm-up, cosine, teacher's lag) scaled
+        recipe = scale_recipe(
+            Config.fromfile(base_path), settings['epochs'],
+            settings['steps_per_epoch'])
+        schedulers, teacher = recipe.param_scheduler, recipe.model.get(
+            'teacher') or {}
+        teacher = {
+            k: teacher[k]
+            for k in ('momentum', 'end_momentum', 'momentum_epochs')
+            if k in teacher
+        }
+    else:  # the folder's pipelines (sized by the spec) for the checkpoint's
+        from hpm_mm.datasets.image_spec import apply_image_spec
+        folder = Config.fromfile(base_path)
+        sized = apply_image_spec(
+            Config(
+                dict(
+                    image=spec,
+                    train_dataloader=dict(
+                        dataset=dict(pipeline=folder.train_pipeline)),
+                    val_dataloader=dict(
+                        dataset=dict(pipeline=folder.eval_pipeline)))))
+        values.update(
+            train_pipeline=sized.train_dataloader.dataset.pipeline,
+            eval_pipeline=sized.val_dataloader.dataset.pipeline)
+        dataset = dict(
+            _delete_=True,
+            type='CustomDataset',
+            data_root=root,
+            with_label=False,
+            pipeline='{{_base_.train_pipeline}}',
+            **dataset)
+        schedulers, teacher = start_recipe(settings)
+    values.update(
+        image=spec,
         train_dataloader=dict(
             batch_size=settings['batch_size'],
             num_workers=2,
             persistent_workers=True,
-            dataset=dict(ann_file=all_files, data_prefix='')),
+            dataset=dataset),
         train_cfg=dict(max_epochs=settings['epochs']),
-        param_scheduler=[dict(s) for s in recipe.param_scheduler],
-        model=dict(
-            teacher={
-                k: teacher[k]
-                for k in ('momentum', 'end_momentum', 'momentum_epochs')
-                if k in teacher
-            }),
+        param_scheduler=[dict(s) for s in schedulers],
+        model=dict(teacher=teacher),
         auto_scale_lr=dict(base_batch_size=256, enable=False),
         custom_hooks=hooks,
         work_dir=work_dir)
-    text = ('# Written by tools/pretrain_folder.py: the folder\'s values over '
-            'the image-folder\n# base (docs/own_data.md); rerun or edit it '
-            'with tools/train.py.\n'
-            f'_base_ = {base_path!r}\n')
+    if settings.get('lr') is not None:
+        values['optim_wrapper'] = dict(optimizer=dict(lr=settings['lr']))
+    if settings.get('alpha') is not None:
+        values['model']['mask_generator'] = dict(alpha_0=settings['alpha'][0])
+    if start is not None:  # its weights; no other data, no epoch hooks
+        values.update(
+            default_hooks=dict(checkpoint=dict(interval=1, max_keep_ckpts=2)),
+            load_from=start['path'],
+            resume=False,
+            **{
+                k: None
+                for k in ('val_dataloader', 'val_cfg', 'val_evaluator')
+                if start['cfg'].get(k) is not None
+            })
+    what = "the checkpoint's saved config" if start else \
+        'the image-folder base'
+    text = (
+        f'# Written by tools/pretrain_folder.py: the folder\'s values over '
+        f'{what}\n# (docs/own_data.md); rerun or edit it with '
+        'tools/train.py.\n'
+        f'_base_ = {base_path if start is None else START_CONFIG!r}\n')
     for key, value in values.items():
         text += f'{key} = {pprint.pformat(value, sort_dicts=False)}\n'
-    # the base's eval pipeline, by reference (the image spec sizes it)
-    return text.replace("'{{_base_.eval_pipeline}}'",
-                        '{{_base_.eval_pipeline}}')
+    # the pipelines by reference: the base's, or those written above (the
+    # image spec sizes them)
+    for name in ('train_pipeline', 'eval_pipeline'):
+        text = text.replace(f"'{{{{_base_.{name}}}}}'",
+                            name if start else f'{{{{_base_.{name}}}}}')
+    return text
+
+
+def from_checkpoint(path: str,
+                    img_size: Optional[int] = None,
+                    channels: Optional[int] = None) -> Dict:
+    """What a run ``--from`` the checkpoint ``path`` takes from it: its saved
+    config (``cfg``, ``text``), input size, patch size and channels (its
+    position and patch embeddings'), normalisation, learning rate per 256
+    images, the easy-to-hard schedule (``alpha``: None without one) and the
+    parts an import left untrained. A checkpoint without a config, or an
+    ``img_size`` / ``channels`` other than its own, is one HPMError line."""
+    from hpm_mm.engine.safe_load import load_file
+    from .convert import saved_config
+    ckpt = load_file(path)
+    meta = ckpt.get('meta') if isinstance(ckpt, dict) else None
+    cfg = saved_config(ckpt) if isinstance(meta, dict) else None
+    if cfg is None:
+        raise HPMError(
+            f'--from {path}: it holds no saved config (meta.cfg) that names '
+            'its model. Fix: an hpm_mm checkpoint, or import a released file '
+            'first: tools/model_converters/official2hpm.py SRC OUT.pth.')
+    state = ckpt.get('state_dict') or {}
+    pos = state.get('backbone.pos_embed')
+    proj = state.get('backbone.patch_embed.projection.weight')
+    if pos is None or proj is None or proj.dim() != 4:
+        raise HPMError(f'--from {path}: no ViT encoder in it (backbone.'
+                       'pos_embed, backbone.patch_embed). Fix: an HPM or MAE '
+                       'ViT pretraining checkpoint.')
+    patch, ch = int(proj.shape[-1]), int(proj.shape[1])
+    side = int((pos.shape[1] - 1)**.5 + .5)  # (the cls token first)
+    size = side * patch
+    for name, asked, own in (('--img-size', img_size, size), ('--channels',
+                                                              channels, ch)):
+        if asked is not None and asked != own:
+            raise HPMError(
+                f'{name} {asked}: the checkpoint serves {own} ({size} px '
+                f'inputs, {side}x{side} patches of {patch} px, {ch} '
+                'channel(s): its position and patch embeddings); the images '
+                f'are resized to it. Fix: leave {name} out.')
+    pre = cfg.model.get('data_preprocessor') or cfg.get(
+        'data_preprocessor') or {}
+    if pre.get('mean') is None or pre.get('std') is None:
+        raise HPMError(f'--from {path}: its saved config names no mean / '
+                       'std (data_preprocessor). Fix: a checkpoint trained '
+                       'with a normalising data preprocessor.')
+    optimizer = cfg.optim_wrapper.get('optimizer') or {}
+    base_batch = (cfg.get('auto_scale_lr') or
+                  {}).get('base_batch_size') or cfg.train_dataloader.batch_size
+    masks = cfg.model.get('mask_generator') or {}
+    imported = meta.get('imported') or {}
+    fresh = [  # the parts an import left untrained (its lists' names)
+        p for v in imported.values() if isinstance(v, (list, tuple, dict))
+        for p in v if isinstance(p, str)
+    ]
+    from mmengine.config import Config
+
+    from hpm_mm.engine.config import run_keys
+    keys = run_keys()  # its settings, not its files' variables
+    text = Config({k: v for k, v in cfg.to_dict().items() if k in keys})
+    return dict(
+        path=osp.abspath(path),
+        cfg=cfg,
+        text=f'# the run settings saved in {osp.abspath(path)} (meta.cfg)\n' +
+        text.pretty_text,
+        img_size=size,
+        patch_size=patch,
+        channels=ch,
+        mean=list(pre['mean']),
+        std=list(pre['std']),
+        lr_per_256=optimizer['lr'] * 256 / base_batch,
+        alpha=(masks.get('alpha_0', 0.),
+               masks.get('alpha_T', .5)) if 'alpha_T' in masks else None,
+        untrained=fresh,
+        kind=f"imported, {imported.get('layout', '?')} layout"
+        if imported else 'hpm_mm')
+
+
+def start_recipe(settings: Dict) -> tuple:
+    """The continued-pretraining schedule (docs/own_data.md): a linear
+    warm-up over ``settings['warmup_steps']`` (the optimizer starts without
+    its moments) chained with a cosine over the run, and the EMA teacher's
+    lag scaled to the run (:func:`teacher_momentum`); the cosine ends at 0,
+    the paper's."""
+    from hpm_mm.engine.schedule import teacher_momentum
+    epochs = settings['epochs']
+    start, end = teacher_momentum(epochs * settings['steps_per_epoch'])
+    return [
+        dict(
+            type='LinearLR',
+            start_factor=1e-3,
+            by_epoch=False,
+            begin=0,
+            end=settings['warmup_steps']),
+        dict(
+            type='CosineAnnealingLR',
+            eta_min=0.,
+            by_epoch=True,
+            begin=0,
+            end=epochs,
+            T_max=epochs,
+            convert_to_iter_based=True)
+    ], dict(
+        momentum=float(f'{start:.4g}'),
+        end_momentum=float(f'{end:.4g}'),
+        momentum_epochs=epochs)
+
+
+def start_settings(start: Dict, settings: Dict, lr: Optional[float],
+                   alpha_0: Optional[float]) -> str:
+    """The continued recipe of a run ``--from`` ``start``
+    (:func:`from_checkpoint`) into ``settings``: lr scaled to the batch,
+    a warm-up of :data:`WARMUP_FRACTION` of the steps, the schedule at
+    alpha_T where the predictor is trained (at alpha_0 where an import left
+    it untrained); each overridden by ``lr`` / ``alpha_0``. Returns the
+    recipe's words for the settings line."""
+    from hpm_mm.engine.schedule import WARMUP_FRACTION
+    steps = settings['epochs'] * settings['steps_per_epoch']
+    settings.update(
+        lr=lr if lr is not None else
+        float(f"{start['lr_per_256'] * settings['batch_size'] / 256:.3g}"),
+        warmup_steps=max(1, round(WARMUP_FRACTION * steps)))
+    warm = settings['warmup_steps']
+    words = (f"lr {settings['lr']:g}" +
+             ('' if lr is not None else f" ({start['lr_per_256']:g} per 256 "
+              "images, the checkpoint's)") +
+             f", warm-up {warm} step{'s' * (warm > 1)} then cosine")
+    fresh = [p for p in start['untrained'] if 'predictor' in p]
+    if start['alpha'] is None:
+        if alpha_0 is not None:
+            raise HPMError(f'--alpha-0 {alpha_0}: the checkpoint\'s model has '
+                           'no easy-to-hard schedule (it masks at random). '
+                           'Fix: leave --alpha-0 out.')
+        return words + ', random masks (the checkpoint\'s)'
+    a0, aT = start['alpha']
+    why = ('given' if alpha_0 is not None else
+           f'its loss predictor is untrained ({", ".join(fresh)}): trained '
+           'from the start of the schedule' if fresh else
+           'its loss predictor is trained: the schedule starts where its run '
+           'ended')
+    a0 = alpha_0 if alpha_0 is not None else a0 if fresh else aT
+    settings['alpha'] = (a0, aT)
+    return words + f', alpha {a0:g} -> {aT:g} ({why})'
 
 
 def check_counts(**counts) -> None:
@@ -184,16 +384,23 @@ def pretrain_folder(folder: str,
                     skip_unreadable: bool = False,
                     dry_run: bool = False,
                     cfg_options: Optional[dict] = None,
-                    log: Optional[Callable[[str], None]] = None) -> dict:
-    """Pretrain HPM (the main job's model and recipe, scaled) on a folder of
-    images (docs/own_data.md). Every file is opened first (an unreadable one
-    refused, or left out with ``skip_unreadable``); size, channels, patch,
-    batch and epochs are chosen from the images (each argument overrides);
-    one subfolder per class: a fifth held out for kNN. ``resume`` None
-    continues an earlier run on the same images and refuses one on others;
-    True continues; False refuses any. ``dry_run`` writes the config only.
+                    log: Optional[Callable[[str], None]] = None,
+                    start_from: Optional[str] = None,
+                    lr: Optional[float] = None,
+                    alpha_0: Optional[float] = None) -> dict:
+    """Pretrain HPM on a folder of images (docs/own_data.md): the main job's
+    model and recipe scaled, or, ``start_from`` a checkpoint (hpm_mm's or
+    an imported one), its model, input size, channels and normalisation,
+    its student and teacher, a continued recipe (:func:`start_settings`).
+    Every file is opened first (an unreadable one refused, or left out with
+    ``skip_unreadable``); size, channels, patch, batch, epochs, ``lr`` and
+    ``alpha_0`` are chosen (each argument overrides); one subfolder per
+    class: a fifth held out for kNN. ``resume`` None continues an earlier
+    run on the same images from the same start and refuses another; True
+    continues; False refuses any. ``dry_run`` writes the config only.
     Returns ``config`` (an ordinary config for ``tools/train.py``),
-    ``settings``, ``runner``, ``knn`` and ``grids``; refusals are HPMErrors."""
+    ``settings``, ``runner``, ``knn``, ``grids`` and ``export`` (the
+    hpm2backbone.py line); refusals are HPMErrors."""
     from hpm_mm.datasets.image_folder import (channel_stats, check_folder,
                                               scan_folder)
     from .config import load_config
@@ -204,8 +411,11 @@ def pretrain_folder(folder: str,
         img_size=img_size,
         channels=channels,
         batch_size=batch_size)
+    check_rates(lr=lr, alpha_0=alpha_0)
     folder = folder.rstrip('/') or '/'
     check_folder(folder)  # before a work dir is made for it
+    start = from_checkpoint(start_from, img_size, channels) \
+        if start_from is not None else None
     work_dir = work_dir or osp.join(
         'work_dirs', f'folder_{osp.basename(osp.abspath(folder))}')
     from hpm_mm.engine.work_dir import hand_over, own_work_dir
@@ -225,16 +435,46 @@ def pretrain_folder(folder: str,
         if not scan['files']:
             raise HPMError(f'no readable image in {folder}. Fix: point at the '
                            'folder that holds your images.')
+        settings = choose_settings(
+            scan,
+            *((start['img_size'], start['channels']) if start else
+              (img_size, channels)), batch_size, epochs, start
+            and start['patch_size'])
         resume = _resume_or_refuse(
             work_dir, scan['files'], resume, log,
-            bool((cfg_options or {}).get('resume_changed_run')))
-        settings = choose_settings(scan, img_size, channels, batch_size,
-                                   epochs)
-        stats = channel_stats(folder, scan['files'], settings['img_size'],
-                              settings['channels'])
+            bool((cfg_options or {}).get('resume_changed_run')), start
+            and start['path'])
+        if start is None:
+            settings.update(
+                lr=lr, alpha=None if alpha_0 is None else (alpha_0, None))
+            stats = channel_stats(folder, scan['files'], settings['img_size'],
+                                  settings['channels'])
+            chosen = (f'chosen: {settings["img_size"]}x{settings["img_size"]}'
+                      f' {"grayscale" if settings["channels"] == 1 else "RGB"}'
+                      f' (median short side {settings["median_short_side"]:g}'
+                      f' px), patch {settings["patch_size"]}' +
+                      ''.join(f', {k} {v:g} (given)' for k, v in (
+                          ('lr', lr), ('alpha_0', alpha_0)) if v is not None))
+            override = '--img-size --channels --batch-size --epochs --lr'
+        else:
+            stats = dict(mean=start['mean'], std=start['std'])
+            recipe = start_settings(start, settings, lr, alpha_0)
+            rule = ' (grayscale images: the channel to all 3)' if \
+                scan['gray'] and start['channels'] == 3 else \
+                ' (colour images as luminance)' if not scan['gray'] and \
+                start['channels'] == 1 else ''
+            chosen = (f'from {start_from} ({start["kind"]}): its '
+                      f'{settings["img_size"]}x{settings["img_size"]} '
+                      f'{"grayscale" if settings["channels"] == 1 else "RGB"}'
+                      f'{rule}, patch {settings["patch_size"]} and '
+                      f'normalisation; {recipe}')
+            override = '--batch-size --epochs --lr --alpha-0'
+            with open(osp.join(work_dir, START_CONFIG), 'w') as f:
+                f.write(start['text'])
         from mmengine.config import Config
         base = Config._get_cfg_path(f'hpm_mm::{FOLDER_CONFIG}', '')[0]
-        text = folder_config(base, folder, work_dir, scan, settings, stats)
+        text = folder_config(base, folder, work_dir, scan, settings, stats,
+                             start)
         if bad:
             with open(osp.join(work_dir, 'unreadable.txt'), 'w') as f:
                 f.writelines(f'{p}\t{why}\n' for p, why in bad)
@@ -249,13 +489,9 @@ def pretrain_folder(folder: str,
                       'holds out a fifth of each class and needs a class '
                       'with at least 2 images (each has 1); the hard-patch '
                       'grids are still drawn')
-        log(f'{settings["num_images"]} images, {labels}; chosen: '
-            f'{settings["img_size"]}x{settings["img_size"]} '
-            f'{"grayscale" if settings["channels"] == 1 else "RGB"} '
-            f'(median short side {settings["median_short_side"]:g} px), '
-            f'patch {settings["patch_size"]}, batch {settings["batch_size"]}, '
-            f'{settings["epochs"]} epochs of {settings["steps_per_epoch"]} '
-            'steps; override: --img-size --channels --batch-size --epochs')
+        log(f'{settings["num_images"]} images, {labels}; {chosen}, batch '
+            f'{settings["batch_size"]}, {settings["epochs"]} epochs of '
+            f'{settings["steps_per_epoch"]} steps; override: {override}')
         cfg_path = osp.join(work_dir, 'hpm_folder.py')
         with open(cfg_path, 'w') as f:
             f.write(text)
@@ -268,7 +504,8 @@ def pretrain_folder(folder: str,
             settings=settings,
             runner=None,
             knn=None,
-            grids=grids)
+            grids=grids,
+            export=None)
         if dry_run:
             return result
         result['runner'] = train(
@@ -282,7 +519,29 @@ def pretrain_folder(folder: str,
     if osp.exists(knn):
         with open(knn) as f:
             result['knn'] = json.load(f)
+    with open(osp.join(work_dir, 'last_checkpoint')) as f:
+        last = f.read().strip()
+    result['export'] = (
+        'export the encoder: python tools/model_converters/hpm2backbone.py '
+        f'{last} {osp.join(work_dir, "backbone.pth")} --target mmpretrain '
+        '(or mmdet / mmseg; timm: OUT a folder; docs/transfer.md)')
     return result
+
+
+def check_rates(lr: Optional[float] = None,
+                alpha_0: Optional[float] = None) -> None:
+    """Refuse, before anything is read, an ``lr`` that is not a positive
+    finite number or an ``alpha_0`` outside 0..1."""
+    import math
+    for name, value, want in (('lr', lr, 'a positive number'),
+                              ('alpha_0', alpha_0, 'a share in 0..1')):
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or \
+                not math.isfinite(value) or not (
+                    value > 0 if name == 'lr' else 0 <= value <= 1):
+            raise HPMError(f'{name}={value!r} is not {want}. Fix: {want}, '
+                           'or leave it out to have it chosen.')
 
 
 @contextmanager
@@ -318,17 +577,31 @@ def _resume_or_refuse(work_dir: str,
                       files: list,
                       resume: Optional[bool],
                       log,
-                      changed_run: bool = False) -> bool:
+                      changed_run: bool = False,
+                      start: Optional[str] = None) -> bool:
     """Whether to continue the work dir's earlier run: by default, yes when
-    it trained on these same images (said in a line), refused when on
-    others unless asked (``resume=True`` with ``resume_changed_run``:
-    its trained epochs continue on the folder as it is now);
-    ``resume=False`` refuses any earlier run."""
+    it trained on these same images from the same ``start`` (said in a
+    line), refused when from another start, and when on other images unless
+    asked (``resume=True`` with ``resume_changed_run``: its trained epochs
+    continue on the folder as it is now); ``resume=False`` refuses any
+    earlier run."""
+    import re
+
     from hpm_mm.engine.resume import checkpoints_in, refuse_earlier_run
     if not checkpoints_in(work_dir):
         return bool(resume)
     if resume is False:
         refuse_earlier_run(work_dir)
+    config = osp.join(work_dir, 'hpm_folder.py')
+    then = re.search(r"^load_from = '(.*)'$",
+                     open(config).read(), re.M) if osp.exists(config) else None
+    then = then and then.group(1)
+    if then != start:
+        raise HPMError(
+            f'{work_dir} holds a run from {then or "scratch"}; this one '
+            f'starts from {start or "scratch"}. Fix: --work-dir NEW for a '
+            f'new run, or {f"--from {then}" if then else "no --from"} to '
+            'continue it.')
     listed = osp.join(work_dir, 'images.txt')
     before = open(listed).read().split('\n')[:-1] if osp.exists(listed) \
         else None
