@@ -163,16 +163,19 @@ def snap():
             if isinstance(v, type) and v.__module__ == name:
                 out.update({f'{name}.{k}.{a}': id(b)
                             for a, b in vars(v).items()})
-    for r in vars(R).values():
-        if isinstance(r, R.Registry):
-            out.update({f'registry {r.name} {k}': id(v)
-                        for k, v in r.module_dict.items()})
+    todo = [r for r in vars(R).values() if isinstance(r, R.Registry)]
+    while todo:  # the roots and their children (mmpretrain's, hpm_mm's)
+        r = todo.pop()
+        todo += list(r.children.values())
+        out.update({f'registry {r.scope} {r.name} {k}': id(v)
+                    for k, v in r.module_dict.items()})
     out.update({f'CheckpointLoader {k}': id(v)
                 for k, v in CheckpointLoader._schemes.items()})
     out.update({f'filter {f[1].pattern}': 0 for f in warnings.filters
                 if f[1] is not None})
-    out.update({f'add_safe_globals {g}': 0
-                for g in map(str, torch.serialization.get_safe_globals())})
+    out.update({'add_safe_globals ' + (g[1] if isinstance(g, tuple) else
+                                       f'{g.__module__}.{g.__qualname__}'): 0
+                for g in torch.serialization.get_safe_globals()})
     out.update({f'MODULE2PACKAGE {k}': 0 for k in utils.MODULE2PACKAGE})
     return out
 
@@ -185,17 +188,60 @@ print(json.dumps(sorted(k for k in after if before.get(k) != after[k])))
 
 
 def _token(change: str) -> str:
-    """What the docs' table must name for one change."""
-    if change.startswith('registry '):
-        return 'registries'
+    """What the docs' table must name for one change: a registry entry
+    and a safe global by name (`HPMFSDPStrategy`, `argparse.Namespace`)."""
+    if change.startswith(('registry ', 'add_safe_globals ')):
+        return f'`{change.rpartition(" ")[2]}`'
     if change.startswith('filter '):
         return change[len('filter '):]
     kind = change.split(' ')[0]
-    if kind in ('CheckpointLoader', 'add_safe_globals', 'MODULE2PACKAGE'):
+    if kind in ('CheckpointLoader', 'MODULE2PACKAGE'):
         return kind
     owner, _, attr = change.rpartition('.')
     private = attr.startswith('_') and not attr.startswith('__')
     return owner.rpartition('.')[2] if private else attr
+
+
+def _undocumented(changes, table: str) -> list:
+    """The changes ``table`` does not name (a backticked `a.*B` pattern
+    names every global it matches, as NumPy's dtype classes), and the
+    registry entries its ``| entries in mm...`` rows list that nothing
+    added."""
+    import fnmatch
+    import re
+    patterns = [p for p in re.findall(r'`([^`]+)`', table) if '*' in p]
+    missing = {
+        c
+        for c in changes if _token(c) not in table and not any(
+            fnmatch.fnmatchcase(_token(c).strip('`'), p) for p in patterns)
+    }
+    added = {c.rpartition(' ')[2] for c in changes if c.startswith('registry')}
+    rows = re.findall(r'^\| entries in mm[^|]*', table, re.M)
+    listed = {n for row in rows for n in re.findall(r'`([^`]+)`', row)}
+    return sorted(missing | {f'(no such entry) {n}' for n in listed - added})
+
+
+def test_the_table_check_sees_a_new_global_or_entry_by_name():
+    """A safe global or a registry entry added without its name in the
+    table is caught (a row's word "registries" had covered any), and a
+    listed entry nothing adds too."""
+    table = ('| `torch.serialization.add_safe_globals`: `argparse.Namespace`, '
+             '`numpy.dtypes.*DType` | |\n'
+             '| entries in mmengine\'s registries: `HPMRunner`, `Gone` | |\n')
+    changes = [
+        'add_safe_globals argparse.Namespace',
+        'add_safe_globals numpy.dtypes.Float64DType',
+        'registry mmengine runner HPMRunner'
+    ]
+    assert _undocumented(changes, table) == ['(no such entry) Gone']
+    changes += [
+        'add_safe_globals builtins.getattr',
+        'registry mmengine strategy HPMFSDPStrategy'
+    ]
+    assert _undocumented(changes, table) == [
+        '(no such entry) Gone', 'add_safe_globals builtins.getattr',
+        'registry mmengine strategy HPMFSDPStrategy'
+    ]
 
 
 def test_what_import_hpm_mm_changes_is_in_the_docs_table():
@@ -205,7 +251,9 @@ def test_what_import_hpm_mm_changes_is_in_the_docs_table():
     checkpoint loaders, the warning filters, torch's safe globals and the
     config packages; hpm_mm/compat.py or __init__.py changing another
     fails here (it was missing the registries, the filters and
-    get_installed_path)."""
+    get_installed_path). Registry entries (mmengine's and mmpretrain's)
+    and safe globals by name: it missed `argparse.Namespace` and
+    `HPMFSDPStrategy` (issue #101)."""
     import json
     import re
     import subprocess
@@ -217,9 +265,9 @@ def test_what_import_hpm_mm_changes_is_in_the_docs_table():
     changes = json.loads(proc.stdout.strip().splitlines()[-1])
     assert 'build_dataloader' in {c.split('.')[-1] for c in changes}
     text = open(osp.join(REPO, 'docs', 'install.md')).read()
-    table = re.search(r'## What `import hpm_mm` changes\n(.*?)\n## ', text,
-                      re.S).group(1)
-    unnamed = sorted({c for c in changes if _token(c) not in table})
+    table = re.search(r'## What `import hpm_mm` changes\n(.*?)(\n## |\Z)',
+                      text, re.S).group(1)
+    unnamed = _undocumented(changes, table)
     assert not unnamed, f'not in docs/install.md\'s table: {unnamed}'
 
 
