@@ -220,11 +220,17 @@ def from_checkpoint(path: str,
     images, the easy-to-hard schedule (``alpha``: None without one) and the
     parts an import left untrained. A checkpoint without a config, or an
     ``img_size`` / ``channels`` other than its own, is one HPMError line."""
-    from hpm_mm.engine.safe_load import load_file
+    from hpm_mm.engine.safe_load import check_finite, load_file
     from .convert import saved_config
     ckpt = load_file(path)
     meta = ckpt.get('meta') if isinstance(ckpt, dict) else None
-    cfg = saved_config(ckpt) if isinstance(meta, dict) else None
+    try:
+        cfg = saved_config(ckpt) if isinstance(meta, dict) else None
+    except Exception as e:  # mmengine raises many kinds for a bad text
+        raise HPMError(f'--from {path}: its saved config (meta.cfg) does not '
+                       f'load ({type(e).__name__}: {e}). Fix: a checkpoint '
+                       'written by hpm_mm or official2hpm.py.'.replace(
+                           '\n', ' ')) from None
     if cfg is None:
         raise HPMError(
             f'--from {path}: it holds no saved config (meta.cfg) that names '
@@ -237,6 +243,7 @@ def from_checkpoint(path: str,
         raise HPMError(f'--from {path}: no ViT encoder in it (backbone.'
                        'pos_embed, backbone.patch_embed). Fix: an HPM or MAE '
                        'ViT pretraining checkpoint.')
+    check_finite(state, f'--from {path}')
     patch, ch = int(proj.shape[-1]), int(proj.shape[1])
     side = int((pos.shape[1] - 1)**.5 + .5)  # (the cls token first)
     size = side * patch
@@ -269,9 +276,9 @@ def from_checkpoint(path: str,
     keys = run_keys()  # its settings, not its files' variables
     text = Config({k: v for k, v in cfg.to_dict().items() if k in keys})
     return dict(
-        path=osp.abspath(path),
+        path=path if '://' in path else osp.abspath(path),
         cfg=cfg,
-        text=f'# the run settings saved in {osp.abspath(path)} (meta.cfg)\n' +
+        text=f'# the run settings saved in {path} (meta.cfg)\n' +
         text.pretty_text,
         img_size=size,
         patch_size=patch,
@@ -589,7 +596,7 @@ def _resume_or_refuse(work_dir: str,
 
     from hpm_mm.engine.resume import checkpoints_in, refuse_earlier_run
     if not checkpoints_in(work_dir):
-        return bool(resume)
+        return False  # nothing to continue: the run starts (from its start)
     if resume is False:
         refuse_earlier_run(work_dir)
     config = osp.join(work_dir, 'hpm_folder.py')

@@ -186,9 +186,11 @@ def test_from_an_hpm_mm_checkpoint_stops_and_resumes_its_own_run(
     monkeypatch.setattr(AtomicCheckpointHook, 'after_train_epoch',
                         stop_after_first)
     work = tmp_path / 'w'
-    with pytest.raises(KeyboardInterrupt):
-        _pretrain(folder, work, start_from=ckpt, epochs=2)
+    with pytest.raises(KeyboardInterrupt):  # (resume asked: nothing yet)
+        _pretrain(folder, work, start_from=ckpt, epochs=2, resume=True)
     monkeypatch.setattr(AtomicCheckpointHook, 'after_train_epoch', save)
+    first = open(next(work.glob('*/*.log'))).read()
+    assert f'Load checkpoint from {ckpt}' in first, first[-2000:]
     assert (work / 'epoch_1.pth').exists()
     assert not (work / 'epoch_2.pth').exists()
     result, out = _pretrain(folder, work, start_from=ckpt, epochs=2)
@@ -242,6 +244,8 @@ def test_an_untrained_predictor_trains_from_the_start_of_the_schedule(
 
 @pytest.mark.parametrize('case, says', [
     ('no config', 'holds no saved config (meta.cfg)'),
+    ('bad config', 'its saved config (meta.cfg) does not load'),
+    ('nan', 'holds non-finite values (NaN/inf)'),
     ('size', '--img-size 64: the checkpoint serves 32 (32 px inputs, 4x4 '
      'patches of 8 px'),
     ('channels', '--channels 1: the checkpoint serves 3'),
@@ -253,6 +257,13 @@ def test_refusals_are_one_line_before_anything_is_written(
     ckpt = imported(tmp_path)
     if case == 'no config':  # the authors' file itself, not imported
         ckpt = str(tmp_path / 'authors.pth')
+    elif case in ('bad config', 'nan'):  # a config cut short; a NaN
+        saved = torch.load(ckpt)
+        if case == 'nan':
+            saved['state_dict']['backbone.ln1.weight'][0] = float('nan')
+        else:
+            saved['meta']['cfg'] = saved['meta']['cfg'][:200]
+        torch.save(saved, ckpt)
     folder = make_image_folder(str(tmp_path / 'imgs'), 2, 6, size=32)
     kwargs = dict(
         size=dict(img_size=64),

@@ -1,0 +1,33 @@
+"""Job 2: the source model, the main job's run on Fashion-MNIST (plan.yml
+``source``: its config and arguments), into WORK/source, until the
+checkpoint the study uses exists; the same command continues a stopped run.
+
+    python .dev_scripts/own_data_study/source.py
+"""
+import os
+import subprocess
+import time
+
+from common import PLAN, PY, ROOT, SOURCE, source_checkpoint
+
+
+def command():
+    return [
+        PY, 'tools/train.py', PLAN['source']['config'], '--work-dir', SOURCE,
+        *PLAN['source']['args']
+    ] + (['--resume'] if os.path.exists(SOURCE) else [])
+
+
+def train_source():
+    if source_checkpoint() is None:
+        proc = subprocess.Popen(command(), cwd=ROOT)
+        while proc.poll() is None and source_checkpoint() is None:
+            time.sleep(10)
+        if proc.poll() is None:  # the study's checkpoint is written
+            proc.terminate()
+            proc.wait()
+    return source_checkpoint()
+
+
+if __name__ == '__main__':
+    print(train_source())

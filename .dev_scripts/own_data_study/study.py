@@ -1,0 +1,36 @@
+"""The whole study, job by job, each skipped once its record exists:
+prepare the target, train the source, then every condition of plan.yml
+(budgets x seeds, paired), niced where it is run.
+
+    nohup nice -n 10 python .dev_scripts/own_data_study/study.py [COND ...] &
+
+``COND ...``: only those conditions' jobs (``scratch`` needs no source).
+"""
+import os.path as osp
+
+from common import PLAN, RESULTS
+from prepare import prepare
+from run import name_of, run
+from source import train_source
+
+
+def jobs():
+    yield 'source', None, None
+    for epochs in PLAN['budgets']:
+        for seed in PLAN['seeds']:
+            for condition in ('adapted', 'scratch'):
+                yield condition, epochs, seed
+
+
+if __name__ == '__main__':
+    import sys
+    prepare()
+    only = sys.argv[1:]  # conditions to run now (scratch needs no source)
+    if not only:
+        train_source()
+    for condition, epochs, seed in jobs():
+        if only and condition not in only:
+            continue
+        if not osp.exists(
+                osp.join(RESULTS, f'{name_of(condition, epochs, seed)}.json')):
+            run(condition, epochs, seed)
