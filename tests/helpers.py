@@ -442,26 +442,33 @@ def tool_main(script: str, *argv) -> subprocess.CompletedProcess:
                                        out.getvalue(), err.getvalue())
 
 
-def rewrite_is_whole(path, write) -> None:
-    """``write()`` over the file ``path``, stopped half-way through its
-    ``torch.save`` as a Ctrl-C would: ``path`` is as it was, no part of
-    the new file is left beside it."""
+def rewrite_is_whole(path, write, signal_=None) -> None:
+    """``write()`` over the file ``path`` (or each of a list: one set of
+    outputs), stopped half-way through its ``torch.save`` as a Ctrl-C
+    would (``signal_``: by that signal sent to this process): each is as
+    it was, no part of a new file is left beside it."""
     from unittest import mock
-    path, real = str(path), torch.save
+    paths = [str(p) for p in (path if isinstance(path, list) else [path])]
+    real = torch.save
 
     def stopped(obj, f, *args, **kwargs):
         real({'half': torch.zeros(3)}, f)  # some bytes written, then
-        raise KeyboardInterrupt
+        if signal_ is None:
+            raise KeyboardInterrupt
+        os.kill(os.getpid(), signal_)
 
-    with open(path, 'rb') as f:
-        before = f.read()
+    before = {}
+    for p in paths:
+        with open(p, 'rb') as f:
+            before[p] = f.read()
     with mock.patch.object(torch, 'save', stopped), \
             pytest.raises(KeyboardInterrupt):
         write()
-    with open(path, 'rb') as f:
-        assert f.read() == before, f'{path} changed'
-    folder = osp.dirname(path)
-    assert [n for n in os.listdir(folder) if n.endswith('.part')] == []
+    for p in paths:
+        with open(p, 'rb') as f:
+            assert f.read() == before[p], f'{p} changed'
+        folder = osp.dirname(p)
+        assert [n for n in os.listdir(folder) if n.endswith('.part')] == []
 
 
 DET_DIR = osp.join(REPO, 'configs', 'benchmarks', 'det')

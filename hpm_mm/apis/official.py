@@ -11,10 +11,12 @@ HPM's loss predictor (``decoder_blocks_losspred.i``,
 ``mae_pretrain_vit_*`` files hold the encoder only, its ``mae_visualize_*``
 add the reconstructor. docs/transfer.md#start-from-the-authors-weights.
 """
+import logging
 import os.path as osp
 import re
 from typing import Optional, Tuple
 
+import torch
 from mmengine.config import Config
 
 from hpm_mm.errors import HPMError
@@ -36,11 +38,18 @@ BASE_CONFIGS = {
 }
 #: entries of an EMA copy of ``model`` that some training scripts save
 EMA_KEYS = ('model_ema', 'ema_state_dict', 'ema')
+#: key prefixes of wrappers around a model: DDP's (and timm's EMA), compile's
+WRAPPERS = ('module.', '_orig_mod.')
+_DECODER = ('neck.decoder_embed.', 'neck.mask_token', 'neck.decoder_pos_embed',
+            'neck.decoder_blocks.', 'neck.ln1.', 'neck.decoder_pred.')
+#: each layout: what it holds, and the parts it lacks by design (fresh)
 LAYOUTS = {
-    'hpm': "the authors' HPM (encoder, reconstructor, loss predictor)",
-    'mae_visualize': "MAE's (encoder, reconstructor)",
-    'mae_pretrain': "MAE's (encoder only)",
+    'hpm': ("the authors' HPM (encoder, reconstructor, loss predictor)", ()),
+    'mae_visualize': ("MAE's (encoder, reconstructor)", ('neck.predictor.', )),
+    'mae_pretrain': ("MAE's (encoder only)", _DECODER + ('neck.predictor.', )),
 }
+#: the seed of the fresh parts: two imports of one file are equal
+SEED = 0
 
 
 def _count(state: dict, prefix: str) -> int:
@@ -61,6 +70,9 @@ def official_state(ckpt, src: str = 'the checkpoint') -> dict:
                       "a dict with a 'model' state dict")
     state = next((ckpt[k] for k in ('model', 'module', 'state_dict')
                   if isinstance(ckpt.get(k), dict)), ckpt)
+    for wrapper in WRAPPERS:  # DDP's module.xxx, ...: unwrapped
+        if state and all(k.startswith(wrapper) for k in state):
+            state = {k[len(wrapper):]: v for k, v in state.items()}
     expected = ("the authors' HPM or MAE's pretraining layout (timm names: "
                 'patch_embed.proj, cls_token, pos_embed, blocks.N, norm)')
     if any(k.startswith(('backbone.', 'teacher.')) for k in state):
@@ -77,7 +89,8 @@ def official_state(ckpt, src: str = 'the checkpoint') -> dict:
             src, f'it holds keys no MAE/HPM ViT has, e.g. '
             f'{other[:3]} (another method: BEiT, SimMIM, ...?)', expected)
     need = ('patch_embed.proj.weight', 'cls_token', 'pos_embed',
-            'blocks.0.attn.qkv.weight', 'norm.weight')
+            'blocks.0.attn.qkv.weight', 'blocks.0.mlp.fc1.weight',
+            'norm.weight')
     missing = [k for k in need if k not in state]
     if missing:
         raise _refuse(src, f'it lacks {missing}', expected)
@@ -104,9 +117,9 @@ def read_arch(state: dict,
             src, f'its shapes fit no ViT (patch_embed {tuple(proj.shape)}, '
             f'pos_embed {tuple(pos.shape)}, qkv {tuple(qkv)})',
             'a square grid of patches plus a cls token, qkv (3C, C)')
-    layout = 'hpm' if 'decoder_blocks_losspred.0.norm1.weight' in state \
-        else 'mae_visualize' if 'decoder_blocks.0.norm1.weight' in state \
-        else 'mae_pretrain'
+    layout = 'hpm' if any('losspred' in k for k in state) else \
+        'mae_visualize' if any(k.startswith(('decoder', 'mask_token'))
+                               for k in state) else 'mae_pretrain'
     depth, note = _count(state, 'blocks'), ''
     named = re.search(r'vit_(tiny|small|base|large|huge)',
                       str(getattr(args, 'model', '')))
@@ -126,13 +139,22 @@ def read_arch(state: dict,
         raise HPMError(f'{src}: a {dec_dim}-d decoder (MAE and HPM release '
                        '512-d, 16 heads), and the tensors do not hold its '
                        'number of heads. Fix: --decoder-num-heads N.')
+    num_heads = VIT_SIZES[dim][1] if num_heads is None else num_heads
+    decoder_num_heads = decoder_num_heads or 16
+    for flag, width, heads in (('--num-heads', dim, num_heads),
+                               ('--decoder-num-heads', dec_dim,
+                                decoder_num_heads)):
+        if heads < 1 or width % heads:
+            raise HPMError(
+                f'{src}: {flag} {heads} does not divide the {width}-d width '
+                f'into heads. Fix: {flag} N with N dividing {width}.')
     dec_depth = _count(state, 'decoder_blocks') or 8
     fc1 = state.get('decoder_blocks.0.mlp.fc1.weight')
     norm_pix = getattr(args, 'norm_pix_loss', layout != 'hpm')
     vit = dict(
         embed_dims=dim,
         num_layers=depth,
-        num_heads=num_heads or VIT_SIZES[dim][1],
+        num_heads=num_heads,
         feedforward_channels=state['blocks.0.mlp.fc1.weight'].shape[0])
     model = dict(
         backbone=dict(
@@ -147,7 +169,7 @@ def read_arch(state: dict,
             embed_dim=dim,
             decoder_embed_dim=dec_dim,
             decoder_depth=dec_depth,
-            decoder_num_heads=decoder_num_heads or 16,
+            decoder_num_heads=decoder_num_heads,
             mlp_ratio=4 if fc1 is None else fc1.shape[0] // dec_dim,
             predictor_depth=_count(state, 'decoder_blocks_losspred')
             or dec_depth),
@@ -164,93 +186,140 @@ def official_config(layout: str, model: dict) -> Tuple[str, Config]:
     vit, bb = model['backbone']['arch'], model['backbone']
     key = (vit['embed_dims'], vit['num_layers'], bb['patch_size'],
            bb['img_size'])
+    from hpm_mm.engine.work_dir import MARK
     text = (
-        f'# {LAYOUTS[layout]} weights imported by tools/model_converters/'
-        'official2hpm.py: the sizes read from the file\n_base_ = '
+        f'# {MARK}: {LAYOUTS[layout][0]} weights imported by tools/model_'
+        'converters/official2hpm.py: the sizes read from the file\n_base_ = '
         f"'hpm_mm::{BASE_CONFIGS.get(key, BASE_CONFIGS[(768, 12, 16, 224)])}'"
         '\n' + Config(dict(model=model)).pretty_text)
     return text, load_config(Config.fromstring(text, '.py'))
 
 
+def _accounted(state: dict, expected: dict, fresh: tuple, who: str,
+               fix: str) -> dict:
+    """``state`` (the authors' names) in the model's names, refused in one
+    line unless it holds every tensor of ``expected`` outside the ``fresh``
+    parts, each of its shape, and nothing else."""
+    from hpm_mm.engine.safe_load import check_finite
+    check_finite(state, who)
+    mapped = {rename(k, OFFICIAL_NAMES): v for k, v in state.items()}
+    missing = [
+        k for k in expected if k not in mapped and not k.startswith(fresh)
+    ]
+    if missing:
+        raise HPMError(
+            f'{who} lacks {len(missing)} of its model\'s tensors, e.g. ' +
+            ', '.join(rename(k, OFFICIAL_NAMES, False)
+                      for k in missing[:3]) + f'. Fix: {fix}.')
+    wrong = [
+        k for k, v in mapped.items()
+        if k not in expected or expected[k].shape != v.shape
+    ]
+    if wrong:
+        k = wrong[0]
+        has = tuple(expected[k].shape) if k in expected else 'none'
+        raise HPMError(
+            f'{who}: {len(wrong)} tensors fit no model of its sizes, e.g. '
+            f'{rename(k, OFFICIAL_NAMES, False)} {tuple(mapped[k].shape)} '
+            f"(the model's: {has}). Fix: {fix}.")
+    return mapped
+
+
+def _build_quiet_seeded(cfg):
+    """The model of ``cfg``, initialised from :data:`SEED` (the global
+    random state kept), without mmengine's line per initialised tensor."""
+    from mmengine.logging import MMLogger
+    from mmpretrain.registry import MODELS
+    logger = MMLogger.get_current_instance()
+    level = logger.level
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(SEED)
+        logger.setLevel(logging.WARNING)
+        try:
+            model = MODELS.build(cfg.model)
+            model.init_weights()
+        finally:
+            logger.setLevel(level)
+    return model
+
+
 def import_official(src: str,
                     out: str,
                     num_heads: Optional[int] = None,
-                    decoder_num_heads: Optional[int] = None) -> dict:
+                    decoder_num_heads: Optional[int] = None,
+                    ema: bool = True) -> dict:
     """Write the official checkpoint ``src`` as an hpm_mm HPM checkpoint
-    ``out`` (its config saved in it and beside it as ``out``'s ``.py``):
-    student = the file's ``model``, teacher = its EMA entry where it has
-    one (:data:`EMA_KEYS`), else the same weights; no optimizer state. Parts
-    the file lacks (MAE's: the loss predictor, and the reconstructor of an
-    encoder-only file) start freshly initialised, named in ``meta.imported
-    .untrained``. Returns what was imported.
+    ``out`` and its config (``out``'s ``.py``), a set: student = the file's
+    ``model``, teacher = its EMA entry where it has one (:data:`EMA_KEYS`;
+    not ``ema``: the same weights); no optimizer state. Each holds every
+    tensor of the model but the parts its layout lacks (:data:`LAYOUTS`:
+    MAE's loss predictor, an encoder-only file's decoder), which start
+    from :data:`SEED`, named in ``meta.imported.untrained``. Returns what
+    was imported.
 
     Raises:
-        HPMError: ``src`` is not such a file (one line; nothing written)."""
-    from mmpretrain.registry import MODELS
-
-    from hpm_mm.engine.safe_load import check_finite, load_file, save_file
-    from hpm_mm.engine.work_dir import check_writable
-    check_writable(out, 'the imported checkpoint')
+        HPMError: ``src`` is not such a file, or ``out`` not writable (one
+        line; nothing written)."""
+    from hpm_mm.engine.safe_load import load_file
+    from hpm_mm.engine.work_dir import (MARK, plan_outputs, text_writer,
+                                        write_outputs)
+    config_path = osp.splitext(out)[0] + '.py'
+    plan_outputs([out, config_path],
+                 'the imported checkpoint', [src],
+                 fix='another OUT.pth (its config goes beside it, OUT.py)')
     ckpt = load_file(src)
     state = official_state(ckpt, src)
     layout, sizes, note = read_arch(state, ckpt.get('args'), num_heads,
                                     decoder_num_heads, src)
-    check_finite(state, src)
     text, cfg = official_config(layout, sizes)
-    model = MODELS.build(cfg.model)
-    model.init_weights()
-    mapped = {rename(k, OFFICIAL_NAMES): v for k, v in state.items()}
-    expected = model.state_dict()
-    wrong = [k for k, v in mapped.items() if k not in expected
-             or expected[k].shape != v.shape]  # yapf: disable
-    if wrong:
-        raise _refuse(
-            src, f'{len(wrong)} tensors fit no {layout} model of '
-            f'its sizes, e.g. {wrong[:3]}',
-            "one trained under one of the authors' model names")
-    model.load_state_dict(mapped, strict=False)
-    untrained = [
-        p for p in ('neck.decoder_embed.', 'neck.decoder_blocks.',
-                    'neck.decoder_pred.', 'neck.ln1.', 'neck.predictor.')
-        if not any(k.startswith(p) for k in mapped)
-    ]
+    model = _build_quiet_seeded(cfg)
+    expected = {
+        k: v
+        for k, v in model.state_dict().items() if not k.startswith('teacher.')
+    }
+    fresh = LAYOUTS[layout][1]
+    model.load_state_dict(
+        _accounted(state, expected, fresh, src, 'the file as released'),
+        strict=False)
     model.teacher.update_parameters(model.student())  # the first: a copy
-    ema = next((ckpt[k] for k in EMA_KEYS if isinstance(ckpt.get(k), dict)),
-               None)
-    if ema is not None:  # the student's parts -> the teacher's names
+    entry = next((k for k in EMA_KEYS
+                  if isinstance(ckpt.get(k), dict)), None) if ema else None
+    if entry is not None:  # the student's parts -> the teacher's names
+        who = f'{src}: its EMA entry {entry!r}'
+        teacher = _accounted(
+            official_state(ckpt[entry], who), expected, fresh, who,
+            '--no-ema (teacher = the released weights), not a teacher '
+            'partly EMA, partly not')
         part = {id(m): name for name, m in model.student().items()}
         where = {n: part[id(m)] for n, m in model.named_children()
                  if id(m) in part}  # yapf: disable
-        ema = {
-            rename(k, OFFICIAL_NAMES): v
-            for k, v in official_state(ema, src).items()
-        }
-        check_finite(ema, f'{src} (EMA)')
         model.teacher.module.load_state_dict(
             {where[k.split('.')[0]] + k[k.index('.'):]: v
-             for k, v in ema.items() if k.split('.')[0] in where},
+             for k, v in teacher.items() if k.split('.')[0] in where},
             strict=False)  # yapf: disable
     vit = sizes['backbone']['arch']
     imported = dict(
         source=osp.abspath(src),
         layout=layout,
-        teacher='ema' if ema is not None else 'student',
+        teacher='ema' if entry is not None else 'student',
         epoch=ckpt.get('epoch'),
-        untrained=untrained,
+        untrained=list(fresh),
         message=(
-            f'{src}: {LAYOUTS[layout]} ViT {vit["embed_dims"]}-d x '
+            f'{src}: {LAYOUTS[layout][0]} ViT {vit["embed_dims"]}-d x '
             f'{vit["num_layers"]} blocks, patch '
             f'{sizes["backbone"]["patch_size"]}, '
-            f'{sizes["backbone"]["img_size"]} px; teacher = the '
-            f"{'EMA' if ema is not None else 'same'} weights{note}" +
-            (f'; untrained (freshly initialised): {", ".join(untrained)}: '
-             'the hard-patch pictures refuse it until HPM pretraining '
-             '(load_from) trains the loss predictor' if untrained else '')))
-    config_path = osp.splitext(out)[0] + '.py'
-    with open(config_path, 'w') as f:
-        f.write(text)
-    save_file(
-        dict(
-            state_dict=model.state_dict(),
-            meta=dict(cfg=cfg.pretty_text, imported=imported)), out)
+            f'{sizes["backbone"]["img_size"]} px; every tensor read; teacher '
+            '= the ' + (f'EMA weights ({entry!r})'
+                        if entry is not None else 'same weights' +
+                        ('' if ema else ' (--no-ema)')) + note +
+            (f'; untrained (freshly initialised, seed {SEED}): '
+             f'{", ".join(fresh)}: the hard-patch pictures refuse it until '
+             'HPM pretraining (load_from) trains the loss predictor'
+             if fresh else '')))
+    write_outputs({
+        config_path: text_writer(text),
+        out: lambda part: torch.save(
+            dict(state_dict=model.state_dict(),
+                 meta={'cfg': cfg.pretty_text, 'imported': imported,
+                       MARK: 'official2hpm.py'}), part)})  # yapf: disable
     return dict(imported, out=out, config=config_path)

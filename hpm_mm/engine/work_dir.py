@@ -1,17 +1,23 @@
-"""One run per work dir: a lock that a killed run does not leave stuck."""
+"""One run per work dir: a lock that a killed run does not leave stuck; a
+command's outputs planned before its work and written as a set."""
 import datetime
 import fcntl
 import os
 import os.path as osp
+import signal
 import socket
 import sys
+import tempfile
 import threading
 from contextlib import contextmanager, suppress
-from typing import IO
+from typing import IO, Callable, Dict, Optional, Sequence
 
 from hpm_mm.errors import HPMError
 
 LOCK_NAME = '.run.lock'
+#: in every file hpm_mm writes beside a run (a config's header, a json key,
+#: a checkpoint's meta key): only such a file is written over
+MARK = 'hpm_mm_output'
 
 
 class WorkDirBusy(HPMError):
@@ -111,7 +117,8 @@ def check_writable(path: str,
     """Refuse, in one line and before any work, an output ``path`` that
     cannot be written: a file whose folder is missing, a file path that is a
     folder, or (``folder``: made later where missing) one under a file or a
-    read-only folder."""
+    folder where no file can be made: tried by making one (``os.access`` says
+    yes to root on /proc)."""
     path = osp.abspath(path)
     if not folder and osp.isdir(path):
         raise HPMError(f'{what} {path} is a folder, and it is one file. Fix: '
@@ -123,8 +130,108 @@ def check_writable(path: str,
             f'exist. Fix: mkdir -p {parent}, or another path.')
     while not osp.exists(parent):
         parent = osp.dirname(parent)
-    if not osp.isdir(parent) or not os.access(parent, os.W_OK):
-        raise HPMError(
-            f'cannot write {what} {path}: {parent} is '
-            f'{"not a folder" if not osp.isdir(parent) else "read-only"}. '
-            f'Fix: {fix}.')
+    try:
+        fd, probe = tempfile.mkstemp(dir=parent, prefix='.hpm_mm_probe')
+    except OSError as e:
+        raise HPMError(f'cannot write {what} {path}: {parent} is ' +
+                       ('not a folder' if not osp.isdir(parent) else
+                        f'not writable ({e.strerror})') +
+                       f'. Fix: {fix}.') from None
+    os.close(fd)
+    os.remove(probe)
+
+
+def _marked(path: str) -> bool:
+    """Whether hpm_mm wrote ``path``: :data:`MARK` in its first MiB (a
+    config's header, a json's key) or in its pickle (a checkpoint's meta)."""
+    from .safe_load import _pickle_of
+    with open(path, 'rb') as f:
+        head = f.read(1 << 20)
+    return MARK.encode() in head or MARK.encode() in _pickle_of(path)
+
+
+def plan_outputs(outputs: Sequence[str],
+                 what: str,
+                 inputs: Sequence[str] = (),
+                 index: Optional[str] = None,
+                 folder: bool = False,
+                 fix: str = 'another output path') -> None:
+    """Refuse, in one line and before any work, a command's set of
+    ``outputs`` (files; ``folder``: in a folder made later) that it may
+    not write: one that cannot be written (:func:`check_writable`), one
+    named twice, one of its ``inputs`` (the same file by any spelling or
+    link), or an existing file hpm_mm did not write (no :data:`MARK`; the
+    files of a folder it wrote: their set's ``index`` file carries it)."""
+    seen = set()
+    for path in outputs:
+        check_writable(
+            osp.dirname(osp.abspath(path)) if folder else path, what, folder,
+            fix)
+        real = osp.realpath(path)
+        if real in seen:
+            raise HPMError(f'{what}: two of its outputs would be one file, '
+                           f'{path}. Fix: {fix}.')
+        seen.add(real)
+        if not osp.isfile(path):
+            continue
+        same = [i for i in inputs if osp.exists(i) and osp.samefile(i, path)]
+        if same:
+            raise HPMError(f'{what} {path} is the input {same[0]}: writing it '
+                           f'would destroy the input. Fix: {fix}.')
+        if not _marked(path) and not (index and osp.isfile(index)
+                                      and _marked(index)):
+            raise HPMError(
+                f'{path} exists and hpm_mm did not write it (no {MARK} '
+                f'mark): it is not overwritten. Fix: {fix}, or move it away.')
+
+
+def text_writer(text: str) -> Callable[[str], None]:
+    """A :func:`write_outputs` writer of ``text``."""
+
+    def write(part: str) -> None:
+        with open(part, 'w') as f:
+            f.write(text)
+
+    return write
+
+
+def write_outputs(writers: Dict[str, Callable[[str], None]]) -> None:
+    """Write a command's outputs as a set: ``writers[path](part)`` writes
+    each to a part file beside it; when all are written, they are renamed
+    over their paths. A stop (Ctrl-C; SIGTERM, whose default kills without
+    cleanup, alike) while writing leaves the earlier outputs and no part
+    file; one during the renames waits for them (all new), then acts."""
+    parts = {path: f'{path}.{os.getpid()}.part' for path in writers}
+    got, renaming, old = [], [], {}
+
+    def stop(signum, frame):
+        got.append(signum)
+        if not renaming and len(got) == 1:
+            raise KeyboardInterrupt
+
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGINT, signal.SIGTERM):  # default handlers only
+            if signal.getsignal(sig) in (signal.SIG_DFL,
+                                         signal.default_int_handler):
+                old[sig] = signal.signal(sig, stop)
+    try:
+        for path, write in writers.items():
+            os.makedirs(osp.dirname(osp.abspath(path)), exist_ok=True)
+            write(parts[path])
+        renaming.append(True)
+        for path, part in parts.items():
+            os.replace(part, path)
+    except BaseException as e:
+        for part in parts.values():
+            with suppress(OSError):
+                os.remove(part)
+        if isinstance(e, OSError):
+            raise HPMError(
+                f'cannot write {path}: {e.strerror or e}; nothing of it '
+                'written. Fix: free space, or another path.') from None
+        raise
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+        if got and (renaming or got[0] != signal.SIGINT):
+            signal.raise_signal(got[0])  # as it would have, the set whole

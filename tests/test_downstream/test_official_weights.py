@@ -4,14 +4,16 @@ independent rebuild of the authors' forward (timm's ``PatchEmbed`` /
 ``Block`` under the authors' key names, their ``models_mae_learn_loss.py``
 written out), then through every path an hpm_mm checkpoint takes."""
 import argparse
+import hashlib
 import os
 import os.path as osp
+import signal
 from functools import partial
 
 import pytest
 import torch
 import torch.nn as nn
-from helpers import (NEEDS_FULL, make_image_folder, rewrite_is_whole,
+from helpers import (NEEDS_FULL, make_image_folder, process, rewrite_is_whole,
                      tool_main, train)
 
 import hpm_mm  # noqa: F401
@@ -223,8 +225,11 @@ def test_the_authors_hpm_file_imports_number_for_number(tmp_path, arch, extra):
     assert imported['layout'] == 'hpm' and imported['teacher'] == 'ema'
     assert imported['untrained'] == [] and imported['epoch'] == 799
     assert not any(k.startswith('optimizer') for k in saved)
-    if arch is TINY:  # a stopped rerun keeps the earlier file
-        rewrite_is_whole(out, lambda: import_(src, out, *extra))
+    if arch is TINY:  # a stopped rerun keeps the earlier pair
+        pair = [out, tmp_path / 'hpm_imported.py']
+        rewrite_is_whole(pair, lambda: import_(src, out, *extra))
+        rewrite_is_whole(pair, lambda: import_(src, out, *extra),
+                         signal.SIGINT)
 
 
 @pytest.mark.parametrize('layout', ['mae_pretrain', 'mae_visualize'])
@@ -236,7 +241,7 @@ def test_mae_official_files_import_with_a_fresh_predictor(tmp_path, layout):
     proc = import_(src, out, '--num-heads', '4', '--decoder-num-heads', '2')
     assert proc.returncode == 0, proc.stdout + proc.stderr
     log = proc.stdout + proc.stderr
-    assert 'untrained (freshly initialised): ' in log and \
+    assert 'untrained (freshly initialised, seed 0): ' in log and \
         'neck.predictor.' in log
     saved = torch.load(out, map_location='cpu', weights_only=False)
     untrained = saved['meta']['imported']['untrained']
@@ -300,6 +305,209 @@ def test_refusals_are_one_line_and_write_nothing(tmp_path, case, says):
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and says in lines[0], proc.stderr
     assert sorted(os.listdir(tmp_path)) == ['in.pth']
+
+
+HEADS = ('--num-heads', '4', '--decoder-num-heads', '2')
+
+
+def _refused(tmp_path, src, out, *extra, says):
+    """The import of ``src`` into ``out``: one line holding ``says``, exit
+    1, the folder as it was."""
+    before = {n: (tmp_path / n).read_bytes() for n in os.listdir(tmp_path)
+              if (tmp_path / n).is_file()}  # yapf: disable
+    proc = import_(src, out, *extra)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 1 and len(lines) == 1 and says in lines[0], \
+        proc.stdout + proc.stderr
+    assert before == {n: (tmp_path / n).read_bytes()
+                      for n in os.listdir(tmp_path)
+                      if (tmp_path / n).is_file()}  # yapf: disable
+    return lines[0]
+
+
+@pytest.mark.parametrize('case,says', [
+    ('proj',
+     "lacks 1 of its model's tensors, e.g. blocks.1.attn.proj.weight."),
+    ('middle_block', "lacks 12 of its model's tensors, e.g. blocks.1.norm1."),
+    ('losspred_head', 'lacks 1 of its model\'s tensors, e.g. '
+     'decoder_pred_losspred.weight.'),
+    ('ema_encoder_only', "its EMA entry 'model_ema' lacks 36 of its model's "
+     'tensors, e.g. mask_token, decoder_pos_embed, decoder_embed.weight'),
+    ('ema_other_shapes', "its EMA entry 'model_ema': 31 tensors fit no model "
+     "of its sizes, e.g. cls_token (1, 1, 64) (the model's: (1, 1, 96))"),
+    ('ema_deeper', "its EMA entry 'model_ema': 12 tensors fit no model of "
+     "its sizes, e.g. blocks.2.norm1.weight (96,) (the model's: none)"),
+    ('heads', '--num-heads 5 does not divide the 192-d width into heads'),
+])
+def test_every_tensor_is_accounted_for(tmp_path, case, says):
+    """Every tensor of the model, names and shapes, EMA entries as the
+    model: a file without one (a projection, a middle block, the loss
+    predictor's head), an EMA entry of the encoder only or of another
+    model, heads that do not divide the width: one line naming it before
+    anything is written (they imported with exit 0, those tensors random
+    and ``untrained`` empty; the EMA teacher half the student's; or were
+    tracebacks of 65-578 lines)."""
+    arch = dict(TINY, depth=3) if case == 'middle_block' else \
+        dict(TINY, dim=192, heads=3) if case == 'heads' else TINY
+    state = AuthorsMAE(**arch).state_dict()
+    drop = dict(
+        proj='blocks.1.attn.proj.weight',
+        middle_block='blocks.1.',
+        losspred_head='decoder_pred_losspred.weight').get(case, '-')
+    ckpt = dict(model={k: v for k, v in state.items()
+                       if not k.startswith(drop)})  # yapf: disable
+    if case.startswith('ema'):
+        ckpt['model_ema'] = AuthorsMAE(
+            **dict(
+                TINY,
+                dim=64 if case == 'ema_other_shapes' else 96,
+                depth=3 if case == 'ema_deeper' else 2),
+            decoder=case != 'ema_encoder_only',
+            predictor=case != 'ema_encoder_only').state_dict()
+    torch.save(ckpt, tmp_path / 'in.pth')
+    extra = ('--num-heads', '5', *HEADS[2:]) if case == 'heads' else HEADS
+    line = _refused(
+        tmp_path, tmp_path / 'in.pth', tmp_path / 'out.pth', *extra, says=says)
+    if case.startswith('ema'):  # the fix it names imports the rest
+        assert 'Fix: --no-ema' in line
+        proc = import_(tmp_path / 'in.pth', tmp_path / 'out.pth', *HEADS,
+                       '--no-ema')
+        assert proc.returncode == 0, proc.stderr
+        assert 'teacher = the same weights (--no-ema)' in proc.stdout
+        saved = torch.load(tmp_path / 'out.pth', weights_only=True)
+        assert saved['meta']['imported']['teacher'] == 'student'
+
+
+def test_a_ddp_module_prefix_is_unwrapped(tmp_path):
+    """A file saved from a DDP-wrapped model (and timm's EMA), its keys
+    under ``module.``: imported as the bare one, teacher = its EMA (it was
+    refused as "another method (BEiT, SimMIM, ...?)")."""
+    ref, ema = AuthorsMAE(**TINY).eval(), AuthorsMAE(**TINY, seed=5).eval()
+    wrapped = {
+        entry: {
+            'module.' + k: v
+            for k, v in m.state_dict().items()
+        }
+        for entry, m in (('model', ref), ('model_ema', ema))
+    }
+    torch.save(wrapped, tmp_path / 'ddp.pth')
+    proc = import_(tmp_path / 'ddp.pth', tmp_path / 'out.pth', *HEADS)
+    assert proc.returncode == 0, proc.stderr
+    compare(ref, str(tmp_path / 'out.py'), str(tmp_path / 'out.pth'), 32)
+    from hpm_mm.apis import load_model
+    teacher = load_model(
+        str(tmp_path / 'out.py'),
+        str(tmp_path / 'out.pth'),
+        teacher=True,
+        required=('backbone.', 'neck.'))
+    x, none = torch.randn(1, 3, 32, 32), torch.zeros(1, 16, dtype=torch.bool)
+    with torch.no_grad():
+        torch.testing.assert_close(
+            teacher.backbone(x, none.float(), 16)[0],
+            ema.forward_encoder(x, none),
+            atol=1e-5,
+            rtol=1e-5)
+
+
+def test_an_import_prints_its_own_lines_and_repeats_exactly(tmp_path, warm):
+    """The import's console is its two lines (mmengine's line per
+    initialised tensor, ~530 of them, kept out); two imports of one MAE
+    file are equal tensor for tensor (its fresh loss predictor drawn from
+    a fixed seed, named in the line and in ``meta.imported``; two imports
+    differed)."""
+    ref = AuthorsMAE(**TINY, predictor=False)
+    src = save_authors(tmp_path / 'mae_visualize_vit_t.pth', ref,
+                       'mae_visualize')
+    states = []
+    for out in ('a.pth', 'b.pth'):
+        proc = process(
+            'tools/model_converters/official2hpm.py',
+            src,
+            tmp_path / out,
+            *HEADS,
+            python=warm)
+        lines = (proc.stdout + proc.stderr).strip().splitlines()
+        assert proc.returncode == 0 and len(lines) == 2, lines[:5]
+        assert 'untrained (freshly initialised, seed 0): neck.predictor.' \
+            in lines[0] and lines[1].startswith('wrote ')
+        saved = torch.load(tmp_path / out, weights_only=True)
+        assert saved['meta']['imported']['untrained'] == ['neck.predictor.']
+        states.append(saved['state_dict'])
+    a, b = states
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def _sha(path):
+    return hashlib.sha256(open(path, 'rb').read()).hexdigest()
+
+
+def test_the_outputs_never_overwrite_an_input_or_a_users_file(tmp_path):
+    """OUT.pth and OUT.py are checked as a set before any work: OUT is SRC
+    (by its path, another spelling, a link), OUT.py is the user's own config
+    (no hpm_mm mark), OUT ends in .py, or its folder takes no file (root on
+    /proc): one line, nothing written (SRC SRC overwrote the authors' file;
+    the user's config was overwritten; OUT.py was both files; /proc was a
+    traceback after the work). What hpm_mm wrote is rewritten."""
+    src = save_authors(tmp_path / 'in.pth', AuthorsMAE(**TINY), model='x')
+    sha = _sha(src)
+    os.symlink(src, tmp_path / 'link.pth')
+    os.mkdir(tmp_path / 'a')
+    for out in (src, tmp_path / 'a' / '..' / 'in.pth', tmp_path / 'link.pth'):
+        _refused(tmp_path, src, out, *HEADS, says='is the input')
+    assert _sha(src) == sha
+    _refused(
+        tmp_path,
+        src,
+        tmp_path / 'cfg.py',
+        *HEADS,
+        says='two of its outputs would be one file')
+    _refused(tmp_path, src, '/proc/hpm_mm.pth', *HEADS, says='not writable')
+    (tmp_path / 'mine.py').write_text("_base_ = 'mine_base.py'\n")
+    _refused(
+        tmp_path,
+        src,
+        tmp_path / 'mine.pth',
+        *HEADS,
+        says='mine.py exists and hpm_mm did not write it')
+    proc = import_(src, tmp_path / 'ok.pth', *HEADS)
+    assert proc.returncode == 0 and import_(src, tmp_path / 'ok.pth', *
+                                            HEADS).returncode == 0
+
+
+def test_a_stop_leaves_the_earlier_pair_and_no_part_file(tmp_path, warm):
+    """Ctrl-C, and SIGTERM (whose default kills without cleanup), half-way
+    through the save: the earlier OUT.pth and OUT.py as they were, no part
+    file (the new OUT.py stood beside the old OUT.pth, and SIGTERM left
+    OUT.pth.<pid>.part)."""
+    src = save_authors(tmp_path / 'in.pth', AuthorsMAE(**TINY), model='x')
+    assert import_(src, tmp_path / 'out.pth', *HEADS).returncode == 0
+    src = save_authors(
+        tmp_path / 'in2.pth', AuthorsMAE(**dict(TINY, depth=1)), model='x')
+    pair = [tmp_path / 'out.pth', tmp_path / 'out.py']
+    rewrite_is_whole(pair, lambda: import_(src, pair[0], *HEADS),
+                     signal.SIGINT)
+    before = {n: _sha(tmp_path / n) for n in ('out.pth', 'out.py')}
+    code = ('import os, runpy, signal, sys, torch\n'
+            'real = torch.save\n'
+            'def stopped(obj, f):\n'
+            "    real({'half': torch.zeros(3)}, f)\n"
+            '    os.kill(os.getpid(), signal.SIGTERM)\n'
+            '    real(obj, f)\n'
+            'torch.save = stopped\n'
+            'sys.argv = sys.argv[1:]\n'
+            "runpy.run_path(sys.argv[0], run_name='__main__')\n")
+    proc = process(
+        '-c',
+        code,
+        'tools/model_converters/official2hpm.py',
+        src,
+        tmp_path / 'out.pth',
+        *HEADS,
+        python=warm)
+    assert proc.returncode != 0
+    assert before == {n: _sha(tmp_path / n) for n in ('out.pth', 'out.py')}
+    assert sorted(
+        os.listdir(tmp_path)) == ['in.pth', 'in2.pth', 'out.pth', 'out.py']
 
 
 def test_an_unknown_width_asks_for_its_heads_and_a_missing_folder_refuses(

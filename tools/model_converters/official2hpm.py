@@ -2,15 +2,18 @@
 hpm_mm HPM checkpoints.
 
     python tools/model_converters/official2hpm.py SRC OUT.pth \
-        [--num-heads N] [--decoder-num-heads N]
+        [--num-heads N] [--decoder-num-heads N] [--no-ema]
 
-Reads SRC weights-only (its CRCs checked), the sizes from its tensors, and
-writes OUT.pth (student = the released weights, teacher = its EMA weights
-where it has them, else the same; no optimizer state) and its config OUT.py,
-which every hpm_mm command takes: knn_eval.py, visualize_hard_patches.py,
-hpm2backbone.py, the fine-tune / detection / segmentation configs'
-``init_cfg``, ``load_from`` to continue pretraining. ``--num-heads`` is only
-needed for an encoder of no standard ViT width. docs/transfer.md.
+Reads SRC weights-only (its CRCs checked), the sizes from its tensors and
+every tensor of the model (one missing: refused in one line; only the parts
+its layout lacks start fresh, named), and writes OUT.pth (student = the
+released weights, teacher = its EMA weights where it has them, else the
+same; no optimizer state) and its config OUT.py as a set (never over SRC or
+a file hpm_mm did not write), which every hpm_mm command takes: knn_eval.py,
+visualize_hard_patches.py, hpm2backbone.py, the fine-tune / detection /
+segmentation configs' ``init_cfg``, ``load_from`` to continue pretraining.
+``--num-heads`` is only needed for an encoder of no standard ViT width.
+docs/transfer.md.
 """
 import argparse
 import sys
@@ -31,10 +34,14 @@ def run(argv=None):
         type=int,
         help='the decoder\'s heads: only for a decoder not 512 wide '
         '(default 16)')
+    parser.add_argument(
+        '--no-ema',
+        action='store_true',
+        help="teacher = the released weights, not the file's EMA entry")
     args = parser.parse_args(argv)
     from hpm_mm.apis import import_official
     done = import_official(args.src, args.out, args.num_heads,
-                           args.decoder_num_heads)
+                           args.decoder_num_heads, not args.no_ema)
     print(done['message'])
     print(f"wrote {done['out']} and {done['config']}; e.g. python "
           f"tools/analysis_tools/knn_eval.py {done['config']} {done['out']}")
