@@ -157,41 +157,55 @@ def from_timm(state: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
 
 #: what a timm model folder needs beside timm (requirements/optional.txt)
 TIMM_FOLDER_PACKAGES = ('timm', 'safetensors')
+#: the files of a timm model folder, SHA256SUMS of the others last
+TIMM_FILES = ('model.safetensors', 'pytorch_model.pth', 'config.json',
+              'SHA256SUMS')
 
 
 def timm_folder(state: Dict[str, torch.Tensor], out_dir: str, model_args: dict,
                 pretrained_cfg: dict) -> Dict[str, str]:
     """Write ``state`` (timm keys) as a folder ``timm.create_model('local-dir:
-    OUT_DIR', pretrained=True)`` loads: ``model.safetensors``,
-    ``config.json``, ``pytorch_model.pth`` and their ``SHA256SUMS``. Returns
-    file name -> SHA-256."""
+    OUT_DIR', pretrained=True)`` loads, its :data:`TIMM_FILES` as a set
+    (:func:`hpm_mm.engine.work_dir.write_outputs`; ``config.json`` carries
+    hpm_mm's mark). Returns file name -> SHA-256."""
     import hashlib
     import json
-    import os
 
     from safetensors.torch import save_file
-    os.makedirs(out_dir, exist_ok=True)
+
+    from hpm_mm.engine.work_dir import MARK, text_writer, write_outputs
     tensors = {k: v.detach().contiguous().cpu() for k, v in state.items()}
-    save_file(
-        tensors,
-        os.path.join(out_dir, 'model.safetensors'),
-        metadata=dict(format='pt'))
-    torch.save(tensors, os.path.join(out_dir, 'pytorch_model.pth'))
-    config = dict(
-        architecture='vit_base_patch16_224',  # its builder, our model_args
-        num_classes=0,
-        num_features=model_args['embed_dim'],
-        model_args=model_args,
-        pretrained_cfg=pretrained_cfg)
-    with open(os.path.join(out_dir, 'config.json'), 'w') as f:
-        json.dump(config, f, indent=2)
+    config = {
+        MARK: 'hpm2backbone.py',
+        'architecture': 'vit_base_patch16_224',  # its builder, our args
+        'num_classes': 0,
+        'num_features': model_args['embed_dim'],
+        'model_args': model_args,
+        'pretrained_cfg': pretrained_cfg
+    }
     sums = {}
-    for name in ('model.safetensors', 'pytorch_model.pth', 'config.json'):
-        digest = hashlib.sha256()
-        with open(os.path.join(out_dir, name), 'rb') as f:
-            for block in iter(lambda: f.read(1 << 20), b''):
-                digest.update(block)
-        sums[name] = digest.hexdigest()
-    with open(os.path.join(out_dir, 'SHA256SUMS'), 'w') as f:
-        f.writelines(f'{h}  {n}\n' for n, h in sums.items())
+
+    def summed(name, write):  # the file, then its SHA-256 for SHA256SUMS
+
+        def run(part):
+            write(part)
+            digest = hashlib.sha256()
+            with open(part, 'rb') as f:
+                for block in iter(lambda: f.read(1 << 20), b''):
+                    digest.update(block)
+            sums[name] = digest.hexdigest()
+
+        return run
+
+    weights, torch_weights, config_json, sums_file = TIMM_FILES
+    writers = {
+        weights: lambda p: save_file(tensors, p, metadata=dict(format='pt')),
+        torch_weights: lambda p: torch.save(tensors, p),
+        config_json: text_writer(json.dumps(config, indent=2))
+    }
+    writers = {os.path.join(out_dir, n): summed(n, w)
+               for n, w in writers.items()}  # yapf: disable
+    writers[os.path.join(out_dir, sums_file)] = lambda p: text_writer(''.join(
+        f'{h}  {n}\n' for n, h in sums.items()))(p)  # (the sums once known)
+    write_outputs(writers)
     return sums

@@ -193,3 +193,16 @@ def test_converter_refusals_are_one_line(tmp_path, rgb_hpm_checkpoint,
     assert 'needs no_such_pkg' in proc.stderr and \
         'pip install -r requirements/optional.txt' in proc.stderr
     assert not (tmp_path / 'tf').exists()
+
+
+def test_a_timm_folder_is_written_as_a_set(tmp_path, rgb_hpm_checkpoint):
+    """--target timm's four files are one set: a rerun writes over the
+    folder hpm_mm wrote (its config.json holds the mark); one stopped
+    half-way through its pytorch_model.pth leaves the earlier four files
+    and no part file (a cut pytorch_model.pth was left)."""
+    from hpm_mm.apis.convert import TIMM_FILES
+    out = tmp_path / 'timm_vit'
+    args = (rgb_hpm_checkpoint, out, '--target', 'timm')
+    for _ in range(2):
+        assert _run(*args).returncode == 0
+    rewrite_is_whole([out / n for n in TIMM_FILES], lambda: _run(*args))

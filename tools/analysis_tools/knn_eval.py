@@ -69,9 +69,11 @@ def parse_args(argv=None):
 def run(argv=None):
     args = parse_args(argv)
     from hpm_mm.apis import knn_eval, load_config
-    from hpm_mm.engine.work_dir import check_writable
+    from hpm_mm.engine.work_dir import (MARK, plan_outputs, text_writer,
+                                        write_outputs)
     if args.out:  # before the work (it died after the evaluation)
-        check_writable(args.out, 'the kNN result (--out)')
+        plan_outputs([args.out], 'the kNN result (--out)',
+                     [args.config, args.checkpoint])
     cfg = load_config(args.config, args.cfg_options)
     r = knn_eval(
         cfg,
@@ -95,20 +97,16 @@ def run(argv=None):
         print(f'| {k} | {v:.2f} |')
     print(f"best: k={r['best_k']}, {r['best']:.2f}%")
     if args.out:
-        with open(args.out, 'w') as f:
-            json.dump(
-                dict(
-                    acc={
-                        str(k): v
-                        for k, v in acc.items()
-                    },
-                    best_k=r['best_k'],
-                    best=r['best'],
-                    feature=r['feature'],
-                    layer=r['layer'],
-                    precision=r['precision']),
-                f,
-                indent=2)
+        keys = ('best_k', 'best', 'feature', 'layer', 'precision')
+        saved = {
+            MARK: 'knn_eval.py',
+            'acc': {
+                str(k): v
+                for k, v in acc.items()
+            }
+        }
+        saved.update((k, r[k]) for k in keys)
+        write_outputs({args.out: text_writer(json.dumps(saved, indent=2))})
     return acc
 
 

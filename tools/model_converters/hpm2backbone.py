@@ -174,14 +174,17 @@ def main(argv=None):
         help='s/b/l/h, used when the checkpoint has no config')
     args = parser.parse_args(argv)
     import hpm_mm  # noqa: F401  (weights_only-safe loading of mmengine ckpts)
-    from hpm_mm.engine.work_dir import check_writable
+    from hpm_mm.apis.convert import TIMM_FILES, convert, encoder_state
+    from hpm_mm.engine.work_dir import MARK, plan_outputs
     from hpm_mm.errors import HPMError
+    timm = args.target == 'timm'
     try:  # before the work
-        check_writable(args.dst, 'the converted backbone',
-                       args.target == 'timm')
+        plan_outputs([osp.join(args.dst, n)
+                      for n in TIMM_FILES] if timm else [args.dst],
+                     'the converted backbone', [args.src],
+                     osp.join(args.dst, 'config.json'), timm)
     except HPMError as e:
         raise SystemExit(f'hpm2backbone.py: {e}')
-    from hpm_mm.apis.convert import convert, encoder_state
     from hpm_mm.engine.safe_load import load_file, save_file
     from hpm_mm.errors import HPMError
     try:  # weights_only=True, the allow-list; a damaged file named
@@ -262,7 +265,8 @@ def main(argv=None):
                 source=osp.abspath(args.src),
                 target=args.target,
                 teacher=args.teacher,
-                img_size=img_size)), args.dst)
+                img_size=img_size,
+                **{MARK: 'hpm2backbone.py'})), args.dst)
     print(f'wrote {args.dst}')
 
 

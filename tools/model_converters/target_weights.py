@@ -99,10 +99,10 @@ def main(argv=None):
     parser.add_argument('src', help='the released file')
     parser.add_argument('dst', help='the weights file to write (.pth)')
     args = parser.parse_args(argv)
-    from hpm_mm.engine.work_dir import check_writable
+    from hpm_mm.engine.work_dir import MARK, plan_outputs
     from hpm_mm.errors import HPMError
     try:  # before the work
-        check_writable(args.dst, 'the target weights')
+        plan_outputs([args.dst], 'the target weights', [args.src])
     except HPMError as e:
         raise SystemExit(f'target_weights.py: {e}')
     out, target = convert(args.kind, read_state(args.src))
@@ -114,7 +114,8 @@ def main(argv=None):
         raise SystemExit(f'the target network lacks {missing[:5]}; '
                          'nothing written')
     from hpm_mm.engine.safe_load import save_file
-    save_file({'state_dict': out}, args.dst)  # whole or not at all
+    meta = {MARK: 'target_weights.py'}
+    save_file(dict(state_dict=out, meta=meta), args.dst)  # whole or nothing
     print(f'wrote {args.dst}')
 
 
