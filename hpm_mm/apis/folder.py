@@ -201,8 +201,9 @@ def folder_config(base_path: str,
         f'{what}\n# (docs/own_data.md); rerun or edit it with '
         'tools/train.py.\n'
         f'_base_ = {base_path if start is None else START_CONFIG!r}\n')
-    for key, value in values.items():
-        text += f'{key} = {pprint.pformat(value, sort_dicts=False)}\n'
+    for key, value in values.items():  # (a path on one line: repr)
+        text += f'{key} = ' + (repr(value) if isinstance(value, str) else
+                               pprint.pformat(value, sort_dicts=False)) + '\n'
     # the pipelines by reference: the base's, or those written above (the
     # image spec sizes them)
     for name in ('train_pipeline', 'eval_pipeline'):
@@ -592,6 +593,7 @@ def _resume_or_refuse(work_dir: str,
     asked (``resume=True`` with ``resume_changed_run``: its trained epochs
     continue on the folder as it is now); ``resume=False`` refuses any
     earlier run."""
+    import ast
     import re
 
     from hpm_mm.engine.resume import checkpoints_in, refuse_earlier_run
@@ -600,9 +602,9 @@ def _resume_or_refuse(work_dir: str,
     if resume is False:
         refuse_earlier_run(work_dir)
     config = osp.join(work_dir, 'hpm_folder.py')
-    then = re.search(r"^load_from = '(.*)'$",
+    then = re.search(r'^load_from = (.*)$',
                      open(config).read(), re.M) if osp.exists(config) else None
-    then = then and then.group(1)
+    then = then and ast.literal_eval(then.group(1))
     if then != start:
         raise HPMError(
             f'{work_dir} holds a run from {then or "scratch"}; this one '

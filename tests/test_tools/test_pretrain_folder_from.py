@@ -220,13 +220,22 @@ def test_from_an_hpm_mm_checkpoint_stops_and_resumes_its_own_run(
 def test_an_untrained_predictor_trains_from_the_start_of_the_schedule(
         tmp_path):
     """MAE's import (no loss predictor) is not refused: the schedule starts
-    at alpha_0 and the line says why; --alpha-0 and --lr override."""
+    at alpha_0 and the line says why; --alpha-0 and --lr override. A
+    long path with spaces is the same start when the run goes on."""
+    import shutil
     ckpt = imported(tmp_path, predictor=False)
+    spaced = tmp_path / ('a folder name with spaces ' * 3) / 'the import.pth'
+    spaced.parent.mkdir()
+    ckpt = str(shutil.copy(ckpt, spaced))
     folder = make_image_folder(str(tmp_path / 'imgs'), 2, 4, size=32)
     _, out = _pretrain(
         folder, tmp_path / 'w', start_from=ckpt, epochs=1, dry_run=True)
     assert 'alpha 0 -> 0.5 (its loss predictor is untrained ' \
         '(neck.predictor.): trained from the start of the schedule)' in out
+    (tmp_path / 'w' / 'epoch_1.pth').write_bytes(b'')  # as after a stop
+    _, out = _pretrain(
+        folder, tmp_path / 'w', start_from=ckpt, epochs=1, dry_run=True)
+    assert 'holds an interrupted run on these same images: continuing' in out
     result, out = _pretrain(
         folder,
         tmp_path / 'w2',
