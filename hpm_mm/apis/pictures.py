@@ -87,14 +87,17 @@ def hard_patches(config: Union[str, Config],
     over ``num_masks`` masks; ``saliency`` adds the IoU of the predicted-loss
     map with the foreground (``masks/<stem>.png``, or pixels above
     ``fg_threshold``). Returns the Spearman statistics (and IoUs)."""
-    from hpm_mm.engine.work_dir import check_writable
+    from PIL import Image
+
+    from hpm_mm.engine.work_dir import (MARK, check_writable, plan_outputs,
+                                        text_writer, write_outputs)
     from hpm_mm.visualization import (analyze_hard_patches, draw_hard_patches,
                                       foreground_iou, saliency_mask)
     from .model import load_checkpoint_strict, load_model
     cfg = load_config(config)
-    check_writable(
-        out_dir, 'the pictures', True, '--out-dir a folder you '
-        'can write (by default they go beside the checkpoint)')
+    fix = ('--out-dir a folder you can write (by default they go beside the '
+           'checkpoint)')
+    check_writable(out_dir, 'the pictures', True, fix)
     if not images and (isinstance(num_samples, bool)
                        or not isinstance(num_samples, int) or num_samples < 1):
         raise HPMError(f'num_samples={num_samples!r}: the pictures of how '
@@ -129,15 +132,25 @@ def hard_patches(config: Union[str, Config],
     samples, names = (
         folder_batch(images, cfg.model) if images else dataset_batch(
             cfg, num_samples))
+    stems = [osp.splitext(osp.basename(name))[0] for name in names]
+    summary_path = osp.join(out_dir, 'summary.json')
+    outputs = [osp.join(out_dir, f'{stem}.png') for stem in stems]
+    plan_outputs(  # before the analysis; the inputs never written over
+        outputs + [summary_path], 'the pictures',
+        [checkpoint] + (names if images else []) + [
+            osp.join(masks,
+                     osp.splitext(osp.basename(n))[0] + '.png')
+            for n in names if masks
+        ], summary_path, True, fix)
     batch = model.data_preprocessor(default_collate(samples), False)
     inputs = batch['inputs']
     result = analyze_hard_patches(
         model, inputs, progress, num_masks, use_teacher=not student)
-    os.makedirs(out_dir, exist_ok=True)
-    for i, name in enumerate(names):
-        stem = osp.splitext(osp.basename(name))[0]
-        draw_hard_patches(result, inputs, i, model.data_preprocessor,
-                          osp.join(out_dir, f'{stem}.png'))
+    writers = {}
+    for i, path in enumerate(outputs):
+        rgb = draw_hard_patches(result, inputs, i, model.data_preprocessor)
+        writers[path] = lambda part, rgb=rgb: Image.fromarray(rgb).save(
+            part, format='PNG')
     rho = result['spearman']
     summary = dict(
         spearman_mean=float(rho.mean()),
@@ -159,6 +172,7 @@ def hard_patches(config: Union[str, Config],
         summary.update(
             saliency_iou=float(iou.mean()),
             random_iou=float(foreground_iou(rand, fg).mean()))
-    with open(osp.join(out_dir, 'summary.json'), 'w') as f:
-        json.dump(summary, f, indent=2)
+    writers[summary_path] = text_writer(
+        json.dumps(dict(summary, **{MARK: 'hard_patches'}), indent=2))
+    write_outputs(writers)
     return summary

@@ -235,18 +235,11 @@ def resave_checkpoint(path: str) -> None:
 
 
 def save_file(obj, path: str) -> None:
-    """``torch.save(obj, path)`` whole or not at all: written beside
-    ``path``, then renamed over it, so an interrupted save leaves the file
-    that was there and no part of it (mmengine's checkpoints:
-    ``AtomicCheckpointHook``)."""
-    part = f'{path}.{os.getpid()}.part'
-    try:
-        torch.save(obj, part)
-    except BaseException:
-        if osp.exists(part):
-            os.remove(part)
-        raise
-    os.replace(part, path)
+    """``torch.save(obj, path)`` whole or not at all
+    (:func:`hpm_mm.engine.work_dir.write_outputs`: a stop, Ctrl-C or
+    SIGTERM, leaves the file that was there and no part of it)."""
+    from .work_dir import write_outputs
+    write_outputs({path: lambda part: torch.save(obj, part)})
 
 
 def load_file(path: str, map_location='cpu'):

@@ -130,7 +130,7 @@ def test_a_pictures_folder_that_cannot_be_written_is_one_line(
     """Under a file, or read-only (faked: root writes anywhere): one line
     before any work (a traceback after the analysis, for a checkpoint in a
     read-only folder: the pictures' default place)."""
-    import os
+    import tempfile
 
     from hpm_mm.apis import hard_patches
     from hpm_mm.errors import HPMError
@@ -138,8 +138,12 @@ def test_a_pictures_folder_that_cannot_be_written_is_one_line(
     with pytest.raises(HPMError, match='is not a folder. Fix: --out-dir'):
         hard_patches(FMNIST_CFG, hpm_checkpoint,
                      str(tmp_path / 'a_file' / 'pics'))
-    monkeypatch.setattr(os, 'access', lambda path, mode: False)
-    with pytest.raises(HPMError, match='is read-only. Fix: --out-dir'):
+
+    def refused(*args, **kwargs):
+        raise PermissionError(13, 'Permission denied')
+
+    monkeypatch.setattr(tempfile, 'mkstemp', refused)  # root writes anywhere
+    with pytest.raises(HPMError, match='is not writable .*Fix: --out-dir'):
         hard_patches(FMNIST_CFG, hpm_checkpoint, str(tmp_path / 'pics'))
     assert not (tmp_path / 'pics').exists()
 

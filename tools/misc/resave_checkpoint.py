@@ -10,6 +10,7 @@ allow-list, and refuses (loading nothing) any file that holds anything else
 outside it. docs/reliability.md.
 """
 import argparse
+import os
 import sys
 
 from hpm_mm.errors import exit_status
@@ -20,6 +21,9 @@ def run(argv=None):
     parser.add_argument('checkpoint', help='the checkpoint, re-saved in place')
     args = parser.parse_args(argv)
     from hpm_mm.engine.safe_load import resave_checkpoint
+    from hpm_mm.engine.work_dir import check_writable
+    if os.path.isfile(args.checkpoint):  # its folder, before the work
+        check_writable(args.checkpoint, 'the re-saved checkpoint')
     resave_checkpoint(args.checkpoint)
     print(f're-saved {args.checkpoint}: it loads with the allow-list now')
 
