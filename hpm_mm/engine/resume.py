@@ -2,8 +2,9 @@
 this run's, whether it fits, and what a changed run continues as.
 :class:`RunResume` is asked by the runner before it writes anything, once
 the model is built (the fit) and around mmengine's ``load_or_resume``;
-every checkpoint carries the run's signature and id. The rules:
-docs/reliability.md."""
+every checkpoint carries the run's signature, id, line (the runs it
+branched from) and start (the file from elsewhere it began from). The
+rules: docs/reliability.md."""
 import logging
 import os
 import os.path as osp
@@ -52,47 +53,81 @@ def checkpoints_in(work_dir: str) -> List[Tuple[int, str]]:
     return sorted(found, reverse=True)
 
 
-def refuse_earlier_run(work_dir: str) -> None:
+def refuse_earlier_run(work_dir: str, begun: Optional[str] = None) -> None:
     """Refuse a new run in a work dir holding another run's checkpoints:
-    they would mix, and a later ``--resume`` would continue the newest."""
+    they would mix, and a later ``--resume`` would continue the newest
+    (``begun``: the file from elsewhere none of them began from)."""
     found = [osp.basename(p) for _, p in checkpoints_in(work_dir)][::-1]
     if found:
         raise HPMError(
             f'{work_dir} holds the checkpoints of an earlier run '
-            f'({", ".join(found[:3])}{", ..." if len(found) > 3 else ""}). '
-            'Fix: --resume to continue it, or a new --work-dir.')
+            f'({", ".join(found[:3])}{", ..." if len(found) > 3 else ""})' +
+            (f', none begun from {begun}' if begun else '') +
+            '. Fix: --resume to continue it, or a new --work-dir.')
 
 
-def _run_id(path: str) -> Optional[str]:
-    """The run id a checkpoint records, its tensors left unread (mmap); None
-    for a file without one (torch's legacy format: no mmap, no hpm_mm run)."""
+def _hpm_run(path: str) -> dict:
+    """What a checkpoint records of its run (``meta['hpm_run']``), its
+    tensors left unread (mmap); {} for none, or a file that does not load so
+    (torch's legacy format: no mmap, no hpm_mm run)."""
     try:
-        ckpt = torch.load(
-            path, map_location='cpu', weights_only=True, mmap=True)
+        return torch.load(
+            path, map_location='cpu', weights_only=True,
+            mmap=True)['meta'].get('hpm_run') or {}
     except Exception:
-        return None
-    return ((ckpt.get('meta') or {}).get('hpm_run') or {}).get('run_id')
+        return {}
+
+
+def training_state(ckpt) -> bool:
+    """Whether ``ckpt`` holds what a resume restores (its epoch and
+    iteration, optimizer, message hub), not weights only."""
+    return isinstance(ckpt, dict) and isinstance(ckpt.get('meta'), dict) \
+        and {'optimizer', 'message_hub', 'meta'} <= set(ckpt) \
+        and {'epoch', 'iter'} <= set(ckpt['meta'])
+
+
+def _source(path: str) -> str:
+    """The weights a run starts from, as its checkpoints record them."""
+    return path if '://' in path else osp.realpath(path)
+
+
+def _begun_from(work_dir: str, path: str) -> bool:
+    """Whether the run ``--resume`` continues in ``work_dir`` began from
+    ``path``, a file from elsewhere (its weights, or a run's checkpoint)."""
+    found = find_resume_checkpoint(work_dir)[0] or ''
+    return _hpm_run(found).get('start') == _source(path)
 
 
 def read_run_ids(work_dir: str) -> tuple:
-    """The work dir's run-id file, lines ``ID``, ``FOLDER``, ``PARENT
-    STEP``: (this run's id, the folder it was written in, the id of the run
-    it branched from and the last step of that run it holds); missing
-    parts None, the work dir, None, 0."""
+    """The work dir's run-id file, lines ``ID``, ``FOLDER``, ``PARENT STEP
+    ...``: (this run's id or None, the folder it was written in, its line:
+    {the id of each run it branched from: the last step of that run it
+    holds})."""
     try:
         with open(osp.join(work_dir, RUN_ID_FILE)) as f:
-            own, where, parent = (f.read().splitlines() + ['', '', ''])[:3]
+            own, where, line = (f.read().splitlines() + ['', '', ''])[:3]
     except OSError:
-        return None, work_dir, None, 0
-    parent = parent.split() + [None, 0]
-    return own or None, where or work_dir, parent[0], int(parent[1])
+        return None, work_dir, {}
+    line = line.split()
+    return own or None, where or work_dir, dict(
+        zip(line[::2], (int(s) if s.isdigit() else -1 for s in line[1::2])))
+
+
+def _ours(run: Optional[str], step: int, own: Optional[str],
+          line: dict) -> bool:
+    """Whether a checkpoint of the run ``run`` at ``step`` belongs to the
+    run ``own``: its own, or one of its ``line`` up to the branch."""
+    return run == own or step <= line.get(run, -1)
 
 
 def find_resume_checkpoint(work_dir: str) -> Tuple[Optional[str], List[str]]:
     """The checkpoint ``--resume`` continues: the newest complete one of
-    ``work_dir`` at or before the one ``last_checkpoint`` names (a pointer into
-    another folder read as the file of that name here); a newer one only when
-    its run id is the work dir's. Returns (path or None, skipped lines)."""
+    this run (:func:`_ours`) at or before the one ``last_checkpoint`` names
+    (a pointer into another folder read as the file of that name here); a
+    newer one only when it records this run's id. This run is the run-id
+    file's, else the pointed checkpoint's, else the one every checkpoint
+    records: runs that disagree are never chosen between by date. Returns
+    (path or None, skipped lines)."""
     pointer, pointed = osp.join(work_dir, 'last_checkpoint'), None
     if osp.isfile(pointer):
         with open(pointer) as f:
@@ -101,19 +136,27 @@ def find_resume_checkpoint(work_dir: str) -> Tuple[Optional[str], List[str]]:
     limit = next((s for s, p in found if p == pointed), None)
     candidates = [(pointed, False)] if pointed and limit is None else []
     candidates += [(p, limit is not None and s > limit) for s, p in found]
-    own, _, parent, upto = read_run_ids(work_dir)
+    own, _, line = read_run_ids(work_dir)
+    if own is None:  # the pointed checkpoint's run, else the one all record
+        runs = {_hpm_run(p).get('run_id'): p for _, p in found[::-1]}
+        ids = set(runs) - {None}
+        own = _hpm_run(pointed or '').get('run_id')
+        own = own or (ids.pop() if len(ids) == 1 else None)
+        if own is None and ids:
+            return None, [
+                ', '.join(f'{osp.basename(p)} of run {r}'
+                          for r, p in runs.items() if r) +
+                ': runs disagree, and neither last_checkpoint nor '
+                f'{RUN_ID_FILE} says which is this one'
+            ]
     steps = {p: s for s, p in found}
     skipped = []
     for path, newer in candidates:
         problem = checkpoint_problem(path)
-        if problem is None and (own is not None or newer):
-            # every candidate is this run's (or the one it branched from,
-            # up to the branch point), a newer one this run's own
-            run = _run_id(path)
-            ours = run == own or (not newer and parent is not None
-                                  and run == parent
-                                  and steps.get(path, 0) <= upto)
-            if not ours:
+        if problem is None:
+            run = _hpm_run(path).get('run_id')
+            if not _ours(run, steps.get(path, 0), own, line) or \
+                    (newer and run is None):
                 problem = ((f'newer than {pointer} and ' if newer else '') +
                            f'not of this run (its run id {run} is not '
                            f'{own})')
@@ -184,8 +227,9 @@ class RunResume:
     """What a training run starts from (``kw``: the runner's arguments, its
     ``load_from`` set to the checkpoint found), checked before the runner
     writes anything: an incomplete checkpoint, another run's, a changed run
-    (unless ``allowed``: ``resume_changed_run=True``) and a new run in a work
-    dir holding an earlier run's checkpoints are refused in one line."""
+    (unless ``allowed``: ``resume_changed_run=True``), a new run or a file
+    from elsewhere resumed in a work dir holding another run's checkpoints
+    are refused in one line."""
 
     def __init__(self,
                  kw: dict,
@@ -201,45 +245,57 @@ class RunResume:
         self.then = None  # the resumed checkpoint's hpm_run meta
         self.ckpt = None  # loaded once, for the fit check
         self.saved, self.changed = [], False  # its schedulers; run changed
-        self.parent = None  # (the run id, step) a copied work dir branched
-        self.path = kw.get('load_from')
-        if self.resume and self.path and not explicit:  # (loaded once)
-            self.ckpt = load_file(self.path)
-        if self.ckpt is not None and 'epoch' not in (self.ckpt.get('meta')
-                                                     or {}):
-            # resume=True beside a load_from of weights (an imported or
-            # converted checkpoint): the run starts from them, or resumes
-            # its own checkpoints in the work dir
-            kw['load_from'] = None
-            if find_resume_checkpoint(work_dir)[0] is None:
-                kw['load_from'], kw['resume'] = self.path, False
-                self.resume = False
-                self.notes.append((logging.INFO, f'load_from {self.path}: '
+        self.line = {}  # the runs it branched from: {run id: last step}
+        self.path = given = kw.get('load_from')
+        outside = bool(given) and \
+            osp.dirname(_source(given)) != osp.realpath(work_dir)
+        self.start = None  # the file from elsewhere the run began from
+        if self.resume and given and not explicit:  # (loaded once)
+            self.ckpt = load_file(given)
+            weights = not training_state(self.ckpt)  # (imported, converted)
+            if (outside or weights) and _begun_from(work_dir, given):
+                kw['load_from'] = given = None  # the run begun from it goes on
+            elif weights:
+                kw['resume'] = self.resume = False
+                self.notes.append((logging.INFO, f'load_from {given}: '
                                    'weights without training state; the run '
                                    'starts from them'))
         if not self.resume:
-            refuse_earlier_run(work_dir)
+            self.start = given and _source(given)
+            refuse_earlier_run(work_dir, self.ckpt and given)
             return
         found = self._find(kw.get('load_from'))
         if found and (found != self.path or self.ckpt is None):
             self.ckpt = load_file(found)
         self.path = kw['load_from'] = found
         if self.path:
-            if not isinstance(self.ckpt.get('meta'), dict):
+            if not training_state(self.ckpt):
                 raise HPMError(
-                    f'--resume {self.path}: it holds no training state '
-                    f'(weights only). Fix: load_from={self.path} in a new '
-                    'work dir to start from its weights.')
+                    f'--resume {self.path}: it holds no training state (an '
+                    'epoch, optimizer and message hub; weights only). Fix: '
+                    f'use load_from={self.path} in a new work dir to start '
+                    'from its weights.')
+            if given and outside:  # a run's checkpoint from elsewhere
+                self.start = _source(given)
+                if checkpoints_in(work_dir) and \
+                        not _begun_from(work_dir, given):  # (they would mix)
+                    refuse_earlier_run(work_dir, given)
             meta = self.ckpt['meta']
             self.then = meta.get('hpm_run')
             self.saved = self.ckpt.get('param_schedulers') or []
-            self.run_id = (self.then or {}).get('run_id') or self.run_id
-            own, where, _, _ = read_run_ids(work_dir)
-            here = osp.realpath(work_dir)
-            if own is not None and osp.realpath(where) != here and \
-                    osp.isdir(where):  # a copy of a work dir: a branch
-                self.parent = (self.run_id, meta.get('epoch')
-                               or meta.get('iter') or 0)
+            then = self.then or {}
+            run, step = then.get('run_id'), meta['epoch'] or meta['iter']
+            own, where, line = read_run_ids(work_dir)
+            self.start = self.start or then.get('start')
+            if own is not None and _ours(run, step, own, line):
+                self.run_id, self.line = own, line  # the work dir's run
+            else:  # the checkpoint's run goes on
+                self.run_id, self.line = run or self.run_id, then.get(
+                    'line') or {}
+            if own is not None and osp.isdir(where) and \
+                    osp.realpath(where) != osp.realpath(work_dir):
+                # a copy of a work dir: a branch of the run it holds
+                self.line = dict(self.line, **({run: step} if run else {}))
                 self.run_id = uuid.uuid4().hex[:12]
                 self.notes.append(
                     (logging.WARNING, f'resume: {work_dir} is a copy of '
@@ -424,9 +480,9 @@ class RunResume:
         from mmengine.dist import is_main_process
         if is_main_process() and osp.isdir(self.work_dir):
             with open(osp.join(self.work_dir, RUN_ID_FILE), 'w') as f:
-                f.write(f'{self.run_id}\n{osp.realpath(self.work_dir)}\n')
-                if self.parent is not None:
-                    f.write(f'{self.parent[0]} {self.parent[1]}\n')
+                line = ' '.join(f'{k} {v}' for k, v in self.line.items())
+                f.write(f'{self.run_id}\n{osp.realpath(self.work_dir)}\n'
+                        f'{line}\n')
         guard = {}
         if getattr(wrapper, 'last_applied', None) is not None:
             guard = dict(
@@ -436,6 +492,8 @@ class RunResume:
             self.signature,
             iters_per_epoch=iters_per_epoch,
             run_id=self.run_id,
+            line=self.line,
+            start=self.start,
             **guard)
 
 
