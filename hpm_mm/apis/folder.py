@@ -426,6 +426,10 @@ def pretrain_folder(folder: str,
         if start_from is not None else None
     work_dir = work_dir or osp.join(
         'work_dirs', f'folder_{osp.basename(osp.abspath(folder))}')
+    if osp.realpath(work_dir) == osp.realpath(folder):
+        raise HPMError(f'--work-dir {work_dir} is the image folder: its '
+                       'outputs would be read as images by the next run. '
+                       'Fix: another --work-dir.')
     from hpm_mm.engine.work_dir import hand_over, own_work_dir
     lock = own_work_dir(work_dir)  # before anything is written into it
     # the runner takes the lock over; a refusal puts the work dir back

@@ -260,6 +260,7 @@ def test_an_untrained_predictor_trains_from_the_start_of_the_schedule(
     ('channels', '--channels 1: the checkpoint serves 3'),
     ('batch', '12 images cannot fill one batch of 16. Fix: --batch-size 12'),
     ('lr', 'lr=0.0 is not a positive number. Fix:'),
+    ('work dir', 'is the image folder: its outputs would be read as images'),
 ])
 def test_refusals_are_one_line_before_anything_is_written(
         tmp_path, case, says):
@@ -279,9 +280,11 @@ def test_refusals_are_one_line_before_anything_is_written(
         channels=dict(channels=1),
         batch=dict(batch_size=16),
         lr=dict(lr=0.0)).get(case, {})
-    work = tmp_path / 'w'
+    work = tmp_path / ('imgs/../imgs' if case == 'work dir' else 'w')
     with pytest.raises(HPMError) as refused:
         _pretrain(folder, work, start_from=ckpt, **kwargs)
     assert says in str(refused.value) and 'Fix:' in str(refused.value) and \
         '\n' not in str(refused.value), refused.value
-    assert not osp.exists(work) or os.listdir(work) == ['.run.lock']
+    assert case == 'work dir' or not osp.exists(work) or os.listdir(work) \
+        == ['.run.lock']
+    assert sorted(os.listdir(folder)) == ['class_0', 'class_1']
