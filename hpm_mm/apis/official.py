@@ -85,9 +85,12 @@ def official_state(ckpt, src: str = 'the checkpoint') -> dict:
             'one')
     other = [k for k in state if rename(k, OFFICIAL_NAMES) is None]
     if other:
+        guess = 'some under a wrapper (module.), not all' if any(
+            k.startswith(WRAPPERS) for k in other) else \
+            'another method: BEiT, SimMIM, ...?'
         raise _refuse(
-            src, f'it holds keys no MAE/HPM ViT has, e.g. '
-            f'{other[:3]} (another method: BEiT, SimMIM, ...?)', expected)
+            src, f'it holds keys no MAE/HPM ViT has, e.g. {other[:3]} '
+            f'({guess})', expected)
     need = ('patch_embed.proj.weight', 'cls_token', 'pos_embed',
             'blocks.0.attn.qkv.weight', 'blocks.0.mlp.fc1.weight',
             'norm.weight')
@@ -279,7 +282,8 @@ def import_official(src: str,
     }
     fresh = LAYOUTS[layout][1]
     model.load_state_dict(
-        _accounted(state, expected, fresh, src, 'the file as released'),
+        _accounted(state, expected, fresh, src,
+                   'the file as released (download it again)'),
         strict=False)
     model.teacher.update_parameters(model.student())  # the first: a copy
     entry = next((k for k in EMA_KEYS

@@ -125,9 +125,10 @@ def check_writable(path: str,
                        f'a file path, e.g. {osp.join(path, "out.pth")}.')
     parent = path if folder else osp.dirname(path)
     if not folder and not osp.isdir(parent):
-        raise HPMError(
-            f'cannot write {what} {path}: the folder {parent} does not '
-            f'exist. Fix: mkdir -p {parent}, or another path.')
+        why, how = ('is a file', 'another path') if osp.exists(parent) \
+            else ('does not exist', f'mkdir -p {parent}, or another path')
+        raise HPMError(f'cannot write {what} {path}: the folder {parent} '
+                       f'{why}. Fix: {how}.')
     while not osp.exists(parent):
         parent = osp.dirname(parent)
     try:

@@ -273,6 +273,7 @@ def _beit(ref):
 
 @pytest.mark.parametrize('case,says', [
     ('beit', 'holds keys no MAE/HPM ViT has'),
+    ('half_wrapped', '] (some under a wrapper (module.), not all)'),
     ('finetuned', 'a fine-tuned classifier (head / fc_norm)'),
     ('truncated', 'truncated, damaged or not a torch checkpoint'),
     ('no_vit', 'its shapes fit no ViT'),
@@ -294,6 +295,11 @@ def test_refusals_are_one_line_and_write_nothing(tmp_path, case, says):
         state['pos_embed'] = torch.zeros(1, 18, 96)  # 17 patches
     elif case == 'hpm_mm':
         state = {'backbone.' + k: v for k, v in state.items()}
+    elif case == 'half_wrapped':  # (all under module.: unwrapped)
+        state = {
+            ('module.' + k if i % 2 else k): v
+            for i, (k, v) in enumerate(state.items())
+        }
     torch.save(
         dict(model=state) if case != 'hpm_mm' else dict(state_dict=state), src)
     if case == 'truncated':

@@ -101,7 +101,8 @@ def test_a_killed_runs_forked_workers_do_not_keep_the_dir(tmp_path):
 
 def test_outputs_are_planned_before_any_work(tmp_path):
     """plan_outputs, every tool's check before its work: a folder that
-    takes no file (root on /proc: os.access said yes), an output that is an
+    takes no file (root on /proc: os.access said yes; a file: it said
+    'mkdir -p' it), an output that is an
     input (its path, another spelling, a symlink, a hard link), one file
     named twice, an existing file hpm_mm did not write: one line each. What
     hpm_mm wrote (its mark in a header, a json key, a checkpoint's meta;
@@ -116,7 +117,8 @@ def test_outputs_are_planned_before_any_work(tmp_path):
     (tmp_path / 'mine.py').write_text("_base_ = 'my_base.py'\n")
     cases = [
         (['/proc/hpm_mm.json'], 'not writable'),
-        ([tmp_path / 'no' / 'x.json'], 'does not exist'),
+        ([tmp_path / 'no' / 'x.json'], 'does not exist. Fix: mkdir -p'),
+        ([tmp_path / 'mine.py' / 'x.json'], 'is a file. Fix: another path'),
         ([src], 'is the input'),
         ([tmp_path / 'a' / '..' / 'in.pth'], 'is the input'),
         ([tmp_path / 'link'], 'is the input'),
