@@ -171,8 +171,10 @@ print('not reached')
 def test_a_set_of_outputs_is_written_whole_or_not_at_all(tmp_path, warm):
     """write_outputs: Ctrl-C, or SIGTERM (whose default kills without
     cleanup), while the files are written: the earlier ones as they were,
-    no part file; during the renames: they finish first (all new)."""
+    no part file; during the renames: they finish first (all new). A full
+    disk: one line, the earlier files."""
     from hpm_mm.engine.work_dir import text_writer, write_outputs
+    from hpm_mm.errors import HPMError
     a, b = tmp_path / 'a.txt', tmp_path / 'b.txt'
 
     def interrupted(part):
@@ -197,6 +199,15 @@ def test_a_set_of_outputs_is_written_whole_or_not_at_all(tmp_path, warm):
             assert proc.returncode != 0 and 'not reached' not in proc.stdout
         assert (a.read_text(), b.read_text()) == (after, after), when
         assert sorted(os.listdir(tmp_path)) == ['a.txt', 'b.txt'], when
+
+    def full(part):
+        text_writer('half')(part)
+        raise OSError(28, 'No space left on device')
+
+    with pytest.raises(HPMError, match='No space left on device; nothing'):
+        write_outputs({str(a): text_writer('newer'), str(b): full})
+    assert (a.read_text(), b.read_text()) == ('new', 'new')
+    assert sorted(os.listdir(tmp_path)) == ['a.txt', 'b.txt']
 
 
 KNN, VIS = 'analysis_tools/knn_eval.py', \
