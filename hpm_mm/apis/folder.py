@@ -290,6 +290,8 @@ def from_checkpoint(path: str,
         alpha=(masks.get('alpha_0', 0.),
                masks.get('alpha_T', .5)) if 'alpha_T' in masks else None,
         untrained=fresh,
+        epochs=(None, None) if imported else
+        (meta.get('epoch'), cfg.train_cfg.get('max_epochs')),
         kind=f"imported, {imported.get('layout', '?')} layout"
         if imported else 'hpm_mm')
 
@@ -351,12 +353,15 @@ def start_settings(start: Dict, settings: Dict, lr: Optional[float],
                            'Fix: leave --alpha-0 out.')
         return words + ', random masks (the checkpoint\'s)'
     a0, aT = start['alpha']
-    why = ('given' if alpha_0 is not None else
-           f'its loss predictor is untrained ({", ".join(fresh)}): trained '
-           'from the start of the schedule' if fresh else
-           'its loss predictor is trained: the schedule starts where its run '
-           'ended')
-    a0 = alpha_0 if alpha_0 is not None else a0 if fresh else aT
+    done, total = start['epochs']  # (an import: its run ended)
+    stood = a0 + min(done / total, 1.) * (aT - a0) if done and total else aT
+    why = (
+        'given' if alpha_0 is not None else
+        f'its loss predictor is untrained ({", ".join(fresh)}): trained '
+        'from the start of the schedule' if fresh else
+        'its loss predictor is trained: the schedule starts where its run ' +
+        (f'stood (epoch {done} of {total})' if stood != aT else 'ended'))
+    a0 = alpha_0 if alpha_0 is not None else a0 if fresh else round(stood, 3)
     settings['alpha'] = (a0, aT)
     return words + f', alpha {a0:g} -> {aT:g} ({why})'
 

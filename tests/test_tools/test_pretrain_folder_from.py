@@ -61,14 +61,15 @@ def imported(tmp_path, **kwargs):
 
 
 def hpm_mm_checkpoint(tmp_path):
-    """A trained hpm_mm checkpoint of the Fashion-MNIST config (a tiny
-    model, 28 px grayscale, patch 4; one epoch on generated images)."""
+    """The checkpoints of an hpm_mm run of the Fashion-MNIST config (a tiny
+    model, 28 px grayscale, patch 4; two epochs on generated images): the
+    paths of epoch 1 and epoch 2."""
     source = tmp_path / 'source'
     source.mkdir()
     cfg = tiny_config(
-        source, FMNIST_CFG, TINY_RUN.format(keep=1, epochs=1), num_images=8)
+        source, FMNIST_CFG, TINY_RUN.format(keep=2, epochs=2), num_images=8)
     train(cfg, source / 'work')
-    return str(source / 'work' / 'epoch_1.pth')
+    return [str(source / 'work' / f'epoch_{i}.pth') for i in (1, 2)]
 
 
 def first_step_hook():
@@ -169,13 +170,20 @@ def test_from_an_hpm_mm_checkpoint_stops_and_resumes_its_own_run(
 
     from hpm_mm.apis import load_config
     from hpm_mm.engine.hooks import AtomicCheckpointHook
-    ckpt = hpm_mm_checkpoint(tmp_path)
+    halfway, ckpt = hpm_mm_checkpoint(tmp_path)
     folder = make_image_folder(
         str(tmp_path / 'rgb'), 2, 8, size=28, gray=False)
     rng = np.random.default_rng(1)
     colour = sorted((tmp_path / 'rgb' / 'class_0').iterdir())
     for f in colour:  # colour, not gray as RGB
         Image.fromarray(rng.integers(0, 255, (28, 28, 3), np.uint8)).save(f)
+    _, out = _pretrain(  # epoch 1 of 2: the schedule where it stood
+        tmp_path / 'rgb',
+        tmp_path / 'w1',
+        start_from=halfway,
+        dry_run=True)
+    assert 'alpha 0.25 -> 0.5 (its loss predictor is trained: the schedule ' \
+        'starts where its run stood (epoch 1 of 2))' in out, out
     save = AtomicCheckpointHook.after_train_epoch
 
     def stop_after_first(self, runner):
