@@ -53,7 +53,7 @@ def run(condition, epochs=None, seed=None):
     assert src or condition == 'scratch', \
         'the source is not trained yet: run source.py first'
     name = name_of(condition, epochs, seed)
-    work = osp.join(WORK, name)
+    work = osp.join(WORK, 'runs', name)  # (never the source's own)
     shutil.rmtree(work, ignore_errors=True)  # a stopped run starts again
     record = dict(
         name=name,
