@@ -144,11 +144,10 @@ def check_writable(path: str,
 
 def _marked(path: str) -> bool:
     """Whether hpm_mm wrote ``path``: :data:`MARK` in its first MiB (a
-    config's header, a json's key) or in its pickle (a checkpoint's meta)."""
-    from .safe_load import _pickle_of
+    config's header, a json's key, a checkpoint's meta: torch's zip holds
+    the pickle first, and an output's is a state dict's, small)."""
     with open(path, 'rb') as f:
-        head = f.read(1 << 20)
-    return MARK.encode() in head or MARK.encode() in _pickle_of(path)
+        return MARK.encode() in f.read(1 << 20)
 
 
 def plan_outputs(outputs: Sequence[str],
