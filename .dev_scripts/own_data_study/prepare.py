@@ -47,4 +47,6 @@ def prepare():
 
 
 if __name__ == '__main__':
+    import argparse
+    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
     prepare()

@@ -30,4 +30,6 @@ def train_source():
 
 
 if __name__ == '__main__':
+    import argparse
+    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
     print(train_source())

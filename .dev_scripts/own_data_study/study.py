@@ -23,9 +23,15 @@ def jobs():
 
 
 if __name__ == '__main__':
-    import sys
+    import argparse
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        'only',
+        nargs='*',
+        choices=list(PLAN['conditions']),
+        help='only these conditions now (scratch needs no source)')
+    only = parser.parse_args().only
     prepare()
-    only = sys.argv[1:]  # conditions to run now (scratch needs no source)
     if not only:
         train_source()
     for condition, epochs, seed in jobs():

@@ -163,12 +163,15 @@ def test_pretrain_folder_maps_its_options_and_prints_the_result(record):
             10: 55.,
             20: 60.
         }),
-        grids='w/hard_patches')
+        grids='w/hard_patches',
+        export='export the encoder: python tools/model_converters/'
+        'hpm2backbone.py w/epoch_3.pth w/backbone.pth --target mmpretrain')
     made = record('pretrain_folder', result)
     proc = tool_main('pretrain_folder.py', 'imgs', '--work-dir', 'w',
                      '--epochs', '3', '--img-size', '64', '--channels', '1',
                      '--batch-size', '8', '--amp', '--new-run',
-                     '--skip-unreadable')
+                     '--skip-unreadable', '--from', 'ck.pth', '--lr', '0.01',
+                     '--alpha-0', '0.25')
     assert proc.returncode == 0, proc.stderr
     (args, kwargs), = made.calls
     assert args == ('imgs', 'w')
@@ -182,10 +185,14 @@ def test_pretrain_folder_maps_its_options_and_prints_the_result(record):
         resume=False,
         skip_unreadable=True,
         dry_run=False,
-        cfg_options=None)
+        cfg_options=None,
+        start_from='ck.pth',
+        lr=0.01,
+        alpha_0=0.25)
     assert 'kNN top-1 (16 bank / 4 held-out images): k=10: 55.00%, ' \
         'k=20: 60.00%' in proc.stdout
     assert 'hard-patch grids: w/hard_patches/' in proc.stdout
+    assert proc.stdout.strip().splitlines()[-1] == result['export']
     # the lines the library shows go to the console
     proc = tool_main('pretrain_folder.py', 'imgs', '--resume', '--dry-run')
     assert made.calls[-1][1]['resume'] is True
