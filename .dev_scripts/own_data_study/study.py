@@ -28,9 +28,11 @@ if __name__ == '__main__':
     parser.add_argument(
         'only',
         nargs='*',
-        choices=list(PLAN['conditions']),
-        help='only these conditions now (scratch needs no source)')
+        help=f"only these of {', '.join(PLAN['conditions'])} now (scratch "
+        'needs no source)')
     only = parser.parse_args().only
+    if set(only) - set(PLAN['conditions']):
+        parser.error(f'{only}: conditions are {list(PLAN["conditions"])}')
     prepare()
     if not only:
         train_source()
