@@ -246,6 +246,7 @@ def test_knn_eval_maps_its_options_prints_and_writes_the_table(
     assert '| 10 | 50.00 |' in proc.stdout and 'best: k=10, 50.00%' in \
         proc.stdout
     assert json.loads(out.read_text()) == dict(
+        hpm_mm_output='knn_eval.py',  # the mark: hpm_mm's to write over
         acc={
             '1': 40.,
             '10': 50.
