@@ -57,11 +57,29 @@ def did_you_mean(word: str, options, n: int = 1) -> str:
     return f' (did you mean {" or ".join(close)}?)' if close else ''
 
 
+def no_such_key(key: str, who: str, takes, where: str = '') -> str:
+    """The line for a config key ``key`` that ``who`` (a class, a function)
+    does not take, naming the close ones among ``takes`` and all of them;
+    ``where``: the key's dict (``optim_wrapper.clip_grad``)."""
+    import difflib
+    takes = [
+        t for t in dict.fromkeys(takes) if t not in ('self', 'args', 'kwargs')
+    ]
+    close = difflib.get_close_matches(key, sorted(takes), n=2)
+    fix = f'{where}.{close[0]}' if where and close else \
+        'correct that key in the config (or --cfg-options)'
+    return ((f'{where}.{key}: ' if where else '') +
+            f'{who} takes no argument {key!r}' +
+            (f' (did you mean {" or ".join(close)}?)' if close else '') +
+            (f'; it takes {", ".join(takes)}' if takes else '') +
+            f'. Fix: {fix}.')
+
+
 def unexpected_argument(error: TypeError):
     """One line for ``X.__init__() got an unexpected keyword argument 'k'``
-    raised in mmengine's build (a config key's typo below the top
-    level: ``train_cfg.max_epoch``, ``mask_generator.mask_ratoi``), naming
-    the constructor's parameters close to it; None for another TypeError."""
+    raised in mmengine's build (a key the config room could not check:
+    a ``**kwargs`` used otherwise than passed on), naming the constructor's
+    parameters close to it; None for another TypeError."""
     import inspect
     import re
     key = re.search(r"unexpected keyword argument '(\w+)'", text := str(error))
@@ -73,11 +91,7 @@ def unexpected_argument(error: TypeError):
                 for b in getattr(c, '__mro__', ()) if b.__name__ == names[-1]),
                None)
     params = inspect.signature(cls.__init__).parameters if cls else ()
-    params = [p for p in params if p not in ('self', 'args', 'kwargs')]
-    return (f'{names[-1]} takes no argument {key.group(1)!r}' +
-            did_you_mean(key.group(1), params, n=2) +
-            (f'; it takes {", ".join(params)}' if params else '') +
-            '. Fix: correct that key in the config (or --cfg-options).')
+    return no_such_key(key.group(1), names[-1], params)
 
 
 def refused_value(error: Exception):

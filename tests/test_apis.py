@@ -218,8 +218,7 @@ def test_a_config_files_top_level_typo_is_one_line(tmp_path, line, says):
     """A top-level key of a config file that nothing reads and that is close
     to a key the run reads is refused before anything is built (it trained
     from scratch / in fp32 / the full run); a plain variable the file uses
-    while parsed stays legal, and so does one that names a sub-config's
-    key (mmengine's dumped configs keep such variables)."""
+    while parsed stays legal (the rules: tests/test_engine/test_config.py)."""
     from hpm_mm.apis import load_config
     cfg = tmp_path / 'typo.py'
     cfg.write_text(f'_base_ = [{FMNIST_CFG!r}]\n{line}\n')
@@ -240,9 +239,9 @@ def test_a_config_files_top_level_typo_is_one_line(tmp_path, line, says):
      "'weight_decya' (did you mean weight_decay?)"),
     ('model.mask_generator.mask_ratoi', "HPMMaskGenerator takes no argument "
      "'mask_ratoi' (did you mean mask_ratio?)"),
-    ('model.mask_generatr', "HPMBase takes no argument 'mask_generatr' "
-     "(did you mean mask_generator or target_generator?); it takes "
-     "backbone, neck"),
+    ('model.mask_generatr', "model.mask_generatr: HPM takes no argument "
+     "'mask_generatr' (did you mean mask_generator or target_generator?); it "
+     'takes backbone, neck'),
     ('default_scope', "'HPM' is not in the mmdet scope's model registry "
      "(registered in: mmpretrain). Fix: default_scope='mmpretrain'"),
 ])

@@ -8,7 +8,6 @@ import pytest
 import torch
 from helpers import FULL_PROFILE, NEEDS_FULL, REPO, is_det_seg
 from mmengine.config import Config
-from mmengine.registry import init_default_scope
 
 import hpm_mm  # noqa: F401
 
@@ -25,11 +24,15 @@ CONFIGS = sorted([
         for p in CONFIGS
     ],
     ids=[osp.relpath(p, REPO) for p in CONFIGS])
-def test_config_builds(path, monkeypatch):
+def test_config_builds(path, monkeypatch, tmp_path):
+    """Through the config room's checks (none refuses a config of the tree,
+    nor its dump: tests/test_engine/test_config.py), its model builds."""
+    from hpm_mm.apis import load_config
     monkeypatch.syspath_prepend(REPO)  # projects/ import from the repo root
-    cfg = Config.fromfile(path)
+    cfg = load_config(path)
+    cfg.dump(str(tmp_path / 'dumped.json'))  # every variable kept (the .py
+    load_config(str(tmp_path / 'dumped.json'))  # dump: test_engine's)
     scope = cfg.get('default_scope', 'mmpretrain')
-    init_default_scope(scope)
     MODELS = importlib.import_module(f'{scope}.registry').MODELS
     name = osp.basename(path)
     try:

@@ -1,17 +1,22 @@
 """The config room: a run's config loaded (a file or a loaded Config) and
 changed with one clear line for what cannot work: a syntax error, a
-missing package, an option nothing reads. Every tool, ``hpm_mm.apis`` and
-the runner (``RUNNERS.build`` users too) read a config through
-:func:`load_config`."""
+missing package or ``_base_``, an option or a file's variable nothing
+reads, a key that what receives its dict does not take. Every tool,
+``hpm_mm.apis`` and the runner (``RUNNERS.build`` users too) read a config
+through :func:`load_config`."""
+import ast
 import copy
+import functools
+import inspect
 import os
 import os.path as osp
 import re
+import textwrap
 from typing import Any, Optional, Union
 
 from mmengine.config import Config
 
-from hpm_mm.errors import HPMError, did_you_mean
+from hpm_mm.errors import HPMError, all_registries, did_you_mean, no_such_key
 
 _MISSING = object()
 _KINDS = {bool: 'True or False', int: 'a whole number', float: 'a number'}
@@ -35,14 +40,20 @@ def _lookup(cfg: Any, key: str) -> Any:
     return node
 
 
-def _fits(old: Any, new: Any) -> bool:
-    """Whether ``new`` may replace the config's ``old``: a bool by a bool,
-    an int by an int, a float by a number; anything else by anything."""
-    if new is None or type(old) not in _KINDS:
-        return True
-    return isinstance(new, (int, float) if type(old) is float else
-                      type(old)) and (type(old) is bool) == (
-                          type(new) is bool)
+def _misfit(old: Any, new: Any, default: bool = False) -> Optional[str]:
+    """What ``new`` must be to stand where the config has ``old`` (a bool:
+    a bool, an int: an int, a float: a number), or where a constructor's
+    ``default`` is ``old`` (an int: a number too, a tuple: as many values);
+    None where it fits."""
+    if new is None:
+        return None
+    if default and isinstance(old, tuple):
+        fits = isinstance(new, (list, tuple)) and len(new) == len(old)
+        return None if fits else f'{len(old)} values'
+    kind = float if default and type(old) is int else type(old)
+    return None if kind not in _KINDS or isinstance(
+        new, (int, float) if kind is float else kind) and (kind is bool) == (
+            type(new) is bool) else _KINDS[kind]
 
 
 #: top-level keys a run reads besides the arguments of mmengine's runners:
@@ -61,11 +72,7 @@ def run_keys() -> frozenset:
     declares (a plugin's hook that reads ``runner.cfg.my_key`` says
     ``config_keys = ('my_key', )``), read when asked, so a plugin's
     ``custom_imports`` count."""
-    import inspect
-
     from mmengine.runner import FlexibleRunner, Runner
-
-    from hpm_mm.errors import all_registries
     keys = set(CONFIG_KEYS)
     for runner in (Runner, FlexibleRunner):
         keys |= set(inspect.signature(runner.__init__).parameters) - {'self'}
@@ -97,18 +104,16 @@ def unread_key(cfg: dict,
                keys: frozenset,
                rest: str = '',
                option: bool = True) -> Optional[str]:
-    """Why the top-level ``top`` of ``cfg`` is a mistake, or None: nothing
-    reads it and it is close to a key the run reads, or (an ``option``)
-    names a key of a sub-config (``seed`` is read as ``randomness.seed``;
-    in a file such a name may be a variable: mmengine's dumped configs
-    keep them)."""
+    """Why the top-level ``top`` of ``cfg``, which nothing reads, is a
+    mistake, or None: it is close to a key the run reads, or names a key
+    of a sub-config (``seed`` is read as ``randomness.seed``)."""
     import difflib
     if top in keys or top.startswith('_'):
         return None
     leaves = _leaves(cfg)
     if top in leaves:
         return (f'the run reads {top!r} only as {leaves[top]}, not at the '
-                f'top level. Fix: {leaves[top]}=...') if option else None
+                f'top level. Fix: {leaves[top]}=...')
 
     def near(names):
         return difflib.get_close_matches(
@@ -118,6 +123,28 @@ def unread_key(cfg: dict,
     if close:
         return f'nothing reads {top!r}. Fix: did you mean {close[0]}?'
     return None
+
+
+def _unscoped(value: Any) -> str:
+    """``value`` written without mmengine's ``_scope_`` keys (a base's
+    top-level dicts carry one, the same dicts inside others not)."""
+    if isinstance(value, dict):
+        return repr({
+            k: _unscoped(v)
+            for k, v in value.items() if k != '_scope_'
+        })
+    if isinstance(value, (list, tuple)):
+        return repr([_unscoped(v) for v in value])
+    return repr(value)
+
+
+def _held(node: Any, name: str, value: str) -> bool:
+    """Whether a key ``name`` below ``node`` holds ``value``
+    (:func:`_unscoped`)."""
+    items = node.items() if isinstance(node, dict) else enumerate(node) \
+        if isinstance(node, (list, tuple)) else ()
+    return any(k == name and _unscoped(v) == value or _held(v, name, value)
+               for k, v in items)
 
 
 def _check_top_level(cfg: dict, key: str, keys: frozenset) -> None:
@@ -172,11 +199,9 @@ def merge_cfg_options(cfg: Config, options: dict) -> Config:
         _check_top_level(current, key, keys)
     for key, value in options.items():
         old = _lookup(current, key)
-        if not _fits(old, value):
-            kind = _KINDS[type(old)]
-            raise HPMError(
-                f'--cfg-options {key}={value!r}: expected {kind} (the '
-                f'config has {old!r}).')
+        if _misfit(old, value):
+            raise HPMError(f'--cfg-options {key}={value!r}: expected '
+                           f'{_misfit(old, value)} (the config has {old!r}).')
     cfg.merge_from_dict(options)
     return cfg
 
@@ -191,19 +216,35 @@ def _config_files(path: str, seen: Optional[set] = None):
         return
     seen.add(osp.realpath(path))
     yield path
+    for base in _bases(path):
+        yield from _config_files(base, seen)
+
+
+def _bases(path: str, exist: bool = True) -> list:
+    """The files the config file ``path``'s ``_base_`` names, as mmengine
+    resolves them; or (not ``exist``) ``(name, path)`` pairs, missing ones
+    too."""
+    out = []
     for name in Config._get_base_files(path):
         try:
-            base = Config._get_cfg_path(name, path)[0]
-        except Exception:
-            continue
-        yield from _config_files(base, seen)
+            out.append(
+                (name, osp.normpath(Config._get_cfg_path(name, path)[0])))
+        except Exception:  # a package's file that is not there
+            out.append((name, name))
+    return [b for _, b in out if osp.isfile(b)] if exist else out
+
+
+def _near(path: str) -> str:
+    """What is close to the missing file ``path`` in its folder."""
+    folder = osp.dirname(path) or '.'
+    return ' as a file: it is a folder' if osp.isdir(path) else did_you_mean(
+        osp.basename(path), os.listdir(folder)) if osp.isdir(folder) else ''
 
 
 def syntax_error(path: str, error: SyntaxError) -> str:
     """Where a config's syntax error is: the file (``path`` or the
     ``_base_`` it inherits that holds it) and line (mmengine names a
     temporary copy of the file, or none)."""
-    import ast
     for file in _config_files(path):
         try:
             with open(file, encoding='utf-8') as f:
@@ -214,6 +255,230 @@ def syntax_error(path: str, error: SyntaxError) -> str:
                     (f': {text}' if text else '') +
                     (f' (inherited by {path})' if file != path else ''))
     return f'a syntax error in {path} or a file it inherits ({error})'
+
+
+#: keys a builder takes off a ``type=`` dict before its constructor sees the
+#: rest: mmengine's (a hook's priority, a scheduler's
+#: convert_to_iter_based, an optimizer wrapper's constructor and
+#: paramwise_cfg, a weight init's override and its name), a norm layer's
+#: requires_grad (mmcv's and mmpretrain's build_norm_layer)
+BUILDER_KEYS = frozenset({
+    'type', '_scope_', 'priority', 'convert_to_iter_based', 'constructor',
+    'paramwise_cfg', 'override', 'name', 'requires_grad'
+})
+#: the type mmengine builds a run's dict as where it names none
+_DEFAULT_TYPES = dict(
+    optim_wrapper='OptimWrapper',
+    val_cfg='ValLoop',
+    test_cfg='TestLoop',
+    log_processor='LogProcessor',
+    visualizer='Visualizer')
+
+
+def _source(obj) -> Optional[ast.AST]:
+    try:
+        return ast.parse(textwrap.dedent(inspect.getsource(obj)))
+    except (OSError, TypeError, SyntaxError):
+        return None
+
+
+def _key_uses(tree: ast.AST, name: str) -> tuple:
+    """The keys ``tree``'s code reads from or sets in the dict it calls
+    ``name`` (``name.get('k')``, ``.pop``, ``.setdefault``, ``name['k']``,
+    ``self.name...`` alike), and how many uses of the name those and its
+    ``name.update(...)`` are."""
+    keys, uses = {}, 0
+    for n in ast.walk(tree):
+        call = isinstance(n, ast.Call) and getattr(
+            n.func, 'attr', None) in ('get', 'pop', 'setdefault', 'update')
+        held, key = (n.func.value, n.args and n.args[0]) if call else (
+            n.value, n.slice) if isinstance(n, ast.Subscript) else (None, None)
+        if name not in (getattr(held, 'id', 0), getattr(held, 'attr', 0)):
+            continue
+        if isinstance(key, ast.Constant) and isinstance(key.value, str):
+            keys[key.value] = None
+            uses += 1
+        elif call and n.func.attr == 'update':
+            uses += 1
+    return tuple(keys), uses
+
+
+@functools.lru_cache(maxsize=None)
+def _takes(obj) -> Optional[tuple]:
+    """The keyword arguments ``obj`` (a function, or a class: its
+    constructor) takes; through a ``**kwargs`` that a class's ``__init__``
+    passes on to its base's, the base's too, and the keys it reads from it.
+    None where any key may be right (another ``**kwargs``, no
+    signature)."""
+    import torch
+    inits = [
+        vars(c)['__init__'] for c in obj.__mro__ if '__init__' in vars(c)
+    ] if inspect.isclass(obj) else [obj]
+    names = []
+    for init in inits:
+        if init in (object.__init__, torch.nn.Module.__init__):
+            break
+        try:
+            params = inspect.signature(init).parameters.values()
+        except (TypeError, ValueError):
+            return None
+        names += [
+            p.name for p in params
+            if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)
+        ]
+        rest = [p.name for p in params if p.kind == p.VAR_KEYWORD]
+        if not rest:
+            break
+        tree = _source(init) if init is not obj else None
+        if tree is None:
+            return None
+        keys, used = _key_uses(tree, rest[0])
+        passed = sum(
+            k.arg is None and getattr(k.value, 'id', 0) == rest[0]
+            for n in ast.walk(tree) if isinstance(n, ast.Call)
+            and getattr(n.func, 'attr', 0) == '__init__' for k in n.keywords)
+        if not passed or passed + used != sum(
+                getattr(n, 'id', 0) == rest[0] for n in ast.walk(tree)):
+            return None
+        names += keys
+    return tuple(dict.fromkeys(n for n in names if n != 'self'))
+
+
+@functools.lru_cache(maxsize=None)
+def _keys_read(obj, name: str) -> tuple:
+    """The keys the code of ``obj`` (a function, or a class and its bases)
+    reads from the dict it calls ``name`` (:func:`_key_uses`)."""
+    parts = [
+        f for c in obj.__mro__ for f in vars(c).values()
+        if inspect.isfunction(f) and name in f.__code__.co_names +
+        f.__code__.co_varnames
+    ] if inspect.isclass(obj) else [obj]
+    return tuple(
+        dict.fromkeys(
+            k for part in parts
+            for k in _key_uses(_source(part) or ast.Module(), name)[0]))
+
+
+def _dicts(node: Any, path: str = ''):
+    """``(path, dict)`` for every dict below a config's top, a list's
+    element named by its ``type`` where that is unique in the list (as
+    ``--cfg-options`` names it: ``custom_hooks.KNNEvalHook``)."""
+    if isinstance(node, dict):
+        items = node.items()
+    elif isinstance(node, (list, tuple)):
+        types = [i.get('type') if isinstance(i, dict) else None for i in node]
+        items = [(t if isinstance(t, str) and types.count(t) == 1 else i, v)
+                 for i, (t, v) in enumerate(zip(types, node))]
+    else:
+        return
+    for key, value in items:
+        where = f'{path}.{key}' if path else str(key)
+        if isinstance(value, dict):
+            yield where, value
+        yield from _dicts(value, where)
+
+
+def _receiver(path: str, node: dict, cfg: dict, registered) -> Optional[tuple]:
+    """``(name, keys it takes, the classes)`` of what takes the config's
+    dict at ``path``: a dict mmengine's runner reads by key, the run's
+    ``type`` (a registered name, mmengine's default where it names none);
+    None where that is unknown or may take any key."""
+    from mmengine.runner import Runner
+    from mmengine.utils.dl_utils import set_multi_processing
+    from torch.nn.utils import clip_grad_norm_, clip_grad_value_
+    from torch.utils.data import DataLoader
+    if path == 'optim_wrapper.paramwise_cfg':
+        found = registered(cfg['optim_wrapper'].get('constructor')
+                           or 'DefaultOptimWrapperConstructor')
+        keys = sum((_keys_read(c, 'paramwise_cfg') for c in found), ())
+        return keys and (found[0].__name__, keys, ())
+    fn = {
+        'randomness':
+        Runner.set_randomness,
+        'env_cfg.mp_cfg':
+        set_multi_processing,
+        'optim_wrapper.clip_grad':
+        clip_grad_value_ if node.get('type') == 'value' else clip_grad_norm_
+    }.get(path)
+    reader, extra = {
+        'env_cfg': (Runner.setup_env, 'env_cfg'),
+        'auto_scale_lr': (Runner.scale_lr, 'auto_scale_lr')
+    }.get(path), ()
+    if path.rpartition('.')[2].endswith('dataloader'):  # mmengine's names
+        reader, extra = (Runner.build_dataloader,
+                         'dataloader_cfg'), _takes(DataLoader)
+    if fn or reader:
+        return (fn or reader[0]).__qualname__, _takes(fn) if fn else \
+            _keys_read(*reader) + extra, ()
+    kind = node.get('type', _DEFAULT_TYPES.get(path))
+    if path == 'train_cfg' and kind is None:  # mmengine's by_epoch
+        kind, extra = ('EpochBasedTrainLoop' if node.get('by_epoch') else
+                       'IterBasedTrainLoop'), ('by_epoch', )
+    found = registered(kind) if kind is not None else ()
+    takes = [_takes(c) for c in found]
+    if not found or None in takes:
+        return None
+    name = kind if isinstance(kind, str) else kind.__name__
+    return name, sum(takes, extra), found
+
+
+def check_config_dicts(cfg: Config) -> None:
+    """Refuse, in one line naming the key path, what is close and the fix,
+    a key of a config's dict that what receives the dict does not take:
+    a ``type=`` dict's class (resolved through the registries of the scopes
+    the config names; its constructor followed through ``**kwargs`` passed
+    on), and the dicts mmengine's runner reads by key (``randomness``,
+    ``env_cfg``, the loaders, ``optim_wrapper``'s ``clip_grad`` and
+    ``paramwise_cfg``); an optimizer's value of another kind than its
+    default (``betas=0.9``)."""
+    import importlib
+
+    import torch
+    plain = cfg.to_dict()
+    scopes = {plain.get('default_scope') or 'mmpretrain'} | {
+        s
+        for _, n in _dicts(plain)
+        for s in (n.get('_scope_'), isinstance(n.get('type'), str)
+                  and n['type'].rpartition('.')[0]) if s
+    }
+    for scope in scopes:  # its registries, its modules registered
+        try:
+            importlib.import_module(f'{scope}.registry')
+        except ImportError:
+            continue
+    registries = list(all_registries())
+    for registry in registries:
+        if registry.scope in scopes:
+            registry.import_from_location()
+
+    def registered(kind):  # every scope's of that name: no false refusal
+        bare = kind.rpartition('.')[2] if isinstance(kind, str) else None
+        return [kind] if callable(kind) else list({
+            id(r.module_dict[bare]):
+            r.module_dict[bare]
+            for r in registries if bare in r.module_dict
+        }.values())
+
+    for path, node in _dicts(plain):
+        found = _receiver(path, node, plain, registered)
+        if not found:
+            continue
+        who, takes, classes = found
+        for key in node:
+            if key not in takes and key not in BUILDER_KEYS:
+                raise HPMError(no_such_key(key, who, takes, path))
+        if classes and all(
+                inspect.isclass(c) and issubclass(c, torch.optim.Optimizer)
+                for c in classes):
+            params = inspect.signature(classes[0]).parameters
+            for key, value in node.items():
+                need = key in params and _misfit(
+                    params[key].default, value, default=True)
+                if need:
+                    raise HPMError(
+                        f'{path}.{key}={value!r}: expected {need} ({who}\'s '
+                        f'default is {params[key].default!r}). Fix: '
+                        f'{path}.{key}=<{need}>.')
 
 
 def load_config(config: Union[str, Config], *options:
@@ -245,38 +510,103 @@ def load_config(config: Union[str, Config], *options:
         if option:  # a copy: mmengine's merge pops keys (_delete_)
             merge_cfg_options(cfg, copy.deepcopy(option))
     init_default_scope(cfg.get('default_scope', 'mmpretrain'))
+    check_config_dicts(cfg)
     return apply_image_spec(cfg)  # after the options: image.size=64 flows
 
 
-def _names_read(path: str) -> set:
-    """The names a config file and the files it inherits read while they
-    are parsed (its variables in use)."""
-    import ast
-    names = set()
-    for file in _config_files(path):
-        with open(file, encoding='utf-8') as f:
-            tree = ast.parse(f.read(), filename=file)
-        names |= {
-            n.id
-            for n in ast.walk(tree)
-            if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)
-        }
-    return names
+def _file_names(file: str) -> dict:
+    """What a config file does with names: ``set`` (name -> the line after
+    which its last assignment holds), ``read`` (name -> the lines it is
+    read on), ``base`` (the names it reads of its bases: ``_base_.x``,
+    ``{{_base_.x}}``), ``took`` (name -> the first top-level key whose
+    value read it)."""
+    with open(file, encoding='utf-8') as f:
+        text = f.read()
+    tree = ast.parse(text, filename=file)
+    out = dict(
+        set={},
+        read={},
+        took={},
+        base=set(re.findall(r'\{\{\s*_base_\.(\w+)', text)))
+
+    def visit(node, at):  # at: where the innermost statement takes effect
+        if isinstance(node, ast.stmt):  # a header's (for x in ...) its line
+            at = node.lineno if hasattr(node, 'body') else node.end_lineno
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            out['set'][node.id] = max(out['set'].get(node.id, 0), at)
+        elif isinstance(node, ast.Name):
+            out['read'].setdefault(node.id, []).append(node.lineno)
+        elif isinstance(node, ast.Attribute) and getattr(node.value, 'id',
+                                                         '') == '_base_':
+            out['base'].add(node.attr)
+        for child in ast.iter_child_nodes(node):
+            visit(child, at)
+
+    visit(tree, 0)
+    for stmt in (s for s in tree.body if isinstance(s, ast.Assign)):
+        for n in ast.walk(stmt.value):
+            if isinstance(n, ast.Name):
+                out['took'].setdefault(n.id,
+                                       getattr(stmt.targets[0], 'id', None))
+    return out
+
+
+def _unread(path: str, names) -> dict:
+    """Of ``names`` (top-level keys of the config file ``path``), those
+    whose value nothing reads (a variable is read by the lines below its
+    last assignment and by the files that inherit its file, never by its
+    bases, parsed before it): name -> the file that sets it last, and the
+    file and key that read an earlier value of it (None, None)."""
+    bases = {f: _bases(f) for f in _config_files(path)}
+    files = {f: _file_names(f) for f in bases if f.endswith('.py')}
+
+    def below(f):  # f and the files it inherits, as mmengine merges them
+        return [f] + [g for b in bases[f] for g in below(b)]
+
+    out = {}
+    for name in names:
+        owner = next(
+            (f for f in below(path) if f in files and name in files[f]['set']),
+            path)
+        mine = files.get(owner, dict(set={}, read={}))
+        if any(at > mine['set'].get(name, 0)
+               for at in mine['read'].get(name, ())) or any(
+                   name in files[f]['base']
+                   for f in files if f != owner and owner in below(f)):
+            continue
+        took = next((f for f in below(owner) if f in files
+                     and name in files[f]['set'] and name in files[f]['read']),
+                    None)
+        out[name] = owner, took, took and files[took]['took'].get(name)
+    return out
 
 
 def check_config_keys(cfg: Config, path: str) -> None:
-    """Refuse, in one line, a top-level key of the config file ``path`` that
-    nothing reads and that is close to a key the run reads (``load_fom``,
-    ``precison``, ``max_epoch``); a variable the files use while parsed
-    stays legal."""
-    keys, used = run_keys(), _names_read(path)
-    plain = cfg.to_dict()
-    for top in plain:
-        if top in used:
+    """Refuse, in one line, a top-level name of the config file ``path``
+    whose value nothing reads (:func:`_unread`) unless a key of that name
+    holds it (a dumped config's variables): where it is close to a key the
+    run reads (``load_fom``, ``precison``), names a sub-config's key
+    (``seed = 5``, ``max_epochs = 1``: the run reads ``randomness.seed``,
+    ``train_cfg.max_epochs``), or an earlier value of it was read (a base's
+    dicts took the base's own: mmengine's trap)."""
+    keys, plain = run_keys(), cfg.to_dict()
+    tops = [t for t in plain if t not in keys and not t.startswith('_')]
+    for top, (owner, took, key) in _unread(path, tops).items():
+        if any(
+                _held(v, top, _unscoped(plain[top])) for t, v in plain.items()
+                if t != top):
             continue
-        why = unread_key(plain, top, keys, option=False)
+        why = unread_key(
+            plain, top, keys, option=False
+        ) or took and (
+            f'{took} read an earlier {top}' +
+            (f' into {key}' if key else '') + '; nothing reads this one (a '
+            'variable reaches the lines below it and the files that inherit '
+            'its file, not its bases). Fix: set ' +
+            (f'{key} = ...' if key else 'the key that reads it') + ' here')
         if why:
-            raise HPMError(f'{path}: {top} = ...: {why}')
+            where = path if owner == path else f'{path} (from {owner})'
+            raise HPMError(f'{where}: {top} = ...: {why}')
 
 
 def _read_config(path: str) -> Config:
@@ -284,18 +614,31 @@ def _read_config(path: str) -> Config:
     install in one line: a ``_base_`` of a missing package, or the real cause
     of a failed ``custom_imports`` (mmengine names ``sys.path`` instead)."""
     from hpm_mm.errors import FULL_INSTALL, MissingCompiledOpsError
+    example = 'e.g. configs/hpm/fast/hpm-fast_vit-mini-p4_1xb256-coslr-10e' \
+        '_fmnist.py'
     if '::' not in str(path) and not osp.isfile(path):
-        near = ''
-        folder = osp.dirname(path) or '.'
-        if osp.isdir(path):
-            near = ' as a file: it is a folder'
-        elif osp.isdir(folder):
-            near = did_you_mean(osp.basename(path), os.listdir(folder))
-        raise HPMError(f'config {path} does not exist{near}. Fix: a config '
-                       'file path, e.g. configs/hpm/fast/hpm-fast_vit-mini-'
-                       'p4_1xb256-coslr-10e_fmnist.py.')
+        raise HPMError(f'config {path} does not exist{_near(path)}. Fix: a '
+                       f'config file path, {example}.')
+    if osp.splitext(path)[1] not in ('.py', '.yml', '.yaml', '.json'):
+        raise HPMError(
+            f'config {path} is no config file (mmengine reads .py, .yml, '
+            '.yaml, .json; a checkpoint is given as a tool\'s checkpoint '
+            f'argument or load_from=...). Fix: a config file, {example}.')
     try:
         return Config.fromfile(path)
+    except FileNotFoundError:  # a _base_ (checked above: the file exists)
+        missing = next(
+            ((f, n, b) for f in _config_files(path)
+             for n, b in _bases(f, exist=False) if not osp.isfile(b)), None)
+        if missing is None:
+            raise
+        file, name, base = missing
+        raise HPMError(
+            f'{file}: its _base_ {name!r}' +
+            (f' ({base})' if base != name else '') +
+            f' does not exist{_near(base)}. Fix: correct that path (a '
+            'relative one is read from the folder of the file that names '
+            'it).') from None
     except SyntaxError as e:
         raise HPMError(f'{syntax_error(path, e)}. Fix: correct '
                        'the Python syntax there.') from None
