@@ -228,24 +228,6 @@ def _accounted(state: dict, expected: dict, fresh: tuple, who: str,
     return mapped
 
 
-def _build_quiet_seeded(cfg):
-    """The model of ``cfg``, initialised from :data:`SEED` (the global
-    random state kept), without mmengine's line per initialised tensor."""
-    from mmengine.logging import MMLogger
-    from mmpretrain.registry import MODELS
-    logger = MMLogger.get_current_instance()
-    level = logger.level
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(SEED)
-        logger.setLevel(logging.WARNING)
-        try:
-            model = MODELS.build(cfg.model)
-            model.init_weights()
-        finally:
-            logger.setLevel(level)
-    return model
-
-
 def import_official(src: str,
                     out: str,
                     num_heads: Optional[int] = None,
@@ -263,6 +245,8 @@ def import_official(src: str,
     Raises:
         HPMError: ``src`` is not such a file, or ``out`` not writable (one
         line; nothing written)."""
+    from mmpretrain.registry import MODELS
+
     from hpm_mm.engine.safe_load import load_file
     from hpm_mm.engine.work_dir import (MARK, plan_outputs, text_writer,
                                         write_outputs)
@@ -275,7 +259,14 @@ def import_official(src: str,
     layout, sizes, note = read_arch(state, ckpt.get('args'), num_heads,
                                     decoder_num_heads, src)
     text, cfg = official_config(layout, sizes)
-    model = _build_quiet_seeded(cfg)
+    with torch.random.fork_rng(devices=[]):  # the fresh parts: seeded
+        torch.manual_seed(SEED)
+        logging.disable(logging.INFO)  # mmengine's line per tensor
+        try:
+            model = MODELS.build(cfg.model)
+            model.init_weights()
+        finally:
+            logging.disable(logging.NOTSET)
     expected = {
         k: v
         for k, v in model.state_dict().items() if not k.startswith('teacher.')
