@@ -72,8 +72,10 @@ def run(condition, epochs=None, seed=None):
         config = osp.join(work, 'hpm_folder.py')
         start = time.time()
         knn = knn_eval(config, src)
+        from source import command  # the source's training
         record.update(
             commands=[
+                ' '.join(map(rel, ['python'] + command()[1:])),
                 'python tools/pretrain_folder.py ' + ' '.join(map(rel, args)),
                 f'python tools/analysis_tools/knn_eval.py {rel(config)} '
                 f'{rel(src)}'

@@ -11,16 +11,17 @@ import time
 from common import PLAN, PY, ROOT, SOURCE, source_checkpoint
 
 
-def command():
+def command(resume=False):
     return [
         PY, 'tools/train.py', PLAN['source']['config'], '--work-dir', SOURCE,
         *PLAN['source']['args']
-    ] + (['--resume'] if os.path.exists(SOURCE) else [])
+    ] + (['--resume'] if resume else [])
 
 
 def train_source():
-    if source_checkpoint() is None:
-        proc = subprocess.Popen(command(), cwd=ROOT)
+    if source_checkpoint() is None:  # (a stopped run goes on)
+        resume = os.path.isdir(SOURCE) and bool(os.listdir(SOURCE))
+        proc = subprocess.Popen(command(resume), cwd=ROOT)
         while proc.poll() is None and source_checkpoint() is None:
             time.sleep(10)
         if proc.poll() is None:  # the study's checkpoint is written
