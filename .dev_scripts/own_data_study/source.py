@@ -27,6 +27,8 @@ def train_source():
         if proc.poll() is None:  # the study's checkpoint is written
             proc.terminate()
             proc.wait()
+        elif source_checkpoint() is None:
+            raise SystemExit(f'the source run failed ({proc.returncode})')
     return source_checkpoint()
 
 
