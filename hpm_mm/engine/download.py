@@ -1,21 +1,24 @@
-"""Checkpoints at http(s) addresses: downloaded once, reused only while the
-server proves them unchanged, loaded through the one loader.
+"""Checkpoints at http(s) addresses: downloaded, reused only on proof,
+loaded through the one loader.
 
 The copy is named by the whole address (two runs' ``epoch_3.pth`` are two
-copies) and kept beside what the server said of it (ETag, Last-Modified,
-size) and when it was downloaded. Each use asks the server again (a HEAD
-request); the copy is reused only on a strong ETag equal to the one
-recorded, or, without one, a Last-Modified strictly older than the download
-and the same size; else the file is downloaded again, with a line saying
-why. Without the network the copy is used, with a warning. A download that
-is no checkpoint never replaces a good copy. docs/reliability.md.
+copies) and kept beside the strong ETag the server gave for it. Each use
+asks the server again (a HEAD request): the copy is reused only when the
+answer carries a strong ETag equal to the recorded one; anything else (a
+weak ETag, none, an error status) downloads it again, with a line saying
+why. No Last-Modified or size heuristics: a re-published file (``cp -p``,
+``rsync -a``) can keep both. A server that cannot be reached: the copy is
+used, with a warning naming its age. A download that is no checkpoint
+never replaces a good copy. docs/reliability.md.
 """
-import email.utils
 import hashlib
 import json
 import logging
 import os
 import os.path as osp
+import time
+import urllib.error
+import urllib.request
 from typing import Optional
 from urllib.parse import urlparse
 
@@ -31,56 +34,24 @@ class DownloadError(HPMError, OSError):
     http loader raised)."""
 
 
-def _validators(url: str) -> Optional[dict]:
-    """What the server says of ``url`` now (a HEAD request: ``etag``,
-    ``last-modified``, ``content-length``, ``date``), or None when it cannot
-    be asked (no network, a server without HEAD, a file URL)."""
-    import urllib.request
-    if not url.startswith(('http://', 'https://')):
-        return None
-    keys = ('etag', 'last-modified', 'content-length', 'date')
-    try:
-        with urllib.request.urlopen(
-                urllib.request.Request(url, method='HEAD'), timeout=10) as r:
-            return {k: r.headers[k] for k in keys if r.headers.get(k)}
-    except Exception:
-        return None
+class _KeepHead(urllib.request.HTTPRedirectHandler):
+    """A HEAD redirected stays a HEAD (urllib's turns it into a GET, which
+    starts sending the whole file)."""
 
-
-def _seconds(http_date: Optional[str]) -> Optional[float]:
-    try:
-        return email.utils.parsedate_to_datetime(http_date).timestamp()
-    except (TypeError, ValueError):
-        return None
-
-
-def changed(then: dict, now: dict) -> Optional[str]:
-    """Why the server does not prove the copy recorded as ``then`` current
-    (``now``: what it says now), or None when it does: a strong ETag equal
-    to the recorded one; without one, a Last-Modified strictly older than
-    the download (its 1-s resolution: a file re-published in that second
-    has the same) and the same size."""
-    etag = now.get('etag')
-    if etag and not etag.startswith('W/'):
-        return None if etag == then.get('etag') else 'its ETag changed'
-    modified = _seconds(now.get('last-modified'))
-    fetched = _seconds(then.get('downloaded'))
-    if modified is None or fetched is None:
-        return ('the server sends neither a strong ETag nor a Last-Modified, '
-                'so it cannot prove the copy unchanged')
-    if modified >= fetched:
-        return 'its Last-Modified is not older than the copy'
-    if now.get('content-length') != then.get('content-length'):
-        return 'its size changed'
-    return None
+    def redirect_request(self, req, *args):
+        new = super().redirect_request(req, *args)
+        if new is not None:
+            new.method = req.get_method()
+        return new
 
 
 def download_checkpoint(url: str, model_dir: Optional[str] = None) -> str:
     """The local copy of the checkpoint at ``url`` (in ``model_dir``, default
-    torch hub's ``checkpoints/``), local rank 0 first; nothing is unpickled.
-    A failed download or one that is no checkpoint is one line
-    (:class:`DownloadError`); a good copy is never replaced by it."""
-    from mmengine.dist import get_dist_info
+    torch hub's ``checkpoints/``), fetched by each node's first process
+    (``LOCAL_RANK`` 0); nothing is unpickled. A failed download or one that
+    is no checkpoint is one line (:class:`DownloadError`); a good copy is
+    never replaced by it."""
+    from mmengine.dist import get_world_size
     model_dir = model_dir or osp.join(torch.hub.get_dir(), 'checkpoints')
     name = osp.basename(urlparse(url).path) or 'checkpoint.pth'
     key = hashlib.sha256(url.encode()).hexdigest()[:16]
@@ -88,57 +59,64 @@ def download_checkpoint(url: str, model_dir: Optional[str] = None) -> str:
     record = f'{path}.json'
 
     def fetch():
-        now = _validators(url)
-        good = osp.isfile(path) and checkpoint_problem(path) is None
+        good = checkpoint_problem(path) is None
+        try:
+            with urllib.request.build_opener(_KeepHead).open(
+                    urllib.request.Request(url, method='HEAD'),
+                    timeout=10) as r:
+                etag = r.headers.get('etag')
+            why = ('the server sends no ETag' if not etag else
+                   f'its ETag {etag} is weak' if etag.startswith('W/') else
+                   f'its ETag {etag} is not the recorded one')
+        except urllib.error.HTTPError as e:  # answered, but no proof
+            etag, why = None, f'the server answers HEAD with {e.code}'
+        except OSError as e:  # unreachable (URLError, a timeout, ...)
+            if good:
+                age = (time.time() - os.stat(path).st_mtime) / 86400
+                return print_log(
+                    f'{url}: the server cannot be reached ({e}); using the '
+                    f'copy {path}, downloaded {age:.1f} days ago, unchecked',
+                    'current', logging.WARNING)
+            etag = why = None
+        strong = etag if etag and not etag.startswith('W/') else None
         if good:
             try:
                 with open(record) as f:
-                    then = json.load(f)
-            except (OSError, ValueError):
-                then = {}
-            if now is None and url.startswith(('http://', 'https://')):
-                print_log(
-                    f'{url}: the server cannot be asked whether it changed; '
-                    f"using the copy {path} (downloaded "
-                    f"{then.get('downloaded', 'earlier')})", 'current',
-                    logging.WARNING)
-            why = changed(then, now) if now is not None else None
-            if why is None:
-                return
-            print_log(f'{url}: {why}; downloading it again over {path}',
-                      'current')
+                    if strong and json.load(f).get('etag') == strong:
+                        return
+            except (OSError, ValueError, AttributeError):
+                pass
+            print_log(
+                f'{url}: {why}, so the copy is not proven current; '
+                f'downloading it again over {path}', 'current')
         os.makedirs(model_dir, exist_ok=True)
         part = f'{path}.{os.getpid()}.part'
-        when = (now or {}).get('date') or email.utils.formatdate(usegmt=True)
         kept = f'; the earlier copy {path} stays untouched' if good else ''
+        problem = 'interrupted'
         try:
             torch.hub.download_url_to_file(url, part, progress=False)
             problem = checkpoint_problem(part)
         except Exception as e:
-            problem = f'{type(e).__name__}: {e}'
             raise DownloadError(
-                f'cannot download the checkpoint {url} ({problem}){kept}. '
-                'Fix: check the address and the network, or download it and '
-                'pass its path.') from None
+                f'cannot download the checkpoint {url} ({type(e).__name__}: '
+                f'{e}){kept}. Fix: check the address and the network, or '
+                'download it and pass its path.') from None
         finally:
-            if osp.exists(part) and problem is not None:
+            if problem is not None and osp.exists(part):
                 os.remove(part)
         if problem is not None:
             raise DownloadError(
                 f'the download of {url} is not a checkpoint ({problem}): '
                 'nothing of it was kept' + kept + '. Fix: check the address '
                 '(an error page?), or download it and pass its path.')
-        os.replace(part, path)
-        with open(record, 'w') as f:
-            json.dump(dict(now or {}, downloaded=when), f)
+        os.replace(part, path)  # then the record: never a new ETag on an
+        with open(record, 'w') as f:  # old copy
+            json.dump(dict(etag=strong), f)
 
-    rank, world_size = get_dist_info()
-    if rank == 0:
+    if os.environ.get('LOCAL_RANK', '0') == '0':
         fetch()
-    if world_size > 1:
+    if get_world_size() > 1:
         torch.distributed.barrier()
-        if rank != 0:
-            fetch()
     return path
 
 

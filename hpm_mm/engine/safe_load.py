@@ -18,8 +18,9 @@ from hpm_mm.errors import HPMError
 
 #: the first torch with ``torch.serialization.add_safe_globals``
 TORCH_FLOOR = '2.4'
-#: the first bytes of torch's legacy (pre-zip) checkpoint format
-LEGACY_MAGIC = b'\x80\x02\x8a\nl\xfc\x9cF\xf9 j\xa8P\x19.'
+#: the first pickle of torch's legacy (pre-zip) format, after its protocol
+#: (and a protocol 4's frame): its magic number
+LEGACY_MAGIC = b'\x8a\nl\xfc\x9cF\xf9 j\xa8P\x19.'
 # NumPy's pickle helpers are named by the module of the NumPy that wrote
 # them: ``numpy.core.multiarray`` (1.x) or ``numpy._core.multiarray`` (2.x)
 _MULTIARRAY_NAMES = ('numpy.core.multiarray', 'numpy._core.multiarray')
@@ -37,8 +38,8 @@ class UnsafeCheckpointError(CheckpointError, pickle.UnpicklingError):
 
 
 class CheckpointNotFoundError(CheckpointError, FileNotFoundError):
-    """No checkpoint at that path (a FileNotFoundError, as mmengine's
-    loader raised)."""
+    """No checkpoint file at that path, nothing or a folder (a
+    FileNotFoundError, as mmengine's loader raised)."""
 
 
 def torch_below(version: str) -> bool:
@@ -108,7 +109,8 @@ def checkpoint_problem(path: str) -> Optional[str]:
     """Why ``path`` is not a complete, undamaged checkpoint, or None: the
     zip archive torch writes has a central directory (a cut file has none)
     and a CRC per member (a flipped bit fails it). Nothing is unpickled;
-    torch's legacy format, which has no checksums, passes."""
+    torch's legacy format, which has no checksums, passes when its pickles
+    are whole."""
     import zipfile
     if not osp.isfile(path):
         return 'no such file' if not osp.isdir(path) else 'a folder'
@@ -127,31 +129,58 @@ def checkpoint_problem(path: str) -> Optional[str]:
             if bad is not None:
                 problem = f'damaged member {bad} (its CRC does not match)'
         except Exception as e:  # BadZipFile, OSError, a garbled name's
-            with open(path, 'rb') as f:  # UnicodeDecodeError, ...
-                legacy = f.read(len(LEGACY_MAGIC)) == LEGACY_MAGIC
-            if not legacy:
+            legacy = _legacy_pickles(path)  # UnicodeDecodeError, ...
+            if legacy and not legacy[1]:
+                problem = ("cut short or damaged (torch's legacy format: its "
+                           'pickles end early)')
+            elif not legacy:
                 problem = ('truncated, damaged or not a torch checkpoint '
                            f'({type(e).__name__}: {str(e)[:80]})')
     _CHECKED[key] = problem
     return problem
 
 
+def _legacy_pickles(path: str) -> Optional[tuple]:
+    """(its pickles, whether all five end) of a file in torch's legacy
+    (pre-zip) format, in sequence: magic number, protocol, system info,
+    the object, its storage keys (the storages' bytes after them unread);
+    None for another file. Nothing is unpickled."""
+    import pickletools
+    with open(path, 'rb') as f:
+        head = f.read(24)
+        if head[:1] != b'\x80' or LEGACY_MAGIC not in head:
+            return None
+        f.seek(0)
+        whole = True
+        try:
+            for _ in range(5):
+                list(pickletools.genops(f))  # up to its STOP
+        except Exception:  # cut short: the pickles up to the cut
+            whole = False
+        end = f.tell()
+        f.seek(0)
+        return f.read(end), whole
+
+
 def _pickle_of(path: str) -> bytes:
-    """The pickle of a zip checkpoint (its ``data.pkl``, the tensors
-    unread); b'' for another file."""
+    """Every pickle of a checkpoint, one after the other: a zip's ``.pkl``
+    members (the tensors unread) or the legacy format's
+    (:func:`_legacy_pickles`); b'' for another file."""
     import zipfile
     try:
         with zipfile.ZipFile(path) as zf:
-            return zf.read(
-                next(n for n in zf.namelist() if n.endswith('data.pkl')))
+            return b''.join(
+                zf.read(n) for n in zf.namelist() if n.endswith('.pkl'))
     except Exception:
-        return b''
+        legacy = osp.isfile(path) and _legacy_pickles(path)
+        return legacy[0] if legacy else b''
 
 
 def disallowed_globals(path: str) -> list:
-    """Every global the checkpoint's pickle names outside the allow-list
+    """Every global the checkpoint's pickles name outside the allow-list
     (torch's own and :func:`checkpoint_safe_globals`), in order, found by
-    reading its opcodes: nothing is unpickled."""
+    reading their opcodes: nothing is unpickled."""
+    import io
     import pickletools
 
     from _compat_pickle import IMPORT_MAPPING, NAME_MAPPING
@@ -161,27 +190,33 @@ def disallowed_globals(path: str) -> list:
             checkpoint_safe_globals():
         allowed.add(g[1] if isinstance(g, tuple) else
                     f'{g.__module__}.{g.__qualname__}')
-    found, pushed, memo = [], [], {}
+    found, data = [], _pickle_of(path)
+    pickles = io.BytesIO(data)
     try:
-        for op, arg, _ in pickletools.genops(_pickle_of(path)):
-            name = op.name
-            if name == 'GLOBAL':  # (protocol 2's Python 2 names mapped)
-                module, _, attr = arg.partition(' ')
-                module, attr = NAME_MAPPING.get(
-                    (module, attr), (IMPORT_MAPPING.get(module, module), attr))
-                found.append(f'{module}.{attr}')
-            elif name == 'STACK_GLOBAL' and len(pushed) >= 2:
-                found.append(f'{pushed[-2]}.{pushed[-1]}')
-            if 'UNICODE' in name or name.endswith('STRING'):
-                pushed.append(arg)
-            elif name.endswith('GET'):
-                pushed.append(memo.get(arg))
-            elif name == 'MEMOIZE' and pushed:
-                memo[len(memo)] = pushed[-1]
-            elif name.endswith('PUT') and pushed:
-                memo[arg] = pushed[-1]
-            elif name != 'FRAME':
-                pushed.append(None)
+        while pickles.tell() < len(data):  # one pickle after the other
+            pushed, memo = [], {}
+            for op, arg, _ in pickletools.genops(pickles):
+                name = op.name
+                if name in ('GLOBAL', 'INST'):  # (Python 2 names mapped)
+                    module, _, attr = arg.partition(' ')
+                    module, attr = NAME_MAPPING.get(
+                        (module, attr),
+                        (IMPORT_MAPPING.get(module, module), attr))
+                    found.append(f'{module}.{attr}')
+                elif name == 'STACK_GLOBAL' and len(pushed) >= 2:
+                    found.append(f'{pushed[-2]}.{pushed[-1]}')
+                elif name.startswith('EXT'):  # copyreg's registered globals
+                    found.append(f'copyreg extension {arg}')
+                if 'UNICODE' in name or name.endswith('STRING'):
+                    pushed.append(arg)
+                elif name.endswith('GET'):
+                    pushed.append(memo.get(arg))
+                elif name == 'MEMOIZE' and pushed:
+                    memo[len(memo)] = pushed[-1]
+                elif name.endswith('PUT') and pushed:
+                    memo[arg] = pushed[-1]
+                elif name != 'FRAME':
+                    pushed.append(None)
     except Exception:  # a garbled pickle: what was found so far
         pass
     return list(dict.fromkeys(g for g in found if g not in allowed))
@@ -191,8 +226,12 @@ def disallowed_globals(path: str) -> list:
 HISTORY_GETATTR = 'builtins.getattr'
 
 
-def _refusal(path: str) -> UnsafeCheckpointError:
-    bad = disallowed_globals(path) or ['?']
+def _refusal(path: str, error: Exception) -> UnsafeCheckpointError:
+    import re
+
+    # no global named (an opcode torch's unpickler refuses): torch's reason
+    said = re.findall(r'(?:Unsupported|Trying to load) [^\n]*', str(error))
+    bad = disallowed_globals(path) or said[:1] or ['what torch refuses']
     what = ', '.join(bad)
     if torch_below(TORCH_FLOOR):
         return UnsafeCheckpointError(
@@ -217,21 +256,32 @@ def _refusal(path: str) -> UnsafeCheckpointError:
         'source you trust (hpm_mm loads no such file).')
 
 
-def resave_checkpoint(path: str) -> None:
+def resave_checkpoint(path: str) -> bool:
     """Re-save, in place, a checkpoint whose only global outside the
     allow-list is :data:`HISTORY_GETATTR` (mmengine's HistoryBuffers saved
     by plain torch): loaded weights-only with exactly that one added, saved
-    with hpm_mm's HistoryBuffer pickling. Anything else is refused (nothing
-    loaded, nothing written)."""
+    with hpm_mm's HistoryBuffer pickling (and torch's zip format). False
+    for a file that loads as it is. Anything else (an address, no file, a
+    damaged one, another global: named) is refused in one line, nothing
+    loaded, nothing written."""
+    if path.startswith(URL_SCHEMES):
+        raise CheckpointError(f'{path}: an address, not re-saved (nothing '
+                              'downloaded). Fix: download it, pass the file.')
+    _check(path)
     bad = disallowed_globals(path)
+    if not bad:
+        load_file(path)  # (whatever torch refuses without a global: named)
+        return False
     if bad != [HISTORY_GETATTR]:
         raise UnsafeCheckpointError(
             f'{path}: not re-saved (nothing loaded): it holds '
-            f'{", ".join(bad) or "nothing outside the allow-list"}, not just '
-            f'{HISTORY_GETATTR}.')
+            f'{", ".join(bad)} outside the allow-list; the re-save adds only '
+            f'{HISTORY_GETATTR}. Fix: use a checkpoint from a source you '
+            'trust.')
     with torch.serialization.safe_globals([getattr]):
         ckpt = load_file(path)
     save_file(ckpt, path)
+    return True
 
 
 def save_file(obj, path: str) -> None:
@@ -253,15 +303,7 @@ def load_file(path: str, map_location='cpu'):
     if path.startswith(URL_SCHEMES):  # hpm_mm's URL loaders, by mmengine
         from mmengine.runner.checkpoint import CheckpointLoader
         return CheckpointLoader.load_checkpoint(path, map_location)
-    problem = checkpoint_problem(path)
-    if problem == 'no such file':
-        raise CheckpointNotFoundError(
-            f'cannot load the checkpoint {path}: no such file. Fix: the path '
-            'of an existing checkpoint.')
-    if problem:
-        raise CheckpointError(
-            f'cannot load the checkpoint {path}: {problem}. Fix: a complete '
-            'one (an earlier checkpoint, or copy the file again).')
+    _check(path)
     if os.environ.get('TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD', '0') not in \
             ('0', '') and not _WARNED:
         import warnings
@@ -271,12 +313,33 @@ def load_file(path: str, map_location='cpu'):
                       '(docs/reliability.md)')
     try:
         return torch.load(path, map_location=map_location, weights_only=True)
-    except pickle.UnpicklingError:
-        raise _refusal(path) from None
+    except pickle.UnpicklingError as e:
+        raise _refusal(path, e) from None
     except RuntimeError as e:
         if 'Weights only load failed' in str(e):
-            raise _refusal(path) from None
-        raise
+            raise _refusal(path, e) from None
+        if not _legacy_pickles(path):
+            raise
+        raise CheckpointError(  # its storages cut short: no checksums
+            f'cannot load the checkpoint {path}: cut short or damaged '
+            f"(torch's legacy format: {str(e).splitlines()[0]}). Fix: a "
+            'complete one (an earlier checkpoint, or copy the file again).'
+        ) from None
+
+
+def _check(path: str) -> None:
+    """Refuse, in one line, a path that is no complete checkpoint file
+    (:func:`checkpoint_problem`); nothing or a folder is a
+    :class:`CheckpointNotFoundError`, as mmengine's loader raised."""
+    problem = checkpoint_problem(path)
+    if problem in ('no such file', 'a folder'):
+        raise CheckpointNotFoundError(
+            f'cannot load the checkpoint {path}: {problem}. Fix: the path of '
+            'a checkpoint file.')
+    if problem:
+        raise CheckpointError(
+            f'cannot load the checkpoint {path}: {problem}. Fix: a complete '
+            'one (an earlier checkpoint, or copy the file again).')
 
 
 def load_from_local(filename: str, map_location=None):

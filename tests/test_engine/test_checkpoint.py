@@ -243,30 +243,6 @@ def test_url_checkpoints_are_cached_by_their_whole_address(tmp_path):
     assert again == a and torch.load(again)['w'][0] == 1.
 
 
-def test_a_url_checkpoint_is_revalidated(tmp_path, served, monkeypatch):
-    """The server's file changed: downloaded again; the server cannot be
-    asked: the copy is used, with a log line (it was the first download,
-    forever and silently)."""
-    from mmengine.logging import MMLogger
-
-    import hpm_mm.engine.download as download
-    src = tmp_path / 'srv' / 'epoch_3.pth'
-    src.parent.mkdir()
-    torch.save(dict(w=torch.ones(2)), src)
-    url, cache = served(str(src)), str(tmp_path / 'cache')
-    assert torch.load(download.download_checkpoint(url, cache))['w'][0] == 1
-    # re-published in the same Last-Modified second: not proven unchanged
-    torch.save(dict(w=torch.full((3, ), 2.)), src)
-    path = download.download_checkpoint(url, cache)
-    assert torch.load(path)['w'][0] == 2.
-    monkeypatch.setattr(download, '_validators', lambda url: None)
-    said = []
-    monkeypatch.setattr(MMLogger.get_current_instance(), 'log',
-                        lambda level, msg, *a, **k: said.append(msg))
-    assert download.download_checkpoint(url, cache) == path
-    assert any('cannot be asked' in m and path in m for m in said), said
-
-
 def _member_offset(path: str, suffix: str) -> int:
     """Where the data of the zip member ending in ``suffix`` starts."""
     import struct
@@ -368,10 +344,11 @@ def test_a_flipped_bit_in_a_tensor_is_refused_on_every_path(
     assert not (tmp_path / 'o.pth').exists()
 
 
-def _plain_resave(src, dst, payload=None):
+def _plain_resave(src, dst, payload=None, legacy=False):
     """``src`` loaded and saved by a plain ``import torch`` process (its
     HistoryBuffers pickled with getattr), with ``payload`` (a marker path)
-    a hostile object beside them: unpickling it creates the marker."""
+    a hostile object beside them: unpickling it creates the marker;
+    ``legacy``: in torch's pre-zip format."""
     code = ('import os, sys, torch\n'
             'class P:\n'
             '    def __reduce__(self):\n'
@@ -379,12 +356,15 @@ def _plain_resave(src, dst, payload=None):
             'ckpt = torch.load(sys.argv[1], weights_only=False)\n'
             'if sys.argv[3] != "-":\n'
             '    ckpt["meta"]["payload"] = P()\n'
-            'torch.save(ckpt, sys.argv[2])\n')
-    subprocess.run(
-        [sys.executable, '-c', code, src,
-         str(dst),
-         str(payload or '-')],
-        check=True)
+            'torch.save(ckpt, sys.argv[2],\n'
+            '           _use_new_zipfile_serialization=sys.argv[4] == "0")\n')
+    subprocess.run([
+        sys.executable, '-c', code, src,
+        str(dst),
+        str(payload or '-'),
+        str(int(legacy))
+    ],
+                   check=True)
 
 
 def test_a_checkpoint_re_saved_without_hpm_mm_is_refused_with_the_reason(
@@ -430,6 +410,155 @@ def test_a_hostile_file_beside_history_buffers_is_named_and_never_run(
     proc = tool_main('misc/resave_checkpoint.py', hostile)
     assert proc.returncode == 1 and 'posix.system' in proc.stderr
     assert 'not re-saved' in proc.stderr and not marker.exists()
+
+
+class System:
+    """Unpickling it runs ``os.system`` (``posix.system``): it creates the
+    marker."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.system, (f'touch {self.marker}', ))
+
+
+@pytest.mark.parametrize('where', ['object', 'system info', 'protocol 4'])
+def test_a_hostile_legacy_file_is_refused_naming_its_global(tmp_path, where):
+    """torch's legacy (pre-zip) format is several pickles in sequence: a
+    payload in any of them is named as in a zip's (it was "?"), by every
+    door, and never runs."""
+    from helpers import tool_main
+    marker, path = tmp_path / 'ran', tmp_path / 'legacy.pth'
+    state = {'w': torch.ones(2), 'p': System(marker)}
+    if where == 'system info':  # the third pickle (torch's own dict)
+        state.pop('p')
+    torch.save(
+        state,
+        path,
+        _use_new_zipfile_serialization=False,
+        pickle_protocol=4 if where == 'protocol 4' else 2)
+    if where == 'system info':
+        raw = path.read_bytes()
+        ends = [i + 1 for i in range(len(raw)) if raw[i:i + 1] == b'.']
+        start = ends[1]  # after the magic number's and the protocol's
+        end = raw.index(b'.\x80', start) + 1
+        path.write_bytes(raw[:start] + pickle.dumps(System(marker), 2) +
+                         raw[end:])
+    with pytest.raises(UnsafeCheckpointError) as e:
+        load_file(str(path))
+    line = str(e.value)
+    assert 'posix.system' in line and '\n' not in line, line
+    assert '?' not in line and 'weights_only=False' not in line
+    proc = tool_main('misc/resave_checkpoint.py', path)
+    assert proc.returncode == 1 and 'posix.system' in proc.stderr
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize(
+    'pkl,named',
+    [
+        (b'(iposix\nsystem\n.', 'posix.system'),  # protocol 0's INST
+        (b'\x80\x02\x82\x01.', 'copyreg extension 1'),  # EXT1: a global too
+        (b'\x80\x05\x97.', 'Unsupported operand 151'),  # torch's own reason
+    ])
+def test_a_refusal_names_what_the_pickle_holds(tmp_path, pkl, named):
+    """Whatever the pickle holds that torch refuses is named (each was
+    "?"), and no printed text advises ``weights_only=False``."""
+    import zipfile
+    plain, path = tmp_path / 'plain.pth', tmp_path / 'odd.pth'
+    torch.save(dict(w=torch.ones(2)), plain)
+    with zipfile.ZipFile(plain) as src, zipfile.ZipFile(path, 'w') as dst:
+        for info in src.infolist():
+            dst.writestr(
+                info, pkl if info.filename.endswith('data.pkl') else src.read(
+                    info.filename))
+    with pytest.raises(UnsafeCheckpointError) as e:
+        load_file(str(path))
+    line = str(e.value)
+    assert f'({named})' in line and '\n' not in line, line
+    assert 'weights_only' not in line
+
+
+def test_a_trusted_legacy_file_re_saved_without_hpm_mm_has_a_working_fix(
+        tmp_path, hpm_checkpoint):
+    """A legacy-format file whose HistoryBuffers plain torch pickled with
+    getattr: refused naming the re-save, which makes it load (in the zip
+    format); it was refused with "?" and the re-save found nothing."""
+    import zipfile
+
+    from helpers import tool_main
+    path = tmp_path / 'legacy.pth'
+    _plain_resave(hpm_checkpoint, path, legacy=True)
+    assert not zipfile.is_zipfile(path)
+    with pytest.raises(
+            UnsafeCheckpointError, match='saved by a process without hpm_mm'):
+        load_file(str(path))
+    proc = tool_main('misc/resave_checkpoint.py', path)
+    assert proc.returncode == 0 and 're-saved' in proc.stdout, proc.stderr
+    assert zipfile.is_zipfile(path)
+    assert load_file(str(path))['state_dict'].keys() == \
+        torch.load(hpm_checkpoint)['state_dict'].keys()
+    proc = tool_main('misc/resave_checkpoint.py', path)  # nothing to do
+    assert proc.returncode == 0 and 'as it is' in proc.stdout
+
+
+@pytest.mark.parametrize('case,says', [
+    ('missing', 'no such file'),
+    ('folder', 'a folder'),
+    ('URL', 'an address, not re-saved (nothing downloaded)'),
+    ('cut', 'truncated, damaged or not a torch checkpoint'),
+    ('bit', 'damaged member'),
+    ('legacy cut', 'cut short or damaged'),
+    ('legacy storage cut', 'unexpected EOF'),
+    ('hostile legacy', 'it holds posix.system outside the allow-list'),
+])
+def test_the_re_save_says_what_it_found(tmp_path, hpm_checkpoint, case, says):
+    """``resave_checkpoint.py`` names what it found, one line, exit 1,
+    nothing written (it said "holds nothing outside the allow-list" of
+    each of these)."""
+    from helpers import tool_main
+    data = open(hpm_checkpoint, 'rb').read()
+    path = tmp_path / 'epoch_1.pth'
+    legacy = tmp_path / 'legacy.pth'
+    torch.save(
+        dict(w=torch.ones(1000), p=System(tmp_path / 'ran'))
+        if case == 'hostile legacy' else dict(w=torch.ones(1000)),
+        legacy,
+        _use_new_zipfile_serialization=False)
+    raw = legacy.read_bytes()
+    if case == 'folder':
+        path.mkdir()
+    elif case == 'URL':
+        path = 'https://example.com/epoch_1.pth'
+    elif case == 'cut':
+        path.write_bytes(data[:len(data) // 2])
+    elif case == 'bit':
+        bad = bytearray(data)
+        bad[_member_offset(hpm_checkpoint, '/data/0') + 1] ^= 0x40
+        path.write_bytes(bytes(bad))
+    elif case != 'missing':
+        path.write_bytes(raw[:100] if case == 'legacy cut' else
+                         raw[:-10] if case == 'legacy storage cut' else raw)
+    before = path.read_bytes() if osp.isfile(path) else None
+    proc = tool_main('misc/resave_checkpoint.py', path)
+    line = proc.stderr.strip()
+    assert proc.returncode == 1 and '\n' not in line, line
+    assert says in line and str(path) in line and 'Fix:' in line, line
+    assert (path.read_bytes() if osp.isfile(path) else None) == before
+    assert not (tmp_path / 'ran').exists()
+
+
+def test_a_folder_is_no_checkpoint_as_mmengine_said(tmp_path):
+    """A folder given as a checkpoint: one line, a FileNotFoundError (an
+    OSError) as mmengine's loader raised (it was a CheckpointError only)."""
+    from mmengine.runner.checkpoint import CheckpointLoader
+    for load in (load_file, CheckpointLoader.load_checkpoint):
+        with pytest.raises(FileNotFoundError) as e:
+            load(str(tmp_path))
+        assert isinstance(e.value, OSError)
+        assert f'{tmp_path}: a folder' in str(e.value)
+        assert '\n' not in str(e.value)
 
 
 def test_a_legacy_format_checkpoint_is_not_damaged(tmp_path, hpm_checkpoint):
@@ -484,32 +613,41 @@ def test_the_load_check_is_not_fooled_by_a_restored_mtime(
 
 @pytest.fixture
 def server():
-    """A server of one checkpoint whose response headers the test sets:
-    ``(url, state)``; ``state['body']`` is served with ``state['headers']``
-    (HEAD and GET), ``state['gets']`` counts the downloads; its clock
-    (the ``Date`` header) reads ``state['date']`` where the test sets it."""
+    """A server of one checkpoint whose answers the test sets: ``(url,
+    state)``; ``state['body']`` is served with ``state['headers']`` (HEAD
+    and GET) and ``state['head']`` (HEAD's status, 200 unless set);
+    ``state['moved']``: ``/epoch_3.pth`` redirects (302) to that path;
+    ``state['down']``: a GET is dropped unanswered (the server gone after
+    the HEAD); ``state['gets']`` counts the downloads, ``state['stop']()``
+    takes the server off the network."""
     import http.server
     import threading
-    state = dict(body=b'', headers={}, gets=0)
+    state = dict(body=b'', headers={}, gets=0, head=200, moved=None)
 
     class Handler(http.server.BaseHTTPRequestHandler):
 
-        def date_time_string(self, timestamp=None):
-            return state.get('date') or super().date_time_string(timestamp)
-
-        def _head(self):
-            self.send_response(200)
+        def _head(self, status=200):
+            if state['moved'] and self.path == '/epoch_3.pth':
+                self.send_response(302)
+                self.send_header('Location', state['moved'])
+                self.end_headers()
+                return False
+            self.send_response(status)
             for k, v in state['headers'].items():
                 self.send_header(k, v(state) if callable(v) else v)
             self.end_headers()
+            return True
 
         def do_HEAD(self):
-            self._head()
+            self._head(state['head'])
 
         def do_GET(self):
-            state['gets'] += 1
-            self._head()
-            self.wfile.write(state['body'])
+            if state.get('down'):
+                self.close_connection = True
+                return
+            if self._head():
+                state['gets'] += 1
+                self.wfile.write(state['body'])
 
         def log_message(self, *args):
             pass
@@ -517,9 +655,14 @@ def server():
     srv = http.server.ThreadingHTTPServer(('127.0.0.1', 0), Handler)
     srv.protocol_version = 'HTTP/1.0'
     threading.Thread(target=srv.serve_forever, daemon=True).start()
+
+    def stop():
+        srv.shutdown()
+        srv.server_close()
+
+    state['stop'] = stop
     yield f'http://127.0.0.1:{srv.server_port}/epoch_3.pth', state
-    srv.shutdown()
-    srv.server_close()
+    stop()
 
 
 def _ckpt_bytes(tmp_path, value):
@@ -532,107 +675,184 @@ def _length(state):
     return str(len(state['body']))
 
 
-OLD_DATE = 'Mon, 02 Nov 2026 10:00:00 GMT'
-
-
-@pytest.mark.parametrize('case', [
-    'size only', 'no validators', 'weak etag', 'same second', 'new etag',
-    'strong etag', 'older and same size'
-])
-def test_a_url_copy_is_reused_only_when_the_server_proves_it_unchanged(
-        tmp_path, server, case):
-    """The copy is reused on a strong ETag equal to the recorded one, or a
-    Last-Modified strictly older than the download with the same size;
-    a re-published file of the same size (checkpoints of one config are),
-    a weak ETag, a Last-Modified in the download's second, or no
-    validators at all: downloaded again, one line saying why."""
-    from mmengine.logging import MMLogger
-
-    from hpm_mm.engine.download import download_checkpoint
-    url, state = server
-    headers = {
-        'size only': {
-            'Content-Length': _length
-        },
-        'no validators': {},
-        'weak etag': {
-            'ETag': 'W/"abc"',
-            'Content-Length': _length
-        },
-        'same second': {  # the server's clock stands still at OLD_DATE
-            'Last-Modified': OLD_DATE,
-            'Content-Length': _length
-        },
-        'new etag': {
-            'ETag': lambda s: f'"{len(s["body"])}-{s["gets"]}"',
-            'Content-Length': _length
-        },
-        'strong etag': {
-            'ETag': '"v1"',
-            'Content-Length': _length
-        },
-        'older and same size': {
-            'Last-Modified': OLD_DATE,
-            'Content-Length': _length
-        },
-    }[case]
-    state.update(body=_ckpt_bytes(tmp_path, 1), headers=headers)
-    if case == 'same second':
-        state['date'] = OLD_DATE
-    cache = str(tmp_path / 'cache')
-    path = download_checkpoint(url, cache)
-    assert torch.load(path)['w'][0] == 1 and state['gets'] == 1
-    state['body'] = _ckpt_bytes(tmp_path, 2)  # re-published, same size
-    said = []
-    logger = MMLogger.get_current_instance()
-    handler = __import__('logging').Handler()
-    handler.emit = lambda r: said.append(r.getMessage())
-    logger.addHandler(handler)
-    try:
-        again = download_checkpoint(url, cache)
-    finally:
-        logger.removeHandler(handler)
-    proven = case in ('strong etag', 'older and same size')
-    assert again == path and state['gets'] == (1 if proven else 2), said
-    assert torch.load(again)['w'][0] == (1 if proven else 2)
-    if not proven:
-        assert len(said) == 1 and 'downloading it again' in said[0], said
-
-
-def test_an_error_page_never_replaces_a_good_copy(tmp_path, server,
-                                                  monkeypatch):
-    """After a good copy, the server answers a 200 HTML page: refused in one
-    line saying the copy stays, and the copy is untouched; without the
-    network the copy is used with a warning a quiet console shows."""
+def _said(run):
+    """What ``run()`` logs through the current MMLogger: (level, line)s."""
     import logging
 
     from mmengine.logging import MMLogger
+    said, handler = [], logging.Handler()
+    handler.emit = lambda r: said.append((r.levelno, r.getMessage()))
+    logger = MMLogger.get_current_instance()
+    logger.addHandler(handler)
+    try:
+        return run(), said
+    finally:
+        logger.removeHandler(handler)
+
+
+OLD_DATE = 'Mon, 02 Nov 2026 10:00:00 GMT'
+SIZE = {'Content-Length': _length}
+
+
+# (the answers to the first download, to the second; reused?)
+@pytest.mark.parametrize(
+    'first,then,reused',
+    [
+        ({
+            'ETag': '"v1"',
+            **SIZE
+        }, {
+            'ETag': '"v1"',
+            **SIZE
+        }, True),
+        ({
+            'ETag': '"v1"',
+            **SIZE
+        }, {
+            'ETag': '"v2"',
+            **SIZE
+        }, False),
+        ({
+            'Last-Modified': OLD_DATE,
+            **SIZE
+        }, {
+            'Last-Modified': OLD_DATE,
+            **SIZE
+        }, False),  # re-published as `cp -p` does: same size, older date
+        ({
+            'ETag': 'W/"a"',
+            'Last-Modified': OLD_DATE,
+            **SIZE
+        }, {
+            'ETag': 'W/"b"',
+            'Last-Modified': OLD_DATE,
+            **SIZE
+        }, False),
+        ({
+            'ETag': 'W/"a"',
+            **SIZE
+        }, {
+            'ETag': 'W/"a"',
+            **SIZE
+        }, False),
+        ({}, {}, False),
+        ({
+            'ETag': '"v1"',
+            **SIZE
+        }, {
+            'ETag': '"v1"',
+            'head': 405
+        }, False),
+        ({
+            'ETag': '"v1"',
+            **SIZE
+        }, {
+            'ETag': '"v1"',
+            'head': 304
+        }, False),
+        ({
+            'ETag': '"v1"',
+            'moved': '/v1'
+        }, {
+            'ETag': '"v2"',
+            'moved': '/v2'
+        }, False),
+        ({
+            'ETag': '"v1"',
+            'moved': '/v1'
+        }, {
+            'ETag': '"v1"',
+            'moved': '/v1'
+        }, True),
+    ],
+    ids=[
+        'strong etag equal', 'strong etag changed', 'same size older date',
+        'weak etag changed', 'weak etag equal', 'no validators', 'HEAD 405',
+        'HEAD 304', 'redirect moved', 'redirect same'
+    ])
+def test_a_url_copy_is_reused_only_on_a_strong_etag_equal_to_its_own(
+        tmp_path, server, first, then, reused):
+    """The copy is reused only when the server's answer to HEAD carries a
+    strong ETag equal to the one recorded at its download (no GET then);
+    anything else downloads it again with one line why: a re-published
+    file of the same size and an older Last-Modified, and a changed weak
+    ETag beside a Last-Modified, were reused without proof (issue #101),
+    and a HEAD answered 405/304 used the copy as if offline."""
+    from hpm_mm.engine.download import download_checkpoint
+    url, state = server
+
+    def answer(headers):
+        headers = dict(headers)
+        state.update(
+            head=headers.pop('head', 200),
+            moved=headers.pop('moved', None),
+            headers=headers)
+
+    answer(first)
+    state['body'] = _ckpt_bytes(tmp_path, 1)
+    cache = str(tmp_path / 'cache')
+    path = download_checkpoint(url, cache)
+    assert torch.load(path)['w'][0] == 1 and state['gets'] == 1
+    answer(then)
+    state['body'] = _ckpt_bytes(tmp_path, 2)  # re-published, same size
+    again, said = _said(lambda: download_checkpoint(url, cache))
+    assert again == path and state['gets'] == (1 if reused else 2), said
+    assert torch.load(again)['w'][0] == (1 if reused else 2)
+    assert len(said) == (0 if reused else 1), said
+    if not reused:
+        assert 'not proven current; downloading it again' in said[0][1]
+
+
+def test_an_error_page_never_replaces_a_good_copy(tmp_path, server):
+    """After a good copy, the server answers a 200 HTML page, then goes
+    down between HEAD and GET: each refused in one line saying the copy
+    stays (an OSError), the copy untouched."""
+    import hpm_mm.engine.download as download
+    url, state = server
+    state.update(body=_ckpt_bytes(tmp_path, 1), headers={'ETag': '"v1"'})
+    cache = str(tmp_path / 'cache')
+    path = download.download_checkpoint(url, cache)
+    good = open(path, 'rb').read()
+    state.update(
+        body=b'<html>500 Internal Server Error</html>',
+        headers={'ETag': '"v2"'})
+    for says, down in (('not a checkpoint', False),
+                       ('cannot download the checkpoint', True)):
+        state['down'] = down
+        with pytest.raises(download.DownloadError) as e:
+            download.download_checkpoint(url, cache)
+        line = str(e.value)
+        assert '\n' not in line and says in line, line
+        assert f'the earlier copy {path} stays untouched' in line
+        assert open(path, 'rb').read() == good and isinstance(e.value, OSError)
+    assert sorted(os.listdir(cache)) == sorted(
+        [osp.basename(path), osp.basename(path) + '.json'])
+
+
+def test_offline_the_copy_is_used_with_a_warning_naming_its_age(
+        tmp_path, server):
+    """The server unreachable: the copy is used, with a WARNING (a quiet
+    console shows it) naming its age; without a copy, one line."""
+    import logging
 
     import hpm_mm.engine.download as download
     url, state = server
     state.update(body=_ckpt_bytes(tmp_path, 1), headers={})
     cache = str(tmp_path / 'cache')
     path = download.download_checkpoint(url, cache)
-    good = open(path, 'rb').read()
-    state['body'] = b'<html>500 Internal Server Error</html>'
+    three_days = os.stat(path).st_mtime - 3 * 86400 - 60
+    os.utime(path, (three_days, three_days))
+    state['stop']()
+    got, said = _said(lambda: download.download_checkpoint(url, cache))
+    assert got == path and state['gets'] == 1
+    assert [lvl for lvl, _ in said] == [logging.WARNING], said
+    assert 'cannot be reached' in said[0][1] and \
+        f'using the copy {path}, downloaded 3.0 days ago' in said[0][1], said
     with pytest.raises(download.DownloadError) as e:
-        download.download_checkpoint(url, cache)
+        download.download_checkpoint(url, str(tmp_path / 'empty_cache'))
     line = str(e.value)
-    assert '\n' not in line and 'not a checkpoint' in line
-    assert f'the earlier copy {path} stays untouched' in line
-    assert open(path, 'rb').read() == good and isinstance(e.value, OSError)
-    monkeypatch.setattr(download, '_validators', lambda url: None)
-    said = []
-    logger = MMLogger.get_current_instance()
-    handler = logging.Handler()
-    handler.emit = lambda r: said.append((r.levelno, r.getMessage()))
-    logger.addHandler(handler)
-    try:
-        assert download.download_checkpoint(url, cache) == path
-    finally:
-        logger.removeHandler(handler)
-    assert [lvl for lvl, m in said
-            if 'cannot be asked' in m] == [logging.WARNING], said
+    assert '\n' not in line and f'cannot download the checkpoint {url}' in \
+        line and 'Fix:' in line, line
 
 
 def test_a_missing_file_and_a_failed_download_raise_what_mmengine_did(

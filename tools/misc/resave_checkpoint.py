@@ -6,8 +6,10 @@ made unloadable: saved by a process without hpm_mm imported (a plain
     python tools/misc/resave_checkpoint.py CKPT
 
 Loads it weights-only with exactly ``builtins.getattr`` added to the
-allow-list, and refuses (loading nothing) any file that holds anything else
-outside it. docs/reliability.md.
+allow-list (torch's legacy pre-zip files too; written back in the zip
+format), and refuses in one line, loading nothing, an address, a missing,
+damaged or cut file, a folder, or a file naming any other global outside
+it (named). A file that loads as it is is left as it is. docs/reliability.md.
 """
 import argparse
 import os
@@ -24,8 +26,11 @@ def run(argv=None):
     from hpm_mm.engine.work_dir import check_writable
     if os.path.isfile(args.checkpoint):  # its folder, before the work
         check_writable(args.checkpoint, 'the re-saved checkpoint')
-    resave_checkpoint(args.checkpoint)
-    print(f're-saved {args.checkpoint}: it loads with the allow-list now')
+    if resave_checkpoint(args.checkpoint):
+        print(f're-saved {args.checkpoint}: it loads with the allow-list now')
+    else:
+        print(f'{args.checkpoint} loads with the allow-list as it is: left '
+              'as it was')
 
 
 def main(argv=None):
