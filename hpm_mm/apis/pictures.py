@@ -20,7 +20,17 @@ from .knn import knn_hook
 
 
 def folder_batch(folder, model_cfg):
-    """Load, resize and pack every image of ``folder``."""
+    """Load, resize and pack every image under ``folder``, class folders and
+    nested ones too (the own-folder scan,
+    :func:`hpm_mm.datasets.image_folder.scan_folder`); an unreadable one is
+    refused in one line."""
+    from hpm_mm.datasets.image_folder import scan_folder
+    scan = scan_folder(folder)
+    if scan['unreadable']:
+        (rel, why), more = scan['unreadable'][0], len(scan['unreadable']) - 1
+        raise HPMError(
+            f'--images: {osp.join(folder, rel)} cannot be read ({why})'
+            f'{f" and {more} more" if more else ""}. Fix: leave it out.')
     size = model_cfg.backbone.get('img_size', 224)
     in_ch = model_cfg.backbone.get('patch_cfg', {}).get('in_channels', 3)
     pipeline = Compose([
@@ -34,12 +44,7 @@ def folder_batch(folder, model_cfg):
             interpolation='bicubic'),
         dict(type='PackInputs')
     ])
-    files = sorted(
-        osp.join(folder, f) for f in os.listdir(folder)
-        if f.lower().endswith(('.png', '.jpg', '.jpeg', '.bmp')))
-    if not files:
-        raise HPMError(f'no .png/.jpg images in {folder}. Fix: point --images '
-                       'at a folder of PNG or JPEG images.')
+    files = [osp.join(folder, f) for f in scan['files']]
     return [pipeline(dict(img_path=f)) for f in files], files
 
 
@@ -132,7 +137,10 @@ def hard_patches(config: Union[str, Config],
     samples, names = (
         folder_batch(images, cfg.model) if images else dataset_batch(
             cfg, num_samples))
-    stems = [osp.splitext(osp.basename(name))[0] for name in names]
+    stems = [  # named by the path in the folder: two classes' 1.png stay two
+        osp.splitext(osp.relpath(name, images) if images else name)[0].replace(
+            os.sep, '-') for name in names
+    ]
     summary_path = osp.join(out_dir, 'summary.json')
     outputs = [osp.join(out_dir, f'{stem}.png') for stem in stems]
     plan_outputs(  # before the analysis; the inputs never written over

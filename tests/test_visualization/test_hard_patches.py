@@ -54,6 +54,35 @@ def test_tool_writes_grids(tmp_path, hpm_checkpoint):
     assert 0 <= summary['saliency_iou'] <= 1
 
 
+def test_images_in_class_folders_are_found(tmp_path, hpm_checkpoint):
+    """``--images`` on a folder of class folders (nested deeper too) draws
+    every image, named by its path there (two classes' 000.png are two
+    pictures); it said the folder had no images. An unreadable image is one
+    line naming it, before anything is written."""
+    root = make_image_folder(str(tmp_path / 'imgs'), 2, 2)
+    deeper = tmp_path / 'imgs' / 'class_1' / 'more'
+    deeper.mkdir()
+    Image.open(osp.join(root, 'class_0', '000.png')).save(deeper / 'x.png')
+    out = tmp_path / 'vis'
+    args = ('analysis_tools/visualize_hard_patches.py', FMNIST_CFG,
+            hpm_checkpoint, '--images', root, '--out-dir', out, '--num-masks',
+            '1')
+    proc = tool_main(*args)
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(p.name for p in out.glob('*.png')) == [
+        'class_0-000.png', 'class_0-001.png', 'class_1-000.png',
+        'class_1-001.png', 'class_1-more-x.png'
+    ]
+    assert json.loads((out / 'summary.json').read_text())['num_images'] == 5
+    (deeper / 'bad.png').write_bytes(b'not a png')
+    out = tmp_path / 'vis2'
+    proc = tool_main(*args[:-3], out, '--num-masks', '1')
+    line = proc.stderr.strip()
+    assert proc.returncode == 1 and '\n' not in line, line
+    assert f'{deeper / "bad.png"} cannot be read' in line, line
+    assert not out.exists()
+
+
 def test_whole_load_puts_the_trained_teacher_in_place(hpm_checkpoint):
     """The pictures' loader (whole=True) fills the EMA teacher with the
     checkpoint's teacher (it had kept its initial weights: the tool drew a
