@@ -38,6 +38,7 @@ class HPMViT(MAEViT):
         if mask is None:
             return super(MAEViT, self).forward(x)
         tokens, pos_embed = self.embed_patches(x, mask)  # (B, N, C)
+        tokens = tokens + pos_embed[:, 1:, :]
         B, N, C = tokens.shape
         if num_visible is None:
             num_visible = int(N - mask[0].sum().item())
@@ -50,32 +51,23 @@ class HPMViT(MAEViT):
                               ids_keep.unsqueeze(-1).expand(-1, -1, C))
         return self.encode(tokens, pos_embed), ids_restore
 
-    def embed_patches(
-        self,
-        x: torch.Tensor,
-        mask: torch.Tensor,
-        mask_token: Optional[torch.Tensor] = None
-    ) -> Tuple[torch.Tensor, torch.Tensor]:
-        """Patch tokens plus position embedding (interpolated to the input's
-        grid), (B, N, C), and that position embedding; checks the mask.
-        With ``mask_token``, masked patches are replaced by it first."""
+    def embed_patches(self, x: torch.Tensor,
+                      mask: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+        """Patch tokens (B, N, C) and the position embedding interpolated to
+        the input's grid (1, 1 + N, C); checks the mask's shape."""
         B = x.shape[0]
         tokens, grid = self.patch_embed(x)
         pos_embed = resize_pos_embed(self.pos_embed, self.patch_resolution,
                                      grid, self.interpolate_mode, 1)
         N = tokens.shape[1]
         if mask.shape != (B, N):
-            built = tuple(r * s for r, s in zip(
-                self.patch_resolution, self.patch_embed.projection.stride))
             raise ValueError(
                 f'mask must be (B, N) = ({B}, {N}) for this '
                 f'{x.shape[-2]}x{x.shape[-1]} input, got {tuple(mask.shape)}'
-                f'. The model was built for {built[0]}x{built[1]} images. '
-                'Fix: that size, or backbone.img_size and neck.num_patches.')
-        if mask_token is not None:
-            w = mask.to(tokens.dtype).unsqueeze(-1)
-            tokens = tokens * (1 - w) + mask_token.to(tokens.dtype) * w
-        return tokens + pos_embed[:, 1:, :], pos_embed
+                f'. The model was built for {self.img_size[0]}x'
+                f'{self.img_size[1]} images. Fix: that size, or '
+                'backbone.img_size and neck.num_patches.')
+        return tokens, pos_embed
 
     def encode(self, tokens: torch.Tensor,
                pos_embed: torch.Tensor) -> torch.Tensor:
@@ -114,5 +106,7 @@ class MaskTokenViT(HPMViT):
         1 + N, C), None)``; without a mask the ViT's tuple."""
         if mask is None:
             return super(MAEViT, self).forward(x)
-        tokens, pos_embed = self.embed_patches(x, mask, self.mask_token)
-        return self.encode(tokens, pos_embed), None
+        tokens, pos_embed = self.embed_patches(x, mask)
+        w = mask.to(tokens.dtype).unsqueeze(-1)
+        tokens = tokens * (1 - w) + self.mask_token.to(tokens.dtype) * w
+        return self.encode(tokens + pos_embed[:, 1:, :], pos_embed), None

@@ -215,13 +215,12 @@ class HPMiBOTHead(BaseModule):
             # (G, V): mean over the batch of CE(teacher g, student v)
             ce = -torch.einsum('gbk,vbk->gv', p_cls, log_s) / log_s.shape[1]
             other = ~torch.eye(*ce.shape, dtype=torch.bool, device=ce.device)
-            losses = hpm_losses(
-                self.patch_losses(student_patch, t_patch, mask),
-                mask,
-                scores,
-                self.loss_pred,
-                per_image=True)
-            losses['loss_rec'] = losses['loss_rec'] * self.lambda_patch
+            per_patch = self.patch_losses(student_patch, t_patch, mask)
+            losses = hpm_losses(per_patch, mask, scores, self.loss_pred)
+            m = mask.float()  # iBOT's: each image's mean, an unmasked one 0
+            losses['loss_rec'] = (
+                (per_patch * m).sum(1) /
+                m.sum(1).clamp(min=1.)).mean() * self.lambda_patch
             self.update_centers(t_cls, t_patch)
         return dict(loss_cls=ce[other].mean() * self.lambda_cls, **losses)
 

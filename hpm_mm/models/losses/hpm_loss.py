@@ -89,22 +89,17 @@ def pairwise_rank_accuracy(pred: torch.Tensor, target: torch.Tensor,
     return torch.where(n > 0, acc, torch.full_like(acc, 0.5))
 
 
-def hpm_losses(per_patch: torch.Tensor,
-               mask: torch.Tensor,
-               scores: Optional[torch.Tensor] = None,
-               loss_pred: Optional[nn.Module] = None,
-               per_image: bool = False) -> Dict[str, torch.Tensor]:
+def hpm_losses(
+        per_patch: torch.Tensor,
+        mask: torch.Tensor,
+        scores: Optional[torch.Tensor] = None,
+        loss_pred: Optional[nn.Module] = None) -> Dict[str, torch.Tensor]:
     """What every HPM head returns from its per-patch losses ``per_patch``
-    (B, N, fp32) over ``mask``: ``loss_rec`` (the mean over masked patches;
-    ``per_image``: the mean of each image's mean, an unmasked image 0, as
-    iBOT) and, with ``scores`` and ``loss_pred``, ``loss_pred`` and the
-    log-only ``rank_acc``."""
+    (B, N, fp32) over ``mask``: ``loss_rec`` (the mean over masked patches)
+    and, with ``scores`` and ``loss_pred``, ``loss_pred`` and the log-only
+    ``rank_acc``."""
     m = mask.float()
-    if per_image:
-        loss_rec = ((per_patch * m).sum(1) / m.sum(1).clamp(min=1.)).mean()
-    else:
-        loss_rec = (per_patch * m).sum() / m.sum()
-    losses = dict(loss_rec=loss_rec)
+    losses = dict(loss_rec=(per_patch * m).sum() / m.sum())
     if loss_pred is not None and scores is not None:
         losses['loss_pred'] = loss_pred(scores, per_patch, m)
         losses['rank_acc'] = pairwise_rank_accuracy(scores, per_patch, m)

@@ -88,11 +88,8 @@ class BaseMaskGenerator(nn.Module):
         return self.uses_scores
 
     def num_masked(self, num_patches: int) -> int:
-        """Masked patches per image: ``N - int(N * (1 - gamma))``."""
-        if self.varies:
-            raise ValueError(
-                f'mask_ratio={self.mask_ratio!r} masks a different number '
-                'of patches in each image: use counts().')
+        """Masked patches per image: ``N - int(N * (1 - gamma))`` (a fixed
+        ratio; per-image ratios: :meth:`counts`)."""
         return num_patches - int(num_patches * (1 - self.mask_ratio))
 
     def max_masked(self, num_patches: int) -> int:
@@ -162,11 +159,9 @@ class BaseMaskGenerator(nn.Module):
 
     @staticmethod
     def _shape(scores, num_patches, batch_size, device):
-        """(B, N, device) from the scores when given."""
+        """(B, N, device) of the scores when given."""
         if scores is not None:
             return scores.shape[0], scores.shape[1], scores.device
-        if num_patches is None or batch_size is None:
-            raise ValueError('give scores, or num_patches and batch_size')
         return batch_size, num_patches, device
 
     def keys(self,

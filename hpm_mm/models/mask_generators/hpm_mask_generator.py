@@ -52,6 +52,9 @@ class HPMMaskGenerator(BaseMaskGenerator):
         self.alpha_0 = alpha_0
         self.alpha_T = alpha_T
         self.mode = mode
+        # a NaN score ranks last: CUDA's topk returns indices out of range
+        # for NaN rows (a device assert in the scatter of forward)
+        self.nan_score = float('-inf' if mode == 'argmax' else 'inf')
         self.rest = None
         if rest is not None:
             self.rest = MODELS.build(
@@ -100,19 +103,11 @@ class HPMMaskGenerator(BaseMaskGenerator):
         keys = torch.rand(B, N, device=device) if self.rest is None else \
             self.rest.keys(B, N, device, counts)  # (B, N) in [0, 1]
         if k > 0:
-            if scores is None:
-                raise ValueError(
-                    f'alpha={self.alpha(progress):.3f} masks K={k} patches by '
-                    f'score, but no {self.score_source} scores were given.')
-            largest = self.mode == 'argmax'
-            # a NaN score ranks last: CUDA's topk returns indices out of
-            # range for NaN rows (a device assert in the scatter below)
-            nan = float('-inf') if largest else float('inf')
             top = torch.topk(  # (B, K): the K hardest (argmin: easiest)
-                scores.detach().float().nan_to_num(nan),
+                scores.detach().float().nan_to_num(self.nan_score),
                 k,
                 dim=1,
-                largest=largest).indices
+                largest=self.mode == 'argmax').indices
             if counts is None:
                 keys.scatter_(1, top, 2.0)  # (B, N): the hard ones above all
             else:  # the first floor(alpha * counts[i]) of row i

@@ -88,15 +88,14 @@ class HPMPretrainDecoder(MAEPretrainDecoder):
         """Whether the decoder has a loss predictor."""
         return self.predictor is not None
 
-    def embed(
-            self,
-            x: torch.Tensor,
-            ids_restore: torch.Tensor,
-            patch_resolution: Optional[Tuple[int,
-                                             int]] = None) -> torch.Tensor:
+    def embed(self,
+              x: torch.Tensor,
+              ids_restore: torch.Tensor,
+              patch_resolution: Optional[tuple] = None) -> torch.Tensor:
         """The shared part: embed, add mask tokens, restore the order, add the
         position embedding (interpolated to ``patch_resolution`` where it is
-        not the square grid of ``num_patches``). Returns (B, 1 + N, C_dec)."""
+        not the square grid of ``num_patches``: the low-resolution teacher).
+        Returns (B, 1 + N, C_dec)."""
         x = self.decoder_embed(x)  # (B, 1 + visible, C_dec)
         B, L, C = x.shape
         mask_tokens = self.mask_token.expand(B, ids_restore.shape[1] + 1 - L,
@@ -109,11 +108,6 @@ class HPMPretrainDecoder(MAEPretrainDecoder):
             side = int(self.num_patches**.5)
             pos_embed = resize_pos_embed(pos_embed, (side, side),
                                          tuple(patch_resolution), 'bicubic', 1)
-        if pos_embed.shape[1] != x_.shape[1] + 1:
-            raise ValueError(
-                f'{x_.shape[1]} patches but the decoder was built for '
-                f'{self.num_patches}. Fix: pass patch_resolution, or '
-                'neck.num_patches as the backbone.')
         return torch.cat([x[:, :1], x_], dim=1) + pos_embed
 
     def reconstruct(self, x: torch.Tensor) -> torch.Tensor:
@@ -126,14 +120,10 @@ class HPMPretrainDecoder(MAEPretrainDecoder):
             self,
             x: torch.Tensor,
             ids_restore: torch.Tensor,
-            patch_resolution: Optional[Tuple[int,
-                                             int]] = None) -> torch.Tensor:
+            patch_resolution: Optional[tuple] = None) -> torch.Tensor:
         """The loss-predictor path alone (the teacher's scoring pass), on
-        :meth:`embed`'s arguments (``ids_restore`` from :class:`HPMViT`).
-
-        Returns:
-            torch.Tensor: (B, N) predicted per-patch losses.
-        """
+        :meth:`embed`'s arguments (``ids_restore`` from :class:`HPMViT`):
+        (B, N) predicted per-patch losses."""
         return self.predictor(self.embed(x, ids_restore, patch_resolution))
 
     def forward(
@@ -143,5 +133,5 @@ class HPMPretrainDecoder(MAEPretrainDecoder):
         ``ids_restore`` (B, N): ``(pred (B, N, p*p*C), scores (B, N) or
         None)``."""
         x = self.embed(x, ids_restore)
-        scores = self.predictor(x) if self.with_predictor else None
+        scores = None if self.predictor is None else self.predictor(x)
         return self.reconstruct(x), scores

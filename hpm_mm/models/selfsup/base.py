@@ -1,4 +1,4 @@
-from typing import List, Optional, Tuple, Union
+from typing import List, Optional, Union
 
 import torch
 import torch.nn as nn
@@ -28,16 +28,37 @@ class HPMBase(BaseSelfSupervisor):
     teacher averages :meth:`student` (the encoder and the module that
     predicts the scores) and is built only when the mask reads its scores or
     its features are a target; :class:`HPMScheduleHook` pushes the progress
-    (:meth:`set_progress`). The arguments are mmpretrain's
-    ``BaseSelfSupervisor``'s, plus ``mask_generator`` (default
-    ``HPMMaskGenerator``), ``teacher`` (an :class:`EMATeacher` config) and
-    ``predictor`` (an :class:`HPMLossPredictor` on the encoder output, for
-    mask-token encoders). docs/extending.md says more."""
+    (:meth:`set_progress`). docs/extending.md says more.
+
+    Args:
+        backbone (dict): the encoder: :class:`HPMViT` (HPM) or
+            :class:`MaskTokenViT` (SimMIM, BEiT, iBOT).
+        neck (dict, optional): the decoder (HPM's holds the loss predictor).
+            Defaults to None.
+        head (dict, optional): the head that gives the per-patch losses and
+            ``loss_rec`` / ``loss_pred``. Defaults to None.
+        mask_generator (dict): the mask. Defaults to HPMMaskGenerator (the
+            paper's).
+        teacher (dict): the EMA teacher, built only when the mask reads its
+            scores or its features are a target. Defaults to EMATeacher.
+        target_generator (dict, optional): the target in place of the pixels
+            (features, paper Tab. 1; BEiT's tokenizer). Defaults to None.
+        predictor (dict, optional): an :class:`HPMLossPredictor` on the
+            encoder output (the mask-token encoders). Defaults to None.
+        pretrained (str, optional): mmpretrain's. Defaults to None.
+        data_preprocessor (dict, optional): the batch's normalisation.
+            Defaults to None.
+        init_cfg (dict | list, optional): the initialisation. Defaults to
+            None.
+    """
 
     #: The teacher's features the algorithm trains on, whatever the mask:
-    #: False, True (its tokens), or the name of an averaged part applied to
-    #: them (iBOT's ``'neck'``). The EMA feature target sets True.
+    #: False, True (its tokens), or the name of an averaged part the
+    #: algorithm applies to them (iBOT's ``'neck'``). The EMA feature target
+    #: sets True.
     teacher_target: Union[bool, str] = False
+    #: The attribute that holds the loss predictor (:attr:`score_module`).
+    score_attr = 'predictor'
 
     def __init__(self,
                  backbone: dict,
@@ -68,9 +89,22 @@ class HPMBase(BaseSelfSupervisor):
                 f'{type(self.backbone).__name__} drops the masked patches '
                 '(the same number per image). Fix: a float mask_ratio, or '
                 'a mask-token encoder (HPMSimMIM, HPMBEiT, HPMiBOT).')
+        N = self.backbone.num_patches
+        if getattr(self.neck, 'num_patches', N) != N:
+            raise ValueError(
+                f'neck.num_patches={self.neck.num_patches} but the backbone '
+                f'has {N} patches (img_size / patch_size squared). Fix: '
+                f'neck.num_patches={N}.')
         self._check_predictor()
-        self.teacher_features = self.teacher_target or getattr(
-            self.target_generator, 'uses_teacher', False)
+        self.teacher_features = bool(
+            self.teacher_target
+            or getattr(self.target_generator, 'uses_teacher', False))
+        #: the teacher's keys -> the attributes :meth:`student` reads
+        self.student_parts = dict(backbone='backbone')
+        if isinstance(self.teacher_target, str):
+            self.student_parts[self.teacher_target] = self.teacher_target
+        if self.with_predictor:
+            self.student_parts['scorer'] = self.score_attr
         source = self.mask_generator.score_source
         teacher_scores = self.mask_generator.uses_scores and \
             source != IMAGE_SCORES
@@ -79,13 +113,15 @@ class HPMBase(BaseSelfSupervisor):
             default_args=dict(
                 model=self.student(),
                 score_source=source if teacher_scores else None,
-                features=bool(self.teacher_features))
+                features=self.teacher_features)
         ) if teacher_scores or self.teacher_features else None
         if getattr(self.target_generator, 'uses_teacher', False):
             self.target_generator.bind(self.teacher)
         self.progress = 0.
         self.optim_steps = self.applied = None
-        self._progress_set = False
+        # warned once without a schedule, where the schedule moves anything
+        self._progress_set = not (self.teacher is not None
+                                  or self.mask_generator.uses_scores)
         self._mask_checked = False
 
     @staticmethod
@@ -120,15 +156,14 @@ class HPMBase(BaseSelfSupervisor):
         return self.score_module is not None
 
     def student(self) -> nn.ModuleDict:
-        """What the EMA teacher averages, keyed as in the teacher: the
-        encoder, the part its targets pass through (:attr:`teacher_target`
-        as a name: iBOT's projection head) and the loss predictor."""
-        parts = dict(backbone=self.backbone)
-        if isinstance(self.teacher_target, str):
-            parts[self.teacher_target] = getattr(self, self.teacher_target)
-        if self.score_module is not None:
-            parts['scorer'] = self.score_module
-        return nn.ModuleDict(parts)
+        """What the EMA teacher averages, keyed as in the teacher
+        (:attr:`student_parts`): the encoder, the part its targets pass
+        through (:attr:`teacher_target` as a name: iBOT's projection head)
+        and the loss predictor (``scorer``)."""
+        return nn.ModuleDict({
+            k: getattr(self, a)
+            for k, a in self.student_parts.items()
+        })
 
     def _check_predictor(self) -> None:
         """A predicting loss or a predicted-loss mask needs a predictor."""
@@ -205,30 +240,22 @@ class HPMBase(BaseSelfSupervisor):
             inputs = inputs[0]
         return self.backbone(inputs, mask=None)
 
-    def teach(
-        self, inputs: torch.Tensor
-    ) -> Tuple[Optional[torch.Tensor], Optional[torch.Tensor]]:
+    def teach(self, inputs: torch.Tensor) -> tuple:
         """Before the student: the teacher follows it, then gives the scores
-        the mask reads now and its features when a target, in one pass:
-        ``(scores, features)``."""
-        gen = self.mask_generator
-        if self.teacher is not None or gen.uses_scores:
-            self._warn_without_schedule()
+        the mask reads now (or the generator's own image scores) and its
+        tokens when a target, in one pass: ``(scores, features)``, each None
+        when not needed."""
+        self._warn_without_schedule()
+        needs = self.mask_generator.needs_scores(self.backbone.num_patches,
+                                                 self.progress)
+        scores = features = None
         if self.teacher is not None:
             self.teacher.update(self.student(), self.optim_steps, self.applied)
-        needs = gen.needs_scores(self.backbone.num_patches, self.progress)
-        target = self.teacher_features  # False, True or a part's name
-        wants = dict(
-            features=bool(target),
-            through=target if isinstance(target, str) else None)
-        if gen.score_source == IMAGE_SCORES:
-            scores = self.mask_scores(inputs) if needs else None
-            features = self.teacher(
-                inputs, scores=False, **wants).features if target else None
-            return scores, features
-        if not (needs or target):
-            return None, None
-        return tuple(self.teacher(inputs, scores=needs, **wants))
+            scores, features = self.teacher(
+                inputs, scores=needs, features=self.teacher_features)
+        if needs and scores is None:  # score_source='image'
+            scores = self.mask_scores(inputs)
+        return scores, features
 
     @torch.no_grad()
     def mask_scores(self,
@@ -279,21 +306,16 @@ class HPMBase(BaseSelfSupervisor):
                            f', not ({B}, {N}) (images, patches). Fix: one '
                            f'row per image ({CHECK} checks the contract).')
         rows = mask.detach().float().sum(1).cpu()
-        binary = bool(((mask == 0) | (mask == 1)).all())
-        if gen.varies:
-            ok = bool(((rows >= 0) & (rows <= gen.max_masked(N))).all())
-            want = f'0..{gen.max_masked(N)}'
-        else:
-            ok = bool((rows == gen.num_masked(N)).all())
-            want = str(gen.num_masked(N))
-        if not (binary and ok):
-            got = sorted({int(r) for r in rows.tolist()})
+        high = gen.max_masked(N)
+        low, want = (0, f'0..{high}') if gen.varies else (high, str(high))
+        if not (((mask == 0) | (mask == 1)).all() and rows.min() >= low
+                and rows.max() <= high):
             raise HPMError(
-                f'{name} masked {got} patches per image where its ratio '
-                f'{gen.mask_ratio!r} asks for {want}' +
-                ('' if binary else ', with values other than 0 and 1') +
-                '. Fix: mask exactly num_masked(N) patches per row '
-                f'({CHECK} checks the contract).')
+                f'{name} masked {sorted({int(r) for r in rows.tolist()})} '
+                f'patches per image where its ratio {gen.mask_ratio!r} asks '
+                f'for {want}, each value 0 or 1. Fix: mask exactly '
+                f'num_masked(N) patches per row ({CHECK} checks the '
+                'contract).')
 
     def with_mask_log(self, losses: dict, inputs: torch.Tensor) -> dict:
         """Add the mask generator's log scalars (alpha, num_hard): host
@@ -305,6 +327,8 @@ class HPMBase(BaseSelfSupervisor):
         return losses
 
     def _warn_without_schedule(self) -> None:
+        """Say once that nothing set the progress (where it moves
+        anything)."""
         if not self._progress_set:
             print_log(
                 f'{type(self).__name__}.set_progress was never called, so '

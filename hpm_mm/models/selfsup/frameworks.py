@@ -123,7 +123,7 @@ class HPMiBOT(HPMBase):
     """
 
     #: The teacher's projected tokens are the targets, so it is always
-    #: built: its pass gives its projection head's output on them.
+    #: built: its averaged projection head runs on its tokens.
     teacher_target = 'neck'
 
     def __init__(self,
@@ -162,7 +162,9 @@ class HPMiBOT(HPMBase):
         whole local ones, both project, both distillation losses +
         predicting loss."""
         global_crops, local_crops = self.split_views(inputs)
-        scores, teacher_out = self.teach(global_crops)
+        scores, tokens = self.teach(global_crops)
+        with torch.no_grad(), self.teacher.autocast(global_crops.device):
+            teacher_out = self.teacher.module['neck'](tokens)  # projected
         mask = self.choose_mask(scores, global_crops)
         latent, _ = self.backbone(global_crops, mask)
         pred_scores = self.predictor(latent) if self.predictor else None

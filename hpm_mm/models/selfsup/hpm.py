@@ -53,6 +53,8 @@ class HPM(HPMBase):
     :class:`HPMFeaturePretrainHead`); the other arguments are
     :class:`HPMBase`'s."""
 
+    score_attr = 'neck'
+
     @staticmethod
     def upgrade_state_dict(state_dict: dict, prefix: str = '') -> dict:
         """A state dict of an earlier hpm_mm in today's keys

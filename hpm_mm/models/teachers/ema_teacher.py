@@ -60,7 +60,6 @@ class EMAAverage(ExponentialMovingAverage):
         self._last_optim_steps: Optional[int] = None
         self._checked = False
         self._steps: Optional[int] = None  # ``steps`` on the host
-        self._averaged = None  # (name, parameter) of the floating ones
         self.module.eval()
 
     def set_epoch(self,
@@ -127,30 +126,21 @@ class EMAAverage(ExponentialMovingAverage):
         """mmengine's EMA step (a ``lerp`` of every floating parameter towards
         the student's, the first call a copy, buffers copied) as a few
         multi-tensor ops, its step count kept on the host (no read back per
-        call); ``applied`` (a 0./1. device tensor) scales the momentum."""
-        src = model.state_dict() if self.update_buffers else dict(
-            model.named_parameters())
+        call); ``applied`` (a 0./1. device tensor) scales the momentum. (The
+        teacher sets neither ``interval`` nor ``update_buffers``: 1, False.)
+        """
+        src = dict(model.named_parameters())
         steps = self._host_steps()
-        if self._averaged is None:  # the teacher's side never changes
-            self._averaged = [(k, p) for k, p in self.avg_parameters.items()
-                              if p.dtype.is_floating_point]
+        avg = list(self.avg_parameters.values())  # parameters: all floating
+        new = [src[k].to(p.device) for k, p in self.avg_parameters.items()]
         if steps == 0:
-            torch._foreach_copy_(
-                list(self.avg_parameters.values()),
-                [src[k].to(p.device) for k, p in self.avg_parameters.items()])
-        elif steps % self.interval == 0 and self._averaged:
-            avg = [p for _, p in self._averaged]
-            new = [src[k].to(p.device) for k, p in self._averaged]
-            if applied is None:  # the paper's line
-                torch._foreach_lerp_(avg, new, self.momentum)
-            else:
-                self._lerp_if_applied(avg, new, applied)
-        if not self.update_buffers:  # buffers follow the student's
-            dst = list(self.module.buffers())
-            if dst:
-                torch._foreach_copy_(
-                    dst,
-                    [b.to(d.device) for b, d in zip(model.buffers(), dst)])
+            torch._foreach_copy_(avg, new)
+        elif applied is None:  # the paper's line
+            torch._foreach_lerp_(avg, new, self.momentum)
+        else:
+            self._lerp_if_applied(avg, new, applied)
+        for dst, buf in zip(self.module.buffers(), model.buffers()):
+            dst.copy_(buf)  # buffers follow the student's
         self.steps.add_(1 if applied is None or steps == 0 else applied.
                         to(self.steps.dtype))
         self._steps = steps + 1
@@ -225,8 +215,11 @@ class EMATeacher(EMAAverage):
         self.dtype = getattr(torch, dtype) if isinstance(dtype, str) else dtype
         self.input_scale = input_scale
         self.score_source = score_source
-        if features:
-            self.check_full_image()
+        if features and input_scale != 1:
+            raise ValueError(
+                "the EMA teacher's features are a target: it must see the "
+                f'full image (teacher.input_scale={input_scale}). Fix: '
+                'teacher=dict(input_scale=1.0).')
         # the pass, chosen once: the half-resolution teacher (fast setting)
         self._pass = self._full_pass if input_scale == 1 else \
             self._scaled_pass
@@ -238,56 +231,45 @@ class EMATeacher(EMAAverage):
             max(1, math.floor(n * self.input_scale + .5))
             for n in self.module['backbone'].patch_resolution)
 
-    def check_full_image(self) -> None:
-        """The one place of the rule: features (targets) need the teacher to
-        see the full image."""
-        if self.input_scale != 1:
-            raise ValueError(
-                "the EMA teacher's features are a target: it must see the "
-                f'full image (teacher.input_scale={self.input_scale}). Fix: '
-                'teacher=dict(input_scale=1.0).')
+    def autocast(self, device: torch.device):
+        """The precision of its passes: ``dtype``'s autocast, or the step's
+        (None)."""
+        return nullcontext() if self.dtype is None else torch.autocast(
+            device.type, dtype=self.dtype)
 
     @torch.no_grad()
     def forward(self,
                 inputs: torch.Tensor,
                 *,
                 scores: Union[bool, str] = True,
-                features: bool = False,
-                through: Optional[str] = None) -> TeacherOutput:
+                features: bool = False) -> TeacherOutput:
         """The teacher's one pass over the full normalised images: ``scores``
         (True: :attr:`score_source`; a registered source's name; False: none)
-        as (B, N) fp32 at the student's grid, and with ``features`` (or
-        ``through``, another averaged part run on the tokens: iBOT's
-        ``'neck'``) the tokens in the pass's precision; each None when not
-        asked."""
+        as (B, N) fp32 at the student's grid, and with ``features`` its tokens
+        in the pass's precision; each None when not asked (no pass when
+        neither is)."""
         source = self.score_source if scores is True else (scores or None)
-        if source is not None and source != self.score_source:
-            check_source(source)  # the configured one is checked at build
-        features = features or through is not None
-        if features:
-            self.check_full_image()
-        autocast = nullcontext() if self.dtype is None else \
-            torch.autocast(inputs.device.type, dtype=self.dtype)
-        with autocast:
+        if source is None and not features:
+            return TeacherOutput(None, None)
+        with self.autocast(inputs.device):
             out, latent = self._pass(inputs, source)
-            if through is not None:
-                latent = self.module[through](latent)
         # features in the pass's precision; the heads cast what they read
-        return TeacherOutput(None if out is None else out.float(),
-                             latent if features else None)
+        return TeacherOutput(out, latent if features else None)
 
     def _full_pass(self,
                    inputs: torch.Tensor,
                    source: Optional[str],
                    grid=None):
-        """(scores or None, tokens) of one encoder pass over ``inputs``
+        """(fp32 scores or None, tokens) of one encoder pass over ``inputs``
         (``grid``: its patch grid where it is not the student's)."""
         backbone = self.module['backbone']
         num_patches = math.prod(grid or backbone.patch_resolution)
         visible = inputs.new_zeros(inputs.shape[0], num_patches)
         if source is None:
             return None, backbone(inputs, visible, num_patches)[0]
-        return TEACHER_SCORES.get(source)(self.module, inputs, visible, grid)
+        scores, latent = TEACHER_SCORES.get(source)(self.module, inputs,
+                                                    visible, grid)
+        return scores.float(), latent
 
     def _scaled_pass(self, inputs: torch.Tensor, source: Optional[str]):
         """``input_scale < 1`` (the pass then, chosen at build): the
@@ -305,7 +287,7 @@ class EMATeacher(EMAAverage):
             mode='bilinear',
             align_corners=False,
             antialias=True)
-        out = self._full_pass(small, source, grid)[0].float()
+        out = self._full_pass(small, source, grid)[0]
         return F.interpolate(
             out.view(inputs.shape[0], 1, *grid),
             size=full,

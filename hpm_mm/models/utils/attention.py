@@ -20,17 +20,15 @@ class UnbindQKVAttention(MultiheadAttention):
         x = self.scaled_dot_product_attention(q, k, v, dropout_p=attn_drop)
         x = x.transpose(1, 2).reshape(B, N, self.embed_dims)
         x = self.proj(x)
-        x = self.out_drop(self.gamma1(self.proj_drop(x)))
-        if self.v_shortcut:
-            x = v.squeeze(1) + x
-        return x
+        return self.out_drop(self.gamma1(self.proj_drop(x)))
 
 
 def unbind_qkv(module: nn.Module) -> nn.Module:
-    """Make every mmpretrain ``MultiheadAttention`` inside ``module`` an
+    """Make every mmpretrain ``MultiheadAttention`` inside ``module`` (but
+    one with ``v_shortcut``, which hpm_mm never sets) an
     :class:`UnbindQKVAttention` (a subclass that adds no state: parameters,
     state-dict keys and results stay as they are); return ``module``."""
     for m in module.modules():
-        if type(m) is MultiheadAttention:
+        if type(m) is MultiheadAttention and not m.v_shortcut:
             m.__class__ = UnbindQKVAttention
     return module
