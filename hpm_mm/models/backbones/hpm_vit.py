@@ -1,4 +1,4 @@
-from typing import Optional, Tuple, Union
+from typing import Optional, Tuple
 
 import torch
 from mmpretrain.models.selfsup.mae import MAEViT
@@ -23,12 +23,10 @@ class HPMViT(MAEViT):
         super().__init__(*args, **kwargs)
         unbind_qkv(self)  # hpm_mm's attention: same numbers, faster backward
 
-    def forward(
-        self,
-        x: torch.Tensor,
-        mask: Optional[torch.Tensor] = None,
-        num_visible: Optional[int] = None,
-    ) -> Union[Tuple[torch.Tensor, ...], Tuple[torch.Tensor, torch.Tensor]]:
+    def forward(self,
+                x: torch.Tensor,
+                mask: Optional[torch.Tensor] = None,
+                num_visible: Optional[int] = None) -> tuple:
         """Encode the visible patches (``mask``, 1 = masked; ``num_visible``
         saves reading it back), or, without a mask, the plain ViT forward.
         Images of another size than ``img_size`` get an interpolated position

@@ -1,6 +1,7 @@
 """The losses that train HPM's loss predictor (Eq. 3 and 4): ``pred`` (B, N)
 scores against the detached ``target`` (B, N) losses over ``mask``
-(1 = masked), in fp32 whatever the autocast."""
+(1 = masked), in fp32 whatever the autocast (the inputs cast to fp32; no
+autocast policy lowers the ops that follow)."""
 from typing import Dict, Optional
 
 import torch
@@ -37,12 +38,11 @@ class HPMRelativeLoss(nn.Module):
 
     def forward(self, pred: torch.Tensor, target: torch.Tensor,
                 mask: torch.Tensor) -> torch.Tensor:
-        with torch.autocast(device_type=pred.device.type, enabled=False):
-            diff, label, valid = _pairs(pred, target, mask)  # (B, N, N)
-            weight = valid.float()  # the mean over the batch's valid pairs
-            loss = F.binary_cross_entropy_with_logits(
-                diff, label.float(), weight=weight, reduction='sum')
-            return self.loss_weight * loss / weight.sum().clamp(min=1.0)
+        diff, label, valid = _pairs(pred, target, mask)  # (B, N, N) fp32
+        weight = valid.float()  # the mean over the batch's valid pairs
+        loss = F.binary_cross_entropy_with_logits(
+            diff, label.float(), weight=weight, reduction='sum')
+        return self.loss_weight * loss / weight.sum().clamp(min=1.0)
 
 
 @MODELS.register_module()
@@ -64,16 +64,15 @@ class HPMAbsoluteLoss(nn.Module):
 
     def forward(self, pred: torch.Tensor, target: torch.Tensor,
                 mask: torch.Tensor) -> torch.Tensor:
-        with torch.autocast(device_type=pred.device.type, enabled=False):
-            pred, target, m = pred.float(), target.detach().float(), \
-                mask.float()
-            n = m.sum(1, keepdim=True).clamp(min=1.0)  # (B, 1) masked
-            mean = (target * m).sum(1, keepdim=True) / n  # (B, 1)
-            var = (((target - mean)**2) * m).sum(
-                1, keepdim=True) / (n - 1).clamp(min=1.0)
-            t_std = (target - mean) / torch.sqrt(var + self.eps)
-            loss = (((pred - t_std)**2) * m).sum() / m.sum().clamp(min=1.0)
-            return self.loss_weight * loss
+        pred, target, m = pred.float(), target.detach().float(), \
+            mask.float()
+        n = m.sum(1, keepdim=True).clamp(min=1.0)  # (B, 1) masked
+        mean = (target * m).sum(1, keepdim=True) / n  # (B, 1)
+        var = (((target - mean)**2) * m).sum(
+            1, keepdim=True) / (n - 1).clamp(min=1.0)
+        t_std = (target - mean) / torch.sqrt(var + self.eps)
+        loss = (((pred - t_std)**2) * m).sum() / m.sum().clamp(min=1.0)
+        return self.loss_weight * loss
 
 
 @torch.no_grad()

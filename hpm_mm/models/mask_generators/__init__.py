@@ -1,10 +1,8 @@
-from .base import (IMAGE_SCORES, SCORE_SOURCES, BaseMaskGenerator,
-                   RandomMaskGenerator)
+from .base import IMAGE_SCORES, BaseMaskGenerator, RandomMaskGenerator
 from .blockwise_mask_generator import BlockwiseMaskGenerator
 from .hpm_mask_generator import AttentionMaskGenerator, HPMMaskGenerator
 
 __all__ = [
-    'SCORE_SOURCES', 'IMAGE_SCORES', 'BaseMaskGenerator',
-    'RandomMaskGenerator', 'HPMMaskGenerator', 'AttentionMaskGenerator',
-    'BlockwiseMaskGenerator'
+    'IMAGE_SCORES', 'BaseMaskGenerator', 'RandomMaskGenerator',
+    'HPMMaskGenerator', 'AttentionMaskGenerator', 'BlockwiseMaskGenerator'
 ]

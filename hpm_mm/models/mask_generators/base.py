@@ -5,9 +5,6 @@ import torch
 import torch.nn as nn
 from mmpretrain.registry import MODELS
 
-#: The teacher score sources hpm_mm registers
-#: (:data:`hpm_mm.models.teachers.TEACHER_SCORES` holds them and yours).
-SCORE_SOURCES = ('predicted_loss', 'cls_attention')
 #: The score source of a generator that computes its scores from the images
 #: itself (:meth:`BaseMaskGenerator.image_scores`); no teacher is built for
 #: it.

@@ -83,11 +83,6 @@ class HPMPretrainDecoder(MAEPretrainDecoder):
             in_proj=dim != decoder_embed_dim,
             norm_cfg=norm_cfg) if depth > 0 else None
 
-    @property
-    def with_predictor(self) -> bool:
-        """Whether the decoder has a loss predictor."""
-        return self.predictor is not None
-
     def embed(self,
               x: torch.Tensor,
               ids_restore: torch.Tensor,

@@ -64,7 +64,7 @@ class HPM(HPMBase):
     @property
     def score_module(self) -> Optional[nn.Module]:
         """The decoder, which holds the loss predictor (None without one)."""
-        return self.neck if self.neck.with_predictor else None
+        return None if self.neck.predictor is None else self.neck
 
     def loss(self, inputs: torch.Tensor, data_samples: List[DataSample],
              **kwargs) -> Dict[str, torch.Tensor]:

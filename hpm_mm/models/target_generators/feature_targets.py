@@ -33,10 +33,7 @@ class EMATeacherTarget(nn.Module):
     @torch.no_grad()
     def forward(self, inputs: torch.Tensor) -> torch.Tensor:
         """(B, C, H, W) -> (B, N, C) the teacher's patch tokens after its
-        final norm."""
-        if self._teacher is None:
-            raise RuntimeError('EMATeacherTarget is not bound to a teacher: '
-                               'the algorithm binds it when it is built.')
+        final norm (bound by the algorithm at build)."""
         return self._teacher(
             inputs, scores=False, features=True).features[:, 1:]
 
