@@ -330,7 +330,8 @@ def start_settings(start: Dict, settings: Dict, lr: Optional[float],
                    alpha_0: Optional[float]) -> str:
     """The continued recipe of a run ``--from`` ``start``
     (:func:`from_checkpoint`) into ``settings``: lr scaled to the batch,
-    a warm-up of :data:`WARMUP_FRACTION` of the steps, the schedule at
+    a warm-up of :data:`WARMUP_FRACTION` of the steps (at least 2), the
+    schedule at
     alpha_T where the predictor is trained (at alpha_0 where an import left
     it untrained); each overridden by ``lr`` / ``alpha_0``. Returns the
     recipe's words for the settings line."""
@@ -339,7 +340,9 @@ def start_settings(start: Dict, settings: Dict, lr: Optional[float],
     settings.update(
         lr=lr if lr is not None else
         float(f"{start['lr_per_256'] * settings['batch_size'] / 256:.3g}"),
-        warmup_steps=max(1, round(WARMUP_FRACTION * steps)))
+        # (mmengine's LinearLR over one step never ramps: it stays at its
+        # start factor for the run)
+        warmup_steps=max(2, round(WARMUP_FRACTION * steps)))
     warm = settings['warmup_steps']
     words = (f"lr {settings['lr']:g}" +
              ('' if lr is not None else f" ({start['lr_per_256']:g} per 256 "

@@ -259,6 +259,39 @@ def test_an_untrained_predictor_trains_from_the_start_of_the_schedule(
     assert cfg.model.mask_generator.alpha_0 == 0.25
 
 
+def test_the_continued_recipe_reaches_its_learning_rate(tmp_path):
+    """A run of 8 steps (a 1-step warm-up had left mmengine's LinearLR at
+    its start factor, 1e-3 of the rate, for the whole run): the written
+    schedulers reach the printed lr, then decay."""
+    from mmengine.registry import PARAM_SCHEDULERS
+
+    from hpm_mm.apis import load_config
+    ckpt = imported(tmp_path)
+    folder = make_image_folder(str(tmp_path / 'imgs'), 2, 8, size=32)
+    result, out = _pretrain(
+        folder,
+        tmp_path / 'w',
+        start_from=ckpt,
+        epochs=1,
+        batch_size=2,
+        dry_run=True)
+    assert '1 epochs of 8 steps' in out, out
+    cfg, lr = load_config(result['config']), result['settings']['lr']
+    optimizer = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=lr)
+    schedulers = [
+        PARAM_SCHEDULERS.build(dict(s, optimizer=optimizer, epoch_length=8))
+        for s in cfg.param_scheduler
+    ]
+    seen = []
+    for _ in range(8):
+        seen.append(optimizer.param_groups[0]['lr'])
+        optimizer.step()
+        for s in schedulers:
+            s.step()
+    assert max(seen) == pytest.approx(lr, rel=0.05), seen
+    assert seen[0] < lr / 100 and seen[-1] < max(seen), seen
+
+
 @pytest.mark.parametrize('case, says', [
     ('no config', 'holds no saved config (meta.cfg)'),
     ('bad config', 'its saved config (meta.cfg) does not load'),
