@@ -139,7 +139,7 @@ def test_from_an_authors_import_end_to_end_with_the_rules(tmp_path, capsys):
     assert '20 images, 2 classes' in line and '32x32 RGB (grayscale images' \
         ': the channel to all 3), patch 8 and normalisation' in line, line
     assert "lr 4.69e-06 (0.00015 per 256 images, the checkpoint's), " \
-        'warm-up 1 step then cosine, alpha 0.5 -> 0.5 (its loss predictor ' \
+        'warm-up 2 steps then cosine, alpha 0.5 -> 0.5 (its loss predictor ' \
         'is trained' in line and 'batch 8, 2 epochs of 3 steps' in line
     assert 'kNN top-1 (16 bank / 4 held-out images)' in proc.stdout
     assert len(list((work / 'hard_patches').glob('*.png'))) == 4
