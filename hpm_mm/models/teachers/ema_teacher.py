@@ -249,6 +249,8 @@ class EMATeacher(EMAAverage):
         in the pass's precision; each None when not asked (no pass when
         neither is)."""
         source = self.score_source if scores is True else (scores or None)
+        if source not in (None, self.score_source):  # a name given here
+            check_source(source)  # (the configured one is checked at build)
         if source is None and not features:
             return TeacherOutput(None, None)
         with self.autocast(inputs.device):
