@@ -693,6 +693,69 @@ def study_tables():
 BLOCKS['study'] = ('docs/study.md', study_tables,
                   ('<!-- study report: begin -->', '<!-- study report: end -->'))
 
+# docs/own_data.md: what --from buys (.dev_scripts/own_data_study) ---------
+
+
+def t_interval(values):
+    """(mean, low, high) of the 95% t interval; low = high = mean for one
+    value."""
+    from scipy.stats import t
+    m = statistics.mean(values)
+    half = t.ppf(.975,
+                 len(values) - 1) * statistics.stdev(values) / len(
+                     values)**.5 if len(values) > 1 else 0.
+    return m, m - half, m + half
+
+
+@block('own-data', 'docs/own_data.md')
+def own_data():
+    """kNN (k=10) on the target's held-out fifth per condition and budget:
+    mean and 95% t interval over the seeds, and the paired adapted -
+    scratch difference, whatever its sign."""
+    runs = [r for _, r in records('own_data/*.json')]
+    source = next(r for r in runs if r['condition'] == 'source')
+    adapted = next(r for r in runs if r['condition'] == 'adapted')
+    by = {
+        (r['condition'], r['epochs'], r['seed']): r['metrics']['knn_k10']
+        for r in runs if r['condition'] != 'source'
+    }
+
+    def cell(values, sign=''):
+        m, lo, hi = t_interval(values)
+        return f'{m:{sign}.2f} [{lo:{sign}.2f}, {hi:{sign}.2f}]' if len(
+            values) > 1 else f'{m:{sign}.2f}'
+
+    rows = []
+    for epochs in sorted({e for _, e, _ in by}):
+        seeds = sorted(
+            s for c, e, s in by
+            if c == 'adapted' and e == epochs and ('scratch', e, s) in by)
+        if not seeds:
+            continue
+        a = [by['adapted', epochs, s] for s in seeds]
+        c = [by['scratch', epochs, s] for s in seeds]
+        line = next(r['settings'] for r in runs if r['epochs'] == epochs)
+        steps = epochs * int(line.split(' epochs of ')[1].split()[0])
+        rows.append((f'{epochs} ({steps} steps)', len(seeds),
+                     f"{source['metrics']['knn_k10']:.2f}", cell(a), cell(c),
+                     cell([x - y for x, y in zip(a, c)], '+')))
+    return table(
+        ('budget: epochs', 'paired seeds', 'source as it is',
+         'adapted (--from)', 'scratch', 'adapted - scratch'), rows
+    ) + [
+        '', f"kNN top-1 (%, k = 10) of the {source['num_val']:,} held-out "
+        f"digits against the other {source['num_bank']:,}; mean [95% t "
+        'interval] over the seeds. Raw pixels: '
+        f"{source['raw_pixels']['10']:.2f}. Source: `{source['source']}`. "
+        f"Commands: `{adapted['command']}` "
+        "and the same without `--from` (each record's own); "
+        f"the source as it is: `{source['commands'][2]}`; the source: "
+        f"`{source['commands'][0]}`. "
+        f"Machine: {machine(source['machine'])}, shared, commit "
+        f"{source['commit']}."
+    ]
+
+
 # the command ----------------------------------------------------------------
 
 
