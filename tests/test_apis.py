@@ -322,3 +322,64 @@ def test_option_keys_keep_their_meaning_and_plugins_declare_theirs():
             == 3
     finally:
         HOOKS.module_dict.pop('PluginLevelHook')
+
+
+def test_a_strict_load_accounts_for_every_tensor(tmp_path):
+    """load_model (kNN, the pictures, the Python API): every tensor the
+    model expects is in the file with its shape, and none it lacks, else
+    one line naming the first ones by the file's names (a teacher's:
+    teacher.module.scorer.*; a wrapped file's: what it holds); only the
+    parts a caller reads (kNN: the encoder) are checked, the others may be
+    absent or of another shape. The loader had required backbone.* only: a
+    file without the loss predictor or a middle block of the decoder
+    loaded with those random, a teacher without its decoder took the
+    student's initial one, a 2-block config read the first 2 of a file's 4
+    (kNN of a cut encoder); a shape was a RuntimeError traceback, in the
+    decoder kNN does not read too."""
+    import torch
+
+    from hpm_mm.apis import load_model
+    full = load_model(FMNIST_CFG).state_dict()
+
+    def saved(name, drop=(), change=(), prefix=''):
+        state = {prefix + k: v for k, v in full.items()
+                 if not k.startswith(drop)}  # yapf: disable
+        state.update((k, torch.zeros(3)) for k in change)
+        torch.save(dict(state_dict=state), tmp_path / name)
+        return str(tmp_path / name)
+
+    for path, kwargs, says in (
+        (saved('no_predictor.pth', ('neck.predictor.', )), {},
+         '28 of its 114 tensors are missing (e.g. neck.predictor.blocks.0'),
+        (saved('middle.pth', ('neck.decoder_blocks.1.', )), {},
+         'missing (e.g. neck.decoder_blocks.1.ln1.weight'),
+        (saved('teacher.pth', ('teacher.module.scorer.', )),
+         dict(teacher=True), 'missing (e.g. teacher.module.scorer.mask_token'),
+        (saved('shape.pth', change=('backbone.pos_embed', )), {},
+         'backbone.pos_embed: (3,) in the file, (1, 50, 192) in the model'),
+        (saved('wrapped.pth', prefix='module.'), {},
+         'the file holds e.g. module.backbone.cls_token')):
+        with pytest.raises(HPMError) as refused:
+            load_model(FMNIST_CFG, path, **kwargs)
+        line = str(refused.value)
+        assert '\n' not in line and says in line, line
+        assert line.startswith(f'{path} does not fit the model') and \
+            line.endswith('Fix: a checkpoint this config trained' +
+                          (', or the student (no --teacher).'
+                           if kwargs else '.'))  # yapf: disable
+    from mmengine.config import Config
+    shallow = Config.fromfile(FMNIST_CFG)
+    shallow.model.backbone.arch.num_layers = 2
+    for kwargs in (dict(required='backbone.'), dict(teacher=True)):
+        with pytest.raises(
+                HPMError,
+                match='it holds 24 tensors the model '
+                'lacks .e.g. (teacher.module.)?backbone.layers.2'):
+            load_model(shallow, saved('all.pth'), **kwargs)
+    encoder = saved('encoder.pth', ('teacher.', 'neck.decoder_blocks.'),
+                    ('neck.decoder_pred.weight', ))
+    model = load_model(FMNIST_CFG, encoder, required='backbone.')
+    assert torch.equal(model.backbone.pos_embed, full['backbone.pos_embed'])
+    model = load_model(FMNIST_CFG, saved('all.pth'), teacher=True)
+    assert torch.equal(model.neck.decoder_pred.weight,
+                       full['teacher.module.scorer.decoder_pred.weight'])

@@ -4,12 +4,14 @@
                          [--partial-load] [--cfg-options k=v ...]
                          [--launcher pytorch]
 
-The checkpoint must fill the model (every tensor present, with its shape):
-a pretraining checkpoint tested with a classifier config, or a file of other
-tensors, is refused with one line instead of evaluating a partly random
-model. ``--partial-load`` evaluates anyway (missing tensors keep their
-initialisation). A checkpoint holding NaN/inf is refused either way, and
-``--out`` is checked (format, folder) before the evaluation.
+The checkpoint must fit the model (every tensor present, with its shape,
+and none the model lacks): a pretraining checkpoint tested with a classifier
+config, a deeper model's, or a file of other tensors, is refused with one
+line instead of evaluating a partly random or cut model. ``--partial-load``
+evaluates anyway (missing tensors keep their initialisation). A checkpoint
+holding NaN/inf is refused either way, and ``--out`` is planned before the
+evaluation (its format; its folder tried by making a file; never over an
+input or a file hpm_mm did not write) and written whole.
 """
 import argparse
 import sys
@@ -28,7 +30,7 @@ def parse_args(argv=None):
     parser.add_argument(
         '--partial-load',
         action='store_true',
-        help='evaluate even when the checkpoint does not fill the model')
+        help='evaluate even when the checkpoint does not fit the model')
     return parse_launched(parser, argv)
 
 

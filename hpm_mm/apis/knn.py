@@ -83,7 +83,8 @@ def frozen_eval(config: Union[str, Config],
     elif checkpoint is None:
         raise HPMError('knn_eval needs a checkpoint (or raw_pixels=True).')
     else:
-        model = load_model(cfg, checkpoint, teacher=teacher)
+        # the encoder only is read: the rest may be absent
+        model = load_model(cfg, checkpoint, teacher, required='backbone.')
     loaders = {
         split: Runner.build_dataloader(hook[f'{split}_dataloader'], seed=0)
         for split in ('train', 'val')

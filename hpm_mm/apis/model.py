@@ -13,16 +13,17 @@ def load_model(config: Union[str, Config],
                checkpoint: Optional[str] = None,
                teacher: bool = False,
                whole: bool = False,
-               required: Union[str, Sequence[str]] = 'backbone.',
+               required: Union[None, str, Sequence[str]] = None,
                device: Optional[str] = None):
     """The model of ``config`` (:func:`mmpretrain.apis.get_model`, in eval
     mode), with ``checkpoint`` loaded by :func:`load_checkpoint_strict`
     (``teacher``: the EMA teacher's weights into the student; ``whole``: both
-    in place; ``required``: key prefixes it must fill).
+    in place; ``required``: the key prefixes the caller reads, by default
+    all).
 
     Raises:
-        HPMError: The checkpoint is unsafe, damaged or holds NaN/inf.
-        KeyError: It does not fill the required weights."""
+        HPMError: The checkpoint is unsafe, damaged, holds NaN/inf or does
+        not fit the model."""
     from mmpretrain.apis import get_model
 
     cfg = load_config(config)
@@ -32,82 +33,83 @@ def load_model(config: Union[str, Config],
             model,
             checkpoint,
             teacher=teacher,
-            required_prefix=required
-            if isinstance(required, str) else tuple(required),
+            required_prefix=required if required is None
+            or isinstance(required, str) else tuple(required),
             whole=whole)
     return model
 
 
-def student_or_teacher_state(state_dict: dict,
-                             teacher: bool = False,
-                             model: Optional[torch.nn.Module] = None) -> dict:
-    """The student's keys, or the EMA teacher's (``teacher.module.<part>.``)
-    renamed to where each part of ``model.student()`` lives in ``model``
-    (HPM's ``predictor`` is its ``neck``; without a model, stripped)."""
-    prefix = 'teacher.module.'
+def file_names(model: torch.nn.Module, names, teacher: bool = False) -> dict:
+    """Each of ``names`` (``model``'s tensors, or key prefixes) -> its name
+    in a checkpoint: as it is, or (``teacher``) the EMA teacher's for each
+    part of ``model.student()`` (``teacher.module.<part>.``; HPM's
+    ``neck`` is its ``scorer``; the student's for the others)."""
     if not teacher:
-        return {
-            k: v
-            for k, v in state_dict.items() if not k.startswith('teacher.')
-        }
-    where = {}
-    if model is not None and hasattr(model, 'student'):
-        names = {id(m): n for n, m in model.named_modules()}
-        where = {
-            part: names[id(m)]
-            for part, m in model.student().items() if id(m) in names
-        }
+        return {k: k for k in names}
+    ids = {id(m): n for n, m in model.named_modules()}
+    part = {
+        ids[id(m)]: p
+        for p, m in getattr(model, 'student', dict)().items() if id(m) in ids
+    }
     out = {}
-    for k, v in state_dict.items():
-        if k.startswith(prefix):
-            part, _, rest = k[len(prefix):].partition('.')
-            out[f'{where.get(part, part)}.{rest}'] = v
-    if not out:
-        raise ValueError('--teacher was asked for, but the checkpoint has no '
-                         f"'{prefix}*' keys (not an HPM checkpoint with an "
-                         'EMA teacher). Evaluate the student instead.')
+    for k in names:
+        head, _, rest = k.partition('.')
+        out[k] = f'teacher.module.{part.get(head, head)}.{rest}' \
+            if head in part or not part else k
     return out
 
 
-def load_checkpoint_strict(model: torch.nn.Module,
-                           filename: str,
-                           teacher: bool = False,
-                           required_prefix='backbone.',
-                           whole: bool = False,
-                           name: Optional[str] = None) -> dict:
-    """Load a checkpoint into ``model``: every weight under ``required_prefix``
-    must be in it (else one error), other mismatches are printed, NaN/inf is
-    refused. ``teacher=True`` loads the EMA teacher's weights into the
-    student's parts; ``whole=True`` loads both in place. Returns the
-    ``missing`` and ``unexpected`` keys (``filename`` may be a loaded
+def load_checkpoint_strict(
+        model: torch.nn.Module,
+        filename: str,
+        teacher: bool = False,
+        required_prefix=None,
+        whole: bool = False,
+        name: Optional[str] = None,
+        fix: str = 'a checkpoint this config trained') -> dict:
+    """Load a checkpoint into ``model``: in the parts a caller reads (the
+    key prefixes ``required_prefix``; by default all), every tensor it
+    expects with its shape and none it lacks
+    (:func:`~hpm_mm.engine.safe_load.check_fills`), else refused in one
+    line naming them by the file's names and ``fix``; the other parts
+    loaded where they fit. NaN/inf is refused. ``teacher=True`` loads the
+    EMA teacher's weights into the student's parts; ``whole=True`` loads
+    both in place. Returns the model's keys not loaded (``missing``) and
+    the file's not read (``unexpected``) (``filename`` may be a loaded
     checkpoint, ``name`` its file)."""
+    from hpm_mm.engine.safe_load import check_fills
     state = checkpoint_state(model, filename)
     filename = name or filename
-    if not whole:
-        state = student_or_teacher_state(state, teacher, model)
-    check_finite(state, filename)
-    result = model.load_state_dict(state, strict=False)
-    missing = [
-        k for k in result.missing_keys if whole or not k.startswith('teacher.')
+    own, ema = model.state_dict(), teacher and not whole
+    names = file_names(model, [k for k in own if whole or k[:8] != 'teacher.'],
+                       ema)
+    prefixes = required_prefix or ''
+    prefixes = (prefixes, ) if isinstance(prefixes, str) else tuple(prefixes)
+    where = tuple(file_names(model, prefixes, ema).values()) \
+        if required_prefix else ('', )  # the read parts, in the file
+    side = '' if whole else 'teacher.module.' if teacher else 'teacher.'
+    used = set(names.values())
+    unexpected = [
+        f for f in state
+        if f not in used and f.startswith(side) == (whole or bool(teacher))
     ]
-    unexpected = list(result.unexpected_keys)
-    required = [k for k in missing if k.startswith(required_prefix)]
-    loaded = sum(1 for k in model.state_dict()
-                 if k.startswith(required_prefix) and k not in missing)
-    prefixes = '/'.join(
-        f'{p}*'
-        for p in ((required_prefix,
-                   ) if isinstance(required_prefix, str) else required_prefix))
+    reads = {f: own[k] for k, f in names.items() if k.startswith(prefixes)}
+    check_fills(reads, {f: state[f] for f in [*used, *unexpected]
+                        if f in state and f.startswith(where)},
+                filename, fix + (', or the student (no --teacher)' if ema
+                                 else ''), exact=True)  # yapf: disable
+    loaded = {
+        k: state[f]
+        for k, f in names.items()
+        if getattr(state.get(f), 'shape', None) == own[k].shape
+    }
+    check_finite(loaded, filename)
+    model.load_state_dict(loaded, strict=False)
+    missing = [k for k in names if k not in loaded]
     which = 'whole' if whole else 'teacher' if teacher else 'student'
-    lines = [
-        f'[checkpoint] {filename} ({which}): {loaded} {prefixes} tensors '
-        f'loaded, {len(missing)} missing, {len(unexpected)} unexpected'
-    ]
-    lines += [f'  missing: {k}' for k in missing[:20]]
-    lines += [f'  unexpected: {k}' for k in unexpected[:20]]
-    print_log('\n'.join(lines), logger='current')
-    if required:
-        raise KeyError(
-            f'{len(required)} {prefixes} keys of the model are not in '
-            f'{filename}, e.g. {required[:3]}: another architecture?')
+    print_log(
+        f'[checkpoint] {filename} ({which}): {len(loaded)} tensors loaded; '
+        f'not loaded: {len(missing)} {missing[:3]}; the file\'s not read: '
+        f'{len(unexpected)} {unexpected[:3]}',
+        logger='current')
     return dict(missing=missing, unexpected=unexpected)

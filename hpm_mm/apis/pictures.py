@@ -127,12 +127,13 @@ def hard_patches(config: Union[str, Config],
             f'{checkpoint} has no trained loss predictor (imported from '
             "MAE's weights). Fix: pretrain it with HPM first (load_from), "
             'or draw an HPM checkpoint.')
-    try:
-        load_checkpoint_strict(
-            model, ckpt, required_prefix=required, whole=True, name=checkpoint)
-    except KeyError as e:
-        raise HPMError(f'{e.args[0]} The pictures need its trained loss '
-                       'predictor.') from None
+    load_checkpoint_strict(
+        model,
+        ckpt,
+        whole=True,
+        required_prefix=required,
+        name=checkpoint,
+        fix='an HPM checkpoint: the pictures need its trained loss predictor')
     model.eval()
     samples, names = (
         folder_batch(images, cfg.model) if images else dataset_batch(

@@ -1,30 +1,12 @@
 """Evaluating a checkpoint with a config's test loop, from Python."""
-import os
 import os.path as osp
+from functools import partial
 from typing import Optional, Union
 
 from mmengine.config import Config
 
 from hpm_mm.errors import HPMError
 from .config import run_config
-
-
-def check_out(path: str) -> None:
-    """Refuse an ``out`` file that could not be written, by opening it,
-    before the evaluation (mmengine's dump fails only after it)."""
-    ext = osp.splitext(path)[1].lower()
-    if ext not in ('.json', '.yaml', '.yml', '.pkl', '.pickle'):
-        raise HPMError(f'--out {path}: unknown format {ext or "(none)"}. '
-                       'Fix: end it in .json, .yaml or .pkl.')
-    existed = osp.exists(path)
-    try:
-        with open(path, 'a'):
-            pass
-    except OSError as e:
-        raise HPMError(f'--out {path} cannot be written ({e.strerror or e}).'
-                       ' Fix: write it into a folder you can write.') from None
-    if not existed:
-        os.remove(path)
 
 
 def test(config: Union[str, Config],
@@ -36,16 +18,26 @@ def test(config: Union[str, Config],
          launcher: str = 'none',
          cfg_options: Optional[dict] = None) -> dict:
     """The metrics of ``checkpoint`` on the config's test loop
-    (``tools/test.py``). The checkpoint must fill the model (else refused
-    unless ``partial_load``) and hold no NaN/inf; ``out`` (.json/.yaml/.pkl) is
-    checked before the evaluation. The runner is built without training parts
-    (no lock, no resume checks).
+    (``tools/test.py``). The checkpoint must fit the model (every tensor
+    with its shape, none it lacks: else refused unless ``partial_load``) and
+    hold no NaN/inf; ``out`` (.json/.yaml/.pkl) is planned before the
+    evaluation (:func:`~hpm_mm.engine.work_dir.plan_outputs`: never over an
+    input or a file hpm_mm did not write) and written whole or not at all.
+    The runner is built without training parts (no lock, no resume checks).
 
     Raises:
         HPMError: A checkpoint or ``out`` that cannot work, in one line."""
+    from hpm_mm.engine.work_dir import MARK, plan_outputs, write_outputs
     cfg = run_config(config, work_dir, launcher, cfg_options)
+    ext = osp.splitext(out or '')[1].lower()
+    if out and ext not in ('.json', '.yaml', '.yml', '.pkl', '.pickle'):
+        raise HPMError(f'--out {out}: unknown format {ext or "(none)"}. '
+                       'Fix: end it in .json, .yaml or .pkl.')
     if out:
-        check_out(out)
+        plan_outputs([out],
+                     'the metrics (--out)',
+                     [p for p in (cfg.filename, checkpoint) if p],
+                     fix='--out a new file in a folder you can write')
     missing = [
         k for k in ('test_dataloader', 'test_cfg', 'test_evaluator')
         if cfg.get(k) is None
@@ -60,8 +52,8 @@ def test(config: Union[str, Config],
     from mmpretrain.utils import get_ori_model
 
     from hpm_mm.engine.dist import setup_cpu_distributed
-    from hpm_mm.engine.resume import checkpoint_mismatch
-    from hpm_mm.engine.safe_load import check_finite, checkpoint_state
+    from hpm_mm.engine.safe_load import (check_fills, check_finite,
+                                         checkpoint_state)
     from .train import build_runner
     setup_cpu_distributed(cfg.launcher, cfg)  # gloo + DDP without a GPU
     # an evaluation: no training parts, so hpm_mm's runner takes no work-dir
@@ -72,14 +64,13 @@ def test(config: Union[str, Config],
     model = get_ori_model(runner.model)
     state = checkpoint_state(model, checkpoint)
     check_finite(state, checkpoint)
-    problem = None if partial_load else checkpoint_mismatch(
-        model, state, checkpoint)
-    if problem:
-        raise HPMError(
-            f'{problem}. Fix: the config it was trained with (fine-tune a '
-            'pretraining checkpoint first), or --partial-load.')
+    if not partial_load:
+        fix = ('the config it was trained with (fine-tune a pretraining '
+               'checkpoint first), or --partial-load')
+        check_fills(model, state, checkpoint, fix, exact=True)
     metrics = runner.test()
     if out:
         from mmengine.fileio import dump
-        dump(metrics, out)
+        saved = {MARK: 'test.py', **metrics}  # (the next run writes over it)
+        write_outputs({out: partial(dump, saved, file_format=ext[1:])})
     return metrics

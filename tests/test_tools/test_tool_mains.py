@@ -332,9 +332,19 @@ def test_output_paths_and_counts_are_checked_before_the_work(
         tmp_path, hpm_checkpoint):
     """Every tool's output path is checked before it works (knn_eval.py
     --out a folder died after the evaluation; a converter's output under a
-    missing folder was a traceback), and --num-samples 0 is one line."""
+    missing folder, the data folder under a file or in /proc were
+    tracebacks), and --num-samples 0 is one line."""
+    import gzip
+
     from helpers import FMNIST_CFG
+
+    from hpm_mm.datasets.fashion_mnist import FILES
     missing = tmp_path / 'no' / 'such' / 'out.pth'
+    (tmp_path / 'gz').mkdir()
+    for name in FILES:
+        with gzip.open(tmp_path / 'gz' / f'{name}.gz', 'wb') as f:
+            f.write(b'idx')
+    (tmp_path / 'a_file').write_text('')
     runs = [
         ('analysis_tools/knn_eval.py',
          [FMNIST_CFG, hpm_checkpoint, '--out', tmp_path], 'is a folder'),
@@ -349,6 +359,16 @@ def test_output_paths_and_counts_are_checked_before_the_work(
          'does not exist. Fix: mkdir -p'),
         ('model_converters/target_weights.py',
          ['dino', hpm_checkpoint, missing], 'does not exist'),
+        ('test.py',
+         [FMNIST_CFG, hpm_checkpoint, '--out',
+          missing.with_suffix('.json')], 'does not exist. Fix: mkdir -p'),
+        ('test.py', [FMNIST_CFG, hpm_checkpoint, '--out',
+                     '/proc/m.json'], 'not writable'),
+        *(('dataset_converters/prepare_fashion_mnist.py',
+           ['--src', tmp_path / 'gz', '--out', out], says)
+          for out, says in (('/proc/hpm_mm_fm', 'not writable'),
+                            (tmp_path / 'a_file' / 'fm', 'not a folder'),
+                            (tmp_path / 'fm', 'the source is corrupt'))),
     ]
     for script, argv, says in runs:
         proc = tool_main(script, *argv)
@@ -357,6 +377,7 @@ def test_output_paths_and_counts_are_checked_before_the_work(
             (script, proc.stderr[-2000:])
         assert 'kNN: the features' not in proc.stdout  # no work done first
     assert not (tmp_path / 'no').exists() and not (tmp_path / 'p').exists()
+    assert list((tmp_path / 'fm').iterdir()) == []  # no part file
 
 
 def test_knn_eval_follows_the_configs_precision(tmp_path, hpm_checkpoint):

@@ -189,7 +189,7 @@ def test_what_cannot_be_judged_is_refused_before_work(tmp_path,
             str(nan),
             t,
             partial_load=True,
-            out=str(tmp_path / 'no' / 'r.json')), 'No such file or directory'),
+            out=str(tmp_path / 'no' / 'r.json')), 'does not exist'),
     ]
     for run, says in runs:
         with pytest.raises(HPMError) as refused:

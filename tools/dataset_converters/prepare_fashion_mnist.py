@@ -51,34 +51,44 @@ def problem(path: str, name: str):
 
 def prepare(src: str, out: str) -> str:
     """Gunzip the idx files from ``src`` into ``out`` where they are not
-    the release's files; return ``out``."""
+    the release's files, as a set (a stop leaves no part file); ``out``
+    tried by making a file there before any work. Returns ``out``."""
+    from hpm_mm.engine.work_dir import check_writable, write_outputs
+    from hpm_mm.errors import HPMError
     wrong = {f: problem(osp.join(out, f), f) for f in FILES}
     wrong = {f: p for f, p in wrong.items() if p}
     if not wrong:
         print(f'[data] Fashion-MNIST ready in {out} (sizes and SHA-256 '
               'checked)')
         return out
+    try:  # before the package install and the gunzip
+        check_writable(out, 'the data folder (--out)', folder=True)
+    except HPMError as e:
+        raise SystemExit(str(e)) from None
     for f, p in wrong.items():
         if p != 'missing':
             print(f'[data] {osp.join(out, f)}: {p}; preparing it again')
     if not all(osp.exists(osp.join(src, f + '.gz')) for f in wrong):
         if src != DEBIAN_DIR or not _install_debian_package():
             raise SystemExit(APT_HINT)
-    os.makedirs(out, exist_ok=True)
-    for name in wrong:
-        dst = osp.join(out, name)
-        tmp = dst + '.part'
-        with gzip.open(osp.join(src, name + '.gz'), 'rb') as fin, \
-                open(tmp, 'wb') as fout:
-            shutil.copyfileobj(fin, fout)
-        bad = problem(tmp, name)
-        if bad:
-            os.remove(tmp)
-            raise SystemExit(f'{osp.join(src, name)}.gz gunzips to a file of '
-                             f'{bad}: the source is corrupt. Fix: reinstall '
-                             'dataset-fashion-mnist (apt-get install '
-                             '--reinstall -y dataset-fashion-mnist).')
-        os.replace(tmp, dst)
+
+    def gunzip(name):
+
+        def write(part):
+            with gzip.open(osp.join(src, name + '.gz'), 'rb') as fin, \
+                    open(part, 'wb') as fout:
+                shutil.copyfileobj(fin, fout)
+            bad = problem(part, name)
+            if bad:
+                raise SystemExit(
+                    f'{osp.join(src, name)}.gz gunzips to a file of {bad}: '
+                    'the source is corrupt. Fix: reinstall dataset-fashion-'
+                    'mnist (apt-get install --reinstall -y dataset-fashion-'
+                    'mnist).')
+
+        return write
+
+    write_outputs({osp.join(out, name): gunzip(name) for name in wrong})
     print(f'[data] Fashion-MNIST written to {out} ({len(wrong)} of '
           f'{len(FILES)} files; sizes and SHA-256 checked)')
     return out
