@@ -125,28 +125,6 @@ def unread_key(cfg: dict,
     return None
 
 
-def _unscoped(value: Any) -> str:
-    """``value`` written without mmengine's ``_scope_`` keys (a base's
-    top-level dicts carry one, the same dicts inside others not)."""
-    if isinstance(value, dict):
-        return repr({
-            k: _unscoped(v)
-            for k, v in value.items() if k != '_scope_'
-        })
-    if isinstance(value, (list, tuple)):
-        return repr([_unscoped(v) for v in value])
-    return repr(value)
-
-
-def _held(node: Any, name: str, value: str) -> bool:
-    """Whether a key ``name`` below ``node`` holds ``value``
-    (:func:`_unscoped`)."""
-    items = node.items() if isinstance(node, dict) else enumerate(node) \
-        if isinstance(node, (list, tuple)) else ()
-    return any(k == name and _unscoped(v) == value or _held(v, name, value)
-               for k, v in items)
-
-
 def _check_top_level(cfg: dict, key: str, keys: frozenset) -> None:
     """Refuse an option whose top-level key nothing reads, in one line."""
     top = key.split('.')[0]
@@ -583,21 +561,18 @@ def _unread(path: str, names) -> dict:
 
 def check_config_keys(cfg: Config, path: str) -> None:
     """Refuse, in one line, a top-level name of the config file ``path``
-    whose value nothing reads (:func:`_unread`) unless a key of that name
-    holds it (a dumped config's variables): where it is close to a key the
-    run reads (``load_fom``, ``precison``), names a sub-config's key
-    (``seed = 5``, ``max_epochs = 1``: the run reads ``randomness.seed``,
-    ``train_cfg.max_epochs``), or an earlier value of it was read (a base's
-    dicts took the base's own: mmengine's trap)."""
+    whose value nothing reads (:func:`_unread`) where it is close to a key
+    the run reads (``load_fom``, ``precison``) or, in a file that inherits
+    (a dumped config keeps every variable, as values nothing reads), names
+    a sub-config's key (``seed = 5``, ``max_epochs = 1``: the run reads
+    ``randomness.seed``, ``train_cfg.max_epochs``) or an earlier value of it
+    was read (a base's dicts took the base's own: mmengine's trap)."""
     keys, plain = run_keys(), cfg.to_dict()
     tops = [t for t in plain if t not in keys and not t.startswith('_')]
+    inherits = bool(_bases(path))
     for top, (owner, took, key) in _unread(path, tops).items():
-        if any(
-                _held(v, top, _unscoped(plain[top])) for t, v in plain.items()
-                if t != top):
-            continue
         why = unread_key(
-            plain, top, keys, option=False
+            plain if inherits else {}, top, keys, option=False
         ) or took and (
             f'{took} read an earlier {top}' +
             (f' into {key}' if key else '') + '; nothing reads this one (a '
