@@ -2,7 +2,7 @@
 (as mmpretrain's .dev_scripts generate its READMEs).
 
     python .dev_scripts/generate_readme.py          # rewrite every block
-    python .dev_scripts/generate_readme.py --check  # exit 1 naming each stale block
+    python .dev_scripts/generate_readme.py --check  # exit 1: a stale block
 
 A record is one json per run (docs/speed.md#records): ``what``,
 ``command`` (or ``commands``), ``commit``, ``date``, ``machine``
@@ -53,13 +53,15 @@ def block(name, page, own_marks=None):
 def problem(r):
     """What a record lacks of the schema (None when whole)."""
     m = r.get('machine')
-    for key, ok in (
-        ('command', isinstance(r.get('command') or r.get('commands'),
-                               (str, list))),
-        ('commit', re.fullmatch(r'[0-9a-f]{7,40}', str(r.get('commit')))),
-        ('date', re.match(r'\d{4}-\d\d-\d\d', str(r.get('date')))),
-        ('machine.cpu_class or machine.gpu', isinstance(m, dict) and
-         (m.get('cpu_class') or m.get('gpu')))):
+    for key, ok in (('command',
+                     isinstance(
+                         r.get('command') or r.get('commands'),
+                         (str, list))), ('commit',
+                                         re.fullmatch(r'[0-9a-f]{7,40}',
+                                                      str(r.get('commit')))),
+                    ('date', re.match(r'\d{4}-\d\d-\d\d', str(r.get('date')))),
+                    ('machine.cpu_class or machine.gpu', isinstance(m, dict)
+                     and (m.get('cpu_class') or m.get('gpu')))):
         if not ok:
             return f'no {key}'
     return None
@@ -76,9 +78,10 @@ def records(pattern):
         except ValueError as e:
             raise ValueError(f'docs/results/{name} is not json ({e})')
         if not isinstance(r, dict) or problem(r):
-            raise ValueError(f'docs/results/{name}: '
-                             f'{problem(r) if isinstance(r, dict) else "no object"}'
-                             ' (the record schema: docs/speed.md#records)')
+            raise ValueError(
+                f'docs/results/{name}: '
+                f'{problem(r) if isinstance(r, dict) else "no object"}'
+                ' (the record schema: docs/speed.md#records)')
         out.append((name, r))
     if not out:
         raise ValueError(f'no record matches docs/results/{pattern}')
@@ -119,11 +122,11 @@ def machine(m):
     if m.get('gpu'):
         return f"{m['gpu']} ({m['bf16_tflops']:.0f} TFLOP/s bf16)"
     rate = m.get('fp32_gemm_gflops')
-    held = ', '.join(x for x in (m.get('code_paths') and
-                                 f"{m['code_paths']} code paths", m.get(
-                                     'load')) if x)
-    return m['cpu_class'] + (f' ({rate:.0f} GFLOP/s)' if rate else '') + (
-        f', {held}' if held else '')
+    held = ', '.join(
+        x for x in (m.get('code_paths') and f"{m['code_paths']} code paths",
+                    m.get('load')) if x)
+    return m['cpu_class'] + (f' ({rate:.0f} GFLOP/s)'
+                             if rate else '') + (f', {held}' if held else '')
 
 
 def table(head, rows):
@@ -169,20 +172,21 @@ def models_table():
 
 def main_job_label(r):
     v, m = r['values'], r['machine']
-    return f"{machine(m)}, {v['precision']}" + (
-        ', CUDA graphs' if v.get('compile') else '')
+    return f"{machine(m)}, {v['precision']}" + (', CUDA graphs'
+                                                if v.get('compile') else '')
 
 
 @block('knn', HPM_README)
 def knn_table():
     mains = records('main_job/*.json')
-    raw_name, raw = 'knn_raw_pixels_28px.json', one(
-        'knn_raw_pixels_28px.json')
-    ks = sorted({int(k) for _, r in mains for k in r['values']['knn']} |
-                {int(k) for k in raw['acc']})
-    rows = [[f"the main job's encoder: {main_job_label(r)}", r['commit']] + [
-        n(r['values']['knn'].get(str(k)), '{:.2f}') for k in ks
-    ] + [rec(name)] for name, r in mains]
+    raw_name, raw = 'knn_raw_pixels_28px.json', one('knn_raw_pixels_28px.json')
+    ks = sorted({int(k)
+                 for _, r in mains
+                 for k in r['values']['knn']} | {int(k)
+                                                 for k in raw['acc']})
+    rows = [[f"the main job's encoder: {main_job_label(r)}", r['commit']] +
+            [n(r['values']['knn'].get(str(k)), '{:.2f}')
+             for k in ks] + [rec(name)] for name, r in mains]
     rows.append(['raw pixels, 28 px (baseline)', raw['commit']] +
                 [n(raw['acc'].get(str(k)), '{:.2f}')
                  for k in ks] + [rec(raw_name)])
@@ -273,8 +277,7 @@ def by_class(rs, value):
 def per_class(ranges, missing='no run recorded yet'):
     said = [
         f'{c} {mins(lo, hi)} ({k} run{"s" * (k > 1)})'
-        for c in reversed(CLASSES) if c in ranges
-        for lo, hi, k in [ranges[c]]
+        for c in reversed(CLASSES) if c in ranges for lo, hi, k in [ranges[c]]
     ]
     none = [c for c in reversed(CLASSES) if c not in ranges]
     return ', '.join(said) + (f'; {" and ".join(none)}: {missing}'
@@ -298,26 +301,29 @@ def calibration():
 @block('expectations', 'README.md')
 def expectations():
     mains = records('main_job/*.json')
-    gpu = [r for _, r in mains if r['machine'].get('gpu') and
-           not r['values'].get('compile') and r['values'].get('total_s')]
+    gpu = [
+        r for _, r in mains if r['machine'].get('gpu')
+        and not r['values'].get('compile') and r['values'].get('total_s')
+    ]
     suites = [(k, r) for k, r in records('suite/*.json')
               if r['values'].get('how') in ('plain', '.ci/run, clean clone')]
     lo, hi = avx2_estimate()
     return [
-        '- `bash tools/main_job.sh` on 2 cores: ' + per_class(
-            by_class(mains, lambda r: r['values'].get('total_s'))) +
+        '- `bash tools/main_job.sh` on 2 cores: ' +
+        per_class(by_class(mains, lambda r: r['values'].get('total_s'))) +
         (f"; on an {gpu[-1]['machine']['gpu']} (`tools/train.py` with "
          f"`--amp`) {dur(gpu[-1]['values']['total_s'])}" if gpu else '') +
         ' ([docs/speed.md](docs/speed.md#the-main-job)).',
         '- `bash tools/run_tests.sh` on 2 cores: the first full install '
         '(mostly mmcv\'s build, once per machine) ' + per_class(
-            by_class(records('install/*.json'),
-                     lambda r: r['values'].get('total_s'))) +
+            by_class(
+                records('install/*.json'),
+                lambda r: r['values'].get('total_s'))) +
         ' ([docs/install.md](docs/install.md#the-first-install)); then the '
         'suite ' + per_class(
             by_class(suites, lambda r: r['values'].get('pytest_s')),
-            f'estimated {mins(lo, hi)} from the stand-in runs, not measured')
-        + ' ([docs/speed.md](docs/speed.md#the-tests)).'
+            f'estimated {mins(lo, hi)} from the stand-in runs, not measured') +
+        ' ([docs/speed.md](docs/speed.md#the-tests)).'
     ]
 
 
@@ -331,8 +337,8 @@ def main_job_times():
     rows = []
     for name, r in records('main_job/*.json'):
         v = r['values']
-        if not any(v.get(k) for k in ('train_s', 'train_and_knn_s',
-                                      'total_s')):
+        if not any(
+                v.get(k) for k in ('train_s', 'train_and_knn_s', 'total_s')):
             continue
         rows.append([
             main_job_label(r), r['commit'], r['date'],
@@ -381,9 +387,9 @@ def stand_in_calibration():
     r = one(name)
     lo, hi = calibration()
     return [
-        f"An AVX2 machine took {lo:.1f}-{hi:.1f}x the stand-in's time ("
-        + ', '.join(f"{p['test']} {p['avx2_s'] / p['stand_in_s']:.2f}"
-                    for p in r['values']['pairs']) +
+        f"An AVX2 machine took {lo:.1f}-{hi:.1f}x the stand-in's time (" +
+        ', '.join(f"{p['test']} {p['avx2_s'] / p['stand_in_s']:.2f}"
+                  for p in r['values']['pairs']) +
         f"; {rec(name)}: {r['note']})."
     ]
 
@@ -414,8 +420,8 @@ def numerics():
     t, s = r['teacher'], r['student']
     rows = [
         [
-            "teacher scores: Spearman with fp32's, per image (mean / min)",
-            1, f"{t['spearman']:.5f} / {t['spearman_min']:.5f}"
+            "teacher scores: Spearman with fp32's, per image (mean / min)", 1,
+            f"{t['spearman']:.5f} / {t['spearman_min']:.5f}"
         ],
         [
             f"the K = {r['k_hard']} hardest patches, share picked as in fp32",
@@ -447,14 +453,13 @@ def sections():
     rows = {x['setting']: x for x in r['rows']}
     mae = rows['mae']['step']
     parts = ('teacher', 'mask', 'student_fwd', 'losses', 'rest')
-    label = dict(hpm='faithful HPM, 28 px',
-                 fast='the main job: half-resolution teacher + 1-block loss '
-                 'predictor',
-                 mae='the MAE twin')
-    out = [[
-        label[s],
-        dur(x['step']), f"{x['step'] / mae:.2f}x"
-    ] + [dur(x[p]) if p in x else '-' for p in parts]
+    label = dict(
+        hpm='faithful HPM, 28 px',
+        fast='the main job: half-resolution teacher + 1-block loss '
+        'predictor',
+        mae='the MAE twin')
+    out = [[label[s], dur(x['step']), f"{x['step'] / mae:.2f}x"] +
+           [dur(x[p]) if p in x else '-' for p in parts]
            for s, x in rows.items()]
     return table([
         f"{machine(r['machine'])}, {r['commit']}, {rec(name)}", 'step',
@@ -476,8 +481,7 @@ def vit_sizes():
         'half-resolution teacher (`model.teacher.input_scale=0.5`)',
         'fast': '**both** (`configs/hpm/fast/`)',
         'alpha0': 'alpha = 0 steps (no teacher)',
-        'teacher_bf16':
-        "teacher in bf16 (`model.teacher.dtype='bfloat16'`)"
+        'teacher_bf16': "teacher in bf16 (`model.teacher.dtype='bfloat16'`)"
     }
     rows = [["MAE's step"] + [dur(step['mae', a]['step']) for a in archs]]
     rows += [[label[s]] + [
@@ -492,8 +496,9 @@ def vit_sizes():
 
 @block('pipeline', SPEED)
 def pipeline():
-    rs = records('pipeline/*.json') + [('gpu/decode_h200.json',
-                                        one('gpu/decode_h200.json'))]
+    rs = records('pipeline/*.json') + [
+        ('gpu/decode_h200.json', one('gpu/decode_h200.json'))
+    ]
     rows = []
     for name, r in rs:
         pc = r['per_core']
@@ -551,8 +556,10 @@ def gpu_steps():
     rows = {}
     for name, r in records('gpu/pace_*.json'):
         rate = r['matmul_tflops'] * 1e12
-        mae = {(x['batch'], gpu_mode(r, x), x['sdpa']): x['step']
-               for x in r['rows'] if x['setting'] == 'mae'}
+        mae = {
+            (x['batch'], gpu_mode(r, x), x['sdpa']): x['step']
+            for x in r['rows'] if x['setting'] == 'mae'
+        }
         for x in r['rows']:
             if x.get('company'):
                 continue
@@ -562,8 +569,8 @@ def gpu_steps():
                    x['sdpa'] != 'default')
             row = rows.setdefault(key, dict(cells=[], names=[]))
             row['cells'].append([
-                n(x['img_s']) if x['sdpa'] == 'default' else
-                f"{x['sdpa']} {n(x['img_s'])}",
+                n(x['img_s'])
+                if x['sdpa'] == 'default' else f"{x['sdpa']} {n(x['img_s'])}",
                 f"{x['step'] / base:.2f}x" if base else '-',
                 f"{x['img_s'] * 2 * x['macs'] / rate:.1%}",
                 n(x.get('ops_per_step')),
@@ -577,7 +584,8 @@ def gpu_steps():
         one, cols = lambda c: c[0] if len(set(c)) == 1 else ' / '.join(c), \
             list(zip(*row['cells']))
         out.append([
-            -batch, list(label.values())[setting],
+            -batch,
+            list(label.values())[setting],
             mode + (', each attention kernel' if sdpa else ''),
             one(cols[0]),
             one(cols[1]), f"{row['flops']:.2f}x",
@@ -597,8 +605,8 @@ def fused():
     rs = records('fused/*.json')
     rows = []
     for metric, label, f in (('knn_k10', 'kNN k=10', '{:+.2f}'),
-                             ('linear', 'linear probe', '{:+.2f}'),
-                             ('loss_rec', 'loss_rec', '{:+.4f}'),
+                             ('linear', 'linear probe',
+                              '{:+.2f}'), ('loss_rec', 'loss_rec', '{:+.4f}'),
                              ('rank_acc', 'rank_acc', '{:+.3f}')):
         d = paired([r for _, r in rs], metric, variant='fused')
         mean, half = interval(d)
@@ -639,9 +647,10 @@ def install_time():
         dur(r['values'].get('mmcv_build_s')),
         rec(name)
     ] for name, r in rs]
-    return table(
-        ['machine (2 cores)', 'commit', 'date', 'in all', 'the mmcv build',
-         'record'], rows)
+    return table([
+        'machine (2 cores)', 'commit', 'date', 'in all', 'the mmcv build',
+        'record'
+    ], rows)
 
 
 @block('cuda-tests', 'docs/gpu.md')
@@ -673,8 +682,9 @@ def frameworks_check():
 
 
 def _study():
-    sys.path[:0] = [osp.join(osp.dirname(osp.abspath(__file__)),
-                             'fmnist_study')]
+    sys.path[:0] = [
+        osp.join(osp.dirname(osp.abspath(__file__)), 'fmnist_study')
+    ]
     import report
     return report
 
@@ -691,7 +701,8 @@ def study_tables():
 
 
 BLOCKS['study'] = ('docs/study.md', study_tables,
-                  ('<!-- study report: begin -->', '<!-- study report: end -->'))
+                   ('<!-- study report: begin -->',
+                    '<!-- study report: end -->'))
 
 # docs/own_data.md: what --from buys (.dev_scripts/own_data_study) ---------
 
@@ -741,19 +752,19 @@ def own_data():
                      cell([x - y for x, y in zip(a, c)], '+')))
     return table(
         ('budget: epochs', 'paired seeds', 'source as it is',
-         'adapted (--from)', 'scratch', 'adapted - scratch'), rows
-    ) + [
-        '', f"kNN top-1 (%, k = 10) of the {source['num_val']:,} held-out "
-        f"digits against the other {source['num_bank']:,}; mean [95% t "
-        'interval] over the seeds. Raw pixels: '
-        f"{source['raw_pixels']['10']:.2f}. Source: `{source['source']}`. "
-        f"Commands: `{adapted['command']}` "
-        "and the same without `--from` (each record's own); "
-        f"the source as it is: `{source['commands'][2]}`; the source: "
-        f"`{source['commands'][0]}`. "
-        f"Machine: {machine(source['machine'])}, shared, commit "
-        f"{source['commit']}."
-    ]
+         'adapted (--from)', 'scratch', 'adapted - scratch'),
+        rows) + [
+            '', f"kNN top-1 (%, k = 10) of the {source['num_val']:,} held-out "
+            f"digits against the other {source['num_bank']:,}; mean [95% t "
+            'interval] over the seeds. Raw pixels: '
+            f"{source['raw_pixels']['10']:.2f}. Source: `{source['source']}`. "
+            f"Commands: `{adapted['command']}` "
+            "and the same without `--from` (each record's own); "
+            f"the source as it is: `{source['commands'][2]}`; the source: "
+            f"`{source['commands'][0]}`. "
+            f"Machine: {machine(source['machine'])}, shared, commit "
+            f"{source['commit']}."
+        ]
 
 
 # the command ----------------------------------------------------------------
@@ -784,9 +795,10 @@ def stale():
 def main(argv=None):
     import argparse
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument('--check',
-                        action='store_true',
-                        help='write nothing; exit 1 naming each stale block')
+    parser.add_argument(
+        '--check',
+        action='store_true',
+        help='write nothing; exit 1 naming each stale block')
     args = parser.parse_args(argv)
     try:
         if args.check:

@@ -42,9 +42,11 @@ def typed_timings(page, text, blocks):
     """The timings in ``text`` outside its generated blocks and the
     allowed phrases, as 'page:line: figure'."""
     for begin, end in blocks:
-        text = re.sub(re.escape(begin) + '.*?' + re.escape(end),
-                      lambda m: '\n' * m.group(0).count('\n'), text,
-                      flags=re.S)
+        text = re.sub(
+            re.escape(begin) + '.*?' + re.escape(end),
+            lambda m: '\n' * m.group(0).count('\n'),
+            text,
+            flags=re.S)
     for where, phrase, _ in ALLOWED:
         if where == page:
             text = text.replace(phrase, '')
@@ -64,10 +66,11 @@ def test_no_generated_block_is_stale(g):
     stale = g.stale()
     assert not stale, ('stale blocks (run python .dev_scripts/'
                        f'generate_readme.py): {stale}')
-    assert {page for page, _, _ in g.BLOCKS.values()} >= {
-        'README.md', 'docs/speed.md', 'docs/install.md', 'docs/gpu.md',
-        'configs/hpm/README.md'
-    }
+    assert {page
+            for page, _, _ in g.BLOCKS.values()} >= {
+                'README.md', 'docs/speed.md', 'docs/install.md', 'docs/gpu.md',
+                'configs/hpm/README.md'
+            }
 
 
 def test_no_timing_is_typed_outside_the_generated_blocks(g):

@@ -48,8 +48,8 @@ def test_every_record_has_the_schema(g):
 
 
 def test_the_metafile_figure_is_its_record(g):
-    main = json.load(open(osp.join(g.RESULTS, 'main_job',
-                                   'avx2_07bc03c.json')))
+    main = json.load(
+        open(osp.join(g.RESULTS, 'main_job', 'avx2_07bc03c.json')))
     model = {
         m['Name']: m
         for m in yaml.safe_load(open(g.METAFILE))['Models']
@@ -80,23 +80,26 @@ def test_check_names_a_stale_block_and_a_new_record_is_one_regeneration(
         (tmp_path / page).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(osp.join(REPO, page), tmp_path / page)
     shutil.copytree(g.RESULTS, tmp_path / 'docs' / 'results')
-    shutil.copytree(osp.join(REPO, 'configs'), tmp_path / 'configs',
-                    dirs_exist_ok=True)
+    shutil.copytree(
+        osp.join(REPO, 'configs'), tmp_path / 'configs', dirs_exist_ok=True)
     monkeypatch.setattr(g, 'ROOT', str(tmp_path))
     monkeypatch.setattr(g, 'RESULTS', str(tmp_path / 'docs' / 'results'))
     assert g.main(['--check']) == 0
     speed = tmp_path / 'docs' / 'speed.md'
     text = speed.read_text()
-    speed.write_text(text.replace('| AMX (266 GFLOP/s), fp32 | d1ac16d',
-                                  '| AMX (266 GFLOP/s), fp32 | 0000000'))
+    speed.write_text(
+        text.replace('| AMX (266 GFLOP/s), fp32 | d1ac16d',
+                     '| AMX (266 GFLOP/s), fp32 | 0000000'))
     capsys.readouterr()
     assert g.main(['--check']) == 1
     assert 'docs/speed.md, block main-job' in capsys.readouterr().out
     assert g.main([]) == 0 and speed.read_text() == text
-    record = json.load(open(tmp_path / 'docs' / 'results' / 'main_job' /
-                            'avx512-bf16_94274e2.json'))
-    record.update(commit='1234567', machine=dict(cpu_class='AVX2',
-                                                 fp32_gemm_gflops=91.4))
+    record = json.load(
+        open(tmp_path / 'docs' / 'results' / 'main_job' /
+             'avx512-bf16_94274e2.json'))
+    record.update(
+        commit='1234567',
+        machine=dict(cpu_class='AVX2', fp32_gemm_gflops=91.4))
     record['values'].update(total_s=900, train_and_knn_s=880)
     (tmp_path / 'docs' / 'results' / 'main_job' /
      'avx2_1234567.json').write_text(json.dumps(record))
