@@ -5,7 +5,8 @@ import torch
 from mmengine.config import Config
 from mmengine.logging import print_log
 
-from hpm_mm.engine.safe_load import check_finite, checkpoint_state
+from hpm_mm.engine.checkpoint_migrations import checkpoint_state
+from hpm_mm.engine.safe_load import check_finite
 from .config import load_config
 
 

@@ -51,9 +51,9 @@ def test(config: Union[str, Config],
     cfg.load_from = checkpoint
     from mmpretrain.utils import get_ori_model
 
+    from hpm_mm.engine.checkpoint_migrations import checkpoint_state
     from hpm_mm.engine.dist import setup_cpu_distributed
-    from hpm_mm.engine.safe_load import (check_fills, check_finite,
-                                         checkpoint_state)
+    from hpm_mm.engine.safe_load import check_fills, check_finite
     from .train import build_runner
     setup_cpu_distributed(cfg.launcher, cfg)  # gloo + DDP without a GPU
     # an evaluation: no training parts, so hpm_mm's runner takes no work-dir

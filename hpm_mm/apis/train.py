@@ -25,7 +25,9 @@ def train_config(config: Union[str, Config],
     """The config of a training run, as ``tools/train.py`` makes it: ``config``
     (a file or a Config) with ``cfg_options`` (checked) and ``overrides``
     (top-level keys merged) and the tool's flags: ``resume`` (True: the work
-    dir's newest checkpoint of this run; a path), ``amp`` (``precision='auto'``
+    dir's newest checkpoint of this run, beside the config's ``load_from``
+    the resume room's rule: :class:`~hpm_mm.engine.resume.RunResume`; a
+    path), ``amp`` (``precision='auto'``
     over the config's, with a warning), ``quiet`` (``console='quiet'``),
     ``tensorboard``, ``validate``, ``auto_scale_lr``, ``launcher``,
     ``pin_memory`` and ``persistent_workers`` (False: off in every loader). A
@@ -33,8 +35,8 @@ def train_config(config: Union[str, Config],
     flags = {k: v for k, v in locals().items() if k in FLAGS}
     check_arguments(flags, work_dir, resume, launcher)
     cfg = run_config(config, work_dir, launcher, overrides, cfg_options)
-    if resume is True or resume == 'auto':
-        cfg.resume, cfg.load_from = True, None
+    if resume is True or resume == 'auto':  # load_from kept: the resume
+        cfg.resume = True  # room's rule (hpm_mm.engine.resume) reads it
     elif resume:  # a path: the runner's resume room reads it as asked for
         cfg.resume, cfg.load_from = os.fspath(resume), None
     if amp:  # the command line wins over the config, as --cfg-options

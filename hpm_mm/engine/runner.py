@@ -24,7 +24,6 @@ from hpm_mm.datasets.data_check import check_data_roots
 from hpm_mm.errors import explained_build_errors
 from .config import load_config
 from .dist import setup_cpu_distributed
-from .hooks.cuda_graph_step_hook import CUDAGraphStepHook
 from .log_filter import BareConsoleFormatter, QuietConsole
 from .optimizers.guarded_optim_wrapper import each_wrapper, fused_on_cuda
 from .precision import Precision, optim_wrapper_cfg, run_precision
@@ -146,16 +145,14 @@ class RunPolicyMixin:
         check_data_roots(cfg, work_dir)
         if os.environ.get('RANK', '0') == '0':  # one run per work dir
             self._hpm_lock = own_work_dir(work_dir)
-        resume = kw.get('resume')
-        if isinstance(resume, str):  # --resume PATH (FlexibleRunner's form)
-            kw['load_from'], kw['resume'] = resume, True
-        self._hpm_resume = RunResume(
-            kw,
-            work_dir,
-            cfg.get('resume_changed_run', False),
-            explicit=isinstance(resume, str))
-        cfg.resume = kw['resume']
-        cfg.load_from = kw.get('load_from')
+        room = self._hpm_resume = RunResume(
+            kw, work_dir, cfg.get('resume_changed_run', False))
+        cfg.resume, cfg.load_from = room.resume, room.path
+        if room.resume and room.path:  # its restore, by name (as mmengine's)
+            kw['custom_hooks'] = [
+                *(kw.get('custom_hooks') or []),
+                dict(type='ResumeHook', changed=room.changed)
+            ]
 
     def build_logger(self, *args, **kwargs):
         """mmengine's logger; the precision and the resume notes are its
@@ -224,7 +221,7 @@ class RunPolicyMixin:
                 options = dict(options, mode=None)  # (torch's default)
                 self.set_compile(options)
             else:  # a new graph generation per iteration
-                self.register_hook(CUDAGraphStepHook(), 'VERY_HIGH')
+                self.register_hook(dict(type='CUDAGraphStepHook'), 'VERY_HIGH')
         if options and hasattr(model, 'compile_parts'):
             self.set_compile(None)  # (mmengine's would take train_step)
             parts = model.compile_parts(
@@ -282,24 +279,13 @@ class RunPolicyMixin:
         super().dump_config()
 
     def load_or_resume(self) -> None:
-        """mmengine's, after the fit check, through the resume room
-        (:meth:`RunResume.load`). (Here ``FlexibleRunner``'s model is
-        built: its preprocessor's channel check goes on now.)"""
+        """mmengine's, after the fit check (a resumed run's restore is the
+        ``ResumeHook``'s). (Here ``FlexibleRunner``'s model is built: its
+        preprocessor's channel check goes on now.)"""
         from hpm_mm.models.data_preprocessor import watch_channels
         self._check_checkpoint_fits()
         watch_channels(getattr(self.model, 'module', self.model))
-        if self._hpm_resume is None:
-            return super().load_or_resume()
-        self._hpm_resume.load(self, super().load_or_resume)
-
-    def call_hook(self, fn_name: str, **kwargs) -> None:
-        """mmengine's; a resume's ``after_load_checkpoint`` (both runners
-        load the optimizer's state after it) in the resume room first
-        (:meth:`RunResume.restore`)."""
-        if fn_name == 'after_load_checkpoint' and self._resume and \
-                self._hpm_resume is not None:
-            self._hpm_resume.restore(self, kwargs['checkpoint'])
-        super().call_hook(fn_name, **kwargs)
+        super().load_or_resume()
 
     def save_checkpoint(self, *args, **kwargs):
         """mmengine's checkpoint, its meta holding this run's signature and

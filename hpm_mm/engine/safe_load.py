@@ -347,17 +347,6 @@ def load_from_local(filename: str, map_location=None):
     return load_file(osp.expanduser(filename), map_location)
 
 
-def checkpoint_state(model: torch.nn.Module, filename) -> dict:
-    """The state dict of ``filename`` (through :func:`load_file`; or of a
-    checkpoint already loaded, a dict) in ``model``'s keys: its
-    ``state_dict`` entry, keys of earlier hpm_mm versions mapped by the
-    model's ``upgrade_state_dict`` when it has one."""
-    ckpt = filename if isinstance(filename, dict) else load_file(filename)
-    state = ckpt.get('state_dict', ckpt)
-    upgrade = getattr(model, 'upgrade_state_dict', None)
-    return upgrade(state) if upgrade is not None else state
-
-
 def check_fills(expected,
                 state_dict: dict,
                 name: str,

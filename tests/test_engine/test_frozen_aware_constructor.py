@@ -83,7 +83,7 @@ def test_merged_groups_step_as_mmengines_and_resume_their_state():
     from mmengine.optim import build_optim_wrapper
 
     from hpm_mm.apis import load_model
-    from hpm_mm.engine.resume import merge_saved
+    from hpm_mm.engine.checkpoint_migrations import merge_saved
     cfg = Config.fromfile(FMNIST_CFG)
     model = load_model(cfg)
     start = copy.deepcopy(model.state_dict())

@@ -1,11 +1,14 @@
 """The resume room (hpm_mm/engine/resume.py): which checkpoint a training
 run continues and whether it is this run's, tried through hpm_mm.apis.train
 on tiny runs (1-block 16-d ViT, 8 generated images, 2 steps an epoch)."""
+import os.path as osp
+import re
+import shlex
 import shutil
 
 import pytest
 import torch
-from helpers import FMNIST_CFG, TINY_RUN, tiny_config, train
+from helpers import FMNIST_CFG, TINY_RUN, tiny_config, tool_main, train
 
 from hpm_mm.errors import HPMError
 
@@ -192,3 +195,93 @@ def test_a_branch_keeps_its_line_through_later_resumes(tmp_path):
     assert f'resume: from {deeper}/epoch_2.pth' in out
     line = (deeper / 'run_id').read_text().splitlines()[2].split()
     assert line == [parent, '1', ids[0], '2'], line
+
+
+def test_a_bare_resume_keeps_the_configs_load_from(tmp_path):
+    """An imported checkpoint's config (``load_from=<weights>``) with a bare
+    ``--resume`` in a new work dir starts from the weights (the flag dropped
+    ``load_from``: it trained from scratch, saying only 'no checkpoint
+    yet'); in a work dir holding another run the refusal's fix, followed
+    as printed, continues that run (its fix '--resume' would have come back
+    to the same refusal). With that run's checkpoints all cut short, the
+    line is ``--resume``'s own (``resume = True`` beside ``load_from`` said
+    'none begun from' the weights: untrue)."""
+    cfg = _config(tmp_path)
+    src, new, other = (tmp_path / n for n in ('src', 'new', 'other'))
+    train(cfg, src, cfg_options={'train_cfg.max_epochs': 1})
+    weights = _weights(src / 'epoch_1.pth', tmp_path / 'imported.pth')
+    imported = tmp_path / 'imported_cfg.py'
+    imported.write_text(f'_base_ = [{cfg!r}]\nload_from = {weights!r}\n')
+
+    def tool(work, *args):
+        return tool_main('train.py', imported, '--work-dir', work, *args)
+
+    done = tool(new, '--resume', '--cfg-options', 'train_cfg.max_epochs=1')
+    assert done.returncode == 0, done.stderr[-2000:]
+    run = torch.load(new / 'epoch_1.pth')['meta']['hpm_run']
+    assert run['start'] == osp.realpath(weights), run
+    data = (new / 'epoch_1.pth').read_bytes()  # its one checkpoint cut
+    (new / 'epoch_1.pth').write_bytes(data[:len(data) // 3])
+    refused = tool(new, '--resume')
+    line = refused.stderr.strip().splitlines()[-1]
+    assert 'no complete checkpoint of this run' in line, line
+    train(cfg, other)  # from scratch, stopped after its first epoch
+    _stopped_after(other, 1)
+    refused = tool(other, '--resume')
+    line = refused.stderr.strip().splitlines()[-1]  # (its one line)
+    assert refused.returncode != 0, refused.stdout[-2000:]
+    assert f'none begun from {weights}' in line, line
+    fix = re.search(r'Fix: (.*) to continue it', line).group(1)
+    done = tool(other, *shlex.split(fix))
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert (other / 'epoch_3.pth').exists()
+    end = torch.load(other / 'epoch_3.pth')['meta']['hpm_run']
+    assert end['start'] is None  # the run from scratch, continued
+
+
+def test_a_resumed_run_holds_its_checkpoints_state(tmp_path):
+    """What a resume restores, pinned: the model (teacher included), the
+    optimizer's moments and hyper-parameters, the schedulers, the epoch and
+    iteration, the non-finite guard's step counts and last step equal the
+    checkpoint's."""
+    from mmengine.config import Config
+    from mmengine.registry import RUNNERS
+    cfg = _config(tmp_path, 'model = dict(mask_generator=dict('
+                  'alpha_0=0.5, alpha_T=1.0))')  # the teacher from step 1
+    work = tmp_path / 'work'
+    train(cfg, work)
+    _stopped_after(work, 1)
+    ckpt = torch.load(work / 'epoch_1.pth')
+    config = Config.fromfile(cfg)
+    config.work_dir, config.resume = str(work), True
+    runner = RUNNERS.build(config)
+    runner._train_loop = runner.build_train_loop(runner._train_loop)
+    runner.optim_wrapper = runner.build_optim_wrapper(runner.optim_wrapper)
+    runner.param_schedulers = runner.build_param_scheduler(
+        runner.param_schedulers)
+    runner.load_or_resume()
+    runner.release_work_dir()
+    assert (runner.epoch, runner.iter) == (1, 2)
+    state = runner.model.state_dict()
+    assert state.keys() == ckpt['state_dict'].keys()
+    for k, v in ckpt['state_dict'].items():
+        assert torch.equal(state[k], v), k
+    assert int(state['teacher.steps']) == 2
+    opt = runner.optim_wrapper.optimizer.state_dict()
+    for i, saved in ckpt['optimizer']['state'].items():
+        for key, value in saved.items():
+            assert torch.equal(opt['state'][i][key], value), key
+    assert [{
+        k: v
+        for k, v in g.items() if k != 'params'
+    } for g in opt['param_groups']] == [{
+        k: v
+        for k, v in g.items() if k != 'params'
+    } for g in ckpt['optimizer']['param_groups']]
+    assert [s.state_dict()
+            for s in runner.param_schedulers] == ckpt['param_schedulers']
+    base = ckpt['optimizer']['base_param_settings']  # (mmengine's base_lr)
+    assert base['lr'] == runner.optim_wrapper.base_param_settings['lr']
+    guard, run = runner.optim_wrapper, ckpt['meta']['hpm_run']
+    assert [guard.skipped_steps, guard.applied_steps] == run['steps'] == [0, 2]
+    assert guard.last_applied == run['last_applied'] == 1.0

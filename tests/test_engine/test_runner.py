@@ -395,3 +395,31 @@ def test_the_runs_config_is_formatted_once_per_content(monkeypatch):
     once.train_cfg.max_epochs = 3
     assert 'max_epochs=3' in once.pretty_text and len(calls) == 3
     assert once.pretty_text == Config(once.to_dict()).pretty_text
+
+
+def test_the_runner_builds_the_engines_plugins_by_name():
+    """The engine's own modules (runner, resume, ...) name the hooks and
+    optimizer wrappers they need by registry name, as mmengine registers
+    its default hooks; only functions come from engine/hooks/ and
+    engine/optimizers/ (runner.py imported CUDAGraphStepHook: an arrow back
+    up)."""
+    import ast
+    import inspect
+    import os.path as osp
+    from glob import glob
+
+    import hpm_mm.engine
+    root = osp.dirname(hpm_mm.engine.__file__)
+    up = []
+    for path in glob(osp.join(root, '[!_]*.py')):  # (not __init__.py)
+        for node in ast.walk(ast.parse(open(path).read())):
+            package = (getattr(node, 'module', '') or '').split('.')[0]
+            if isinstance(node, ast.ImportFrom) and node.level == 1 and \
+                    package in ('hooks', 'optimizers'):
+                module = __import__(
+                    f'hpm_mm.engine.{node.module}', fromlist=['*'])
+                up += [
+                    f'{osp.basename(path)}: {a.name}' for a in node.names
+                    if inspect.isclass(getattr(module, a.name))
+                ]
+    assert not up, up

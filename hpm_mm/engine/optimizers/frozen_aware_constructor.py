@@ -49,7 +49,8 @@ class FrozenAwareOptimWrapperConstructor(DefaultOptimWrapperConstructor):
     352 are 2) into plain dicts: mmengine's are ConfigDicts, whose every
     read (``group['lr']``, by the optimizer, the schedulers and the guard)
     goes through addict (docs/speed.md). A checkpoint saved with one group
-    per parameter resumes through :func:`hpm_mm.engine.resume.merge_saved`."""
+    per parameter resumes through
+    :func:`hpm_mm.engine.checkpoint_migrations.merge_saved`."""
 
     def __call__(self, model: nn.Module) -> OptimWrapper:
         with drop_log_messages('is skipped since its requires_grad=False'):

@@ -121,6 +121,21 @@ class NonFiniteGuardMixin:
         self._grad_norm: Optional[torch.Tensor] = None
         self._pending: List[tuple] = []  # per step: (flag, grad norm)
 
+    def step_counts(self) -> dict:
+        """What a checkpoint keeps of the guard (``meta.hpm_run``): the steps
+        skipped and applied, whether the last was applied ({} before it)."""
+        return {} if self.last_applied is None else dict(
+            last_applied=float(self.last_applied),
+            steps=[self.skipped_steps, self.applied_steps])
+
+    def restore_step_counts(self, counts: dict) -> None:
+        """A resumed run's :meth:`step_counts` at its checkpoint: the
+        end-of-run check counts the whole run, and the EMA teacher's next
+        update reads whether the last step was applied."""
+        if 'last_applied' in counts:
+            self.last_applied = counts['last_applied']
+            self._skipped, self._applied = counts['steps']
+
     @property
     def skipped_steps(self) -> int:
         """Steps skipped so far (reads the pending flags)."""
@@ -260,8 +275,8 @@ class NonFiniteGuardMixin:
         optimizer steps (non-finite loss or gradients) than it applied: its
         checkpoints hold a model that barely trained (a run shorter than
         ``max_consecutive_skips`` would otherwise end normally). A resumed
-        run counts its steps before the stop too (the resume room restores
-        them)."""
+        run counts its steps before the stop too
+        (:meth:`restore_step_counts`)."""
         skipped, applied = self.skipped_steps, self.applied_steps
         if skipped and skipped >= applied:
             raise HPMError(
