@@ -218,7 +218,8 @@ def test_a_config_files_top_level_typo_is_one_line(tmp_path, line, says):
     """A top-level key of a config file that nothing reads and that is close
     to a key the run reads is refused before anything is built (it trained
     from scratch / in fp32 / the full run); a plain variable the file uses
-    while parsed stays legal (the rules: tests/test_engine/test_config.py)."""
+    while parsed stays legal (the rules:
+    tests/test_engine/test_config_check.py)."""
     from hpm_mm.apis import load_config
     cfg = tmp_path / 'typo.py'
     cfg.write_text(f'_base_ = [{FMNIST_CFG!r}]\n{line}\n')

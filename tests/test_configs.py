@@ -26,7 +26,7 @@ CONFIGS = sorted([
     ids=[osp.relpath(p, REPO) for p in CONFIGS])
 def test_config_builds(path, monkeypatch, tmp_path):
     """Through the config room's checks (none refuses a config of the tree,
-    nor its dump: tests/test_engine/test_config.py), its model builds."""
+    nor its dump: tests/test_engine/test_config_check.py), its model builds."""
     from hpm_mm.apis import load_config
     monkeypatch.syspath_prepend(REPO)  # projects/ import from the repo root
     cfg = load_config(path)

@@ -2,7 +2,7 @@
 on a folder of images, evaluate with kNN, draw the hard patches, load a trained
 encoder. Each raises :class:`~hpm_mm.errors.HPMError` with one line that
 names the problem and the fix; the tools turn it into an exit code."""
-from hpm_mm.engine.config import load_config, merge_cfg_options
+from hpm_mm.engine.config_check import load_config, merge_cfg_options
 from hpm_mm.errors import HPMError
 from .config import CfgOptionsAction
 from .folder import pretrain_folder

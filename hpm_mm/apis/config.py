@@ -1,5 +1,5 @@
 """The command line's config options and a run's config as every tool
-makes it (the config room itself: :mod:`hpm_mm.engine.config`)."""
+makes it (the config room itself: :mod:`hpm_mm.engine.config_check`)."""
 import copy
 import os
 import os.path as osp
@@ -8,7 +8,7 @@ from typing import Optional
 
 from mmengine.config import Config, DictAction
 
-from hpm_mm.engine.config import load_config
+from hpm_mm.engine.config_check import load_config
 from hpm_mm.errors import HPMError
 
 

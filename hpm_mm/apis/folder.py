@@ -273,7 +273,7 @@ def from_checkpoint(path: str,
     ]
     from mmengine.config import Config
 
-    from hpm_mm.engine.config import run_keys
+    from hpm_mm.engine.config_check import run_keys
     keys = run_keys()  # its settings, not its files' variables
     text = Config({k: v for k, v in cfg.to_dict().items() if k in keys})
     return dict(

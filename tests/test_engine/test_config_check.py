@@ -1,8 +1,8 @@
-"""The config room's rules (hpm_mm.engine.config): every dict of a config
-checked against what receives it, a top-level name nothing reads refused
-naming the key that would take it, a file that is no config in one line;
-the same mistake the same line through a file, ``--cfg-options``, the API
-and a tool, before the work dir is made."""
+"""The config room's rules (hpm_mm.engine.config_check): every dict of a
+config checked against what receives it, a top-level name nothing reads
+refused naming the key that would take it, a file that is no config in one
+line; the same mistake the same line through a file, ``--cfg-options``, the
+API and a tool, before the work dir is made."""
 import os.path as osp
 import re
 
@@ -180,7 +180,7 @@ def test_kwargs_are_followed_where_passed_on_or_read_by_key():
     """A constructor's ``**kwargs`` passed on to its base's ``__init__``
     takes the base's keys and those it reads itself; one used otherwise
     (kept, iterated) takes any key: no false refusal."""
-    from hpm_mm.engine.config import _takes
+    from hpm_mm.engine.config_check import _takes
 
     class Base:
 
