@@ -3,15 +3,19 @@ changed with one clear line for what cannot work: a syntax error, a
 missing package or ``_base_``, an option or a file's variable nothing
 reads, a key that what receives its dict does not take. Every tool,
 ``hpm_mm.apis`` and the runner (``RUNNERS.build`` users too) read a config
-through :func:`load_config`."""
+through :func:`load_config`, once: the runner takes a config it made as
+it is (:func:`is_loaded`)."""
 import ast
 import copy
+import difflib
 import functools
+import importlib
 import inspect
 import os
 import os.path as osp
 import re
 import textwrap
+from contextlib import suppress
 from typing import Any, Optional, Union
 
 from mmengine.config import Config
@@ -20,6 +24,8 @@ from hpm_mm.errors import HPMError, all_registries, did_you_mean, no_such_key
 
 _MISSING = object()
 _KINDS = {bool: 'True or False', int: 'a whole number', float: 'a number'}
+#: the mark of a config :func:`load_config` made (kept by its copies)
+_LOADED = '_hpm_loaded'
 
 
 def _step(node: Any, part: str) -> Any:
@@ -29,15 +35,6 @@ def _step(node: Any, part: str) -> Any:
             int(part) < len(node):
         return node[int(part)]
     return node[part] if isinstance(node, dict) and part in node else _MISSING
-
-
-def _lookup(cfg: Any, key: str) -> Any:
-    node = cfg
-    for part in key.split('.'):
-        node = _step(node, part)
-        if node is _MISSING:
-            break
-    return node
 
 
 def _misfit(old: Any, new: Any, default: bool = False) -> Optional[str]:
@@ -103,39 +100,20 @@ def unread_key(cfg: dict,
                top: str,
                keys: frozenset,
                rest: str = '',
-               option: bool = True) -> Optional[str]:
+               cutoff: float = 0.8) -> Optional[str]:
     """Why the top-level ``top`` of ``cfg``, which nothing reads, is a
-    mistake, or None: it is close to a key the run reads, or names a key
-    of a sub-config (``seed`` is read as ``randomness.seed``)."""
-    import difflib
-    if top in keys or top.startswith('_'):
-        return None
+    mistake, or None: it names a key of a sub-config (``seed`` is read as
+    ``randomness.seed``), or is close to a key the run reads."""
     leaves = _leaves(cfg)
     if top in leaves:
         return (f'the run reads {top!r} only as {leaves[top]}, not at the '
                 f'top level. Fix: {leaves[top]}=...')
-
-    def near(names):
-        return difflib.get_close_matches(
-            top, sorted(names), n=1, cutoff=0.8 if option else 0.85)
-
-    close = [c + rest for c in near(keys)] or [leaves[c] for c in near(leaves)]
-    if close:
-        return f'nothing reads {top!r}. Fix: did you mean {close[0]}?'
-    return None
-
-
-def _check_top_level(cfg: dict, key: str, keys: frozenset) -> None:
-    """Refuse an option whose top-level key nothing reads, in one line."""
-    top = key.split('.')[0]
-    if top in keys:
-        return
-    why = unread_key(cfg, top, keys, key[len(top):]) or (
-        f'nothing reads {top!r} (a variable of the config file is used '
-        'only while the file is parsed). Fix: set a key the run reads '
-        '(a plugin that reads a top-level key of its own declares it: '
-        'config_keys = (...) on its registered class)')
-    raise HPMError(f'--cfg-options {key}=...: {why}')
+    near = functools.partial(
+        difflib.get_close_matches, top, n=1, cutoff=cutoff)
+    close = [c + rest for c in near(sorted(keys))] or \
+        [leaves[c] for c in near(sorted(leaves))]
+    return f'nothing reads {top!r}. Fix: did you mean {close[0]}?' \
+        if close else None
 
 
 def _by_type(cfg: dict, key: str) -> str:
@@ -159,8 +137,6 @@ def _by_type(cfg: dict, key: str) -> str:
                     f'those types, or the element\'s index ({where}.0, ...).')
             parts[i] = part = str(hits[0])
         node = _step(node, part)
-        if node is _MISSING:
-            break
     return '.'.join(parts)
 
 
@@ -174,9 +150,16 @@ def merge_cfg_options(cfg: Config, options: dict) -> Config:
     options = {_by_type(current, k): v for k, v in options.items()}
     keys = run_keys()
     for key in options:
-        _check_top_level(current, key, keys)
+        top = key.split('.')[0]
+        if top not in keys:
+            why = unread_key(current, top, keys, key[len(top):]) or (
+                f'nothing reads {top!r} (a config file\'s variable is used '
+                'only while the file is parsed). Fix: a key the run reads (a '
+                "plugin's own top-level key: config_keys = (...) on its class)"
+            )
+            raise HPMError(f'--cfg-options {key}=...: {why}')
     for key, value in options.items():
-        old = _lookup(current, key)
+        old = functools.reduce(_step, key.split('.'), current)
         if _misfit(old, value):
             raise HPMError(f'--cfg-options {key}={value!r}: expected '
                            f'{_misfit(old, value)} (the config has {old!r}).')
@@ -184,24 +167,10 @@ def merge_cfg_options(cfg: Config, options: dict) -> Config:
     return cfg
 
 
-def _config_files(path: str, seen: Optional[set] = None):
-    """``path`` and the files its ``_base_`` names, each once, as mmengine
-    resolves them (relative ones from its folder, ``pkg::`` ones in that
-    package; a package not installed is left out: it is not the syntax).
-    A file's bases are read only once the caller has taken the file."""
-    seen = set() if seen is None else seen
-    if not osp.isfile(path) or osp.realpath(path) in seen:
-        return
-    seen.add(osp.realpath(path))
-    yield path
-    for base in _bases(path):
-        yield from _config_files(base, seen)
-
-
 def _bases(path: str, exist: bool = True) -> list:
     """The files the config file ``path``'s ``_base_`` names, as mmengine
-    resolves them; or (not ``exist``) ``(name, path)`` pairs, missing ones
-    too."""
+    resolves them (relative ones from its folder, ``pkg::`` ones in that
+    package); or (not ``exist``) ``(name, path)`` pairs, missing ones too."""
     out = []
     for name in Config._get_base_files(path):
         try:
@@ -212,6 +181,18 @@ def _bases(path: str, exist: bool = True) -> list:
     return [b for _, b in out if osp.isfile(b)] if exist else out
 
 
+def _config_files(path: str, seen: Optional[set] = None):
+    """``path`` and the files it inherits, each once, in mmengine's order;
+    a file's bases read only once the caller has taken the file (its
+    syntax checked)."""
+    seen = set() if seen is None else seen
+    if osp.isfile(path) and osp.realpath(path) not in seen:
+        seen.add(osp.realpath(path))
+        yield path
+        for base in _bases(path):
+            yield from _config_files(base, seen)
+
+
 def _near(path: str) -> str:
     """What is close to the missing file ``path`` in its folder."""
     folder = osp.dirname(path) or '.'
@@ -219,7 +200,7 @@ def _near(path: str) -> str:
         osp.basename(path), os.listdir(folder)) if osp.isdir(folder) else ''
 
 
-def syntax_error(path: str, error: SyntaxError) -> str:
+def _syntax_error(path: str, error: SyntaxError) -> str:
     """Where a config's syntax error is: the file (``path`` or the
     ``_base_`` it inherits that holds it) and line (mmengine names a
     temporary copy of the file, or none)."""
@@ -253,24 +234,26 @@ _DEFAULT_TYPES = dict(
     visualizer='Visualizer')
 
 
-def _source(obj) -> Optional[ast.AST]:
+def _key_uses(obj, name: str) -> tuple:
+    """The keys the code of ``obj`` reads from or sets in the dict it calls
+    ``name`` (``name.get('k')``, ``.pop``, ``.setdefault``, ``name['k']``,
+    ``self.name...`` alike); how many uses of a plain ``name`` those and
+    its ``update``s are, and how many pass it on (``__init__(**name)``).
+    None without source."""
     try:
-        return ast.parse(textwrap.dedent(inspect.getsource(obj)))
+        tree = ast.parse(textwrap.dedent(inspect.getsource(obj)))
     except (OSError, TypeError, SyntaxError):
         return None
-
-
-def _key_uses(tree: ast.AST, name: str) -> tuple:
-    """The keys ``tree``'s code reads from or sets in the dict it calls
-    ``name`` (``name.get('k')``, ``.pop``, ``.setdefault``, ``name['k']``,
-    ``self.name...`` alike), and how many uses of the name those and its
-    ``name.update(...)`` are."""
-    keys, uses = {}, 0
+    keys, uses, passed = {}, 0, 0
     for n in ast.walk(tree):
-        call = isinstance(n, ast.Call) and getattr(
-            n.func, 'attr', None) in ('get', 'pop', 'setdefault', 'update')
-        held, key = (n.func.value, n.args and n.args[0]) if call else (
-            n.value, n.slice) if isinstance(n, ast.Subscript) else (None, None)
+        call = isinstance(n, ast.Call)
+        if call and getattr(n.func, 'attr', 0) == '__init__':
+            passed += sum(
+                k.arg is None and getattr(k.value, 'id', 0) == name
+                for k in n.keywords)
+        held, key = (n.func.value, n.args and n.args[0]) if call and getattr(
+            n.func, 'attr', 0) in ('get', 'pop', 'setdefault', 'update') \
+            else (n.value, n.slice) if isinstance(n, ast.Subscript) else (0, 0)
         if name not in (getattr(held, 'id', 0), getattr(held, 'attr', 0)):
             continue
         if isinstance(key, ast.Constant) and isinstance(key.value, str):
@@ -278,7 +261,8 @@ def _key_uses(tree: ast.AST, name: str) -> tuple:
             uses += 1
         elif call and n.func.attr == 'update':
             uses += 1
-    return tuple(keys), uses
+    return tuple(keys), uses, passed, sum(
+        getattr(n, 'id', 0) == name for n in ast.walk(tree))
 
 
 @functools.lru_cache(maxsize=None)
@@ -307,18 +291,10 @@ def _takes(obj) -> Optional[tuple]:
         rest = [p.name for p in params if p.kind == p.VAR_KEYWORD]
         if not rest:
             break
-        tree = _source(init) if init is not obj else None
-        if tree is None:
+        found = _key_uses(init, rest[0]) if init is not obj else None
+        if not found or not found[2] or sum(found[1:3]) != found[3]:
             return None
-        keys, used = _key_uses(tree, rest[0])
-        passed = sum(
-            k.arg is None and getattr(k.value, 'id', 0) == rest[0]
-            for n in ast.walk(tree) if isinstance(n, ast.Call)
-            and getattr(n.func, 'attr', 0) == '__init__' for k in n.keywords)
-        if not passed or passed + used != sum(
-                getattr(n, 'id', 0) == rest[0] for n in ast.walk(tree)):
-            return None
-        names += keys
+        names += found[0]
     return tuple(dict.fromkeys(n for n in names if n != 'self'))
 
 
@@ -333,8 +309,7 @@ def _keys_read(obj, name: str) -> tuple:
     ] if inspect.isclass(obj) else [obj]
     return tuple(
         dict.fromkeys(
-            k for part in parts
-            for k in _key_uses(_source(part) or ast.Module(), name)[0]))
+            k for part in parts for k in (_key_uses(part, name) or [()])[0]))
 
 
 def _dicts(node: Any, path: str = ''):
@@ -358,37 +333,37 @@ def _dicts(node: Any, path: str = ''):
 
 def _receiver(path: str, node: dict, cfg: dict, registered) -> Optional[tuple]:
     """``(name, keys it takes, the classes)`` of what takes the config's
-    dict at ``path``: a dict mmengine's runner reads by key, the run's
-    ``type`` (a registered name, mmengine's default where it names none);
-    None where that is unknown or may take any key."""
+    dict at ``path``: the code of mmengine's runner that reads it by key,
+    else its ``type`` (a registered name, mmengine's default where it names
+    none); None where that is unknown or may take any key."""
     from mmengine.runner import Runner
     from mmengine.utils.dl_utils import set_multi_processing
     from torch.nn.utils import clip_grad_norm_, clip_grad_value_
     from torch.utils.data import DataLoader
-    if path == 'optim_wrapper.paramwise_cfg':
-        found = registered(cfg['optim_wrapper'].get('constructor')
-                           or 'DefaultOptimWrapperConstructor')
-        keys = sum((_keys_read(c, 'paramwise_cfg') for c in found), ())
-        return keys and (found[0].__name__, keys, ())
-    fn = {
-        'randomness':
-        Runner.set_randomness,
-        'env_cfg.mp_cfg':
-        set_multi_processing,
+    readers = {  # path -> [(a function or class, the name it reads it by)]
+        'randomness': [(Runner.set_randomness, None)],
+        'env_cfg': [(Runner.setup_env, 'env_cfg')],
+        'env_cfg.mp_cfg': [(set_multi_processing, None)],
+        'auto_scale_lr': [(Runner.scale_lr, 'auto_scale_lr')],
         'optim_wrapper.clip_grad':
-        clip_grad_value_ if node.get('type') == 'value' else clip_grad_norm_
-    }.get(path)
-    reader, extra = {
-        'env_cfg': (Runner.setup_env, 'env_cfg'),
-        'auto_scale_lr': (Runner.scale_lr, 'auto_scale_lr')
-    }.get(path), ()
+        [(clip_grad_value_ if node.get('type') == 'value' else clip_grad_norm_,
+          None)]
+    }
     if path.rpartition('.')[2].endswith('dataloader'):  # mmengine's names
-        reader, extra = (Runner.build_dataloader,
-                         'dataloader_cfg'), _takes(DataLoader)
-    if fn or reader:
-        return (fn or reader[0]).__qualname__, _takes(fn) if fn else \
-            _keys_read(*reader) + extra, ()
+        readers[path] = [(Runner.build_dataloader, 'dataloader_cfg'),
+                         (DataLoader, None)]
+    elif path == 'optim_wrapper.paramwise_cfg':  # its constructor's reads
+        readers[path] = [
+            (c, 'paramwise_cfg')
+            for c in registered(cfg['optim_wrapper'].get('constructor')
+                                or 'DefaultOptimWrapperConstructor')
+        ]
+    if path in readers:
+        keys = sum((_keys_read(f, n) if n else _takes(f)
+                    for f, n in readers[path]), ())
+        return keys and (readers[path][0][0].__qualname__, keys, ())
     kind = node.get('type', _DEFAULT_TYPES.get(path))
+    extra = ()
     if path == 'train_cfg' and kind is None:  # mmengine's by_epoch
         kind, extra = ('EpochBasedTrainLoop' if node.get('by_epoch') else
                        'IterBasedTrainLoop'), ('by_epoch', )
@@ -409,8 +384,6 @@ def check_config_dicts(cfg: Config) -> None:
     ``env_cfg``, the loaders, ``optim_wrapper``'s ``clip_grad`` and
     ``paramwise_cfg``); an optimizer's value of another kind than its
     default (``betas=0.9``)."""
-    import importlib
-
     import torch
     plain = cfg.to_dict()
     scopes = {plain.get('default_scope') or 'mmpretrain'} | {
@@ -420,10 +393,8 @@ def check_config_dicts(cfg: Config) -> None:
                   and n['type'].rpartition('.')[0]) if s
     }
     for scope in scopes:  # its registries, its modules registered
-        try:
+        with suppress(ImportError):
             importlib.import_module(f'{scope}.registry')
-        except ImportError:
-            continue
     registries = list(all_registries())
     for registry in registries:
         if registry.scope in scopes:
@@ -438,13 +409,11 @@ def check_config_dicts(cfg: Config) -> None:
         }.values())
 
     for path, node in _dicts(plain):
-        found = _receiver(path, node, plain, registered)
-        if not found:
-            continue
-        who, takes, classes = found
-        for key in node:
-            if key not in takes and key not in BUILDER_KEYS:
-                raise HPMError(no_such_key(key, who, takes, path))
+        who, takes, classes = _receiver(path, node, plain,
+                                        registered) or (None, (), ())
+        bad = [k for k in node if who and k not in {*takes, *BUILDER_KEYS}]
+        if bad:
+            raise HPMError(no_such_key(bad[0], who, takes, path))
         if classes and all(
                 inspect.isclass(c) and issubclass(c, torch.optim.Optimizer)
                 for c in classes):
@@ -464,9 +433,9 @@ def load_config(config: Union[str, Config], *options:
     """The config a tool works from: ``config`` (a file, read and its keys
     checked, or a loaded Config, copied) with each of the ``key.sub=value``
     ``options`` dicts merged in turn (checked: :func:`merge_cfg_options`;
-    the caller's dicts left as they were), then its
-    ``image`` spec applied (the one place: ``HPMRunner.from_cfg`` reads a
-    config through here too) and its default scope set."""
+    the caller's dicts left as they were), its dicts checked, then its
+    ``image`` spec applied and its default scope set; marked as made here
+    (``HPMRunner.from_cfg`` reads any other config through here too)."""
     from mmengine.registry import init_default_scope
 
     from hpm_mm.datasets.image_spec import apply_image_spec
@@ -489,7 +458,15 @@ def load_config(config: Union[str, Config], *options:
             merge_cfg_options(cfg, copy.deepcopy(option))
     init_default_scope(cfg.get('default_scope', 'mmpretrain'))
     check_config_dicts(cfg)
-    return apply_image_spec(cfg)  # after the options: image.size=64 flows
+    cfg = apply_image_spec(cfg)  # after the options: image.size=64 flows
+    super(Config, cfg).__setattr__(_LOADED, True)
+    return cfg
+
+
+def is_loaded(cfg) -> bool:
+    """Whether ``cfg`` is a config :func:`load_config` made (or a copy of
+    one, changed or not): read and checked once."""
+    return isinstance(cfg, Config) and vars(cfg).get(_LOADED, False)
 
 
 def _file_names(file: str) -> dict:
@@ -497,9 +474,11 @@ def _file_names(file: str) -> dict:
     which its last assignment holds), ``read`` (name -> the lines it is
     read on), ``base`` (the names it reads of its bases: ``_base_.x``,
     ``{{_base_.x}}``), ``took`` (name -> the first top-level key whose
-    value read it)."""
-    with open(file, encoding='utf-8') as f:
-        text = f.read()
+    value read it). A json or yaml file: none."""
+    text = ''
+    if file.endswith('.py'):
+        with open(file, encoding='utf-8') as f:
+            text = f.read()
     tree = ast.parse(text, filename=file)
     out = dict(
         set={},
@@ -529,65 +508,52 @@ def _file_names(file: str) -> dict:
     return out
 
 
-def _unread(path: str, names) -> dict:
-    """Of ``names`` (top-level keys of the config file ``path``), those
+def check_config_keys(cfg: Config, path: str) -> None:
+    """Refuse, in one line, a top-level name of the config file ``path``
     whose value nothing reads (a variable is read by the lines below its
     last assignment and by the files that inherit its file, never by its
-    bases, parsed before it): name -> the file that sets it last, and the
-    file and key that read an earlier value of it (None, None)."""
+    bases, parsed before it) where it is close to a key the run reads
+    (``load_fom``, ``precison``) or, in a file that inherits (a dumped
+    config keeps every variable, as values nothing reads), names a
+    sub-config's key (``seed = 5``, ``max_epochs = 1``: the run reads
+    ``randomness.seed``, ``train_cfg.max_epochs``) or an earlier value of it
+    was read (a base's dicts took the base's own: mmengine's trap)."""
+    keys, plain = run_keys(), cfg.to_dict()
     bases = {f: _bases(f) for f in _config_files(path)}
-    files = {f: _file_names(f) for f in bases if f.endswith('.py')}
+    files = {f: _file_names(f) for f in bases}
 
     def below(f):  # f and the files it inherits, as mmengine merges them
         return [f] + [g for b in bases[f] for g in below(b)]
 
-    out = {}
-    for name in names:
-        owner = next(
-            (f for f in below(path) if f in files and name in files[f]['set']),
-            path)
-        mine = files.get(owner, dict(set={}, read={}))
-        if any(at > mine['set'].get(name, 0)
-               for at in mine['read'].get(name, ())) or any(
-                   name in files[f]['base']
+    for top in (t for t in plain if t not in keys and not t.startswith('_')):
+        owner = next((f for f in below(path) if top in files[f]['set']), path)
+        mine = files[owner]
+        if any(at > mine['set'].get(top, 0)
+               for at in mine['read'].get(top, ())) or any(
+                   top in files[f]['base']
                    for f in files if f != owner and owner in below(f)):
-            continue
-        took = next((f for f in below(owner) if f in files
-                     and name in files[f]['set'] and name in files[f]['read']),
+            continue  # read
+        took = next((f for f in below(owner)
+                     if top in files[f]['set'] and top in files[f]['read']),
                     None)
-        out[name] = owner, took, took and files[took]['took'].get(name)
-    return out
-
-
-def check_config_keys(cfg: Config, path: str) -> None:
-    """Refuse, in one line, a top-level name of the config file ``path``
-    whose value nothing reads (:func:`_unread`) where it is close to a key
-    the run reads (``load_fom``, ``precison``) or, in a file that inherits
-    (a dumped config keeps every variable, as values nothing reads), names
-    a sub-config's key (``seed = 5``, ``max_epochs = 1``: the run reads
-    ``randomness.seed``, ``train_cfg.max_epochs``) or an earlier value of it
-    was read (a base's dicts took the base's own: mmengine's trap)."""
-    keys, plain = run_keys(), cfg.to_dict()
-    tops = [t for t in plain if t not in keys and not t.startswith('_')]
-    inherits = bool(_bases(path))
-    for top, (owner, took, key) in _unread(path, tops).items():
+        key = took and files[took]['took'].get(top)
         why = unread_key(
-            plain if inherits else {}, top, keys, option=False
-        ) or took and (
-            f'{took} read an earlier {top}' +
-            (f' into {key}' if key else '') + '; nothing reads this one (a '
-            'variable reaches the lines below it and the files that inherit '
-            'its file, not its bases). Fix: set ' +
-            (f'{key} = ...' if key else 'the key that reads it') + ' here')
+            plain if bases[path] else {}, top, keys, cutoff=0.85) or took and (
+                f'{took} read an earlier {top}' +
+                (f' into {key}' if key else '') + '; nothing reads this one '
+                '(a variable reaches the lines below it and the files that '
+                'inherit its file, not its bases). Fix: set ' +
+                (f'{key} = ...' if key else 'the key that reads it') + ' here')
         if why:
             where = path if owner == path else f'{path} (from {owner})'
             raise HPMError(f'{where}: {top} = ...: {why}')
 
 
 def _read_config(path: str) -> Config:
-    """``Config.fromfile(path)``, a det/seg config's failure on a pretraining
-    install in one line: a ``_base_`` of a missing package, or the real cause
-    of a failed ``custom_imports`` (mmengine names ``sys.path`` instead)."""
+    """``Config.fromfile(path)``; what stops it in one line: no config file
+    (a checkpoint), a missing ``_base_``, a syntax error, a det/seg config on
+    a pretraining install, the real cause of a failed ``custom_imports``
+    (mmengine names ``sys.path`` instead)."""
     from hpm_mm.errors import FULL_INSTALL, MissingCompiledOpsError
     example = 'e.g. configs/hpm/fast/hpm-fast_vit-mini-p4_1xb256-coslr-10e' \
         '_fmnist.py'
@@ -602,12 +568,11 @@ def _read_config(path: str) -> Config:
     try:
         return Config.fromfile(path)
     except FileNotFoundError:  # a _base_ (checked above: the file exists)
-        missing = next(
-            ((f, n, b) for f in _config_files(path)
-             for n, b in _bases(f, exist=False) if not osp.isfile(b)), None)
-        if missing is None:
+        missing = [(f, n, b) for f in _config_files(path)
+                   for n, b in _bases(f, exist=False) if not osp.isfile(b)]
+        if not missing:
             raise
-        file, name, base = missing
+        file, name, base = missing[0]
         raise HPMError(
             f'{file}: its _base_ {name!r}' +
             (f' ({base})' if base != name else '') +
@@ -615,36 +580,37 @@ def _read_config(path: str) -> Config:
             'relative one is read from the folder of the file that names '
             'it).') from None
     except SyntaxError as e:
-        raise HPMError(f'{syntax_error(path, e)}. Fix: correct '
+        raise HPMError(f'{_syntax_error(path, e)}. Fix: correct '
                        'the Python syntax there.') from None
     except MissingCompiledOpsError as e:
         raise HPMError(f'{path}: {e}') from None
     except ImportError as e:
-        # a ``_base_ = 'mmdet::...'`` whose package is missing
-        missing = re.match(r'(\w+) is not installed', str(e))
-        if missing:
+        package = re.match(r'(\w+) is not installed', str(e))  # _base_ pkg::
+        chain = [e]  # the causes: a custom_imports module's own, ...
+        while (chain[-1].__cause__
+               or chain[-1].__context__) not in (None, *chain):
+            chain.append(chain[-1].__cause__ or chain[-1].__context__)
+        needs = [c for c in chain if str(c).startswith('hpm_mm needs')]
+        plugin = [
+            c for c in chain if isinstance(c, ModuleNotFoundError) and c.name
+        ]
+        if package:
             raise HPMError(
-                f'{path}: inherits from {missing.group(1)}, which is not '
+                f'{path}: inherits from {package.group(1)}, which is not '
                 "installed (the pretraining profile has no mmdet, mmseg or "
                 f"mmcv's compiled ops). Fix: {FULL_INSTALL}") from None
-        cause, seen, plugin = e, set(), None
-        while cause is not None and id(cause) not in seen:
-            seen.add(id(cause))
-            if isinstance(cause, ImportError) and \
-                    str(cause).startswith('hpm_mm needs'):
-                raise HPMError(f'{path}: {cause}') from None
-            if getattr(cause, 'name', None) == 'pkg_resources':
-                import setuptools
-                raise HPMError(
-                    f'{path}: mmengine 0.10.7 needs pkg_resources, which '
-                    f'setuptools {setuptools.__version__} lacks. Fix: pip '
-                    "install 'setuptools<81'") from None
-            if isinstance(cause, ModuleNotFoundError) and cause.name:
-                plugin = plugin or cause
-            cause = cause.__cause__ or cause.__context__
-        if plugin is not None:  # a custom_imports module (or its own need)
+        if needs:
+            raise HPMError(f'{path}: {needs[0]}') from None
+        if any(c.name == 'pkg_resources' for c in plugin):
+            import setuptools
             raise HPMError(
-                f'{path}: custom_imports could not import {plugin.name!r} '
-                f'({plugin}). Fix: make it importable (PYTHONPATH, pip '
-                'install), or drop it from custom_imports.') from None
+                f'{path}: mmengine 0.10.7 needs pkg_resources, which '
+                f'setuptools {setuptools.__version__} lacks. Fix: pip '
+                "install 'setuptools<81'") from None
+        if plugin:  # a custom_imports module (or its own need)
+            raise HPMError(
+                f'{path}: custom_imports could not import '
+                f'{plugin[0].name!r} ({plugin[0]}). Fix: make it importable '
+                '(PYTHONPATH, pip install), or drop it from '
+                'custom_imports.') from None
         raise

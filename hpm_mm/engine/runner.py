@@ -22,7 +22,7 @@ from mmengine.runner import FlexibleRunner, Runner
 
 from hpm_mm.datasets.data_check import check_data_roots
 from hpm_mm.errors import explained_build_errors
-from .config_check import load_config
+from .config_check import is_loaded, load_config
 from .dist import setup_cpu_distributed
 from .log_filter import BareConsoleFormatter, QuietConsole
 from .optimizers.guarded_optim_wrapper import each_wrapper, fused_on_cuda
@@ -69,10 +69,12 @@ class RunPolicyMixin:
     @classmethod
     def from_cfg(cls, cfg):
         """mmengine's ``from_cfg`` of the config as the config room reads it
-        (:func:`~hpm_mm.engine.config_check.load_config`: a copy, its ``image``
-        spec applied to every part it sets)."""
+        (:func:`~hpm_mm.engine.config_check.load_config`: its dicts checked,
+        its ``image`` spec applied), once: a config it made is taken as it
+        is."""
         with explained_build_errors():
-            return super().from_cfg(load_config(cfg))
+            return super().from_cfg(
+                cfg if is_loaded(cfg) else load_config(cfg))
 
     def __init__(self, *args, **kwargs) -> None:
         bound = inspect.signature(super().__init__).bind(*args, **kwargs)

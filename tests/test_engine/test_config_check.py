@@ -208,3 +208,38 @@ def test_kwargs_are_followed_where_passed_on_or_read_by_key():
     assert _takes(PassesOn) == ('c', 'a', 'b')
     assert _takes(ReadsOne) == ('c', 'd', 'b', 'a')
     assert _takes(KeepsThem) is None
+
+
+def test_a_run_reads_its_config_once_and_an_unread_one_is_checked(
+        tmp_path, monkeypatch):
+    """tools/train.py reads its config once (``from_cfg`` read it again:
+    its dicts checked and its image spec applied twice, two more deep
+    copies); a config that did not come through ``load_config``
+    (``HPMRunner.from_cfg`` / ``RUNNERS.build`` of ``Config.fromfile``) is
+    read there: its dicts checked, its image spec applied. Each read checks
+    the dicts once: the calls of ``check_config_dicts`` count the reads."""
+    from helpers import REPO, TINY_RUN, tiny_config
+    from mmengine.config import Config
+    from mmengine.registry import RUNNERS
+
+    import hpm_mm.engine.config_check as room
+    from hpm_mm.engine.runner import HPMRunner
+    reads, check = [], room.check_config_dicts
+    monkeypatch.setattr(room, 'check_config_dicts',
+                        lambda cfg: reads.append(cfg.filename) or check(cfg))
+    cfg = tiny_config(tmp_path, body=TINY_RUN.format(keep=1, epochs=1))
+    proc = tool_main('train.py', cfg, '--work-dir', tmp_path / 'w')
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert reads == [cfg]
+    raw = Config.fromfile(
+        osp.join(
+            REPO, 'configs/hpm/hpm-fast_vit-mini-p4_1xb256-coslr-10e_'
+            'image-folder.py'))
+    raw.image.size = 50
+    with pytest.raises(HPMError, match='not a multiple of image.patch_size'):
+        HPMRunner.from_cfg(raw)
+    raw = Config.fromfile(FMNIST_CFG)
+    raw.merge_from_dict({'randomness.seeds': 1})
+    with pytest.raises(HPMError, match=re.escape(DICT_MISTAKES[3][3])):
+        RUNNERS.build(raw)
+    assert len(reads) == 3
