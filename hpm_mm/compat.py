@@ -39,19 +39,16 @@ def check_versions(modules: Optional[Sequence[str]] = None) -> None:
         low, high = SUPPORTED[name]
         try:
             module = importlib.import_module(name)
+            from mmengine.utils import digit_version as v
+            version = getattr(module, '__version__', None)
+            found = f'the imported {name} reports {version} (installed by ' \
+                f'{distribution_of(name)})'
         except ImportError as e:
-            profile = '' if name in PRETRAIN else ' full'
-            raise ImportError(
-                f'hpm_mm needs {name}>={low},<{high}, which does not import '
-                f'({e}). Fix: bash tools/install.sh{profile}') from e
-        version = getattr(module, '__version__', None)
-        from mmengine.utils import digit_version as v
+            version, found = None, f'{name} does not import ({e})'
         if version is None or not v(low) <= v(version) < v(high):
-            raise ImportError(
-                f'hpm_mm needs {name}>={low},<{high}, but the imported {name} '
-                f'reports {version} (installed by {distribution_of(name)}). '
-                'Fix: bash tools/install.sh '
-                f'{"pretrain" if name in PRETRAIN else "full"}')
+            profile = 'pretrain' if name in PRETRAIN else 'full'
+            raise ImportError(f'hpm_mm needs {name}>={low},<{high}, but '
+                              f'{found}. Fix: bash tools/install.sh {profile}')
 
 
 def require_compiled_ops(user: str) -> None:
@@ -107,13 +104,12 @@ def scopeless_collate_fn() -> None:
 
     @functools.wraps(original)
     def build_dataloader(dataloader, *args, **kwargs):
-        if isinstance(dataloader, dict) and isinstance(
-                dataloader.get('collate_fn'), dict) and \
-                '_scope_' in dataloader['collate_fn']:
-            dataloader = dict(dataloader)  # the config keeps its own
-            collate = dict(dataloader['collate_fn'])
-            collate.pop('_scope_')
-            dataloader['collate_fn'] = collate
+        collate = dataloader.get('collate_fn') \
+            if isinstance(dataloader, dict) else None
+        if isinstance(collate, dict) and '_scope_' in collate:
+            collate = {k: v for k, v in collate.items() if k != '_scope_'}
+            # a copy: the config keeps its own
+            dataloader = dict(dataloader, collate_fn=collate)
         return original(dataloader, *args, **kwargs)
 
     build_dataloader._hpm_scopeless = True
@@ -155,33 +151,19 @@ def register_config_scope() -> None:
     config.get_installed_path = get_installed_path
 
 
-#: HistoryBuffer's built-in statistics, which it pickles by reference
-_DEFAULT_STATS = ('mean', 'min', 'max', 'current')
-
-
 def _history_buffer_getstate(self) -> dict:
-    """``HistoryBuffer.__getstate__`` without its built-in methods."""
+    """``HistoryBuffer.__getstate__`` without its four built-in statistics
+    methods, which it pickles by ``getattr`` (a weights-only load would have
+    to allow arbitrary attribute access); its ``__setstate__`` adds them
+    back."""
     from mmengine.logging import HistoryBuffer
-    custom = {
+    state = {k: v for k, v in vars(self).items() if k != 'statistics_methods'}
+    state['statistics_methods'] = {
         name: fn
         for name, fn in self._statistics_methods.items()
-        if not (name in _DEFAULT_STATS and fn is getattr(HistoryBuffer, name))
+        if fn is not getattr(HistoryBuffer, name, None)
     }
-    state = {
-        k: v
-        for k, v in self.__dict__.items() if k != 'statistics_methods'
-    }
-    state['statistics_methods'] = custom
     return state
-
-
-def picklable_history_buffer() -> None:
-    """mmengine's ``HistoryBuffer`` pickles its four built-in statistics
-    methods by ``getattr``, which a weights-only load would have to allow
-    (arbitrary attribute access): its state is written without them (its
-    ``__setstate__`` adds them back). Idempotent."""
-    from mmengine.logging import HistoryBuffer
-    HistoryBuffer.__getstate__ = _history_buffer_getstate
 
 
 def register_checkpoint_loader() -> None:
@@ -193,22 +175,24 @@ def register_checkpoint_loader() -> None:
     allow-listed). Other schemes (``s3://``, ``petrel://``, ``pavi://``)
     stay mmengine's. Idempotent."""
     import torch
+    from mmengine.logging import HistoryBuffer
     from mmengine.runner import checkpoint
     from mmengine.runner.checkpoint import CheckpointLoader
 
     from hpm_mm.engine.download import load_from_http, load_from_openmmlab
     from hpm_mm.engine.safe_load import (checkpoint_safe_globals,
                                          load_from_local)
-    picklable_history_buffer()
+    HistoryBuffer.__getstate__ = _history_buffer_getstate
     add = getattr(torch.serialization, 'add_safe_globals', None)
     if add is not None:  # torch < 2.4: tensors-only files load
         add(checkpoint_safe_globals())
-    for prefixes, loader in (('', load_from_local), (('http://', 'https://'),
-                                                     load_from_http),
-                             (('open-mmlab://', 'openmmlab://'),
-                              load_from_openmmlab)):
-        CheckpointLoader.register_scheme(
-            prefixes=prefixes, loader=loader, force=True)
+    schemes = {
+        '': load_from_local,
+        ('http://', 'https://'): load_from_http,
+        ('open-mmlab://', 'openmmlab://'): load_from_openmmlab
+    }
+    for prefixes, loader in schemes.items():
+        CheckpointLoader.register_scheme(prefixes, loader, force=True)
     # torchvision:// and mmcls:// resolve a name to a URL and call this
     # function of mmengine's module directly
     checkpoint.load_from_http = load_from_http

@@ -27,6 +27,52 @@ class MissingCompiledOpsError(HPMError, RuntimeError):
     (its own message would be the last line an mmdet/mmseg tool shows)."""
 
 
+class CheckpointError(HPMError, RuntimeError):
+    """A checkpoint that cannot be loaded: damaged, or refused."""
+
+
+def check_fills(expected,
+                state_dict: dict,
+                name: str,
+                fix: str,
+                exact: bool = False) -> None:
+    """Refuse, in one line naming the first keys and ``fix``, a
+    ``state_dict`` that lacks a tensor ``expected`` holds (a model, or the
+    tensors a caller reads by the file's names: its optional parts left
+    out) or holds it in another shape; with ``exact``, one holding a tensor
+    the model lacks too (shallower or narrower than the file's)."""
+    own = expected if isinstance(expected, dict) else (
+        getattr(expected, 'unsharded_state', None) or expected.state_dict())
+
+    def few(keys):  # escaped: a file's key cannot break the line
+        return ', '.join(ascii(k)[1:-1] for k in keys[:3])
+
+    missing = [k for k in own if k not in state_dict]
+    other = [
+        k for k in own if k in state_dict
+        and getattr(state_dict[k], 'shape', None) != own[k].shape
+    ]
+    extra = [k for k in state_dict if k not in own] if exact else []
+    held = len(missing) == len(own) and state_dict and \
+        f'; none is, the file holds e.g. {few(list(state_dict))}'
+    parts = [
+        f'{len(missing)} of its {len(own)} tensors are missing (e.g. '
+        f'{few(missing)}{held or ""})'
+    ] if missing else []
+    parts += [
+        f'{len(other)} have another shape (e.g. {few(other[:1])}: '
+        f'{tuple(getattr(state_dict[other[0]], "shape", ()))} in the file, '
+        f'{tuple(own[other[0]].shape)} in the model)'
+    ] if other else []
+    parts += [
+        f'it holds {len(extra)} tensors the model lacks (e.g. '
+        f'{few(extra)})'
+    ] if extra else []
+    if parts:
+        raise CheckpointError(f'{name} does not fit the model: ' +
+                              '; '.join(parts) + f'. Fix: {fix}.')
+
+
 def exit_status(prog: str, run, argv=None):
     """A tool's ``main``: ``run(argv)`` as an exit status for the tool to hand
     to the interpreter: an int result is the status, any other 0; an

@@ -10,6 +10,8 @@ from typing import Dict, Tuple
 import torch
 from mmpretrain.models.utils import resize_pos_embed
 
+from hpm_mm.errors import HPMError
+
 TARGETS = ('mmpretrain', 'mmdet', 'mmseg', 'timm')
 REQUIRED = ('patch_embed.projection.weight', 'pos_embed',
             'layers.0.attn.qkv.weight')
@@ -54,12 +56,6 @@ def rename(key: str, table, forward: bool = True):
     return None
 
 
-def _rename(key: str, to_timm: bool) -> str:
-    """One key between mmpretrain's and timm's ViT names
-    (:data:`TIMM_NAMES`)."""
-    return rename(key, TIMM_NAMES, to_timm) or key
-
-
 def saved_config(checkpoint: dict):
     """The config a checkpoint was trained with (its ``meta.cfg``), or None,
     read without importing its ``custom_imports``: converting reads names
@@ -78,10 +74,12 @@ def saved_config(checkpoint: dict):
         return Config.fromfile(path, import_custom_modules=False)
 
 
-def encoder_state(checkpoint: dict, teacher: bool = False) -> dict:
+def encoder_state(checkpoint: dict,
+                  teacher: bool = False,
+                  name: str = 'the checkpoint') -> dict:
     """The encoder's ``VisionTransformer`` keys (no prefix) from an HPM or
-    MAE pretraining checkpoint (any target, or HPMSimMIM/HPMBEiT, whose
-    ``mask_token`` is dropped); one clear error for anything else."""
+    MAE pretraining checkpoint ``name`` (any target, or HPMSimMIM/HPMBEiT,
+    whose ``mask_token`` is dropped); one HPMError line for anything else."""
     state = checkpoint.get('state_dict', checkpoint)
     prefix = 'teacher.module.backbone.' if teacher else 'backbone.'
     # mask_token: MaskTokenViT's (SimMIM/BEiT students), pretraining only
@@ -92,17 +90,17 @@ def encoder_state(checkpoint: dict, teacher: bool = False) -> dict:
     }
     missing = [k for k in REQUIRED if k not in enc]
     if missing and teacher and all('backbone.' + k in state for k in REQUIRED):
-        raise ValueError(
-            'this run has no EMA teacher (teacher.module.backbone.*: MAE, '
-            'or alpha 0 -> 0). Fix: drop --teacher (the student).')
+        raise HPMError(f'{name}: this run has no EMA teacher (teacher.module.'
+                       'backbone.*: MAE, or alpha 0 -> 0). Fix: drop '
+                       '--teacher (the student).')
     if missing:
         what = 'EMA teacher encoder (teacher.module.backbone.*)' if teacher \
             else 'ViT encoder under backbone.*'
-        raise ValueError(
-            f'not an HPM/MAE pretraining checkpoint: it has no {what} '
-            f'(missing {missing}). Pass the .pth written by tools/train.py '
+        raise HPMError(
+            f'{name} is not an HPM/MAE pretraining checkpoint: it has no '
+            f'{what} (missing {missing}). Fix: the .pth tools/train.py wrote '
             'for an HPM or MAE config' +
-            ('' if not teacher else ', or drop --teacher') + '.')
+            (', or drop --teacher' if teacher else '') + '.')
     return enc
 
 
@@ -138,7 +136,7 @@ def convert(enc: Dict[str, torch.Tensor],
             for g in ('gamma_1', 'gamma_2'):
                 out[f'layers.{i}.{g}'] = torch.ones(enc['cls_token'].shape[-1])
     elif target == 'timm':
-        out = {_rename(k, True): v for k, v in out.items()}
+        out = {rename(k, TIMM_NAMES) or k: v for k, v in out.items()}
     else:
         out = {'backbone.' + k: v for k, v in out.items()}
     return out
@@ -150,7 +148,7 @@ def from_timm(state: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
     ``head.*``, if any, is dropped. The inverse of ``convert(..., 'timm')``.
     """
     return {
-        'backbone.' + _rename(k, to_timm=False): v
+        'backbone.' + (rename(k, TIMM_NAMES, False) or k): v
         for k, v in state.items() if not k.startswith('head.')
     }
 

@@ -1,10 +1,15 @@
-"""HPM pretraining on a folder of your own images, from Python."""
+"""HPM pretraining on a folder of your own images, from Python
+(docs/own_data.md)."""
 import json
+import math
 import os
 import os.path as osp
 from contextlib import contextmanager
+from pathlib import Path
 from statistics import median
 from typing import Callable, Dict, Optional
+
+from mmengine.config import Config
 
 from hpm_mm.datasets.image_folder import split_labelled
 from hpm_mm.engine.schedule import scale_recipe, steps_per_epoch
@@ -56,160 +61,38 @@ def choose_settings(scan: Dict,
         num_images=n)
 
 
-def folder_config(base_path: str,
-                  root: str,
-                  work_dir: str,
-                  scan: Dict,
-                  settings: Dict,
-                  stats: Dict,
-                  start: Optional[Dict] = None) -> str:
-    """The config of a run on the folder ``root``: it inherits
-    ``base_path`` (the image-folder base; with ``start``, the checkpoint's
-    saved config, beside it in ``work_dir``) and holds only the folder's
-    values (its ``image`` spec, file lists, batch size, the recipe scaled to
-    the run, the hooks' held-out lists) and the checkpoint's (its weights,
-    the image-folder pipelines, the continued recipe: :func:`start_recipe`).
-    Writes the file lists into ``work_dir``; returns the config's text."""
-    import pprint
+def check_numbers(**values) -> None:
+    """Refuse, before anything is read or written, a count that is not a
+    positive whole number (0 had meant 'not given'; ``img_size=2`` was a
+    ZeroDivisionError), an ``img_size`` not a multiple of 8, ``channels``
+    other than 1 or 3, an ``lr`` that is not a positive number or an
+    ``alpha_0`` outside 0..1."""
+    rates = dict(
+        lr=('a positive number', lambda v: v > 0),
+        alpha_0=('a share in 0..1', lambda v: 0 <= v <= 1))
+    for name, value in values.items():
+        want, fits = rates.get(name, ('a positive whole number',
+                                      lambda v: isinstance(v, int) and v >= 1))
+        if value is not None and (isinstance(value, bool)
+                                  or not isinstance(value, (int, float)) or
+                                  not math.isfinite(value) or not fits(value)):
+            raise HPMError(f'{name}={value!r} is not {want}. Fix: {want}, or '
+                           'leave it out to have it chosen.')
+    size, channels = values.get('img_size'), values.get('channels')
+    if size is not None and (size < 8 or size % 8):
+        raise HPMError(f'img_size={size}: the input is cut into an 8 x 8 '
+                       'grid of patches (16 px patches from 224 px), so it '
+                       f'must be a multiple of 8. Fix: one of {SIZES}.')
+    if channels is not None and channels not in (1, 3):
+        raise HPMError(f'channels={channels}: 1 (grayscale) or 3 (RGB).')
 
-    from mmengine.config import Config
-    root, work_dir = osp.abspath(root), osp.abspath(work_dir)
-    os.makedirs(work_dir, exist_ok=True)
 
-    def write(name, rows):
-        path = osp.join(work_dir, name)
-        with open(path, 'w') as f:
-            f.writelines(f'{row}\n' for row in rows)
-        return path
-
-    def dataset(ann_file, with_label):
-        ds = dict(
-            type='CustomDataset',
-            data_root=root,
-            data_prefix='',
-            ann_file=ann_file,
-            with_label=with_label,
-            pipeline='{{_base_.eval_pipeline}}')
-        if with_label:
-            ds['metainfo'] = dict(classes=tuple(scan['classes']))
-        return ds
-
-    loader = dict(
-        batch_size=min(256, settings['num_images']),
-        num_workers=0,
-        persistent_workers=False,
-        sampler=dict(type='DefaultSampler', shuffle=False),
-        collate_fn=dict(type='default_collate'))
-    all_files = write('images.txt', scan['files'])
-    hooks = [dict(type='HPMScheduleHook', by_epoch=True)]
-    bank, val = split_labelled(scan['files'], scan['classes']) \
-        if scan['classes'] else ([], [])
-    if bank and val:
-        bank_file = write('knn_bank.txt', [f'{f} {c}' for f, c in bank])
-        val_file = write('knn_val.txt', [f'{f} {c}' for f, c in val])
-        write('classes.txt', scan['classes'])
-        vis_loader = dict(loader, dataset=dataset(val_file, True))
-        hooks.append(
-            dict(
-                type='KNNEvalHook',
-                interval=0,
-                train_dataloader=dict(
-                    loader, dataset=dataset(bank_file, True)),
-                val_dataloader=vis_loader))
-    else:
-        vis_loader = dict(loader, dataset=dataset(all_files, False))
-    hooks.append(
-        dict(
-            type='HardPatchVisHook',
-            interval=0,
-            num_images=min(4, settings['num_images']),
-            num_masks=8,
-            dataloader=vis_loader))
-    dataset = dict(ann_file=all_files, data_prefix='')
-    spec = dict(
-        root=root,
-        size=settings['img_size'],
-        channels=settings['channels'],
-        patch_size=settings['patch_size'],
-        mean=stats['mean'],
-        std=stats['std'])
-    values = {}
-    if start is None:  # the recipe (warm-up, cosine, teacher's lag) scaled
-        recipe = scale_recipe(
-            Config.fromfile(base_path), settings['epochs'],
-            settings['steps_per_epoch'])
-        schedulers, teacher = recipe.param_scheduler, recipe.model.get(
-            'teacher') or {}
-        teacher = {
-            k: teacher[k]
-            for k in ('momentum', 'end_momentum', 'momentum_epochs')
-            if k in teacher
-        }
-    else:  # the folder's pipelines (sized by the spec) for the checkpoint's
-        from hpm_mm.datasets.image_spec import apply_image_spec
-        folder = Config.fromfile(base_path)
-        sized = apply_image_spec(
-            Config(
-                dict(
-                    image=spec,
-                    train_dataloader=dict(
-                        dataset=dict(pipeline=folder.train_pipeline)),
-                    val_dataloader=dict(
-                        dataset=dict(pipeline=folder.eval_pipeline)))))
-        values.update(
-            train_pipeline=sized.train_dataloader.dataset.pipeline,
-            eval_pipeline=sized.val_dataloader.dataset.pipeline)
-        dataset = dict(
-            _delete_=True,
-            type='CustomDataset',
-            data_root=root,
-            with_label=False,
-            pipeline='{{_base_.train_pipeline}}',
-            **dataset)
-        schedulers, teacher = start_recipe(settings)
-    values.update(
-        image=spec,
-        train_dataloader=dict(
-            batch_size=settings['batch_size'],
-            num_workers=2,
-            persistent_workers=True,
-            dataset=dataset),
-        train_cfg=dict(max_epochs=settings['epochs']),
-        param_scheduler=[dict(s) for s in schedulers],
-        model=dict(teacher=teacher),
-        auto_scale_lr=dict(base_batch_size=256, enable=False),
-        custom_hooks=hooks,
-        work_dir=work_dir)
-    if settings.get('lr') is not None:
-        values['optim_wrapper'] = dict(optimizer=dict(lr=settings['lr']))
-    if settings.get('alpha') is not None:
-        values['model']['mask_generator'] = dict(alpha_0=settings['alpha'][0])
-    if start is not None:  # its weights; no other data, no epoch hooks
-        values.update(
-            default_hooks=dict(checkpoint=dict(interval=1, max_keep_ckpts=2)),
-            load_from=start['path'],
-            resume=False,
-            **{
-                k: None
-                for k in ('val_dataloader', 'val_cfg', 'val_evaluator')
-                if start['cfg'].get(k) is not None
-            })
-    what = "the checkpoint's saved config" if start else \
-        'the image-folder base'
-    text = (
-        f'# Written by tools/pretrain_folder.py: the folder\'s values over '
-        f'{what}\n# (docs/own_data.md); rerun or edit it with '
-        'tools/train.py.\n'
-        f'_base_ = {base_path if start is None else START_CONFIG!r}\n')
-    for key, value in values.items():  # (a path on one line: repr)
-        text += f'{key} = ' + (repr(value) if isinstance(value, str) else
-                               pprint.pformat(value, sort_dicts=False)) + '\n'
-    # the pipelines by reference: the base's, or those written above (the
-    # image spec sizes them)
-    for name in ('train_pipeline', 'eval_pipeline'):
-        text = text.replace(f"'{{{{_base_.{name}}}}}'",
-                            name if start else f'{{{{_base_.{name}}}}}')
-    return text
+def lr_per_256(cfg: Config) -> float:
+    """A config's learning rate per 256 images (per its ``auto_scale_lr``
+    base batch, else per its batch)."""
+    base = (cfg.get('auto_scale_lr') or {}).get('base_batch_size')
+    return cfg.optim_wrapper.optimizer.lr * 256 / (
+        base or cfg.train_dataloader.batch_size)
 
 
 def from_checkpoint(path: str,
@@ -221,22 +104,21 @@ def from_checkpoint(path: str,
     images, the easy-to-hard schedule (``alpha``: None without one) and the
     parts an import left untrained. A checkpoint without a config, or an
     ``img_size`` / ``channels`` other than its own, is one HPMError line."""
+    from hpm_mm.engine.config_check import run_keys
     from hpm_mm.engine.safe_load import check_finite, load_file
     from .convert import saved_config
     ckpt = load_file(path)
     meta = ckpt.get('meta') if isinstance(ckpt, dict) else None
+    why = 'it holds no saved config (meta.cfg) that names its model'
     try:
         cfg = saved_config(ckpt) if isinstance(meta, dict) else None
     except Exception as e:  # mmengine raises many kinds for a bad text
-        raise HPMError(f'--from {path}: its saved config (meta.cfg) does not '
-                       f'load ({type(e).__name__}: {e}). Fix: a checkpoint '
-                       'written by hpm_mm or official2hpm.py.'.replace(
-                           '\n', ' ')) from None
+        cfg, why = None, (f'its saved config (meta.cfg) does not load '
+                          f'({type(e).__name__}: {e})').replace('\n', ' ')
     if cfg is None:
-        raise HPMError(
-            f'--from {path}: it holds no saved config (meta.cfg) that names '
-            'its model. Fix: an hpm_mm checkpoint, or import a released file '
-            'first: tools/model_converters/official2hpm.py SRC OUT.pth.')
+        raise HPMError(f'--from {path}: {why}. Fix: an hpm_mm checkpoint, or '
+                       'import a released file first: tools/model_converters/'
+                       'official2hpm.py SRC OUT.pth.')
     state = ckpt.get('state_dict') or {}
     pos = state.get('backbone.pos_embed')
     proj = state.get('backbone.patch_embed.projection.weight')
@@ -262,22 +144,13 @@ def from_checkpoint(path: str,
         raise HPMError(f'--from {path}: its saved config names no mean / '
                        'std (data_preprocessor). Fix: a checkpoint trained '
                        'with a normalising data preprocessor.')
-    optimizer = cfg.optim_wrapper.get('optimizer') or {}
-    base_batch = (cfg.get('auto_scale_lr') or
-                  {}).get('base_batch_size') or cfg.train_dataloader.batch_size
     masks = cfg.model.get('mask_generator') or {}
     imported = meta.get('imported') or {}
-    fresh = [  # the parts an import left untrained (its lists' names)
-        p for v in imported.values() if isinstance(v, (list, tuple, dict))
-        for p in v if isinstance(p, str)
-    ]
-    from mmengine.config import Config
-
-    from hpm_mm.engine.config_check import run_keys
     keys = run_keys()  # its settings, not its files' variables
     text = Config({k: v for k, v in cfg.to_dict().items() if k in keys})
     return dict(
-        path=path if '://' in path else osp.abspath(path),
+        # as the resume room records a run's start (its checkpoints' meta)
+        path=path if '://' in path else osp.realpath(path),
         cfg=cfg,
         text=f'# the run settings saved in {path} (meta.cfg)\n' +
         text.pretty_text,
@@ -286,32 +159,60 @@ def from_checkpoint(path: str,
         channels=ch,
         mean=list(pre['mean']),
         std=list(pre['std']),
-        lr_per_256=optimizer['lr'] * 256 / base_batch,
+        lr_per_256=lr_per_256(cfg),
         alpha=(masks.get('alpha_0', 0.),
                masks.get('alpha_T', .5)) if 'alpha_T' in masks else None,
-        untrained=fresh,
+        untrained=list(imported.get('untrained') or ()),
         epochs=(None, None) if imported else
         (meta.get('epoch'), cfg.train_cfg.get('max_epochs')),
         kind=f"imported, {imported.get('layout', '?')} layout"
         if imported else 'hpm_mm')
 
 
-def start_recipe(settings: Dict) -> tuple:
-    """The continued-pretraining schedule (docs/own_data.md): a linear
-    warm-up over ``settings['warmup_steps']`` (the optimizer starts without
-    its moments) chained with a cosine over the run, and the EMA teacher's
-    lag scaled to the run (:func:`teacher_momentum`); the cosine ends at 0,
-    the paper's."""
-    from hpm_mm.engine.schedule import teacher_momentum
-    epochs = settings['epochs']
-    start, end = teacher_momentum(epochs * settings['steps_per_epoch'])
-    return [
+def choose_recipe(settings: Dict, base: Config, start: Optional[Dict],
+                  lr: Optional[float], alpha_0: Optional[float]) -> str:
+    """The run's recipe into ``settings`` (``lr``, ``schedulers``,
+    ``teacher``, ``alpha_0``); returns its words for the settings line.
+    One learning-rate rule, MAE's linear scaling: the checkpoint's (else
+    the ``base`` config's) rate per 256 images times batch / 256. From
+    scratch: the base's warm-up and cosine scaled to the run
+    (:func:`~hpm_mm.engine.schedule.scale_recipe`). From a checkpoint
+    (docs/own_data.md): a linear warm-up over
+    :data:`~hpm_mm.engine.schedule.WARMUP_FRACTION` of the steps (at least
+    2: over one, mmengine's LinearLR never ramps; the optimizer starts
+    without its moments) then a cosine to 0, and the easy-to-hard schedule
+    from where the predictor stands: where its run stood (alpha_T after a
+    finished run), from alpha_0 where an import left it untrained. Either
+    way the EMA teacher's lag is scaled to the run; ``lr`` and ``alpha_0``
+    override."""
+    from hpm_mm.engine.schedule import WARMUP_FRACTION, teacher_momentum
+    epochs, per_epoch = settings['epochs'], settings['steps_per_epoch']
+    per_256 = start['lr_per_256'] if start else lr_per_256(base)
+    momentum, end_momentum = teacher_momentum(epochs * per_epoch)
+    settings.update(
+        lr=lr if lr is not None else
+        float(f"{per_256 * settings['batch_size'] / 256:.3g}"),
+        teacher=dict(
+            momentum=float(f'{momentum:.4g}'),
+            end_momentum=float(f'{end_momentum:.4g}'),
+            momentum_epochs=epochs),
+        alpha_0=alpha_0)
+    words = f"lr {settings['lr']:g}" + ('' if lr is not None else (
+        f" ({per_256:g} per 256 images, the "
+        f"{'checkpoint' if start else 'recipe'}'s)"))
+    if start is None:
+        settings['schedulers'] = scale_recipe(base, epochs,
+                                              per_epoch).param_scheduler
+        return words + ('' if alpha_0 is None else
+                        f', alpha_0 {alpha_0:g} (given)')
+    warm = max(2, round(WARMUP_FRACTION * epochs * per_epoch))
+    settings['schedulers'] = [
         dict(
             type='LinearLR',
             start_factor=1e-3,
             by_epoch=False,
             begin=0,
-            end=settings['warmup_steps']),
+            end=warm),
         dict(
             type='CosineAnnealingLR',
             eta_min=0.,
@@ -320,41 +221,15 @@ def start_recipe(settings: Dict) -> tuple:
             end=epochs,
             T_max=epochs,
             convert_to_iter_based=True)
-    ], dict(
-        momentum=float(f'{start:.4g}'),
-        end_momentum=float(f'{end:.4g}'),
-        momentum_epochs=epochs)
-
-
-def start_settings(start: Dict, settings: Dict, lr: Optional[float],
-                   alpha_0: Optional[float]) -> str:
-    """The continued recipe of a run ``--from`` ``start``
-    (:func:`from_checkpoint`) into ``settings``: lr scaled to the batch,
-    a warm-up of :data:`WARMUP_FRACTION` of the steps (at least 2), the
-    schedule at
-    alpha_T where the predictor is trained (at alpha_0 where an import left
-    it untrained); each overridden by ``lr`` / ``alpha_0``. Returns the
-    recipe's words for the settings line."""
-    from hpm_mm.engine.schedule import WARMUP_FRACTION
-    steps = settings['epochs'] * settings['steps_per_epoch']
-    settings.update(
-        lr=lr if lr is not None else
-        float(f"{start['lr_per_256'] * settings['batch_size'] / 256:.3g}"),
-        # (mmengine's LinearLR over one step never ramps: it stays at its
-        # start factor for the run)
-        warmup_steps=max(2, round(WARMUP_FRACTION * steps)))
-    warm = settings['warmup_steps']
-    words = (f"lr {settings['lr']:g}" +
-             ('' if lr is not None else f" ({start['lr_per_256']:g} per 256 "
-              "images, the checkpoint's)") +
-             f", warm-up {warm} step{'s' * (warm > 1)} then cosine")
-    fresh = [p for p in start['untrained'] if 'predictor' in p]
+    ]
+    words += f', warm-up {warm} steps then cosine'
     if start['alpha'] is None:
         if alpha_0 is not None:
             raise HPMError(f'--alpha-0 {alpha_0}: the checkpoint\'s model has '
                            'no easy-to-hard schedule (it masks at random). '
                            'Fix: leave --alpha-0 out.')
         return words + ', random masks (the checkpoint\'s)'
+    fresh = [p for p in start['untrained'] if 'predictor' in p]
     a0, aT = start['alpha']
     done, total = start['epochs']  # (an import: its run ended)
     stood = a0 + min(done / total, 1.) * (aT - a0) if done and total else aT
@@ -365,28 +240,135 @@ def start_settings(start: Dict, settings: Dict, lr: Optional[float],
         'its loss predictor is trained: the schedule starts where its run ' +
         (f'stood (epoch {done} of {total})' if stood != aT else 'ended'))
     a0 = alpha_0 if alpha_0 is not None else a0 if fresh else round(stood, 3)
-    settings['alpha'] = (a0, aT)
+    settings['alpha_0'] = a0
     return words + f', alpha {a0:g} -> {aT:g} ({why})'
 
 
-def check_counts(**counts) -> None:
-    """Refuse, before anything is read or written, a count that is not a
-    positive whole number (0 had meant 'not given'; ``img_size=2`` was a
-    ZeroDivisionError) or a channel count other than 1 or 3."""
-    for name, value in counts.items():
-        if value is None:
-            continue
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise HPMError(f'{name}={value!r}: give a positive whole number, '
-                           'or leave it out to have it chosen from the '
-                           'images.')
-    size, channels = counts.get('img_size'), counts.get('channels')
-    if size is not None and (size < 8 or size % 8):
-        raise HPMError(f'img_size={size}: the input is cut into an 8 x 8 '
-                       'grid of patches (16 px patches from 224 px), so it '
-                       f'must be a multiple of 8. Fix: one of {SIZES}.')
-    if channels is not None and channels not in (1, 3):
-        raise HPMError(f'channels={channels}: 1 (grayscale) or 3 (RGB).')
+def folder_config(base: Config,
+                  root: str,
+                  work_dir: str,
+                  scan: Dict,
+                  split: tuple,
+                  settings: Dict,
+                  stats: Dict,
+                  start: Optional[Dict] = None) -> str:
+    """The config of a run on the folder ``root``: it inherits ``base``
+    (the image-folder base's file; with ``start``, the checkpoint's saved
+    config, beside it in ``work_dir``, and the base's pipelines)
+    and holds only the folder's values (its ``image`` spec, which sizes
+    every part; file lists, batch size, :func:`choose_recipe`'s recipe, the
+    hooks' held-out ``split``) and the checkpoint's (its weights). Writes
+    the file lists into ``work_dir``; returns the config's text."""
+    import pprint
+    root, work_dir = osp.abspath(root), osp.abspath(work_dir)
+    os.makedirs(work_dir, exist_ok=True)
+
+    def write(name, rows):
+        path = osp.join(work_dir, name)
+        Path(path).write_text(''.join(f'{row}\n' for row in rows))
+        return path
+
+    def dataset(ann_file, with_label):
+        ds = dict(
+            type='CustomDataset',
+            data_root=root,
+            data_prefix='',
+            ann_file=ann_file,
+            with_label=with_label,
+            pipeline='{{_base_.eval_pipeline}}')
+        if with_label:
+            ds['metainfo'] = dict(classes=tuple(scan['classes']))
+        return ds
+
+    loader = dict(
+        batch_size=min(256, settings['num_images']),
+        num_workers=0,
+        persistent_workers=False,
+        sampler=dict(type='DefaultSampler', shuffle=False),
+        collate_fn=dict(type='default_collate'))
+    all_files = write('images.txt', scan['files'])
+    hooks = [dict(type='HPMScheduleHook', by_epoch=True)]
+    bank, val = split
+    if bank and val:
+        bank_file = write('knn_bank.txt', [f'{f} {c}' for f, c in bank])
+        val_file = write('knn_val.txt', [f'{f} {c}' for f, c in val])
+        vis_loader = dict(loader, dataset=dataset(val_file, True))
+        hooks.append(
+            dict(
+                type='KNNEvalHook',
+                interval=0,
+                train_dataloader=dict(
+                    loader, dataset=dataset(bank_file, True)),
+                val_dataloader=vis_loader))
+    else:
+        vis_loader = dict(loader, dataset=dataset(all_files, False))
+    hooks.append(
+        dict(
+            type='HardPatchVisHook',
+            interval=0,
+            num_images=min(4, settings['num_images']),
+            num_masks=8,
+            dataloader=vis_loader))
+    train_set, values = dict(ann_file=all_files, data_prefix=''), {}
+    if start is not None:  # the base's pipelines and data, its weights
+        values.update(
+            train_pipeline=base.train_pipeline,
+            eval_pipeline=base.eval_pipeline)
+        train_set = dict(
+            _delete_=True,
+            type='CustomDataset',
+            data_root=root,
+            with_label=False,
+            pipeline='{{_base_.train_pipeline}}',
+            **train_set)
+    model = dict(teacher=settings['teacher'])
+    if settings['alpha_0'] is not None:
+        model['mask_generator'] = dict(alpha_0=settings['alpha_0'])
+    values.update(
+        image=dict(
+            root=root,
+            size=settings['img_size'],
+            channels=settings['channels'],
+            patch_size=settings['patch_size'],
+            mean=stats['mean'],
+            std=stats['std']),
+        train_dataloader=dict(
+            batch_size=settings['batch_size'],
+            num_workers=2,
+            persistent_workers=True,
+            dataset=train_set),
+        train_cfg=dict(max_epochs=settings['epochs']),
+        optim_wrapper=dict(optimizer=dict(lr=settings['lr'])),
+        param_scheduler=[dict(s) for s in settings['schedulers']],
+        model=model,
+        auto_scale_lr=dict(base_batch_size=256, enable=False),
+        custom_hooks=hooks,
+        work_dir=work_dir)
+    if start is not None:  # no other data, no epoch hooks
+        values.update(
+            default_hooks=dict(checkpoint=dict(interval=1, max_keep_ckpts=2)),
+            load_from=start['path'],
+            resume=False,
+            **{
+                k: None
+                for k in ('val_dataloader', 'val_cfg', 'val_evaluator')
+                if start['cfg'].get(k) is not None
+            })
+    what = "the checkpoint's saved config" if start else \
+        'the image-folder base'
+    text = (
+        f'# Written by tools/pretrain_folder.py: the folder\'s values over '
+        f'{what}\n# (docs/own_data.md); rerun or edit it with '
+        'tools/train.py.\n'
+        f'_base_ = {base.filename if start is None else START_CONFIG!r}\n')
+    for key, value in values.items():  # (a path on one line: repr)
+        text += f'{key} = ' + (repr(value) if isinstance(value, str) else
+                               pprint.pformat(value, sort_dicts=False)) + '\n'
+    # the pipelines by reference: the base's, or those written above
+    for name in ('train_pipeline', 'eval_pipeline'):
+        text = text.replace(f"'{{{{_base_.{name}}}}}'",
+                            name if start else f'{{{{_base_.{name}}}}}')
+    return text
 
 
 def pretrain_folder(folder: str,
@@ -407,7 +389,7 @@ def pretrain_folder(folder: str,
     """Pretrain HPM on a folder of images (docs/own_data.md): the main job's
     model and recipe scaled, or, ``start_from`` a checkpoint (hpm_mm's or
     an imported one), its model, input size, channels and normalisation,
-    its student and teacher, a continued recipe (:func:`start_settings`).
+    its student and teacher, a continued recipe (:func:`choose_recipe`).
     Every file is opened first (an unreadable one refused, or left out with
     ``skip_unreadable``); size, channels, patch, batch, epochs, ``lr`` and
     ``alpha_0`` are chosen (each argument overrides); one subfolder per
@@ -419,15 +401,17 @@ def pretrain_folder(folder: str,
     hpm2backbone.py line); refusals are HPMErrors."""
     from hpm_mm.datasets.image_folder import (channel_stats, check_folder,
                                               scan_folder)
+    from hpm_mm.engine.work_dir import hand_over, own_work_dir
     from .config import load_config
     from .train import train
     log = log or (lambda line: None)
-    check_counts(
+    check_numbers(
         epochs=epochs,
         img_size=img_size,
         channels=channels,
-        batch_size=batch_size)
-    check_rates(lr=lr, alpha_0=alpha_0)
+        batch_size=batch_size,
+        lr=lr,
+        alpha_0=alpha_0)
     folder = folder.rstrip('/') or '/'
     check_folder(folder)  # before a work dir is made for it
     start = from_checkpoint(start_from, img_size, channels) \
@@ -438,20 +422,17 @@ def pretrain_folder(folder: str,
         raise HPMError(f'--work-dir {work_dir} is the image folder: its '
                        'outputs would be read as images by the next run. '
                        'Fix: another --work-dir.')
-    from hpm_mm.engine.work_dir import hand_over, own_work_dir
     lock = own_work_dir(work_dir)  # before anything is written into it
     # the runner takes the lock over; a refusal puts the work dir back
     with hand_over(lock, work_dir), _restored_on_refusal(work_dir):
         scan = scan_folder(folder)
         bad = scan['unreadable']
-        if bad:
-            listing = '; '.join(f'{p} ({why})' for p, why in bad[:3])
-            more = f' and {len(bad) - 3} more' if len(bad) > 3 else ''
-            if not skip_unreadable:
-                raise HPMError(
-                    f'{len(bad)} unreadable image file(s) in {folder}: '
-                    f'{listing}{more}. Fix: remove or repair them, or '
-                    '--skip-unreadable.')
+        listing = '; '.join(f'{p} ({why})' for p, why in bad[:3]) + (
+            f' and {len(bad) - 3} more' if len(bad) > 3 else '')
+        if bad and not skip_unreadable:
+            raise HPMError(f'{len(bad)} unreadable image file(s) in {folder}:'
+                           f' {listing}. Fix: remove or repair them, or '
+                           '--skip-unreadable.')
         if not scan['files']:
             raise HPMError(f'no readable image in {folder}. Fix: point at the '
                            'folder that holds your images.')
@@ -464,67 +445,61 @@ def pretrain_folder(folder: str,
             work_dir, scan['files'], resume, log,
             bool((cfg_options or {}).get('resume_changed_run')), start
             and start['path'])
+        base = Config.fromfile(
+            Config._get_cfg_path(f'hpm_mm::{FOLDER_CONFIG}', '')[0])
+        recipe = choose_recipe(settings, base, start, lr, alpha_0)
+        size = (f'{settings["img_size"]}x{settings["img_size"]} '
+                f'{"grayscale" if settings["channels"] == 1 else "RGB"}')
         if start is None:
-            settings.update(
-                lr=lr, alpha=None if alpha_0 is None else (alpha_0, None))
             stats = channel_stats(folder, scan['files'], settings['img_size'],
                                   settings['channels'])
-            chosen = (f'chosen: {settings["img_size"]}x{settings["img_size"]}'
-                      f' {"grayscale" if settings["channels"] == 1 else "RGB"}'
-                      f' (median short side {settings["median_short_side"]:g}'
-                      f' px), patch {settings["patch_size"]}' +
-                      ''.join(f', {k} {v:g} (given)' for k, v in (
-                          ('lr', lr), ('alpha_0', alpha_0)) if v is not None))
-            override = '--img-size --channels --batch-size --epochs --lr'
+            chosen = (f'chosen: {size} (median short side '
+                      f'{settings["median_short_side"]:g} px), patch '
+                      f'{settings["patch_size"]}; {recipe}')
+            override = '--img-size --channels --batch-size --epochs --lr ' \
+                '--alpha-0'
         else:
             stats = dict(mean=start['mean'], std=start['std'])
-            recipe = start_settings(start, settings, lr, alpha_0)
             rule = ' (grayscale images: the channel to all 3)' if \
                 scan['gray'] and start['channels'] == 3 else \
                 ' (colour images as luminance)' if not scan['gray'] and \
                 start['channels'] == 1 else ''
-            chosen = (f'from {start_from} ({start["kind"]}): its '
-                      f'{settings["img_size"]}x{settings["img_size"]} '
-                      f'{"grayscale" if settings["channels"] == 1 else "RGB"}'
-                      f'{rule}, patch {settings["patch_size"]} and '
-                      f'normalisation; {recipe}')
+            chosen = (f'from {start_from} ({start["kind"]}): its {size}{rule}'
+                      f', patch {settings["patch_size"]} and normalisation; '
+                      f'{recipe}')
             override = '--batch-size --epochs --lr --alpha-0'
-            with open(osp.join(work_dir, START_CONFIG), 'w') as f:
-                f.write(start['text'])
-        from mmengine.config import Config
-        base = Config._get_cfg_path(f'hpm_mm::{FOLDER_CONFIG}', '')[0]
-        text = folder_config(base, folder, work_dir, scan, settings, stats,
-                             start)
+            Path(work_dir, START_CONFIG).write_text(start['text'])
+        split = split_labelled(scan['files'], scan['classes']) \
+            if scan['classes'] else ([], [])
+        text = folder_config(base, folder, work_dir, scan, split, settings,
+                             stats, start)
         if bad:
-            with open(osp.join(work_dir, 'unreadable.txt'), 'w') as f:
-                f.writelines(f'{p}\t{why}\n' for p, why in bad)
-            log(f'left out {len(bad)} unreadable file(s): {listing}{more} '
+            Path(work_dir,
+                 'unreadable.txt').write_text(''.join(f'{p}\t{why}\n'
+                                                      for p, why in bad))
+            log(f'left out {len(bad)} unreadable file(s): {listing} '
                 f'(all in {osp.join(work_dir, "unreadable.txt")})')
-        labels = (f'{len(scan["classes"])} classes (kNN on a held-out fifth)'
-                  if scan['classes'] else 'unlabelled (no kNN)')
-        if scan['classes'] and not all(
-                split_labelled(scan['files'], scan['classes'])):
-            # every class has one image: nothing to hold out, or no bank
-            labels = (f'{len(scan["classes"])} classes; kNN skipped: it '
-                      'holds out a fifth of each class and needs a class '
-                      'with at least 2 images (each has 1); the hard-patch '
-                      'grids are still drawn')
+        classes = len(scan['classes'] or ())
+        labels = (  # (one image per class: nothing to hold out, or no bank)
+            f'{classes} classes (kNN on a held-out fifth)' if all(split) else
+            f'{classes} classes; kNN skipped: it holds out a fifth of each '
+            'class and needs a class with at least 2 images (each has 1); '
+            'the hard-patch grids are still drawn'
+            if classes else 'unlabelled (no kNN)')
         log(f'{settings["num_images"]} images, {labels}; {chosen}, batch '
             f'{settings["batch_size"]}, {settings["epochs"]} epochs of '
             f'{settings["steps_per_epoch"]} steps; override: {override}')
         cfg_path = osp.join(work_dir, 'hpm_folder.py')
-        with open(cfg_path, 'w') as f:
-            f.write(text)
+        Path(cfg_path).write_text(text)
         if cfg_options:  # checked on the config as it will run
             load_config(cfg_path, cfg_options)
         log(f'config: {cfg_path}')
-        grids = osp.join(work_dir, 'hard_patches')
         result = dict(
             config=cfg_path,
             settings=settings,
             runner=None,
             knn=None,
-            grids=grids,
+            grids=osp.join(work_dir, 'hard_patches'),
             export=None)
         if dry_run:
             return result
@@ -535,33 +510,15 @@ def pretrain_folder(folder: str,
             quiet=True,
             resume=resume or None,
             cfg_options=cfg_options)
-    knn = osp.join(work_dir, 'knn.json')
-    if osp.exists(knn):
-        with open(knn) as f:
-            result['knn'] = json.load(f)
-    with open(osp.join(work_dir, 'last_checkpoint')) as f:
-        last = f.read().strip()
+    knn = Path(work_dir, 'knn.json')
+    if knn.exists():
+        result['knn'] = json.loads(knn.read_text())
+    last = Path(work_dir, 'last_checkpoint').read_text().strip()
     result['export'] = (
         'export the encoder: python tools/model_converters/hpm2backbone.py '
         f'{last} {osp.join(work_dir, "backbone.pth")} --target mmpretrain '
         '(or mmdet / mmseg; timm: OUT a folder; docs/transfer.md)')
     return result
-
-
-def check_rates(lr: Optional[float] = None,
-                alpha_0: Optional[float] = None) -> None:
-    """Refuse, before anything is read, an ``lr`` that is not a positive
-    finite number or an ``alpha_0`` outside 0..1."""
-    import math
-    for name, value, want in (('lr', lr, 'a positive number'),
-                              ('alpha_0', alpha_0, 'a share in 0..1')):
-        if value is None:
-            continue
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or \
-                not math.isfinite(value) or not (
-                    value > 0 if name == 'lr' else 0 <= value <= 1):
-            raise HPMError(f'{name}={value!r} is not {want}. Fix: {want}, '
-                           'or leave it out to have it chosen.')
 
 
 @contextmanager
@@ -575,10 +532,7 @@ def _restored_on_refusal(work_dir: str):
     def files(*patterns):
         return [p for t in patterns for p in glob.glob(osp.join(work_dir, t))]
 
-    before = {}
-    for path in files('*.txt', '*.py'):
-        with open(path, 'rb') as f:
-            before[path] = f.read()
+    before = {p: Path(p).read_bytes() for p in files('*.txt', '*.py')}
     checkpoints = {(p, osp.getmtime(p)) for p in files('*.pth')}
     try:
         yield
@@ -588,8 +542,7 @@ def _restored_on_refusal(work_dir: str):
                 if path not in before:
                     os.remove(path)
             for path, data in before.items():
-                with open(path, 'wb') as f:
-                    f.write(data)
+                Path(path).write_bytes(data)
         raise
 
 
@@ -600,32 +553,26 @@ def _resume_or_refuse(work_dir: str,
                       changed_run: bool = False,
                       start: Optional[str] = None) -> bool:
     """Whether to continue the work dir's earlier run: by default, yes when
-    it trained on these same images from the same ``start`` (said in a
-    line), refused when from another start, and when on other images unless
-    asked (``resume=True`` with ``resume_changed_run``: its trained epochs
-    continue on the folder as it is now); ``resume=False`` refuses any
-    earlier run."""
-    import ast
-    import re
-
-    from hpm_mm.engine.resume import checkpoints_in, refuse_earlier_run
+    it trained on these same images from the same ``start`` (the resume
+    room's record of its checkpoints; said in a line), refused when from
+    another start, and when on other images unless asked (``resume=True``
+    with ``resume_changed_run``: its trained epochs continue on the folder
+    as it is now); ``resume=False`` refuses any earlier run."""
+    from hpm_mm.engine.resume import (checkpoints_in, refuse_earlier_run,
+                                      run_start)
     if not checkpoints_in(work_dir):
         return False  # nothing to continue: the run starts (from its start)
     if resume is False:
         refuse_earlier_run(work_dir)
-    config = osp.join(work_dir, 'hpm_folder.py')
-    then = re.search(r'^load_from = (.*)$',
-                     open(config).read(), re.M) if osp.exists(config) else None
-    then = then and ast.literal_eval(then.group(1))
-    if then != start:
+    then = run_start(work_dir)  # (False: none of its checkpoints complete)
+    if then is not False and then != start:
         raise HPMError(
             f'{work_dir} holds a run from {then or "scratch"}; this one '
             f'starts from {start or "scratch"}. Fix: --work-dir NEW for a '
             f'new run, or {f"--from {then}" if then else "no --from"} to '
             'continue it.')
-    listed = osp.join(work_dir, 'images.txt')
-    before = open(listed).read().split('\n')[:-1] if osp.exists(listed) \
-        else None
+    listed = Path(work_dir, 'images.txt')
+    before = listed.read_text().split('\n')[:-1] if listed.exists() else None
     if before != files:
         added = len(set(files) - set(before or []))
         removed = len(set(before or []) - set(files))

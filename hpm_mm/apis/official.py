@@ -13,7 +13,6 @@ add the reconstructor. docs/transfer.md#start-from-the-authors-weights.
 """
 import logging
 import os.path as osp
-import re
 from typing import Optional, Tuple
 
 import torch
@@ -21,16 +20,11 @@ from mmengine.config import Config
 
 from hpm_mm.errors import HPMError
 from .convert import OFFICIAL_NAMES, rename
+from .model import file_names
 
-#: ViT widths -> (name, heads) of the standard sizes (the heads are not in
-#: the tensors); the authors' ``args.model`` names the size too
-VIT_SIZES = {
-    192: ('tiny', 3),
-    384: ('small', 6),
-    768: ('base', 12),
-    1024: ('large', 16),
-    1280: ('huge', 16)
-}
+#: ViT widths -> heads of the standard sizes (the heads are not in the
+#: tensors)
+VIT_SIZES = {192: 3, 384: 6, 768: 12, 1024: 16, 1280: 16}
 #: the repository config each standard encoder continues from
 BASE_CONFIGS = {
     (768, 12, 16, 224): 'hpm/hpm_vit-base-p16_8xb512-amp-coslr-800e_in1k.py',
@@ -104,12 +98,12 @@ def read_arch(state: dict,
               args=None,
               num_heads: Optional[int] = None,
               decoder_num_heads: Optional[int] = None,
-              src: str = 'the checkpoint') -> Tuple[str, dict, str]:
-    """(layout, the HPM model's sizes as config overrides, a note) from the
+              src: str = 'the checkpoint') -> Tuple[str, dict]:
+    """(layout, the HPM model's sizes as config overrides) from the
     tensors' shapes; the heads (no shape holds them) from ``num_heads``,
-    else ``args.model`` where its width matches, else the standard ViT of
-    that width; ``norm_pix`` from ``args.norm_pix_loss``, else the recipe
-    of the layout (the authors train without it, MAE with)."""
+    else the standard ViT of that width (:data:`VIT_SIZES`); ``norm_pix``
+    from ``args.norm_pix_loss``, else the recipe of the layout (the authors
+    train without it, MAE with)."""
     proj, pos = state['patch_embed.proj.weight'], state['pos_embed']
     dim, in_ch, patch = proj.shape[0], proj.shape[1], proj.shape[-1]
     side, qkv = int(round(
@@ -123,15 +117,6 @@ def read_arch(state: dict,
     layout = 'hpm' if any('losspred' in k for k in state) else \
         'mae_visualize' if any(k.startswith(('decoder', 'mask_token'))
                                for k in state) else 'mae_pretrain'
-    depth, note = _count(state, 'blocks'), ''
-    named = re.search(r'vit_(tiny|small|base|large|huge)',
-                      str(getattr(args, 'model', '')))
-    if num_heads is None and named:  # (the authors' ViT-L script built a
-        if VIT_SIZES.get(dim, ('', ))[0] == named.group(1):  # ViT-B: shapes
-            num_heads = VIT_SIZES[dim][1]  # win over the name)
-        else:
-            note = (f'; args.model is {args.model!r} but the tensors are a '
-                    f'{dim}-d, {depth}-block ViT: the tensors are followed')
     if num_heads is None and dim not in VIT_SIZES:
         raise HPMError(f'{src}: a {dim}-d encoder is no standard ViT width '
                        f'({sorted(VIT_SIZES)}), and the tensors do not hold '
@@ -142,7 +127,7 @@ def read_arch(state: dict,
         raise HPMError(f'{src}: a {dec_dim}-d decoder (MAE and HPM release '
                        '512-d, 16 heads), and the tensors do not hold its '
                        'number of heads. Fix: --decoder-num-heads N.')
-    num_heads = VIT_SIZES[dim][1] if num_heads is None else num_heads
+    num_heads = VIT_SIZES[dim] if num_heads is None else num_heads
     decoder_num_heads = decoder_num_heads or 16
     for flag, width, heads in (('--num-heads', dim, num_heads),
                                ('--decoder-num-heads', dec_dim,
@@ -156,7 +141,7 @@ def read_arch(state: dict,
     norm_pix = getattr(args, 'norm_pix_loss', layout != 'hpm')
     vit = dict(
         embed_dims=dim,
-        num_layers=depth,
+        num_layers=_count(state, 'blocks'),
         num_heads=num_heads,
         feedforward_channels=state['blocks.0.mlp.fc1.weight'].shape[0])
     model = dict(
@@ -178,7 +163,7 @@ def read_arch(state: dict,
             or dec_depth),
         head=dict(
             patch_size=patch, in_channels=in_ch, norm_pix=bool(norm_pix)))
-    return layout, model, note
+    return layout, model
 
 
 def official_config(layout: str, model: dict) -> Tuple[str, Config]:
@@ -201,31 +186,16 @@ def official_config(layout: str, model: dict) -> Tuple[str, Config]:
 def _accounted(state: dict, expected: dict, fresh: tuple, who: str,
                fix: str) -> dict:
     """``state`` (the authors' names) in the model's names, refused in one
-    line unless it holds every tensor of ``expected`` outside the ``fresh``
-    parts, each of its shape, and nothing else."""
-    from hpm_mm.engine.safe_load import check_finite
+    line naming the file's keys (the one strict-load rule,
+    :func:`~hpm_mm.engine.safe_load.check_fills`) unless it holds every
+    tensor of ``expected`` outside the ``fresh`` parts, each of its shape,
+    and nothing else."""
+    from hpm_mm.engine.safe_load import check_fills, check_finite
     check_finite(state, who)
-    mapped = {rename(k, OFFICIAL_NAMES): v for k, v in state.items()}
-    missing = [
-        k for k in expected if k not in mapped and not k.startswith(fresh)
-    ]
-    if missing:
-        raise HPMError(
-            f'{who} lacks {len(missing)} of its model\'s tensors, e.g. ' +
-            ', '.join(rename(k, OFFICIAL_NAMES, False)
-                      for k in missing[:3]) + f'. Fix: {fix}.')
-    wrong = [
-        k for k, v in mapped.items()
-        if k not in expected or expected[k].shape != v.shape
-    ]
-    if wrong:
-        k = wrong[0]
-        has = tuple(expected[k].shape) if k in expected else 'none'
-        raise HPMError(
-            f'{who}: {len(wrong)} tensors fit no model of its sizes, e.g. '
-            f'{rename(k, OFFICIAL_NAMES, False)} {tuple(mapped[k].shape)} '
-            f"(the model's: {has}). Fix: {fix}.")
-    return mapped
+    check_fills({rename(k, OFFICIAL_NAMES, False): v
+                 for k, v in expected.items() if not k.startswith(fresh)},
+                state, who, fix, exact=True)  # yapf: disable
+    return {rename(k, OFFICIAL_NAMES): v for k, v in state.items()}
 
 
 def import_official(src: str,
@@ -256,8 +226,8 @@ def import_official(src: str,
                  fix='another OUT.pth (its config goes beside it, OUT.py)')
     ckpt = load_file(src)
     state = official_state(ckpt, src)
-    layout, sizes, note = read_arch(state, ckpt.get('args'), num_heads,
-                                    decoder_num_heads, src)
+    layout, sizes = read_arch(state, ckpt.get('args'), num_heads,
+                              decoder_num_heads, src)
     text, cfg = official_config(layout, sizes)
     with torch.random.fork_rng(devices=[]):  # the fresh parts: seeded
         torch.manual_seed(SEED)
@@ -279,19 +249,19 @@ def import_official(src: str,
     model.teacher.update_parameters(model.student())  # the first: a copy
     entry = next((k for k in EMA_KEYS
                   if isinstance(ckpt.get(k), dict)), None) if ema else None
-    if entry is not None:  # the student's parts -> the teacher's names
+    if entry is not None:  # the student's parts, in the teacher's names
         who = f'{src}: its EMA entry {entry!r}'
         teacher = _accounted(
             official_state(ckpt[entry], who), expected, fresh, who,
             '--no-ema (teacher = the released weights), not a teacher '
             'partly EMA, partly not')
-        part = {id(m): name for name, m in model.student().items()}
-        where = {n: part[id(m)] for n, m in model.named_children()
-                 if id(m) in part}  # yapf: disable
-        model.teacher.module.load_state_dict(
-            {where[k.split('.')[0]] + k[k.index('.'):]: v
-             for k, v in teacher.items() if k.split('.')[0] in where},
-            strict=False)  # yapf: disable
+        names = file_names(model, teacher, teacher=True)
+        model.load_state_dict(
+            {
+                names[k]: v
+                for k, v in teacher.items() if names[k] != k
+            },
+            strict=False)
     vit = sizes['backbone']['arch']
     imported = dict(
         source=osp.abspath(src),
@@ -304,9 +274,8 @@ def import_official(src: str,
             f'{vit["num_layers"]} blocks, patch '
             f'{sizes["backbone"]["patch_size"]}, '
             f'{sizes["backbone"]["img_size"]} px; every tensor read; teacher '
-            '= the ' + (f'EMA weights ({entry!r})'
-                        if entry is not None else 'same weights' +
-                        ('' if ema else ' (--no-ema)')) + note +
+            '= the ' + (f'EMA weights ({entry!r})' if entry is not None else
+                        'same weights' + ('' if ema else ' (--no-ema)')) +
             (f'; untrained (freshly initialised, seed {SEED}): '
              f'{", ".join(fresh)}: the hard-patch pictures refuse it until '
              'HPM pretraining (load_from) trains the loss predictor'

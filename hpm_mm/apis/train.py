@@ -62,8 +62,10 @@ def train_config(config: Union[str, Config],
     if quiet:
         cfg.console = 'quiet'
     for key in ('pin_memory', 'persistent_workers'):
-        if not flags[key]:
-            set_loaders(cfg, key, False)
+        for split in ('train', 'val', 'test'):  # False: off in every loader
+            loader = cfg.get(f'{split}_dataloader')
+            if not flags[key] and loader is not None:
+                loader[key] = False
     return cfg
 
 
@@ -91,14 +93,6 @@ def check_arguments(flags: dict,
     if launcher not in LAUNCHERS:
         raise HPMError(f'launcher={launcher!r}: give one of '
                        f'{", ".join(LAUNCHERS)}.')
-
-
-def set_loaders(cfg: Config, key: str, value) -> None:
-    """Set ``key`` of every dataloader of ``cfg`` (train, val, test)."""
-    for split in ('train', 'val', 'test'):
-        loader = cfg.get(f'{split}_dataloader')
-        if loader is not None:
-            loader[key] = value
 
 
 #: mmengine's runners and hpm_mm's, which add the run's policy to them

@@ -13,10 +13,9 @@ from .image_folder import reads_image_files
 
 def _loaders(cfg: Config) -> List[Tuple[str, dict]]:
     """(name, dataloader config) of every dataset the config reads."""
-    out = []
-    for key in ('train_dataloader', 'val_dataloader', 'test_dataloader'):
-        if cfg.get(key):
-            out.append((key, cfg[key]))
+    out = [(key, cfg[key])
+           for key in ('train_dataloader', 'val_dataloader', 'test_dataloader')
+           if cfg.get(key)]
     for hook in cfg.get('custom_hooks', []) or []:
         for key, value in hook.items():
             if key.endswith('dataloader') and isinstance(value, dict):
@@ -35,12 +34,6 @@ def _pipeline_channels(pipeline) -> int:
     return 0
 
 
-def _model_channels(cfg: Config) -> int:
-    backbone = cfg.get('model', {}).get('backbone', {}) or {}
-    patch_cfg = backbone.get('patch_cfg', {}) or {}
-    return patch_cfg.get('in_channels', backbone.get('in_channels', 3))
-
-
 def check_data(cfg: Config, max_images: int = 0) -> Dict[str, list]:
     """Open every image file the config's datasets list.
 
@@ -50,11 +43,13 @@ def check_data(cfg: Config, max_images: int = 0) -> Dict[str, list]:
     """
     from mmengine.registry import init_default_scope
 
-    from .image_folder import read_image
+    from .image_folder import load_image
     init_default_scope(cfg.get('default_scope', 'mmpretrain'))
     from mmpretrain.registry import DATASETS
     problems, report, seen = [], [], set()
-    want = _model_channels(cfg)
+    backbone = cfg.get('model', {}).get('backbone', {}) or {}
+    patch_cfg = backbone.get('patch_cfg') or {}
+    want = patch_cfg.get('in_channels', backbone.get('in_channels', 3))
     for name, loader in _loaders(cfg):
         ds_cfg = loader['dataset']
         key = repr(ds_cfg)
@@ -80,7 +75,7 @@ def check_data(cfg: Config, max_images: int = 0) -> Dict[str, list]:
             if path is None:
                 continue
             try:
-                _, mode = read_image(path)
+                _, mode = load_image(path, 'unchanged')
                 modes[mode] += 1
             except ValueError as e:
                 bad += 1

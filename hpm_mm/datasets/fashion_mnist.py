@@ -22,11 +22,10 @@ def resolve_data_root(data_root: str) -> str:
     (``hpm_mm::`` ones too) run from any folder. Absolute roots, URLs and
     roots found nowhere are returned as given (loading then names both
     places in its error)."""
-    if not data_root or osp.isabs(data_root) or '://' in data_root or \
-            osp.exists(data_root):
-        return data_root
     in_repo = osp.join(REPO, data_root)
-    return in_repo if osp.exists(in_repo) else data_root
+    if data_root and not osp.exists(data_root) and osp.exists(in_repo):
+        return in_repo
+    return data_root
 
 
 # file name -> number of bytes of the release's gunzipped idx file (header +
@@ -145,7 +144,7 @@ class FashionMNISTSplit(FashionMNIST):
         image a view of the file's one array (mmpretrain converts them one
         by one)."""
         root = self.data_prefix['root']
-        if '://' not in root and not self._check_exists():
+        if not self._check_exists():
             raise FileNotFoundError(
                 f'Fashion-MNIST is not in {osp.abspath(root)} (a relative '
                 f'data_root: the working directory {os.getcwd()}, then in '
@@ -155,11 +154,9 @@ class FashionMNISTSplit(FashionMNIST):
                 'the folder of the idx files.')
         files = self.test_list if self.split == 'test' else self.train_list
         paths = [osp.join(root, name.replace('.gz', '')) for name, _ in files]
-        for path in paths if '://' not in root else []:
-            problem = idx_problem(path) if osp.exists(path) else None
-            if problem is None and osp.basename(path) in FILES:
-                problem = release_problem(
-                    path, osp.basename(path), size_only=True)
+        for path in paths:
+            problem = idx_problem(path) or release_problem(
+                path, osp.basename(path), size_only=True)
             if problem:
                 raise HPMError(
                     f'{path}: {problem}. Fix: python {REPO}/tools/'
@@ -174,7 +171,7 @@ class FashionMNISTSplit(FashionMNIST):
             labels = read_label_file(paths[1]).numpy()
         if not self.with_label:
             return [{'img': image} for image in images]
-        return [{
-            'img': image,
-            'gt_label': np.array(label)
-        } for image, label in zip(images, labels)]
+        return [
+            dict(img=image, gt_label=np.array(label))
+            for image, label in zip(images, labels)
+        ]

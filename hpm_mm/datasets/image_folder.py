@@ -75,20 +75,6 @@ def reads_image_files(transform: dict) -> bool:
     return kind.startswith('LoadImage') or kind == 'LoadAndRandomResizedCrop'
 
 
-def read_image(path: str):
-    """``(size, mode)`` of ``path``, decoded by :func:`load_image`, or
-    ``ValueError`` with the reason the training pipeline cannot use it."""
-    array, mode = load_image(path, 'unchanged')
-    return (array.shape[1], array.shape[0]), mode
-
-
-def is_work_dir(path: str) -> bool:
-    """A tool's work dir (checkpoints, hard-patch grids): never data."""
-    return any(
-        osp.exists(osp.join(path, f))
-        for f in ('.run.lock', 'last_checkpoint'))
-
-
 def check_folder(root: str) -> None:
     """Refuse, in one line, a ``root`` that is not a folder."""
     if not osp.isdir(root):
@@ -101,29 +87,31 @@ def scan_folder(root: str) -> Dict:
     sorted), ``unreadable`` ((path, reason)), ``sizes``, ``gray`` and
     ``classes`` (when labelled). Raises HPMError without images."""
     check_folder(root)
-    # a folder or file reached twice (a symlink loop, a second link) is
-    # read once; work dirs (our own outputs) are not data
-    paths, seen = [], {osp.realpath(root)}
+    seen = {osp.realpath(root)}
+
+    def first_time(path: str) -> bool:
+        """A folder or file reached twice (a symlink loop, a second link)
+        is read once."""
+        real = osp.realpath(path)
+        new = real not in seen
+        seen.add(real)
+        return new
+
+    def is_data(folder: str, name: str) -> bool:
+        """Not hidden, nor a tool's work dir (checkpoints, hard-patch
+        grids), nor met before."""
+        full = osp.join(folder, name)
+        return not name.startswith('.') and name != 'work_dirs' and not any(
+            osp.exists(osp.join(full, f))
+            for f in ('.run.lock', 'last_checkpoint')) and first_time(full)
+
+    paths = []
     for dirpath, dirnames, filenames in os.walk(root, followlinks=True):
-        keep = []
-        for d in sorted(dirnames):
-            full = osp.join(dirpath, d)
-            real = osp.realpath(full)
-            if d.startswith('.') or d == 'work_dirs' or real in seen or \
-                    is_work_dir(full):
-                continue
-            seen.add(real)
-            keep.append(d)
-        dirnames[:] = keep
-        for name in sorted(filenames):
-            full = osp.join(dirpath, name)
-            if not name.lower().endswith(IMAGE_EXTENSIONS) or \
-                    name.startswith('.'):
-                continue
-            real = osp.realpath(full)
-            if real not in seen:
-                seen.add(real)
-                paths.append(osp.relpath(full, root))
+        dirnames[:] = [d for d in sorted(dirnames) if is_data(dirpath, d)]
+        paths += [
+            osp.relpath(osp.join(dirpath, f), root) for f in sorted(filenames)
+            if f.lower().endswith(IMAGE_EXTENSIONS) and is_data(dirpath, f)
+        ]
     if not paths:
         raise HPMError(
             f'{root} holds no image file ({", ".join(IMAGE_EXTENSIONS)}; '
@@ -139,12 +127,12 @@ def scan_folder(root: str) -> Dict:
                  'cannot hold; rename it'))
             continue
         try:
-            size, mode = read_image(osp.join(root, rel))
+            array, mode = load_image(osp.join(root, rel), 'unchanged')
         except ValueError as e:
             unreadable.append((rel, str(e)))
             continue
         files.append(rel)
-        sizes.append(size)
+        sizes.append((array.shape[1], array.shape[0]))
         gray = gray and mode in GRAY_MODES
     tops = {f.split(os.sep)[0] for f in files}
     labelled = bool(files) and all(os.sep in f for f in files) and \
@@ -198,16 +186,15 @@ def split_labelled(files: List[str],
     when the class has two or more) is evaluated, the rest is the kNN
     memory bank."""
     rng = random.Random(seed)
-    index = {c: i for i, c in enumerate(classes)}
-    by_class = {c: [] for c in classes}
+    by_class = {}
     for f in files:
-        by_class[f.split(os.sep)[0]].append(f)
+        by_class.setdefault(f.split(os.sep)[0], []).append(f)
     bank, val = [], []
-    for c in classes:
-        items = sorted(by_class[c])
+    for label, c in enumerate(classes):
+        items = sorted(by_class.get(c, []))
         rng.shuffle(items)
         k = max(1, round(len(items) * val_fraction)) if len(items) > 1 \
             else 0
-        val += [(f, index[c]) for f in items[:k]]
-        bank += [(f, index[c]) for f in items[k:]]
+        val += [(f, label) for f in items[:k]]
+        bank += [(f, label) for f in items[k:]]
     return bank, val

@@ -1,5 +1,5 @@
 import io
-from typing import NamedTuple, Optional
+from typing import Optional
 
 import numpy as np
 from mmcv.image.geometric import pillow_interp_codes
@@ -64,11 +64,6 @@ class LoadImageFromFileChecked(_Unreadable, LoadImageFromFile):
         return results
 
 
-class _Shape(NamedTuple):
-    """What ``RandomResizedCrop.rand_crop_params`` reads of an image."""
-    shape: tuple
-
-
 #: DCT-domain reductions a JPEG decoder offers (libjpeg: 1/2, 1/4, 1/8)
 JPEG_REDUCTIONS = (8, 4, 2)
 
@@ -85,13 +80,6 @@ class LoadAndRandomResizedCrop(_Unreadable, RandomResizedCrop):
 
     Args:
         scale (int | tuple): the output size.
-        crop_ratio_range (tuple): the box's area range. Defaults to (0.08,
-            1.0).
-        aspect_ratio_range (tuple): the box's aspect range. Defaults to (3/4,
-            4/3).
-        max_attempts (int): boxes tried before the centre crop. Defaults to 10.
-        interpolation (str): the resize's. Defaults to 'bilinear'.
-        backend (str): the resize's backend. Defaults to 'pillow'.
         reduce (bool): whether a JPEG is decoded at the box's resolution.
             Defaults to True.
         color_type (str): 'color' or 'grayscale'. Defaults to 'color'.
@@ -99,31 +87,24 @@ class LoadAndRandomResizedCrop(_Unreadable, RandomResizedCrop):
             of refused. Defaults to False.
         backend_args (dict, optional): mmengine's file backend. Defaults to
             None.
+        **kwargs: :class:`RandomResizedCrop`'s ``crop_ratio_range``,
+            ``aspect_ratio_range``, ``max_attempts``, ``interpolation``
+            (Pillow's: the resize is Pillow's whatever ``backend``).
     """
 
     def __init__(self,
                  scale,
-                 crop_ratio_range=(0.08, 1.0),
-                 aspect_ratio_range=(3. / 4., 4. / 3.),
-                 max_attempts: int = 10,
-                 interpolation: str = 'bilinear',
-                 backend: str = 'pillow',
                  reduce: bool = True,
                  color_type: str = 'color',
                  skip_unreadable: bool = False,
-                 backend_args: Optional[dict] = None) -> None:
-        super().__init__(
-            scale=scale,
-            crop_ratio_range=crop_ratio_range,
-            aspect_ratio_range=aspect_ratio_range,
-            max_attempts=max_attempts,
-            interpolation=interpolation,
-            backend=backend)
+                 backend_args: Optional[dict] = None,
+                 **kwargs) -> None:
+        super().__init__(scale=scale, **kwargs)
         if color_type not in ('color', 'grayscale'):
             raise ValueError(f"color_type={color_type!r}: 'color' or "
                              "'grayscale'.")
-        if interpolation not in pillow_interp_codes:  # (Pillow resizes)
-            raise ValueError(f'interpolation={interpolation!r}: one of '
+        if self.interpolation not in pillow_interp_codes:
+            raise ValueError(f'interpolation={self.interpolation!r}: one of '
                              f'{sorted(pillow_interp_codes)}.')
         self.reduce = reduce
         self.color_type = color_type
@@ -163,7 +144,8 @@ class LoadAndRandomResizedCrop(_Unreadable, RandomResizedCrop):
         w, h = pil.size
         if pil.getexif().get(0x0112, 1) in (5, 6, 7, 8):  # EXIF: turned
             w, h = h, w
-        return content, pil, (h, w), self.rand_crop_params(_Shape((h, w)))
+        box = self.rand_crop_params(np.empty((h, w, 0)))  # reads its shape
+        return content, pil, (h, w), box
 
     def _crop(self, pil, full, box) -> np.ndarray:
         """The crop as a BGR (or H x W) uint8 array. Everything stays in
@@ -190,10 +172,6 @@ class LoadAndRandomResizedCrop(_Unreadable, RandomResizedCrop):
         if out.ndim == 3:  # RGB -> BGR, as mmcv's loaders
             out = out[..., ::-1]
         return np.ascontiguousarray(out)
-
-    def __repr__(self) -> str:
-        return super().__repr__()[:-1] + \
-            f', reduce={self.reduce}, color_type={self.color_type!r})'
 
 
 def _as_mmcv_reads(pil, color_type: str):
@@ -263,6 +241,3 @@ class LoadBytesAndCropBox(LoadAndRandomResizedCrop):
                 p=[self.flip_prob, 1. - self.flip_prob]) is not None,
             interpolation=self.interpolation)
         return results
-
-    def __repr__(self) -> str:
-        return super().__repr__()[:-1] + f', flip_prob={self.flip_prob})'

@@ -6,6 +6,7 @@ hyper-parameters, schedulers and iteration count those of this config
 (``resume_changed_run``). The resume hook
 (:class:`~hpm_mm.engine.hooks.ResumeHook`) applies the last two before
 mmengine loads the optimizer and schedulers."""
+import re
 import warnings
 from typing import Optional
 
@@ -18,11 +19,15 @@ from .safe_load import load_file
 def checkpoint_state(model: torch.nn.Module, filename) -> dict:
     """The state dict of ``filename`` (through
     :func:`~hpm_mm.engine.safe_load.load_file`; or of a checkpoint already
-    loaded, a dict) in ``model``'s keys: its ``state_dict`` entry, keys of
-    earlier hpm_mm versions mapped by the model's ``upgrade_state_dict``
-    when it has one."""
+    loaded, a dict) in ``model``'s keys, for every load alike: its
+    ``state_dict`` entry, a DDP wrapper's ``module.`` taken off each key (as
+    mmengine's loader does), keys of earlier hpm_mm versions mapped by the
+    model's ``upgrade_state_dict`` when it has one."""
     ckpt = filename if isinstance(filename, dict) else load_file(filename)
-    state = ckpt.get('state_dict', ckpt)
+    state = {
+        re.sub(r'^module\.', '', k): v
+        for k, v in ckpt.get('state_dict', ckpt).items()
+    }
     upgrade = getattr(model, 'upgrade_state_dict', None)
     return upgrade(state) if upgrade is not None else state
 

@@ -77,6 +77,14 @@ def _begun_from(work_dir: str, path: str, unknown: bool = True) -> bool:
         unknown and bool(skipped)
 
 
+def run_start(work_dir: str):
+    """Where the run ``--resume`` continues in ``work_dir`` began (its
+    checkpoints' record: a checkpoint's path, None from scratch); False
+    where none of its checkpoints is complete."""
+    found = find_resume_checkpoint(work_dir)[0]
+    return _hpm_run(found).get('start') if found else False
+
+
 def read_run_ids(work_dir: str) -> tuple:
     """The work dir's :data:`RUN_ID_FILE`: (this run's id or None, the
     folder it was written in, {each run it branched from: its last step})."""

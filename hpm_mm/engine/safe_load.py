@@ -14,7 +14,9 @@ from typing import Optional
 import torch
 from mmengine.utils import digit_version
 
-from hpm_mm.errors import HPMError
+# the strict-load rule lives below every layer that loads (a feature
+# target's weights too); re-exported here, the loader's room
+from hpm_mm.errors import CheckpointError, HPMError, check_fills  # noqa: F401
 
 #: the first torch with ``torch.serialization.add_safe_globals``
 TORCH_FLOOR = '2.4'
@@ -27,10 +29,6 @@ _MULTIARRAY_NAMES = ('numpy.core.multiarray', 'numpy._core.multiarray')
 #: the addresses mmengine hands to hpm_mm's loaders of hpm_mm.engine.download
 URL_SCHEMES = ('http://', 'https://', 'open-mmlab://', 'openmmlab://',
                'torchvision://', 'mmcls://')
-
-
-class CheckpointError(HPMError, RuntimeError):
-    """A checkpoint that cannot be loaded: damaged, or refused."""
 
 
 class UnsafeCheckpointError(CheckpointError, pickle.UnpicklingError):
@@ -336,6 +334,11 @@ def _check(path: str) -> None:
         raise CheckpointNotFoundError(
             f'cannot load the checkpoint {path}: {problem}. Fix: the path of '
             'a checkpoint file.')
+    if problem and path.endswith('.py'):  # a config in a checkpoint's place
+        raise CheckpointError(
+            f'cannot load the checkpoint {path}: it is a config file (.py), '
+            'not a checkpoint. Fix: the .pth a run wrote (e.g. WORK_DIR/'
+            'epoch_N.pth).')
     if problem:
         raise CheckpointError(
             f'cannot load the checkpoint {path}: {problem}. Fix: a complete '
@@ -345,48 +348,6 @@ def _check(path: str) -> None:
 def load_from_local(filename: str, map_location=None):
     """mmengine's local checkpoint loader, through :func:`load_file`."""
     return load_file(osp.expanduser(filename), map_location)
-
-
-def check_fills(expected,
-                state_dict: dict,
-                name: str,
-                fix: str,
-                exact: bool = False) -> None:
-    """Refuse, in one line naming the first keys and ``fix``, a
-    ``state_dict`` that lacks a tensor ``expected`` holds (a model, or the
-    tensors a caller reads by the file's names: its optional parts left
-    out) or holds it in another shape; with ``exact``, one holding a tensor
-    the model lacks too (shallower or narrower than the file's)."""
-    own = expected if isinstance(expected, dict) else (
-        getattr(expected, 'unsharded_state', None) or expected.state_dict())
-
-    def few(keys):  # escaped: a file's key cannot break the line
-        return ', '.join(ascii(k)[1:-1] for k in keys[:3])
-
-    missing = [k for k in own if k not in state_dict]
-    other = [
-        k for k in own if k in state_dict
-        and getattr(state_dict[k], 'shape', None) != own[k].shape
-    ]
-    extra = [k for k in state_dict if k not in own] if exact else []
-    held = len(missing) == len(own) and state_dict and \
-        f'; none is, the file holds e.g. {few(list(state_dict))}'
-    parts = [
-        f'{len(missing)} of its {len(own)} tensors are missing (e.g. '
-        f'{few(missing)}{held or ""})'
-    ] if missing else []
-    parts += [
-        f'{len(other)} have another shape (e.g. {few(other[:1])}: '
-        f'{tuple(getattr(state_dict[other[0]], "shape", ()))} in the file, '
-        f'{tuple(own[other[0]].shape)} in the model)'
-    ] if other else []
-    parts += [
-        f'it holds {len(extra)} tensors the model lacks (e.g. '
-        f'{few(extra)})'
-    ] if extra else []
-    if parts:
-        raise CheckpointError(f'{name} does not fit the model: ' +
-                              '; '.join(parts) + f'. Fix: {fix}.')
 
 
 def check_finite(state_dict: dict, name: str = 'the checkpoint') -> None:

@@ -1,6 +1,7 @@
 """DINO-style weighted kNN on L2-normalised frozen features: the k nearest
 training samples vote with ``exp(sim / T)``; every k from one top-k
 search per chunk of test samples."""
+from contextlib import contextmanager
 from typing import Dict, Optional, Sequence, Union
 
 import torch
@@ -74,33 +75,28 @@ def pool_features(feats,
     return feats.mean(dim=(2, 3)) if feats.dim() == 4 else feats
 
 
+@contextmanager
 def block_output(model, layer: Optional[int]):
-    """A context that captures the tokens out of encoder block ``layer``
-    (0-based, negative from the end) during ``model.extract_feat``, into
-    the list it yields; None: nothing (the encoder's output after its final
-    norm is read, the default)."""
-    from contextlib import contextmanager
-
-    @contextmanager
-    def capture():
-        if layer is None:
-            yield None
-            return
-        layers = getattr(getattr(model, 'backbone', None), 'layers', None)
-        if layers is None or not -len(layers) <= layer < len(layers):
-            n = len(layers) if layers is not None else 0
-            raise ValueError(
-                f'layer {layer}: the encoder has {n} blocks (0..{n - 1}, or '
-                f'-{n}..-1). Fix: one of those, or no layer (its output).')
-        seen = []
-        handle = layers[layer].register_forward_hook(
-            lambda m, i, out: seen.append(out))
-        try:
-            yield seen
-        finally:
-            handle.remove()
-
-    return capture()
+    """Capture the tokens out of encoder block ``layer`` (0-based, negative
+    from the end) during ``model.extract_feat``, into the list it yields;
+    None: nothing (the encoder's output after its final norm is read, the
+    default)."""
+    if layer is None:
+        yield None
+        return
+    layers = getattr(getattr(model, 'backbone', None), 'layers', None)
+    n = len(layers) if layers is not None else 0
+    if not -n <= layer < n:
+        raise ValueError(
+            f'layer {layer}: the encoder has {n} blocks (0..{n - 1}, or '
+            f'-{n}..-1). Fix: one of those, or no layer (its output).')
+    seen = []
+    handle = layers[layer].register_forward_hook(
+        lambda m, i, out: seen.append(out))
+    try:
+        yield seen
+    finally:
+        handle.remove()
 
 
 def model_device(model) -> str:
@@ -163,13 +159,10 @@ def extract_features(model,
         results = collect_results(results, len(dataloader.dataset))
     feats = torch.stack([f for f, _ in results])  # (N, F, D)
     labels = torch.tensor([label for _, label in results])
-    if isinstance(feature, str):
-        return dict(feats=feats[:, 0], labels=labels)
+    by_name = {f: feats[:, i] for i, f in enumerate(names)}
     return dict(
-        feats={
-            f: feats[:, i]
-            for i, f in enumerate(names)
-        }, labels=labels)
+        feats=by_name[feature] if isinstance(feature, str) else by_name,
+        labels=labels)
 
 
 #: what the kNN hook and knn_eval say when the bank is the evaluated set

@@ -15,20 +15,10 @@ from torch.utils._python_dispatch import TorchDispatchMode
 #: ops that read a value back to the host, or whose output size depends on
 #: the data (the host waits for it to allocate the output)
 SYNC_OPS = frozenset({
-    'aten._local_scalar_dense',
-    'aten.is_nonzero',
-    'aten.item',
-    'aten.nonzero',
-    'aten.nonzero_static',
-    'aten.masked_select',
-    'aten.unique',
-    'aten._unique',
-    'aten._unique2',
-    'aten.unique_consecutive',
-    'aten.unique_dim',
-    'aten.repeat_interleave',
-    'aten.equal',
-    'aten.allclose',
+    'aten._local_scalar_dense', 'aten.is_nonzero', 'aten.item', 'aten.nonzero',
+    'aten.nonzero_static', 'aten.masked_select', 'aten.unique', 'aten._unique',
+    'aten._unique2', 'aten.unique_consecutive', 'aten.unique_dim',
+    'aten.repeat_interleave', 'aten.equal', 'aten.allclose'
 })
 
 

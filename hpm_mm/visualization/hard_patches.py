@@ -49,30 +49,28 @@ def analyze_hard_patches(model,
     B = inputs.shape[0]
     N = model.backbone.num_patches
     gen = model.mask_generator
-    num_masked = gen.num_masked(N)
     head = model.head
+
+    def reconstruct(mask: torch.Tensor) -> torch.Tensor:
+        latent, ids = model.backbone(inputs, mask.to(inputs.device),
+                                     N - gen.num_masked(N))
+        return model.neck(latent, ids)[0]
 
     # what the reconstructor is compared with: the pixels, or a feature
     # target (the EMA teacher's or a frozen network's, paper Tab. 1)
     target = model.target(inputs)
-    feature_target = target is not inputs
 
     # true per-patch losses, averaged over MAE's random masks (drawn on the
     # CPU from ``seed``, whatever the device)
-    total = torch.zeros(B, N)
-    count = torch.zeros(B, N)
     random_masks = RandomMaskGenerator(mask_ratio=gen.mask_ratio)
     with torch.random.fork_rng(devices=[], enabled=seed is not None):
         if seed is not None:
             torch.manual_seed(seed)
         masks = [random_masks(None, 0., N, B, 'cpu') for _ in range(num_masks)]
+    total, count = torch.zeros(B, N), torch.zeros(B, N)
     for mask in masks:
-        mask = mask.to(inputs.device)
-        latent, ids = model.backbone(inputs, mask, N - num_masked)
-        pred, _ = model.neck(latent, ids)
-        loss = head.patch_losses(pred, target).cpu()
-        total += loss * mask.cpu()
-        count += mask.cpu()
+        total += head.patch_losses(reconstruct(mask), target).cpu() * mask
+        count += mask
     true_loss = total / count.clamp(min=1)
 
     # the scores the mask reads at this progress (the teacher's, or the
@@ -104,17 +102,12 @@ def analyze_hard_patches(model,
     if seed is not None:
         torch.manual_seed(seed)
     mask = gen(scores, progress, N, B, torch.device('cpu'))
-    latent, ids = model.backbone(inputs, mask.to(inputs.device),
-                                 N - num_masked)
-    pred, _ = model.neck(latent, ids)
-    if feature_target:  # no pixels predicted: show what the student saw
-        p = model.backbone.patch_embed.projection.stride[0]
+    if target is not inputs:  # no pixels predicted: show what the student saw
         h, w = model.backbone.patch_resolution
-        m = mask.view(B, 1, h, w).repeat_interleave(p, 2).repeat_interleave(
-            p, 3).to(inputs.device)
-        recon = (inputs.float() * (1 - m)).cpu()
+        m = F.interpolate(mask.view(B, 1, h, w), size=inputs.shape[-2:])
+        recon = (inputs.float() * (1 - m.to(inputs.device))).cpu()
     else:
-        pred = pred.float()
+        pred = reconstruct(mask).float()
         target = head.patchify(inputs.float())
         if head.norm_pix:  # back to pixel space with each patch's statistics
             mean = target.mean(-1, keepdim=True)
@@ -136,18 +129,15 @@ def analyze_hard_patches(model,
         mask_info=gen.log_vars(N, progress))
 
 
-def patch_map_to_pixels(values: torch.Tensor,
-                        image_size,
-                        normalise: bool = True) -> np.ndarray:
+def patch_map_to_pixels(values: torch.Tensor, image_size) -> np.ndarray:
     """(B, N) per-patch values -> (B, H, W) bilinearly upsampled maps,
     min-max normalised per image to [0, 1]."""
     B, N = values.shape
     h = w = int(round(N**0.5))
     maps = values.float().view(B, 1, h, w)
-    if normalise:
-        lo = maps.amin(dim=(2, 3), keepdim=True)
-        hi = maps.amax(dim=(2, 3), keepdim=True)
-        maps = (maps - lo) / (hi - lo).clamp(min=1e-12)
+    lo = maps.amin(dim=(2, 3), keepdim=True)
+    hi = maps.amax(dim=(2, 3), keepdim=True)
+    maps = (maps - lo) / (hi - lo).clamp(min=1e-12)
     maps = F.interpolate(
         maps, size=tuple(image_size), mode='bilinear', align_corners=False)
     return maps[:, 0].clamp(0, 1).numpy()
@@ -209,16 +199,14 @@ def draw_hard_patches(result: Dict[str, torch.Tensor],
     true_map = patch_map_to_pixels(result['true_loss'][index:index + 1],
                                    (H, W))[0]
     pred_map = patch_map_to_pixels(result['shown'][index:index + 1], (H, W))[0]
-    N = result['mask'].shape[1]
     gray = img.ndim == 2
-    shown = np.stack([img] * 3, -1) if gray else img.copy()
-    p = H // int(round(N**0.5))
-    # nearest-patch mask for the dimmed panel
-    m = result['mask'][index].view(int(round(N**0.5)), -1).numpy()
-    mask_px = np.kron(m, np.ones((p, p))).astype(bool)[:H, :W]
-    masked_view = shown.copy()
-    # masked patches shown as a grey veil (visible even on black background)
-    masked_view[mask_px] = masked_view[mask_px] * 0.3 + 0.45
+    # the mask's patches as a grey veil (visible even on black background)
+    side = int(round(result['mask'].shape[1]**0.5))
+    patch = np.ones((H // side, H // side))
+    veil = np.kron(result['mask'][index].view(side, -1).numpy(),
+                   patch).astype(bool)[:H, :W]
+    masked_view = np.stack([img] * 3, -1) if gray else img.copy()
+    masked_view[veil] = masked_view[veil] * 0.3 + 0.45
 
     fig, axes = plt.subplots(1, 5, figsize=(12.5, 2.9), dpi=dpi)
     fig.subplots_adjust(
@@ -233,14 +221,12 @@ def draw_hard_patches(result: Dict[str, torch.Tensor],
         (masked_view, f'mask (grey) {info}'.strip(), None),
         (recon, 'reconstruction', cmap),
     ]
-    im = None
     for ax, (data, title, cm) in zip(axes, panels):
-        shown_im = ax.imshow(data, cmap=cm, vmin=0, vmax=1)
-        if cm == 'jet':
-            im = shown_im
+        ax.imshow(data, cmap=cm, vmin=0, vmax=1)
         ax.set_title(title, fontsize=9)
         ax.axis('off')
-    cbar = fig.colorbar(im, ax=axes.tolist(), fraction=0.02, pad=0.01)
+    cbar = fig.colorbar(
+        axes[2].images[0], ax=axes.tolist(), fraction=0.02, pad=0.01)
     cbar.set_ticks([0, 1])
     cbar.set_ticklabels(['easy', 'hard'])
     fig.canvas.draw()

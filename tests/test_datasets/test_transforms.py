@@ -118,7 +118,7 @@ def test_the_image_spec_takes_one_number_and_a_0_to_1_scaling():
 
 
 @pytest.mark.parametrize('arg,match', [
-    (dict(epochs=0), 'epochs=0: give a positive'),
+    (dict(epochs=0), 'epochs=0 is not a positive whole number'),
     (dict(batch_size=0), 'batch_size=0'),
     (dict(img_size=0), 'img_size=0'),
     (dict(img_size=2), 'img_size=2: .*multiple of 8'),

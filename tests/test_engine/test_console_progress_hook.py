@@ -66,3 +66,38 @@ def test_quiet_console_and_tensorboard(tmp_path, capsys):
     tags = acc.Tags()
     assert {'loss_rec', 'rank_acc', 'hpm/spearman'} <= set(tags['scalars'])
     assert {'hard_patches_img0', 'hard_patches_img1'} <= set(tags['images'])
+
+
+def test_an_iteration_loop_gets_a_line_every_tenth_of_the_run():
+    """Under an iteration loop (it has max_epochs too: 1) a line every
+    max_iters // 10 iterations, none for its one closing 'epoch'."""
+    from types import SimpleNamespace
+
+    from mmengine.logging import MessageHub
+    from mmengine.runner import IterBasedTrainLoop
+
+    from hpm_mm.engine.hooks import ConsoleProgressHook
+    lines = []
+    hub = MessageHub.get_instance('console_progress_iter_test')
+    loop = IterBasedTrainLoop.__new__(IterBasedTrainLoop)
+    loop._max_epochs = 1  # (as its constructor sets it)
+    runner = SimpleNamespace(
+        train_loop=loop,
+        iter=0,
+        epoch=0,
+        max_iters=20,
+        max_epochs=1,
+        train_dataloader=range(20),
+        message_hub=hub,
+        logger=SimpleNamespace(info=lambda line, **kw: lines.append(line)))
+    hook = ConsoleProgressHook(keys=('loss', ))
+    hook.before_train(runner)
+    for i in range(20):
+        runner.iter = i
+        hub.update_scalar('train/loss', float(i))
+        hook.after_train_iter(runner, i)
+    runner.iter = 20
+    hook.after_train_epoch(runner)  # the loop's one call, at its end
+    want = [['iter', f'{n}/20', 'loss', f'{n - 1.5:.4g}']
+            for n in range(2, 21, 2)]  # (the mean of the last 2 losses)
+    assert [line.split()[:4] for line in lines] == want, lines

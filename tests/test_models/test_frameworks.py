@@ -213,6 +213,23 @@ def test_frozen_targets_load_stay_frozen_and_refuse_missing_weights(
         build(
             feature_cfg(
                 dict(target, checkpoint=str(tmp_path / 'no.pth')), dim))
+    # a tensor missing or of another shape (another arch): one line through
+    # the one strict-load rule (a shape was torch's raw RuntimeError)
+    from hpm_mm.errors import HPMError
+    first, last = list(state)[0], list(state)[-1]
+    for name, broken, want in (
+        ('missing', {
+            k: v
+            for k, v in state.items() if k != last
+        }, 'missing'),
+        ('shape', dict(state, **{first:
+                                 state[first][..., :1]}), 'another shape'),
+    ):
+        path = str(tmp_path / f'{name}.pth')
+        torch.save({'state_dict': broken}, path)
+        with pytest.raises(HPMError, match=f'{want}.*docs/targets.md') as e:
+            build(feature_cfg(dict(target, checkpoint=path), dim))
+        assert '\n' not in str(e.value), e.value
 
 
 def test_plain_rows_need_no_predictor_and_refuse_half_configs():

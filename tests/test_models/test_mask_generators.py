@@ -322,6 +322,17 @@ def test_a_generator_that_breaks_the_contract_stops_the_first_step():
             match=r'OneTooFew masked \[11\] patches '
             r'per image where its ratio 0.75 asks for 12'):
         model.loss(torch.randn(2, 1, 16, 16), [])
+
+    @MODELS.register_module(force=True)
+    class OneColumnShort(RandomMaskGenerator):
+
+        def forward(self, *args, **kwargs):
+            return super().forward(*args, **kwargs)[:, 1:]
+
+    model = tiny_hpm(
+        mask_generator=dict(type='OneColumnShort', mask_ratio=0.75))
+    with pytest.raises(HPMError, match=r'shape \(2, 15\) for \(2, 16\)'):
+        model.loss(torch.randn(2, 1, 16, 16), [])
     good = tiny_hpm()
     good.set_progress(1.)
     good.loss(torch.randn(2, 1, 16, 16), [])

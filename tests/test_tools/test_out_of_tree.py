@@ -230,7 +230,7 @@ def test_an_outside_teacher_score_source_trains_as_written(tmp_path, warm):
     proc = tool_main('model_converters/hpm2backbone.py', ckpt,
                      tmp_path / 'vit.pth', '--target', 'mmpretrain')
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert '0 missing, 0 unexpected' in proc.stdout
+    assert 'every tensor of the backbone loaded' in proc.stdout
 
 
 def test_an_unknown_score_source_lists_the_registered_ones():
@@ -351,3 +351,24 @@ def test_own_data_config_runs_as_written_and_the_image_spec_flows(
     gray.write_text(gray.read_text().replace('size=48', 'size=50'))
     with pytest.raises(HPMError, match='not a multiple of image.patch_size'):
         load_config(str(gray))
+
+
+def test_the_contract_check_reports_a_generator_without_per_image_ratios():
+    """A generator of one's own that refuses per-image ratios when built:
+    the checker names that property and checks the rest (it raised the
+    generator's error from the host-synchronisation check)."""
+    from hpm_mm.models import RandomMaskGenerator
+    from hpm_mm.testing.check_mask_generator import report
+
+    class FixedRatioOnly(RandomMaskGenerator):
+
+        def __init__(self, mask_ratio=0.75, **kwargs):
+            if not isinstance(mask_ratio, float):
+                raise ValueError('a fixed ratio only')
+            super().__init__(mask_ratio=mask_ratio, **kwargs)
+
+    lines, bad = report(FixedRatioOnly)
+    assert bad == 1, lines
+    assert 'FAIL per-image ratios' in lines[-2] and \
+        'ValueError: a fixed ratio only' in lines[-2]
+    assert 'ok   no host synchronisation (mask_ratio=0.6)' in lines

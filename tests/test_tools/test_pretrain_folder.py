@@ -75,6 +75,10 @@ def test_own_images_unlabelled_grayscale_odd_sizes(tmp_path):
     _, out = _pretrain(root, work, epochs=1)
     assert '12 images, unlabelled (no kNN)' in out and '64x64 grayscale' in \
         out and 'patch 8' in out, out
+    # one lr rule with --from (MAE's linear scaling): the recipe's 1.5e-3
+    # per 256 images at batch 8 (it had trained at 1.5e-3 at any batch)
+    assert "patch 8; lr 4.69e-05 (0.0015 per 256 images, the recipe's), " \
+        'batch 8' in out, out
     assert not (work / 'knn.json').exists()
     assert len(list((work / 'hard_patches').glob('*.png'))) == 4
     # the written config holds the folder's values over the image-folder
@@ -87,6 +91,7 @@ def test_own_images_unlabelled_grayscale_odd_sizes(tmp_path):
     cfg = load_config(str(work / 'hpm_folder.py'))
     assert cfg.model.backbone.patch_cfg.in_channels == 1
     assert cfg.model.neck.num_patches == 64
+    assert cfg.optim_wrapper.optimizer.lr == 4.69e-05
     # the runner keeps it as written; its resolved copy is beside it
     assert (work / 'hpm_folder.py').read_text() == written
     assert 'num_patches=64' in (work / 'hpm_folder_resolved.py').read_text()

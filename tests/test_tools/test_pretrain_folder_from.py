@@ -223,6 +223,11 @@ def test_from_an_hpm_mm_checkpoint_stops_and_resumes_its_own_run(
     assert f'holds a run from {ckpt}; this one starts from scratch' in str(
         refused.value) and f'--from {ckpt} to continue' in str(refused.value)
     assert sorted(os.listdir(work)) == before
+    # the start is the resume room's record in the run's checkpoints, not
+    # the written config's load_from (without it the run had gone on)
+    os.remove(work / 'hpm_folder.py')
+    with pytest.raises(HPMError, match=f'holds a run from {ckpt}; this one'):
+        _pretrain(folder, work, epochs=2)
 
 
 def test_an_untrained_predictor_trains_from_the_start_of_the_schedule(

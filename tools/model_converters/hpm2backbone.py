@@ -5,9 +5,10 @@
         [--img-size 1024] [--arch b]
 
 Builds the target backbone (from the checkpoint's own config when it has
-one, else ``--arch``), loads the converted weights into it and prints a
-strict report: every tensor must load; the only keys the target may add are
-the ones it initialises by design (relative-position tables). Writes
+one, else ``--arch``) and loads the converted weights into it, strictly:
+every tensor of it, name and shape, and none it lacks (else one line naming
+the first), but those it initialises by design (relative-position tables).
+Writes
 ``{'state_dict': ..., 'meta': {...}}`` to OUT; with ``--target timm`` OUT is
 a timm model folder (``model.safetensors``, ``config.json`` with the
 model's arguments and its mean / std / input size, ``pytorch_model.pth``,
@@ -16,6 +17,9 @@ loads. A checkpoint holding NaN/inf is refused.
 """
 import argparse
 import os.path as osp
+import sys
+
+from hpm_mm.errors import HPMError, exit_status
 
 # keys a target initialises itself by design (absent from any MAE/HPM ckpt)
 FRESH = {
@@ -147,7 +151,7 @@ def timm_pretrained_cfg(ckpt, in_channels, img_size, src, teacher):
         f'{osp.basename(src)}')
 
 
-def main(argv=None):
+def run(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument('src', help='an hpm_mm pretraining checkpoint')
     parser.add_argument(
@@ -173,34 +177,19 @@ def main(argv=None):
         default='b',
         help='s/b/l/h, used when the checkpoint has no config')
     args = parser.parse_args(argv)
-    import hpm_mm  # noqa: F401  (weights_only-safe loading of mmengine ckpts)
     from hpm_mm.apis.convert import TIMM_FILES, convert, encoder_state
+    from hpm_mm.engine.safe_load import (check_fills, check_finite, load_file,
+                                         save_file)
     from hpm_mm.engine.work_dir import MARK, plan_outputs
-    from hpm_mm.errors import HPMError
     timm = args.target == 'timm'
-    try:  # before the work
-        plan_outputs([osp.join(args.dst, n)
-                      for n in TIMM_FILES] if timm else [args.dst],
-                     'the converted backbone', [args.src],
-                     osp.join(args.dst, 'config.json'), timm)
-    except HPMError as e:
-        raise SystemExit(f'hpm2backbone.py: {e}')
-    from hpm_mm.engine.safe_load import load_file, save_file
-    from hpm_mm.errors import HPMError
-    try:  # weights_only=True, the allow-list; a damaged file named
-        ckpt = load_file(args.src)
-    except HPMError as e:
-        raise SystemExit(f'hpm2backbone.py: {e}')
-    try:
-        enc = encoder_state(ckpt, args.teacher)
-    except ValueError as e:
-        raise SystemExit(f'{args.src}: {e}')
-    from hpm_mm.engine.safe_load import check_finite
-    try:
-        check_finite(enc, args.src)
-    except HPMError as e:
-        raise SystemExit(f'hpm2backbone.py: {e}')
-    if args.target == 'timm':
+    plan_outputs(  # before the work
+        [osp.join(args.dst, n) for n in TIMM_FILES] if timm else [args.dst],
+        'the converted backbone', [args.src], osp.join(args.dst,
+                                                       'config.json'), timm)
+    ckpt = load_file(args.src)  # weights_only=True, the allow-list
+    enc = encoder_state(ckpt, args.teacher, args.src)
+    check_finite(enc, args.src)
+    if timm:
         import importlib.util
 
         from hpm_mm.apis.convert import TIMM_FOLDER_PACKAGES
@@ -209,11 +198,11 @@ def main(argv=None):
             if importlib.util.find_spec(m) is None
         ]
         if lacking:
-            raise SystemExit(
-                f'hpm2backbone.py: --target timm writes a timm model folder '
-                f'and needs {", ".join(lacking)}, which this environment '
-                'lacks. Fix: pip install -r requirements/optional.txt '
-                '(the pinned timm, safetensors, huggingface_hub)')
+            raise HPMError(
+                '--target timm writes a timm model folder and needs '
+                f'{", ".join(lacking)}, which this environment lacks. Fix: '
+                'pip install -r requirements/optional.txt (the pinned timm, '
+                'safetensors, huggingface_hub)')
     proj = enc['patch_embed.projection.weight']
     patch, in_ch = proj.shape[-1], proj.shape[1]
     n = enc['pos_embed'].shape[1] - 1
@@ -224,31 +213,25 @@ def main(argv=None):
     dim, depth, heads, ffn = arch_from_checkpoint(ckpt, enc, args.arch)
     model = build_target(args.target, dim, depth, heads, ffn, img_size, patch,
                          in_ch)
-    expected = model.state_dict()
     to_load = {
         k[len('backbone.'):] if args.target == 'mmpretrain' else k: v
         for k, v in state.items()
     }
-    missing = [k for k in expected if k not in to_load]
-    unexpected = [k for k in to_load if k not in expected]
-    fresh = [k for k in missing if k.split('.')[-1] in FRESH[args.target]]
-    missing = [k for k in missing if k not in fresh]
-    shape_errors = [
-        k for k in to_load
-        if k in expected and to_load[k].shape != expected[k].shape
-    ]
-    print(f'[{args.target}] {len(to_load) - len(unexpected)} tensors '
-          f'loaded, {len(missing)} missing, {len(unexpected)} unexpected, '
-          f'{len(shape_errors)} shape mismatches; {len(fresh)} initialised '
-          'by the target by design (relative-position tables)')
-    for name, keys in (('missing', missing), ('unexpected', unexpected),
-                       ('shape mismatch', shape_errors)):
-        for k in keys:
-            print(f'  {name}: {k}')
-    if missing or unexpected or shape_errors:
-        raise SystemExit('conversion is not exact; nothing written')
+    expected = {  # (but what the target initialises by design)
+        k: v
+        for k, v in model.state_dict().items()
+        if k.split('.')[-1] not in FRESH[args.target]
+    }
+    check_fills(  # the one strict-load rule, in the target's names
+        expected, to_load, f'{args.src} as the {args.target} backbone',
+        'an HPM or MAE ViT pretraining checkpoint (its encoder converts '
+        'exactly)', True)
     model.load_state_dict(to_load, strict=False)
-    if args.target == 'timm':
+    fresh = len(model.state_dict()) - len(expected)
+    print(f'[{args.target}] every tensor of the backbone loaded '
+          f'({len(to_load)}); {fresh} initialised by the target by design '
+          '(relative-position tables)')
+    if timm:
         from hpm_mm.apis.convert import timm_folder
         sums = timm_folder(
             state, args.dst,
@@ -270,5 +253,9 @@ def main(argv=None):
     print(f'wrote {args.dst}')
 
 
+def main(argv=None):
+    return exit_status('hpm2backbone.py', run, argv)
+
+
 if __name__ == '__main__':
-    main()
+    sys.exit(main())

@@ -11,22 +11,25 @@ configs read (paper Tab. 1; see docs/targets.md).
 keys under ``backbone.`` (:class:`ViTFeatureTarget`). ``clip``: OpenAI's
 CLIP release (a TorchScript archive, or a plain state dict) -> its
 ``visual.*`` image-encoder weights (:class:`CLIPFeatureTarget`). Either way
-the result is loaded into the target network before it is written, and
-any key it lacks or does not use is named.
+every tensor of the target network is checked in the release, name and
+shape (else one line naming it), before the result is loaded into it and
+written.
 """
 import argparse
+import sys
 
 import torch
+
+from hpm_mm.errors import HPMError, exit_status
 
 
 def read_state(path: str) -> dict:
     """A state dict from a plain checkpoint or a TorchScript archive."""
     from hpm_mm.engine.safe_load import load_file
-    from hpm_mm.errors import HPMError
     try:
         obj = load_file(path)  # weights_only=True, the allow-list
-    except HPMError as e:  # code in it, or a damaged file
-        raise SystemExit(f'target_weights.py: {e}')
+    except HPMError:  # code in it, or a damaged file: its one line
+        raise
     except Exception:  # OpenAI's CLIP .pt files are TorchScript archives
         obj = torch.jit.load(path, map_location='cpu').state_dict()
     if isinstance(obj, dict):
@@ -49,7 +52,6 @@ def convert(kind: str, state: dict):
     """(converted state, target network config) for ``kind``."""
     from mmpretrain.registry import MODELS
 
-    import hpm_mm  # noqa: F401
     from hpm_mm.apis.convert import from_timm
     if kind == 'dino':
         out = from_timm(state)
@@ -73,7 +75,8 @@ def convert(kind: str, state: dict):
         return out, target
     out = {k: v for k, v in state.items() if k.startswith('visual.')}
     if 'visual.proj' not in out:
-        raise SystemExit('not a CLIP ViT checkpoint: no visual.proj')
+        raise HPMError('not a CLIP ViT checkpoint: no visual.proj. Fix: '
+                       "OpenAI's CLIP release (ViT-B-16.pt, ...).")
     width, _, patch, _ = out['visual.conv1.weight'].shape
     grid = round((out['visual.positional_embedding'].shape[0] - 1)**0.5)
     layers = len({
@@ -93,31 +96,39 @@ def convert(kind: str, state: dict):
     return out, target
 
 
-def main(argv=None):
+def run(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     parser.add_argument('kind', choices=['dino', 'clip'], help='the release')
     parser.add_argument('src', help='the released file')
     parser.add_argument('dst', help='the weights file to write (.pth)')
     args = parser.parse_args(argv)
+    from hpm_mm.apis.convert import TIMM_NAMES, rename
+    from hpm_mm.engine.safe_load import check_fills, save_file
     from hpm_mm.engine.work_dir import MARK, plan_outputs
-    from hpm_mm.errors import HPMError
-    try:  # before the work
-        plan_outputs([args.dst], 'the target weights', [args.src])
-    except HPMError as e:
-        raise SystemExit(f'target_weights.py: {e}')
-    out, target = convert(args.kind, read_state(args.src))
+    plan_outputs([args.dst], 'the target weights', [args.src])  # first
+    state = read_state(args.src)
+    out, target = convert(args.kind, state)
+    file_name = (lambda k: rename(k, TIMM_NAMES) or k) if args.kind == \
+        'dino' else (lambda k: 'visual.' + k)
+    check_fills(  # the one strict-load rule, in the release's names
+        {
+            file_name(k): v
+            for k, v in target.network.state_dict().items()
+        }, state, args.src,
+        f"{args.kind}'s released ViT as published (64-d heads, an MLP 4x "
+        'the width)')
     own = target.load_target_state(out)
-    missing, unexpected = target.network.load_state_dict(own, strict=False)
-    print(f'[{args.kind}] {len(own) - len(unexpected)} tensors loaded, '
-          f'{len(missing)} missing, {len(unexpected)} unused')
-    if missing:
-        raise SystemExit(f'the target network lacks {missing[:5]}; '
-                         'nothing written')
-    from hpm_mm.engine.safe_load import save_file
+    unused = target.network.load_state_dict(own, strict=False).unexpected_keys
+    print(f'[{args.kind}] every tensor of the target network loaded '
+          f'({len(own) - len(unused)}); {len(unused)} unused')
     meta = {MARK: 'target_weights.py'}
     save_file(dict(state_dict=out, meta=meta), args.dst)  # whole or nothing
     print(f'wrote {args.dst}')
 
 
+def main(argv=None):
+    return exit_status('target_weights.py', run, argv)
+
+
 if __name__ == '__main__':
-    main()
+    sys.exit(main())

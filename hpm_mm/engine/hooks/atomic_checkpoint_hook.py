@@ -1,3 +1,4 @@
+import inspect
 import os
 import os.path as osp
 
@@ -7,7 +8,7 @@ from mmengine.hooks import CheckpointHook
 from mmengine.registry import HOOKS  # root: every scope finds it
 
 from hpm_mm.engine.log_filter import drop_log_messages
-from hpm_mm.errors import HPMError, did_you_mean
+from hpm_mm.errors import HPMError, no_such_key
 
 # mmengine builds a deprecated FileClient in CheckpointHook.before_train and
 # in save_checkpoint even when it does not use it ("to avoid breaking
@@ -25,15 +26,13 @@ class AtomicCheckpointHook(CheckpointHook):
     argument (``max_keep_ckpt``) is refused at build with the closest name."""
 
     def __init__(self, *args, **kwargs) -> None:
-        import inspect
-        known = set(inspect.signature(
-            CheckpointHook.__init__).parameters) - {'self', 'kwargs'}
-        unknown = sorted(set(kwargs) - known)
-        if unknown:
+        takes = inspect.signature(CheckpointHook.__init__).parameters
+        unknown = sorted(set(kwargs) - set(takes))
+        if unknown:  # (mmengine passes them on to the first save)
             raise HPMError(
-                f'{type(self).__name__} (default_hooks.checkpoint) has no '
-                f'option {unknown[0]!r}{did_you_mean(unknown[0], known)}.'
-                f' Its options: {", ".join(sorted(known))}')
+                no_such_key(unknown[0],
+                            type(self).__name__, takes,
+                            'default_hooks.checkpoint'))
         super().__init__(*args, **kwargs)
 
     def before_train(self, runner) -> None:

@@ -2,6 +2,7 @@ import time
 from typing import Sequence
 
 from mmengine.hooks import Hook
+from mmengine.runner import IterBasedTrainLoop
 from mmpretrain.registry import HOOKS
 
 
@@ -54,8 +55,8 @@ class ConsoleProgressHook(Hook):
         runner.logger.info('  '.join(parts), extra=dict(console=True))
 
     def after_train_epoch(self, runner) -> None:
-        if not hasattr(runner.train_loop, 'max_epochs'):
-            return
+        if isinstance(runner.train_loop, IterBasedTrainLoop):
+            return  # (it calls this once, at its end)
         width = len(str(runner.max_epochs))
         # mmengine has counted the epoch's iterations (runner.iter) but not
         # the epoch itself (runner.epoch) when after_train_epoch runs
@@ -68,10 +69,7 @@ class ConsoleProgressHook(Hook):
                          batch_idx,
                          data_batch=None,
                          outputs=None) -> None:
-        if hasattr(runner.train_loop, 'max_epochs'):
-            return
-        every = max(runner.max_iters // 10, 1)
-        if (runner.iter + 1) % every == 0 or runner.iter + 1 == \
-                runner.max_iters:
-            self._print(runner, f'iter {runner.iter + 1}/{runner.max_iters}',
-                        every, runner.iter + 1)
+        done, every = runner.iter + 1, max(runner.max_iters // 10, 1)
+        due = done % every == 0 or done == runner.max_iters
+        if due and isinstance(runner.train_loop, IterBasedTrainLoop):
+            self._print(runner, f'iter {done}/{runner.max_iters}', every, done)

@@ -1,4 +1,4 @@
-from typing import Dict, List, Optional
+from typing import List, Optional
 
 import torch
 from mmengine.hooks import LoggerHook, RuntimeInfoHook
@@ -34,33 +34,25 @@ class DeferredRuntimeInfoHook(RuntimeInfoHook):
 
     def before_train(self, runner) -> None:
         super().before_train(runner)
-        if self.interval is None:
-            loggers = [h for h in runner.hooks if isinstance(h, LoggerHook)]
-            self._every = loggers[0].interval if loggers else 1
-        else:
-            self._every = self.interval
+        loggers = [h for h in runner.hooks if isinstance(h, LoggerHook)]
+        self._every = self.interval or (loggers[0].interval if loggers else 1)
 
     def after_train_iter(self,
                          runner,
                          batch_idx: int,
                          data_batch=None,
                          outputs: Optional[dict] = None) -> None:
-        if outputs:
-            # per device, this iteration's tensors as one stacked tensor
-            groups: Dict[torch.device, list] = {}
-            numbers = {}
+        if outputs:  # this iteration's tensors: one stack per device
+            slots, groups = [], {}
             for key, value in outputs.items():
-                if isinstance(value, torch.Tensor):
-                    groups.setdefault(value.device, []).append((key, value))
-                else:
-                    numbers[key] = value
-            stacks = {
-                device:
-                ([k for k, _ in kv],
-                 torch.stack([v.detach().reshape(()).float() for _, v in kv]))
-                for device, kv in groups.items()
-            }
-            self._pending.append((list(outputs), numbers, stacks))
+                device = getattr(value, 'device', None)  # None: a number
+                if device is not None:  # read from the device's stack
+                    group = groups.setdefault(device, [])
+                    group.append(value.detach().reshape(()).float())
+                    value = None
+                slots.append((key, device, value))
+            stacks = {d: torch.stack(vs) for d, vs in groups.items()}
+            self._pending.append((slots, stacks))
         if (runner.iter + 1) % getattr(self, '_every', 1) == 0 or \
                 self.end_of_epoch(runner.train_dataloader, batch_idx):
             self.flush(runner)
@@ -71,21 +63,17 @@ class DeferredRuntimeInfoHook(RuntimeInfoHook):
         for w in each_wrapper(getattr(runner, 'optim_wrapper', None)):
             if hasattr(w, 'flush'):
                 w.flush()
-        if not self._pending:
-            return
         pending, self._pending = self._pending, []
-        devices = {d for _, _, stacks in pending for d in stacks}
+        devices = {d for _, stacks in pending for d in stacks}
         values = {
-            d: iter(
-                torch.cat([s[d][1] for _, _, s in pending if d in s]).tolist())
+            d: iter(torch.cat([s[d] for _, s in pending if d in s]).tolist())
             for d in devices
         }
-        for order, numbers, stacks in pending:
-            got = dict(numbers)
-            for device, (keys, _) in stacks.items():
-                got.update((k, next(values[device])) for k in keys)
-            for key in order:  # the model's own order, as mmengine's hook
-                runner.message_hub.update_scalar(f'train/{key}', got[key])
+        for slots, _ in pending:  # the model's own order, as mmengine's hook
+            for key, device, value in slots:
+                runner.message_hub.update_scalar(
+                    f'train/{key}',
+                    value if device is None else next(values[device]))
 
     def after_train_epoch(self, runner) -> None:
         self.flush(runner)

@@ -1,6 +1,7 @@
 import os.path as osp
 
 from mmengine.hooks import Hook
+from mmengine.runner import IterBasedTrainLoop
 
 
 class AfterCheckpointEvalHook(Hook):
@@ -9,30 +10,20 @@ class AfterCheckpointEvalHook(Hook):
     end) and after the last, after the checkpoint hook, so a failure
     (re-raised after a line naming the rerun command) loses no training; a
     run stopped during its final evaluation and resumed runs it where its
-    result is missing (:meth:`final_done`)."""
+    result is missing. A subclass gives :meth:`evaluate` (``runner``, the
+    tag ``epoch_N`` or ``iter_N``), ``final_done`` (whether the final
+    evaluation's result is on disk), ``interval``, ``by_epoch`` and
+    ``rerun_tool`` (the tool that reruns the evaluation from a config and a
+    checkpoint)."""
 
     priority = 'LOWEST'
-    #: the tool that reruns this evaluation from a config and a checkpoint
-    rerun_tool = ''
-    #: set by the subclasses' constructors
-    interval, by_epoch = 0, True
 
     @staticmethod
     def at_end(runner) -> bool:
         """Whether the run has nothing left to train."""
-        from mmengine.runner import IterBasedTrainLoop
-        loop = runner.train_loop
-        if isinstance(loop, IterBasedTrainLoop):  # it has max_epochs too
-            return runner.iter >= loop.max_iters
-        return runner.epoch >= loop.max_epochs
-
-    def evaluate(self, runner, tag: str):
-        """Evaluate the model now (``tag``: ``epoch_N`` or ``iter_N``)."""
-        raise NotImplementedError
-
-    def final_done(self, runner) -> bool:
-        """Whether the final evaluation's result is on disk."""
-        return True
+        loop = runner.train_loop  # (an iteration loop has max_epochs too)
+        return runner.iter >= loop.max_iters if isinstance(
+            loop, IterBasedTrainLoop) else runner.epoch >= loop.max_epochs
 
     def final_tag(self, runner) -> str:
         """The tag of a finished run's final evaluation."""
@@ -52,22 +43,19 @@ class AfterCheckpointEvalHook(Hook):
             self.run_evaluation(runner, self.final_tag(runner))
 
     def after_train_epoch(self, runner) -> None:
-        if self.by_epoch:  # (the loop counts the epoch after this hook)
-            self._evaluate_if_due(runner, runner.epoch + 1, runner.max_epochs,
-                                  'epoch')
+        if self.by_epoch and (self.every_n_epochs(runner, self.interval)
+                              or self.is_last_train_epoch(runner)):
+            # (the loop counts the epoch after this hook)
+            self.run_evaluation(runner, f'epoch_{runner.epoch + 1}')
 
     def after_train_iter(self,
                          runner,
                          batch_idx,
                          data_batch=None,
                          outputs=None) -> None:
-        if not self.by_epoch:
-            self._evaluate_if_due(runner, runner.iter + 1, runner.max_iters,
-                                  'iter')
-
-    def _evaluate_if_due(self, runner, done: int, end: int, unit: str):
-        if done >= end or (self.interval > 0 and done % self.interval == 0):
-            self.run_evaluation(runner, f'{unit}_{done}')
+        if not self.by_epoch and (self.every_n_train_iters(
+                runner, self.interval) or self.is_last_train_iter(runner)):
+            self.run_evaluation(runner, f'iter_{runner.iter + 1}')
 
     def run_evaluation(self, runner, tag: str):
         """:meth:`evaluate`, a failure named with the command that reruns

@@ -1,5 +1,5 @@
 import logging
-from typing import Optional, Tuple
+from typing import Optional
 
 from mmengine.hooks import Hook
 from mmengine.logging import print_log
@@ -45,29 +45,21 @@ class HPMScheduleHook(Hook):
             '(Runner.from_cfg ignores runner_type) or hpm_mm.apis.train.',
             'current', logging.WARNING)
 
-    @staticmethod
-    def epoch_state(runner) -> Tuple[int, float]:
-        """(current epoch, total epochs) under either kind of loop."""
-        if isinstance(runner.train_loop, EpochBasedTrainLoop):
-            return runner.epoch, float(runner.max_epochs)
-        iters_per_epoch = max(len(runner.train_dataloader), 1)
-        return (runner.iter // iters_per_epoch,
-                runner.max_iters / iters_per_epoch)
-
     def before_train_iter(self,
                           runner,
                           batch_idx: int,
                           data_batch: Optional[dict] = None) -> None:
-        model = get_ori_model(runner.model)
-        epoch, max_epochs = self.epoch_state(runner)
-        if self.by_epoch:
-            progress = epoch / max_epochs
-        else:
-            progress = runner.iter / max(runner.max_iters, 1)
         iters_per_epoch = max(len(runner.train_dataloader), 1)
+        if isinstance(runner.train_loop, EpochBasedTrainLoop):
+            epoch, max_epochs = runner.epoch, float(runner.max_epochs)
+        else:
+            epoch = runner.iter // iters_per_epoch
+            max_epochs = runner.max_iters / iters_per_epoch
+        progress = epoch / max_epochs if self.by_epoch else \
+            runner.iter / max(runner.max_iters, 1)
         done = epoch + (runner.iter % iters_per_epoch) / iters_per_epoch
         wrapper = runner.optim_wrapper
-        model.set_progress(progress, done, getattr(wrapper, 'step_calls',
-                                                   None), max_epochs,
-                           getattr(wrapper, 'last_applied', None))
+        get_ori_model(runner.model).set_progress(
+            progress, done, getattr(wrapper, 'step_calls', None), max_epochs,
+            getattr(wrapper, 'last_applied', None))
         runner.message_hub.update_scalar('train/hpm_progress', progress)

@@ -2,13 +2,12 @@ import os.path as osp
 from typing import Optional, Sequence
 
 from mmengine.dist import is_main_process
-from mmengine.fileio import dump
+from mmengine.fileio import dump, load
 from mmengine.runner import Runner
 from mmpretrain.registry import HOOKS
 from mmpretrain.utils import get_ori_model
 
-from hpm_mm.engine.optimizers.autocast_optim_wrapper import run_dtype
-from hpm_mm.engine.precision import DTYPES, run_precision
+from hpm_mm.engine.precision import run_precision
 from hpm_mm.evaluation import (FEATURES, bank_and_evaluated, knn_classify,
                                model_device)
 from .eval_hook_base import AfterCheckpointEvalHook
@@ -77,22 +76,21 @@ class KNNEvalHook(AfterCheckpointEvalHook):
                 for k, cfg in self.loader_cfgs.items()
             }
         model = get_ori_model(runner.model)
-        # as asked, else the run's own (HPMRunner.precision; another
-        # runner's: its optimizer wrapper's autocast)
-        precision = getattr(runner, 'precision', None) if self.amp is None \
-            else run_precision(dict(precision='auto' if self.amp else 'fp32'),
-                               model_device(model))
-        dtype = precision.dtype if precision else run_dtype(
-            runner.optim_wrapper)
-        name = precision.name if precision else next(
-            (k for k, v in DTYPES.items() if v == dtype), 'fp32')
+        # as asked, else the run's (HPMRunner's; another runner's: its
+        # config's, by the same rule)
+        precision = getattr(runner, 'precision', None)
+        if precision is None or self.amp is not None:
+            precision = run_precision(
+                runner.cfg if self.amp is None else dict(
+                    precision='auto' if self.amp else 'fp32'),
+                model_device(model))
         train, val, warnings = bank_and_evaluated(
             model,
             self.loaders,
             lambda line: runner.logger.info(line, extra=dict(console=True)),
             progress=is_main_process(),
             feature=self.feature,
-            amp=dtype,
+            amp=precision.dtype,
             layer=self.layer)
         for warning in warnings:
             runner.logger.warning(f'kNN: {warning}')
@@ -105,7 +103,7 @@ class KNNEvalHook(AfterCheckpointEvalHook):
         runner.visualizer.add_scalars(scalars, step=runner.iter)
         runner.logger.info(
             'kNN top-1 (T=%.2f, %s features, %s): %s', self.temperature,
-            self.feature, name,
+            self.feature, precision.name,
             '  '.join(f'k={k}: {v:.2f}' for k, v in acc.items()))
         self.last_result = acc
         if is_main_process():
@@ -118,7 +116,7 @@ class KNNEvalHook(AfterCheckpointEvalHook):
                     best=acc[best],
                     feature=self.feature,
                     layer=self.layer,
-                    precision=name,
+                    precision=precision.name,
                     # the epochs / iterations trained when it ran: the
                     # loop counts the current one only after its hooks,
                     # except at a finished run's evaluation (run_final)
@@ -136,7 +134,6 @@ class KNNEvalHook(AfterCheckpointEvalHook):
         path = osp.join(runner.work_dir, 'knn.json')
         if not osp.exists(path):
             return False
-        import json
-        done = json.load(open(path))
+        done = load(path)
         return done.get('epoch') == runner.epoch if self.by_epoch else \
             done.get('iter') == runner.iter

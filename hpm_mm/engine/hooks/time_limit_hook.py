@@ -22,13 +22,12 @@ class TimeLimitHook(Hook):
     def __init__(self,
                  minutes: Optional[float] = None,
                  deadline: Optional[float] = None) -> None:
-        if (minutes is None) == (deadline is None):
-            raise ValueError('TimeLimitHook needs one of minutes= (from the '
-                             'start of training) or deadline= (a Unix '
-                             'time), not both or neither.')
-        if minutes is not None and minutes <= 0:
-            raise ValueError(f'TimeLimitHook: minutes={minutes} leaves no '
-                             'time. Fix: give a positive allowance.')
+        if (minutes is None) == (deadline is None) or (minutes is not None
+                                                       and minutes <= 0):
+            raise ValueError(
+                f'TimeLimitHook(minutes={minutes}, deadline={deadline}): give '
+                'one of minutes= (a positive allowance from the start of '
+                'training) or deadline= (a Unix time).')
         self.minutes, self.deadline = minutes, deadline
         self.stopped_at: Optional[int] = None
 
@@ -39,36 +38,25 @@ class TimeLimitHook(Hook):
         self._start, self._first_epoch = now, runner.epoch
         self.stopped_at = None
 
-    @staticmethod
-    def _checkpoint_interval(runner) -> Optional[int]:
-        """Epochs between saved checkpoints; None without a by-epoch
-        checkpoint hook (then stopping would lose the epochs since the
-        last one)."""
-        for hook in runner.hooks:
-            if isinstance(hook, CheckpointHook) and hook.by_epoch and \
-                    hook.interval > 0:
-                return hook.interval
-        return None
-
     def after_train_epoch(self, runner) -> None:
-        interval = self._checkpoint_interval(runner)
+        saves = [  # epochs between two checkpoints
+            h.interval for h in runner.hooks
+            if isinstance(h, CheckpointHook) and h.by_epoch and h.interval > 0
+        ]
         done = runner.epoch + 1  # this epoch has ended
-        if interval is None or (done % interval and done != runner.max_epochs):
-            return  # not a checkpointed epoch: stopping here loses work
-        if done >= runner.max_epochs:
-            return
+        if not saves or done % saves[0] or done >= runner.max_epochs:
+            return  # the last epoch, or unsaved: stopping would lose it
         now = time.time()
         pace = (now - self._start) / (done - self._first_epoch)
-        need = pace * min(interval, runner.max_epochs - done)
-        if now + need <= self.deadline:
+        epochs = min(saves[0], runner.max_epochs - done)  # to the next save
+        if now + pace * epochs <= self.deadline:
             return
         runner.train_loop.stop_training = True
         self.stopped_at = done
         runner.logger.warning(
             f'TimeLimitHook: stopped after epoch {done}/{runner.max_epochs}: '
-            f'the next {min(interval, runner.max_epochs - done)} epoch(s) '
-            f'take ~{need / 60:.1f} min at this run\'s pace '
-            f'({pace:.0f} s per epoch) and {(self.deadline - now) / 60:.1f} '
-            f'min are left. Its checkpoint is saved; continue it with '
-            f'--resume (python tools/train.py CONFIG --work-dir '
-            f'{runner.work_dir} --resume).')
+            f'the next {epochs} epoch(s) take ~{pace * epochs / 60:.1f} min '
+            f'at this run\'s pace ({pace:.0f} s per epoch) and '
+            f'{(self.deadline - now) / 60:.1f} min are left. Its checkpoint '
+            'is saved; continue it with --resume (python tools/train.py '
+            f'CONFIG --work-dir {runner.work_dir} --resume).')

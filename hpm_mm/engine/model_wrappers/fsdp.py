@@ -1,4 +1,3 @@
-from functools import partial
 from typing import Dict
 
 import torch
@@ -8,27 +7,6 @@ from mmengine._strategy import FSDPStrategy
 from mmengine.model import MMFullyShardedDataParallel
 from mmengine.optim import OptimWrapper
 from mmengine.registry import MODEL_WRAPPERS, STRATEGIES  # root registries
-
-
-def _fsdp_clip_grad_norm(fsdp: 'HPMFullyShardedDataParallel',
-                         params,
-                         max_norm: float,
-                         norm_type: float = 2.0,
-                         **kwargs):
-    """``clip_grad_norm_`` over all shards (FSDP's own), not mmengine's
-    per-rank norm of this rank's shards."""
-    return fsdp.clip_grad_norm_(max_norm, norm_type)
-
-
-@torch.no_grad()
-def _broadcast_from_rank0(module: nn.Module) -> None:
-    """Copy rank 0's parameters and buffers to every rank."""
-    device = torch.device('cuda', torch.cuda.current_device()) \
-        if dist.get_backend() == 'nccl' else torch.device('cpu')
-    for tensor in module.state_dict().values():
-        buf = tensor.to(device)
-        dist.broadcast(buf, src=0)
-        tensor.copy_(buf)
 
 
 @MODEL_WRAPPERS.register_module()
@@ -76,7 +54,12 @@ class HPMFullyShardedDataParallel(MMFullyShardedDataParallel):
         # start from rank 0's, teacher included, as DDP does. FSDP's own
         # sync_module_states skips ignored modules and refuses CPU tensors.
         if kwargs.pop('sync_module_states', True) and dist.is_initialized():
-            _broadcast_from_rank0(module)
+            device = torch.device('cuda', torch.cuda.current_device()) \
+                if dist.get_backend() == 'nccl' else torch.device('cpu')
+            for tensor in module.state_dict().values():  # (detached)
+                buf = tensor.to(device)
+                dist.broadcast(buf, src=0)
+                tensor.copy_(buf)
         module.unsharded_state = {
             k: torch.empty_like(v, device='meta')
             for k, v in module.state_dict().items()
@@ -85,10 +68,14 @@ class HPMFullyShardedDataParallel(MMFullyShardedDataParallel):
 
     def train_step(self, data: dict,
                    optim_wrapper: OptimWrapper) -> Dict[str, torch.Tensor]:
-        """mmengine's FSDP train step with FSDP-wide gradient clipping."""
+        """mmengine's FSDP train step, clipping by FSDP's norm over all
+        shards (mmengine's is this rank's shards' norm)."""
         if getattr(optim_wrapper, 'grad_name', None) == 'grad_norm':
-            optim_wrapper.clip_func = partial(_fsdp_clip_grad_norm, self)
+            optim_wrapper.clip_func = self._clip_grad_norm
         return super().train_step(data, optim_wrapper)
+
+    def _clip_grad_norm(self, params, max_norm, norm_type=2.0, **kwargs):
+        return self.clip_grad_norm_(max_norm, norm_type)
 
 
 @STRATEGIES.register_module()

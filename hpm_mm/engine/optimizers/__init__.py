@@ -1,6 +1,6 @@
-from .autocast_optim_wrapper import AutocastOptimWrapper
 from .frozen_aware_constructor import FrozenAwareOptimWrapperConstructor
-from .guarded_optim_wrapper import (GuardedAmpOptimWrapper,
+from .guarded_optim_wrapper import (AutocastOptimWrapper,
+                                    GuardedAmpOptimWrapper,
                                     GuardedOptimWrapper, NonFiniteGuardMixin)
 
 __all__ = [

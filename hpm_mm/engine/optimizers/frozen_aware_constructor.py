@@ -14,19 +14,18 @@ def frozen_summary(model: nn.Module) -> str:
     possible: a module all of whose parameters are frozen is named once
     (with its tensor and value counts), other frozen parameters by name.
     Empty when everything is trained."""
-    parts, covered = [], set()
+    parts, covered = [], ()  # the named modules' prefixes
     for name, module in model.named_modules():
         own = list(module.parameters())
-        if not name or not own or any(p.requires_grad for p in own) or \
-                any(name.startswith(c + '.') for c in covered):
-            continue
-        covered.add(name)
-        parts.append(f'{name} ({len(own)} tensors, '
-                     f'{sum(p.numel() for p in own):,} values)')
-    for name, p in model.named_parameters():
-        if not p.requires_grad and not any(
-                name.startswith(c + '.') for c in covered):
-            parts.append(name)
+        if name and own and not name.startswith(covered) and not any(
+                p.requires_grad for p in own):
+            covered += (name + '.', )
+            parts.append(f'{name} ({len(own)} tensors, '
+                         f'{sum(p.numel() for p in own):,} values)')
+    parts += [
+        name for name, p in model.named_parameters()
+        if not p.requires_grad and not name.startswith(covered)
+    ]
     return ', '.join(parts)
 
 

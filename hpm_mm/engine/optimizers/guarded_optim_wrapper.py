@@ -1,7 +1,8 @@
-from typing import Dict, List, Optional
+from contextlib import contextmanager
+from typing import Dict, List, Optional, Union
 
 import torch
-import torch.distributed as dist
+from mmengine.dist import all_reduce
 from mmengine.logging import print_log
 from mmengine.optim import AmpOptimWrapper, OptimWrapper
 from mmengine.registry import OPTIM_WRAPPERS  # root: every scope finds it
@@ -30,28 +31,6 @@ def each_wrapper(optim_wrapper) -> list:
         optim_wrapper, 'values') else [optim_wrapper]
 
 
-def check_clip_grad(clip) -> None:
-    """Refuse, in one line, a clipping threshold that is not a positive
-    number (``max_norm=-1`` would scale every gradient by a negative factor:
-    gradient ascent; torch takes it without a word)."""
-    if not isinstance(clip, dict):
-        return
-    key = 'clip_value' if clip.get('type') == 'value' else 'max_norm'
-    value = clip.get(key)
-    if value is None:
-        return
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or \
-            not value > 0:  # NaN is not > 0 either
-        raise HPMError(
-            f'optim_wrapper.clip_grad.{key}={value!r} is not a positive '
-            f'number. Fix: optim_wrapper.clip_grad.{key}=5.0 (the recipes\'),'
-            ' or clip_grad=None for none.')
-
-
-#: optimizers whose fused CUDA kernel a CUDA run takes
-FUSED_OPTIMIZERS = ('AdamW', 'Adam', 'SGD')
-
-
 def fused_on_cuda(optim_wrapper: dict, device: str) -> dict:
     """The ``optim_wrapper`` config with torch's fused kernel for AdamW /
     Adam / SGD on CUDA (the guard's flag then stays on the device, as the
@@ -59,8 +38,9 @@ def fused_on_cuda(optim_wrapper: dict, device: str) -> dict:
     ``foreach``."""
     optimizer = optim_wrapper.get('optimizer')
     if device == 'cuda' and isinstance(optimizer, dict) and \
-            str(optimizer.get('type')).split('.')[-1] in FUSED_OPTIMIZERS \
-            and 'fused' not in optimizer and 'foreach' not in optimizer:
+            str(optimizer.get('type')).split('.')[-1] in (
+                'AdamW', 'Adam', 'SGD') and \
+            not {'fused', 'foreach'} & set(optimizer):
         return dict(optim_wrapper, optimizer=dict(optimizer, fused=True))
     return optim_wrapper
 
@@ -95,8 +75,18 @@ class NonFiniteGuardMixin:
                  check_interval: int = 100,
                  **kwargs) -> None:
         clip = kwargs.get('clip_grad')
-        check_clip_grad(clip)
-        per_param = isinstance(clip, dict) and clip.get('type') == 'param_norm'
+        clip = clip if isinstance(clip, dict) else {}
+        key = 'clip_value' if clip.get('type') == 'value' else 'max_norm'
+        value = clip.get(key)
+        number = isinstance(value, (int, float)) and type(value) is not bool
+        if value is not None and not (number and value > 0):  # NaN: not > 0
+            # (max_norm=-1 scales every gradient by a negative factor:
+            # gradient ascent; torch takes it without a word)
+            raise HPMError(
+                f'optim_wrapper.clip_grad.{key}={value!r} is not a positive '
+                f'number. Fix: optim_wrapper.clip_grad.{key}=5.0 (the '
+                "recipes'), or clip_grad=None for none.")
+        per_param = clip.get('type') == 'param_norm'
         if per_param:
             kwargs['clip_grad'] = dict(clip, type='norm')
         super().__init__(*args, **kwargs)
@@ -110,8 +100,7 @@ class NonFiniteGuardMixin:
         self.skip_nonfinite = skip_nonfinite
         self.max_consecutive_skips = max_consecutive_skips
         self.check_interval = check_interval
-        self.consecutive_skips = 0
-        self._skipped = self._applied = 0
+        self.consecutive_skips = self._skipped = self._applied = 0
         #: optimizer steps taken or skipped, on the host
         self.step_calls = 0
         #: whether the last step was applied: 1./0. (a host float, or a
@@ -184,9 +173,7 @@ class NonFiniteGuardMixin:
         if loss is not None:
             flags.append(loss.to(device).reshape(1))
         flag = torch.cat(flags).any().float()
-        if dist.is_available() and dist.is_initialized() and \
-                dist.get_world_size() > 1:
-            dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        all_reduce(flag, op='max')  # (nothing in a single process)
         return flag
 
     def step(self, **kwargs) -> None:
@@ -298,3 +285,31 @@ class GuardedAmpOptimWrapper(NonFiniteGuardMixin, AmpOptimWrapper):
     """mmengine's :class:`AmpOptimWrapper` (fp16 with a loss scaler: a GPU)
     with the non-finite guard; hpm_mm's runner picks it for
     ``precision='fp16'`` (and bf16 or fp32 where there is no GPU)."""
+
+
+@OPTIM_WRAPPERS.register_module()
+class AutocastOptimWrapper(NonFiniteGuardMixin, OptimWrapper):
+    """Mixed precision by autocast alone, on any device (mmengine's
+    :class:`AmpOptimWrapper` needs a GPU): bf16 needs no loss scale; the
+    losses are fp32 whatever the autocast. Guarded like
+    :class:`GuardedOptimWrapper`.
+
+    Args:
+        dtype (str): ``'bfloat16'`` or ``'float16'`` (GPU). Defaults to bf16.
+        device_type (str, optional): Defaults to CUDA when available."""
+
+    def __init__(self,
+                 dtype: Union[str, torch.dtype] = 'bfloat16',
+                 device_type: str = None,
+                 **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.cast_dtype = getattr(torch, dtype) if isinstance(dtype,
+                                                              str) else dtype
+        self.device_type = device_type or ('cuda' if torch.cuda.is_available()
+                                           else 'cpu')
+
+    @contextmanager
+    def optim_context(self, model: torch.nn.Module):
+        with super().optim_context(model), torch.autocast(
+                device_type=self.device_type, dtype=self.cast_dtype):
+            yield

@@ -33,8 +33,8 @@ class HPMSimMIMHead(SimMIMHead):
         loss_pred: Optional[dict] = dict(type='HPMRelativeLoss')
     ) -> None:
         super().__init__(
-            patch_size=patch_size,
-            loss=dict(
+            patch_size,
+            dict(
                 type='PixelReconstructionLoss',
                 criterion='L1',
                 channel=in_channels))
@@ -81,11 +81,8 @@ class HPMBEiTHead(BEiTV1Head):
         loss_pred: Optional[dict] = dict(type='HPMRelativeLoss'),
         init_cfg=dict(type='TruncNormal', layer='Linear', std=0.02, bias=0)
     ) -> None:
-        super().__init__(
-            embed_dims=embed_dims,
-            num_embed=num_embed,
-            loss=dict(type='CrossEntropyLoss'),
-            init_cfg=init_cfg)
+        super().__init__(embed_dims, num_embed, dict(type='CrossEntropyLoss'),
+                         init_cfg)
         self.loss_pred = MODELS.build(loss_pred) if loss_pred else None
 
     def patch_losses(self, feats: torch.Tensor, target: torch.Tensor,

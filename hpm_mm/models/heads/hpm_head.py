@@ -7,10 +7,8 @@ from mmpretrain.registry import MODELS
 
 from ..losses import hpm_losses
 
-# the default predicting loss and reconstruction criterion (configs: built,
-# never mutated)
+# the default predicting loss (configs: built, never mutated)
 RELATIVE_LOSS = dict(type='HPMRelativeLoss')
-PIXEL_L2 = dict(type='PixelReconstructionLoss', criterion='L2')
 
 
 @MODELS.register_module()
@@ -33,17 +31,15 @@ class HPMPretrainHead(MAEPretrainHead):
             mmpretrain's PixelReconstructionLoss, L2.
     """
 
-    def __init__(self,
-                 loss_pred: Optional[dict] = RELATIVE_LOSS,
-                 norm_pix: bool = False,
-                 patch_size: int = 16,
-                 in_channels: int = 3,
-                 loss: dict = PIXEL_L2) -> None:
-        super().__init__(
-            loss=loss,
-            norm_pix=norm_pix,
-            patch_size=patch_size,
-            in_channels=in_channels)
+    def __init__(
+        self,
+        loss_pred: Optional[dict] = RELATIVE_LOSS,
+        norm_pix: bool = False,
+        patch_size: int = 16,
+        in_channels: int = 3,
+        loss: dict = dict(type='PixelReconstructionLoss', criterion='L2')
+    ) -> None:
+        super().__init__(loss, norm_pix, patch_size, in_channels)
         self.loss_pred = MODELS.build(loss_pred) if loss_pred else None
 
     def patch_losses(self, pred: torch.Tensor,

@@ -85,11 +85,10 @@ class HPMMaskGenerator(BaseMaskGenerator):
 
     def log_vars(self, num_patches: int, progress: float) -> Dict[str, float]:
         """``alpha``, and ``num_hard`` when every image has the same K."""
-        if self.varies:
-            return dict(alpha=self.alpha(progress))
-        return dict(
-            alpha=self.alpha(progress),
-            num_hard=float(self.num_hard(num_patches, progress)))
+        out = dict(alpha=self.alpha(progress))
+        if not self.varies:
+            out['num_hard'] = float(self.num_hard(num_patches, progress))
+        return out
 
     def forward(self,
                 scores,

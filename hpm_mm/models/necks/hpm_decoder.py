@@ -56,23 +56,12 @@ class HPMPretrainDecoder(MAEPretrainDecoder):
                  predictor_embed_dim: Optional[int] = None,
                  predictor_num_heads: Optional[int] = None,
                  init_cfg: Optional[Union[List[dict], dict]] = None) -> None:
-        super().__init__(
-            num_patches=num_patches,
-            patch_size=patch_size,
-            in_chans=in_chans,
-            embed_dim=embed_dim,
-            decoder_embed_dim=decoder_embed_dim,
-            decoder_depth=decoder_depth,
-            decoder_num_heads=decoder_num_heads,
-            mlp_ratio=mlp_ratio,
-            norm_cfg=norm_cfg,
-            predict_feature_dim=predict_feature_dim,
-            init_cfg=init_cfg)
+        super().__init__(num_patches, patch_size, in_chans, embed_dim,
+                         decoder_embed_dim, decoder_depth, decoder_num_heads,
+                         mlp_ratio, norm_cfg, predict_feature_dim, init_cfg)
         unbind_qkv(self)  # hpm_mm's attention: same numbers, faster backward
         depth = decoder_depth if predictor_depth is None else predictor_depth
         dim = predictor_embed_dim or decoder_embed_dim
-        if depth < 0:
-            raise ValueError(f'predictor_depth must be >= 0, got {depth}.')
         self.predictor = HPMLossPredictor(
             embed_dim=decoder_embed_dim,
             predictor_embed_dim=dim,
@@ -81,7 +70,7 @@ class HPMPretrainDecoder(MAEPretrainDecoder):
             mlp_ratio=mlp_ratio,
             out_dims=patch_size**2 * in_chans,
             in_proj=dim != decoder_embed_dim,
-            norm_cfg=norm_cfg) if depth > 0 else None
+            norm_cfg=norm_cfg) if depth != 0 else None
 
     def embed(self,
               x: torch.Tensor,

@@ -56,13 +56,10 @@ class iBOTNeck(BaseModule):
             torch.ones(out_channels, 1))
         self.freeze_last_layer = freeze_last_layer
         self.frozen = freeze_last_layer > 0
-        for p in self.last_layer_params():
-            p.register_hook(self._cancel_when_frozen)
-
-    def last_layer_params(self) -> List[nn.Parameter]:
-        """The parameters :attr:`freeze_last_layer` keeps fixed."""
-        return [self.last_layer.weight] + ([] if self.last_layer_scale is None
-                                           else [self.last_layer_scale])
+        # the parameters freeze_last_layer keeps fixed: their gradients zeroed
+        for p in (self.last_layer.weight, self.last_layer_scale):
+            if p is not None:
+                p.register_hook(self._cancel_when_frozen)
 
     def _cancel_when_frozen(self, grad: torch.Tensor) -> torch.Tensor:
         return torch.zeros_like(grad) if self.frozen else grad

@@ -1,4 +1,4 @@
-from typing import List, Optional, Tuple, Union
+from typing import List, Optional, Union
 
 import torch
 import torch.nn as nn
@@ -46,8 +46,8 @@ class HPMLossPredictor(BaseModule):
                  init_cfg: Optional[Union[List[dict], dict]] = None) -> None:
         super().__init__(init_cfg=init_cfg)
         if predictor_depth < 1:
-            raise ValueError(
-                f'predictor_depth must be >= 1, got {predictor_depth}.')
+            raise ValueError(f'predictor_depth must be >= 1 (HPM\'s decoder: '
+                             f'0 for none), got {predictor_depth}.')
         dim = predictor_embed_dim
         if not in_proj and embed_dim != dim:
             raise ValueError(
@@ -73,14 +73,9 @@ class HPMLossPredictor(BaseModule):
             x = blk(x)
         return self.pred(self.norm(x))[:, 1:].mean(-1)
 
-    def predict_scores(
-            self,
-            x: torch.Tensor,
-            ids_restore: Optional[torch.Tensor] = None,
-            patch_resolution: Optional[Tuple[int,
-                                             int]] = None) -> torch.Tensor:
+    def predict_scores(self, x: torch.Tensor, *args, **kwargs) -> torch.Tensor:
         """The teacher's scoring call on the encoder output (the interface of
         :meth:`HPMPretrainDecoder.predict_scores`); the tokens of a
-        mask-token encoder are already in raster order at any grid, so the
-        other arguments are unused."""
+        mask-token encoder are already in raster order at any grid, so its
+        other arguments (``ids_restore``, ``patch_resolution``) are unused."""
         return self(x)

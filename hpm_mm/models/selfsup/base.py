@@ -59,6 +59,12 @@ class HPMBase(BaseSelfSupervisor):
     teacher_target: Union[bool, str] = False
     #: The attribute that holds the loss predictor (:attr:`score_module`).
     score_attr = 'predictor'
+    #: Checkpoint key prefixes of earlier hpm_mm layouts -> today's, applied
+    #: in order (:meth:`upgrade_state_dict`): the teacher's copy of the score
+    #: module was ``teacher.module.predictor`` before issue #72 (for HPM one
+    #: name for two things, its score module being its decoder).
+    state_dict_renames = (('teacher.module.predictor.',
+                           'teacher.module.scorer.'), )
 
     def __init__(self,
                  backbone: dict,
@@ -71,69 +77,77 @@ class HPMBase(BaseSelfSupervisor):
                  pretrained: Optional[str] = None,
                  data_preprocessor: Optional[dict] = None,
                  init_cfg: Optional[Union[List[dict], dict]] = None) -> None:
-        super().__init__(
-            backbone=backbone,
-            neck=neck,
-            head=head,
-            target_generator=target_generator,
-            pretrained=pretrained,
-            data_preprocessor=data_preprocessor,
-            init_cfg=init_cfg)
+        super().__init__(backbone, neck, head, target_generator, pretrained,
+                         data_preprocessor, init_cfg)
         self.predictor = MODELS.build(predictor) if predictor else None
-        self.mask_generator = MODELS.build(mask_generator)
-        self.mask_generator.check(self.backbone.num_patches)
-        if self.mask_generator.varies and self.backbone.drops_masked:
-            raise ValueError(
-                f'mask_ratio={self.mask_generator.mask_ratio!r} masks a '
-                'different number of patches per image, but '
-                f'{type(self.backbone).__name__} drops the masked patches '
-                '(the same number per image). Fix: a float mask_ratio, or '
-                'a mask-token encoder (HPMSimMIM, HPMBEiT, HPMiBOT).')
+        gen = self.mask_generator = MODELS.build(mask_generator)
         N = self.backbone.num_patches
+        gen.check(N)
+        if gen.varies and self.backbone.drops_masked:
+            raise ValueError(
+                f'mask_ratio={gen.mask_ratio!r} masks a different number of '
+                f'patches per image, but {type(self.backbone).__name__} '
+                'drops the masked patches (the same number per image). Fix: '
+                'a float mask_ratio, or a mask-token encoder (HPMSimMIM, '
+                'HPMBEiT, HPMiBOT).')
         if getattr(self.neck, 'num_patches', N) != N:
             raise ValueError(
                 f'neck.num_patches={self.neck.num_patches} but the backbone '
                 f'has {N} patches (img_size / patch_size squared). Fix: '
                 f'neck.num_patches={N}.')
-        self._check_predictor()
-        self.teacher_features = bool(
-            self.teacher_target
-            or getattr(self.target_generator, 'uses_teacher', False))
+        # a predicting loss or a predicted-loss mask needs a predictor
+        if not self.with_predictor and \
+                getattr(self.head, 'loss_pred', None) is not None:
+            raise ValueError(
+                'head.loss_pred is set but the model has no loss predictor '
+                '(neck.predictor_depth=0, or predictor=None): set '
+                'head.loss_pred=None, or give the model a predictor.')
+        if not self.with_predictor and gen.uses_scores and \
+                gen.score_source == 'predicted_loss':
+            raise ValueError(
+                'the mask generator masks by predicted loss but the model '
+                'has no loss predictor: use alpha_0=alpha_T=0 (random '
+                'masks), or give the model a predictor.')
+        target_uses_teacher = getattr(self.target_generator, 'uses_teacher',
+                                      False)
+        self.teacher_features = bool(self.teacher_target
+                                     or target_uses_teacher)
         #: the teacher's keys -> the attributes :meth:`student` reads
         self.student_parts = dict(backbone='backbone')
         if isinstance(self.teacher_target, str):
             self.student_parts[self.teacher_target] = self.teacher_target
         if self.with_predictor:
             self.student_parts['scorer'] = self.score_attr
-        source = self.mask_generator.score_source
-        teacher_scores = self.mask_generator.uses_scores and \
-            source != IMAGE_SCORES
+        teacher_scores = gen.uses_scores and gen.score_source != IMAGE_SCORES
         self.teacher = MODELS.build(
             teacher,
             default_args=dict(
                 model=self.student(),
-                score_source=source if teacher_scores else None,
+                score_source=gen.score_source if teacher_scores else None,
                 features=self.teacher_features)
         ) if teacher_scores or self.teacher_features else None
-        if getattr(self.target_generator, 'uses_teacher', False):
+        if target_uses_teacher:
             self.target_generator.bind(self.teacher)
         self.progress = 0.
         self.optim_steps = self.applied = None
         # warned once without a schedule, where the schedule moves anything
-        self._progress_set = not (self.teacher is not None
-                                  or self.mask_generator.uses_scores)
+        self._progress_set = not (self.teacher is not None or gen.uses_scores)
         self._mask_checked = False
 
-    @staticmethod
-    def upgrade_state_dict(state_dict: dict, prefix: str = '') -> dict:
-        """A state dict of an earlier hpm_mm in today's keys: the teacher's
-        copy of the score module was ``teacher.module.predictor.*`` (one name
-        for two things in HPM, whose score module is its decoder); today's
-        keys pass unchanged."""
-        old, new = prefix + 'teacher.module.predictor.', \
-            prefix + 'teacher.module.scorer.'
-        return {(new + k[len(old):] if k.startswith(old) else k): v
-                for k, v in state_dict.items()}  # yapf: disable
+    @classmethod
+    def upgrade_state_dict(cls, state_dict: dict, prefix: str = '') -> dict:
+        """A state dict of an earlier hpm_mm in today's keys: each key
+        renamed by :attr:`state_dict_renames` in order (today's keys pass
+        unchanged). The one key map: every load goes through it
+        (:meth:`_load_from_state_dict`, and
+        :mod:`hpm_mm.engine.checkpoint_migrations`)."""
+        out = {}
+        for key, value in state_dict.items():
+            for old, new in cls.state_dict_renames:
+                if key.startswith(prefix + old):
+                    key = prefix + new + key[len(prefix + old):]
+            out[key] = value
+        return out
 
     def _load_from_state_dict(self, state_dict, prefix, *args,
                               **kwargs) -> None:
@@ -164,22 +178,6 @@ class HPMBase(BaseSelfSupervisor):
             k: getattr(self, a)
             for k, a in self.student_parts.items()
         })
-
-    def _check_predictor(self) -> None:
-        """A predicting loss or a predicted-loss mask needs a predictor."""
-        if self.with_predictor:
-            return
-        if getattr(self.head, 'loss_pred', None) is not None:
-            raise ValueError(
-                'head.loss_pred is set but the model has no loss predictor '
-                '(neck.predictor_depth=0, or predictor=None): set '
-                'head.loss_pred=None, or give the model a predictor.')
-        if self.mask_generator.score_source == 'predicted_loss' and \
-                self.mask_generator.uses_scores:
-            raise ValueError(
-                'the mask generator masks by predicted loss but the model '
-                'has no loss predictor: use alpha_0=alpha_T=0 (random '
-                'masks), or give the model a predictor.')
 
     def set_progress(self,
                      progress: float,
@@ -244,8 +242,15 @@ class HPMBase(BaseSelfSupervisor):
         """Before the student: the teacher follows it, then gives the scores
         the mask reads now (or the generator's own image scores) and its
         tokens when a target, in one pass: ``(scores, features)``, each None
-        when not needed."""
-        self._warn_without_schedule()
+        when not needed. Says once that nothing set the progress, where it
+        moves anything."""
+        if not self._progress_set:
+            self._progress_set = True
+            print_log(
+                f'{type(self).__name__}.set_progress was never called, so '
+                'the mask schedule and the teacher momentum stay at their '
+                'start. Add dict(type="HPMScheduleHook") to custom_hooks.',
+                'current', 30)
         needs = self.mask_generator.needs_scores(self.backbone.num_patches,
                                                  self.progress)
         scores = features = None
@@ -284,38 +289,31 @@ class HPMBase(BaseSelfSupervisor):
 
     def choose_mask(self, scores: Optional[torch.Tensor],
                     inputs: torch.Tensor) -> torch.Tensor:
-        """(B, N) mask, 1 = masked, from the mask generator; the first one
-        of the model checked against the generator's contract (its shape,
-        0/1 values, :meth:`~BaseMaskGenerator.num_masked` per row: one
-        read back to the host, once)."""
-        B, N = inputs.shape[0], self.backbone.num_patches
-        mask = self.mask_generator(scores, self.progress, N, B, inputs.device)
-        if not self._mask_checked:
-            self._mask_checked = True
-            self._check_mask(mask, B, N)
-        return mask
-
-    def _check_mask(self, mask: torch.Tensor, B: int, N: int) -> None:
-        """Refuse, in one line naming the generator, a mask that breaks its
-        contract (a generator that masks one patch too few would train an
-        epoch on the wrong masks, silently)."""
-        gen = self.mask_generator
-        name = type(gen).__name__
-        if tuple(mask.shape) != (B, N):
-            raise HPMError(f'{name} gave a mask of shape {tuple(mask.shape)}'
-                           f', not ({B}, {N}) (images, patches). Fix: one '
-                           f'row per image ({CHECK} checks the contract).')
-        rows = mask.detach().float().sum(1).cpu()
+        """(B, N) mask, 1 = masked, from the mask generator. The model's
+        first one is checked against the generator's contract (one read
+        back to the host, once), refused in one line naming the generator:
+        one that masks a patch too few would train an epoch silently."""
+        B, N, gen = inputs.shape[0], self.backbone.num_patches, \
+            self.mask_generator
+        mask = gen(scores, self.progress, N, B, inputs.device)
+        if self._mask_checked:
+            return mask
+        self._mask_checked = True
+        rows = mask.detach().float().sum(-1).flatten().cpu()
         high = gen.max_masked(N)
-        low, want = (0, f'0..{high}') if gen.varies else (high, str(high))
-        if not (((mask == 0) | (mask == 1)).all() and rows.min() >= low
-                and rows.max() <= high):
+        low = 0 if gen.varies else high
+        binary = ((mask == 0) | (mask == 1)).all()
+        if not (tuple(mask.shape) == (B, N) and binary
+                and low <= rows.min() <= rows.max() <= high):
             raise HPMError(
-                f'{name} masked {sorted({int(r) for r in rows.tolist()})} '
-                f'patches per image where its ratio {gen.mask_ratio!r} asks '
-                f'for {want}, each value 0 or 1. Fix: mask exactly '
-                f'num_masked(N) patches per row ({CHECK} checks the '
-                'contract).')
+                f'{type(gen).__name__} masked '
+                f'{sorted({int(r) for r in rows.tolist()})} patches per '
+                f'image where its ratio {gen.mask_ratio!r} asks for '
+                f'{f"0..{high}" if gen.varies else high}, each value 0 or 1, '
+                f'in a mask of shape {tuple(mask.shape)} for ({B}, {N}) '
+                f'(images, patches). Fix: num_masked(N) patches per row '
+                f'({CHECK} checks the contract).')
+        return mask
 
     def with_mask_log(self, losses: dict, inputs: torch.Tensor) -> dict:
         """Add the mask generator's log scalars (alpha, num_hard): host
@@ -325,14 +323,3 @@ class HPMBase(BaseSelfSupervisor):
                 self.backbone.num_patches, self.progress).items():
             losses[key] = torch.tensor(float(value))
         return losses
-
-    def _warn_without_schedule(self) -> None:
-        """Say once that nothing set the progress (where it moves
-        anything)."""
-        if not self._progress_set:
-            print_log(
-                f'{type(self).__name__}.set_progress was never called, so '
-                'the mask schedule and the teacher momentum stay at their '
-                'start. Add dict(type="HPMScheduleHook") to custom_hooks.',
-                'current', 30)
-            self._progress_set = True

@@ -27,14 +27,11 @@ class HPMSimMIM(HPMBase):
         mask = self.choose_mask(scores, inputs)
         latent, _ = self.backbone(inputs, mask)
         pred_scores = self.predictor(latent) if self.predictor else None
-        reconstruction = self.neck(self.feature_map(latent))
+        patches = latent[:, 1:].transpose(1, 2)  # (B, C, N) -> (B, C, h, w)
+        reconstruction = self.neck(
+            patches.unflatten(2, tuple(self.backbone.patch_resolution)))
         losses = self.head.loss(reconstruction, pred_scores, inputs, mask)
         return self.with_mask_log(losses, inputs)
-
-    def feature_map(self, latent: torch.Tensor) -> torch.Tensor:
-        """(B, 1 + N, C) tokens -> (B, C, h, w) patch features."""
-        h, w = self.backbone.patch_resolution
-        return latent[:, 1:].transpose(1, 2).unflatten(2, (h, w))
 
 
 @MODELS.register_module()
@@ -49,23 +46,14 @@ class HPMBEiT(HPMBase):
         backbone (dict): the encoder, a MaskTokenViT.
         head (dict): an HPMBEiTHead.
         target_generator (dict): the frozen DALL-E tokenizer.
-        neck (dict, optional): none for BEiT. Defaults to None.
         **kwargs: :class:`HPMBase` arguments (mask_generator, teacher,
-            predictor, data_preprocessor, init_cfg).
+            predictor, data_preprocessor, init_cfg; BEiT has no neck).
     """
 
-    def __init__(self,
-                 backbone: dict,
-                 head: dict,
-                 target_generator: dict,
-                 neck=None,
+    def __init__(self, backbone: dict, head: dict, target_generator: dict,
                  **kwargs) -> None:
         super().__init__(
-            backbone=backbone,
-            neck=neck,
-            head=head,
-            target_generator=target_generator,
-            **kwargs)
+            backbone, head=head, target_generator=target_generator, **kwargs)
 
     def loss(self, inputs: List[torch.Tensor], data_samples: List[DataSample],
              **kwargs) -> Dict[str, torch.Tensor]:
@@ -132,26 +120,18 @@ class HPMiBOT(HPMBase):
                  head: dict,
                  mask_generator: dict = IBOT_MASK,
                  teacher: dict = IBOT_TEACHER,
-                 predictor: Optional[dict] = None,
                  **kwargs) -> None:
-        super().__init__(
-            backbone=backbone,
-            neck=neck,
-            head=head,
-            mask_generator=mask_generator,
-            teacher=teacher,
-            predictor=predictor,
-            **kwargs)
+        super().__init__(backbone, neck, head, mask_generator, teacher,
+                         **kwargs)
 
     def set_progress(self,
                      progress: float,
                      epoch: float = 0,
-                     optim_steps: Optional[int] = None,
-                     max_epochs: Optional[float] = None,
-                     applied=None) -> None:
+                     *args,
+                     **kwargs) -> None:
         """As :meth:`HPMBase.set_progress`; the epoch also sets the teacher
         temperatures and whether the head's last layer is frozen."""
-        super().set_progress(progress, epoch, optim_steps, max_epochs, applied)
+        super().set_progress(progress, epoch, *args, **kwargs)
         self.neck.set_epoch(epoch)
         self.head.set_epoch(epoch)
 
@@ -195,14 +175,13 @@ class HPMiBOT(HPMBase):
         """The 2 global crops stacked (2B, C, H, W), and the local ones
         stacked (L B, C, h, w) or None."""
         size = tuple(self.backbone.img_size)
-        if not isinstance(inputs, (list, tuple)) or len(inputs) < 2 or \
-                any(tuple(v.shape[-2:]) != size for v in inputs[:2]):
-            got = [tuple(v.shape[-2:]) for v in inputs] if isinstance(
-                inputs, (list, tuple)) else tuple(inputs.shape)
+        views = inputs if isinstance(inputs, (list, tuple)) else [inputs]
+        got = [tuple(v.shape[-2:]) for v in views]
+        if len(views) < 2 or got[0] != size or got[1] != size:
             raise ValueError(
                 f'HPMiBOT takes multi-crop views: 2 global crops of '
                 f'{size[0]}x{size[1]} (the backbone img_size) first, then '
-                f'local ones; got {got}. Fix: the train pipeline '
+                f'local ones; got views of {got}. Fix: the train pipeline '
                 "dict(type='MultiView', num_views=[1, 1, L], transforms=["
                 'global_1, global_2, local]) with default_collate.')
         local = torch.cat(inputs[2:]) if len(inputs) > 2 else None

@@ -7,34 +7,12 @@ from mmpretrain.structures import DataSample
 
 from .base import HPMBase
 
-#: Checkpoint keys of hpm_mm versions before the one loss-predictor module
-#: (issue #31) -> today's: the decoder's predictor trunk became an
-#: HPMLossPredictor, and the teacher keys its copy of the decoder as the
-#: student's score module (``teacher.module.scorer``; ``predictor`` before
-#: issue #72).
-_PREDICTOR_KEYS = (('predictor_proj.', 'predictor.embed.'),
-                   ('predictor_blocks.', 'predictor.blocks.'),
-                   ('predictor_norm.', 'predictor.norm.'), ('predictor_pred.',
-                                                            'predictor.pred.'))
-
-
-def upgrade_hpm_state_dict(state: dict, prefix: str = '') -> dict:
-    """An HPM state dict of an earlier hpm_mm in today's keys (the one place
-    of the key map); today's keys pass unchanged."""
-    out = {}
-    scorer = 'teacher.module.scorer.'
-    for key, value in HPMBase.upgrade_state_dict(state, prefix).items():
-        rest = key[len(prefix):] if key.startswith(prefix) else None
-        if rest is not None:
-            if rest.startswith('teacher.module.neck.'):
-                rest = scorer + rest[len('teacher.module.neck.'):]
-            for head in ('neck.', scorer):
-                for old, new in _PREDICTOR_KEYS:
-                    if rest.startswith(head + old):
-                        rest = head + new + rest[len(head + old):]
-            key = prefix + rest
-        out[key] = value
-    return out
+#: The loss predictor's trunk in the decoder before it became one
+#: :class:`HPMLossPredictor` (issue #31): old prefix -> today's.
+_TRUNK_RENAMES = (('predictor_proj.', 'predictor.embed.'),
+                  ('predictor_blocks.', 'predictor.blocks.'),
+                  ('predictor_norm.', 'predictor.norm.'), ('predictor_pred.',
+                                                           'predictor.pred.'))
 
 
 @MODELS.register_module()
@@ -54,12 +32,14 @@ class HPM(HPMBase):
     :class:`HPMBase`'s."""
 
     score_attr = 'neck'
-
-    @staticmethod
-    def upgrade_state_dict(state_dict: dict, prefix: str = '') -> dict:
-        """A state dict of an earlier hpm_mm in today's keys
-        (:func:`upgrade_hpm_state_dict`); every load goes through it."""
-        return upgrade_hpm_state_dict(state_dict, prefix)
+    #: HPMBase's renames; the teacher's copy of the decoder was
+    #: ``teacher.module.neck``; the loss predictor's trunk moved
+    #: (:data:`_TRUNK_RENAMES`), in the student's decoder and the teacher's.
+    state_dict_renames = HPMBase.state_dict_renames + (
+        ('teacher.module.neck.', 'teacher.module.scorer.'), ) + tuple(
+            (part + old, part + new)
+            for part in ('neck.', 'teacher.module.scorer.')
+            for old, new in _TRUNK_RENAMES)
 
     @property
     def score_module(self) -> Optional[nn.Module]:

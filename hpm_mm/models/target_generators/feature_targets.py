@@ -11,6 +11,8 @@ from mmengine.logging import print_log
 from mmengine.model import BaseModule
 from mmpretrain.registry import MODELS
 
+from hpm_mm.errors import check_fills
+
 
 @MODELS.register_module()
 class EMATeacherTarget(nn.Module):
@@ -20,10 +22,6 @@ class EMATeacherTarget(nn.Module):
     runs that pass on its own."""
 
     uses_teacher = True
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._teacher = None
 
     def bind(self, teacher: nn.Module) -> None:
         """The EMA teacher whose features are the target (not registered as
@@ -47,14 +45,14 @@ class FrozenFeatureTarget(BaseModule):
     #: how to get the weights, for the missing-file error
     source = 'docs/targets.md'
 
-    def __init__(self, checkpoint: Optional[str], prefix: str = '') -> None:
+    def __init__(self,
+                 network: nn.Module,
+                 checkpoint: Optional[str],
+                 prefix: str = '') -> None:
         super().__init__()
         self.checkpoint = checkpoint
         self.prefix = prefix
-
-    def freeze(self) -> None:
-        for p in self.parameters():
-            p.requires_grad_(False)
+        self.network = network.requires_grad_(False)
         self.eval()
 
     def train(self, mode: bool = True) -> 'FrozenFeatureTarget':
@@ -82,15 +80,20 @@ class FrozenFeatureTarget(BaseModule):
         from mmengine.runner.checkpoint import _load_checkpoint
         ckpt = _load_checkpoint(self.checkpoint, map_location='cpu')
         state = self.load_target_state(ckpt.get('state_dict', ckpt))
-        missing, unexpected = self.network.load_state_dict(state, strict=False)
-        if missing:
-            raise KeyError(
-                f'{name}: {self.checkpoint} lacks {len(missing)} weights, '
-                f'e.g. {missing[:3]}. Fix: convert it as {self.source} says.')
+        check_fills(
+            self.network, state, f'{name}: {self.checkpoint}',
+            f"the target's arch as the file's, or convert it as {self.source}"
+            ' says')
+        unexpected = self.network.load_state_dict(
+            state, strict=False).unexpected_keys
         print_log(
             f'{name}: loaded {len(state) - len(unexpected)} tensors from '
             f'{self.checkpoint} ({len(unexpected)} unused).', 'current')
-        self.freeze()
+
+    @torch.no_grad()
+    def forward(self, inputs: torch.Tensor) -> torch.Tensor:
+        """(B, C, H, W) -> (B, N, C_t) the network's patch tokens."""
+        return self.network(inputs)[0][:, 1:]
 
 
 @MODELS.register_module()
@@ -116,26 +119,20 @@ class ViTFeatureTarget(FrozenFeatureTarget):
                  patch_size: int = 16,
                  in_channels: int = 3,
                  prefix: str = 'backbone.') -> None:
-        super().__init__(checkpoint, prefix)
         from mmpretrain.models import VisionTransformer
-        self.network = VisionTransformer(
-            arch=arch,
-            img_size=img_size,
-            patch_size=patch_size,
-            out_type='raw',
-            final_norm=True,
-            in_channels=in_channels)
-        self.freeze()
+        super().__init__(
+            VisionTransformer(
+                arch=arch,
+                img_size=img_size,
+                patch_size=patch_size,
+                out_type='raw',
+                final_norm=True,
+                in_channels=in_channels), checkpoint, prefix)
 
     def load_target_state(self, state: dict) -> dict:
         if not any(k.startswith(self.prefix) for k in state):
             return dict(state)
         return super().load_target_state(state)
-
-    @torch.no_grad()
-    def forward(self, inputs: torch.Tensor) -> torch.Tensor:
-        """(B, C, H, W) -> (B, N, C_t) patch tokens."""
-        return self.network(inputs)[0][:, 1:]
 
 
 @MODELS.register_module()
@@ -165,19 +162,13 @@ class CLIPFeatureTarget(FrozenFeatureTarget):
                  heads: int = 12,
                  output_dim: int = 512,
                  prefix: str = 'visual.') -> None:
-        super().__init__(checkpoint, prefix)
         from mmpretrain.models.utils.clip_generator_helper import \
             VisionTransformer
-        self.network = VisionTransformer(
-            input_resolution=img_size,
-            patch_size=patch_size,
-            width=width,
-            layers=layers,
-            heads=heads,
-            output_dim=output_dim)
-        self.freeze()
-
-    @torch.no_grad()
-    def forward(self, inputs: torch.Tensor) -> torch.Tensor:
-        """(B, 3, H, W) -> (B, N, output_dim) patch tokens."""
-        return self.network(inputs)[0][:, 1:]
+        super().__init__(
+            VisionTransformer(
+                input_resolution=img_size,
+                patch_size=patch_size,
+                width=width,
+                layers=layers,
+                heads=heads,
+                output_dim=output_dim), checkpoint, prefix)

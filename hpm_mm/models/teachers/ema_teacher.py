@@ -18,10 +18,17 @@ class TeacherOutput(NamedTuple):
     features: Optional[torch.Tensor]
 
 
-class EMAAverage(ExponentialMovingAverage):
-    """The teacher's averaging half: mmengine's
-    :class:`ExponentialMovingAverage` with the paper's momentum ramp, one
-    update per applied optimizer step, kept in eval mode.
+@MODELS.register_module()
+class EMATeacher(ExponentialMovingAverage):
+    """The EMA teacher that scores every patch of the full image: mmengine's
+    :class:`ExponentialMovingAverage` of the student's encoder and loss
+    predictor (``module['backbone']``, ``module['scorer']``; iBOT adds its
+    head; checkpoints keep ``teacher.module.*``) with the paper's momentum
+    ramp, one update per applied optimizer step, kept in eval mode; and the
+    scoring pass (:meth:`forward`): per-patch scores of ``score_source``
+    and, when its ``features`` are a target, its tokens, in one no-grad
+    pass under autocast in ``dtype``. ``input_scale`` < 1 scores a
+    downsampled copy (the fast setting; no features). docs/extending.md.
 
     The paper's EMA step, with its decay d (0.999 -> 0.9999):
     ``theta_t <- d * theta_t + (1 - d) * theta_s``. mmengine's momentum is
@@ -35,12 +42,22 @@ class EMAAverage(ExponentialMovingAverage):
             scorer=...)`` (HPMBase.student()).
         momentum (float): mmengine's momentum m at the start. Defaults to
             1e-3 (decay 0.999).
-        end_momentum (float): m at the end of the ramp. Defaults to 1e-4 (decay
-            0.9999).
-        momentum_epochs (int, optional): the ramp's length in epochs; None: the
-            run. Defaults to 100, the authors'.
-        momentum_schedule (str): 'linear' (per epoch, the authors') or 'cosine'
-            (per iteration). Defaults to 'linear'.
+        end_momentum (float): m at the end of the ramp. Defaults to 1e-4
+            (decay 0.9999).
+        momentum_epochs (int, optional): the ramp's length in epochs; None:
+            the run. Defaults to 100, the authors'.
+        momentum_schedule (str): 'linear' (per epoch, the authors') or
+            'cosine' (per iteration). Defaults to 'linear'.
+        dtype (str, optional): the scoring pass's autocast dtype; None: the
+            step's precision. Defaults to None.
+        input_scale (float): the fraction of the patch grid per side the
+            teacher sees (< 1: a downsampled copy, the fast setting).
+            Defaults to 1.
+        score_source (str, optional): the registered source of the
+            per-patch scores (TEACHER_SCORES); None: targets only. Defaults
+            to 'predicted_loss'.
+        features (bool): whether its tokens are a target (needs the full
+            image). Defaults to False.
     """
 
     def __init__(self,
@@ -48,15 +65,36 @@ class EMAAverage(ExponentialMovingAverage):
                  momentum: float = 1e-3,
                  end_momentum: float = 1e-4,
                  momentum_epochs: Optional[int] = 100,
-                 momentum_schedule: str = 'linear') -> None:
+                 momentum_schedule: str = 'linear',
+                 dtype: Optional[str] = None,
+                 input_scale: float = 1.0,
+                 score_source: str = 'predicted_loss',
+                 features: bool = False) -> None:
         super().__init__(model, momentum=momentum)
         if momentum_schedule not in ('linear', 'cosine'):
             raise ValueError("momentum_schedule must be 'linear' or "
                              f"'cosine', got {momentum_schedule!r}.")
+        if not 0. < input_scale <= 1.:
+            raise ValueError(
+                'input_scale must be in (0, 1] (the fraction of the patch '
+                f'grid the teacher sees per side), got {input_scale}.')
+        if score_source is not None:
+            check_source(score_source)
+        if features and input_scale != 1:
+            raise ValueError(
+                "the EMA teacher's features are a target: it must see the "
+                f'full image (teacher.input_scale={input_scale}). Fix: '
+                'teacher=dict(input_scale=1.0).')
         self.start_momentum = momentum
         self.end_momentum = end_momentum
         self.momentum_epochs = momentum_epochs
         self.momentum_schedule = momentum_schedule
+        self.dtype = getattr(torch, dtype) if isinstance(dtype, str) else dtype
+        self.input_scale = input_scale
+        self.score_source = score_source
+        # the pass, chosen once: the half-resolution teacher (fast setting)
+        self._pass = self._full_pass if input_scale == 1 else \
+            self._scaled_pass
         self._last_optim_steps: Optional[int] = None
         self._checked = False
         self._steps: Optional[int] = None  # ``steps`` on the host
@@ -83,7 +121,7 @@ class EMAAverage(ExponentialMovingAverage):
         self.momentum = self.start_momentum + r * (
             self.end_momentum - self.start_momentum)
 
-    def train(self, mode: bool = True) -> 'EMAAverage':
+    def train(self, mode: bool = True) -> 'EMATeacher':
         """Follow ``mode`` but keep the averaged model in eval mode."""
         super().train(mode)
         self.module.eval()
@@ -130,99 +168,29 @@ class EMAAverage(ExponentialMovingAverage):
         teacher sets neither ``interval`` nor ``update_buffers``: 1, False.)
         """
         src = dict(model.named_parameters())
-        steps = self._host_steps()
+        if self._steps is None:  # once per build or load: one read back
+            self._steps = int(self.steps)
+        steps = self._steps
         avg = list(self.avg_parameters.values())  # parameters: all floating
         new = [src[k].to(p.device) for k, p in self.avg_parameters.items()]
         if steps == 0:
             torch._foreach_copy_(avg, new)
         elif applied is None:  # the paper's line
             torch._foreach_lerp_(avg, new, self.momentum)
-        else:
-            self._lerp_if_applied(avg, new, applied)
+        else:  # m times the guard's 0./1. flag, left on the device: a
+            # skipped step moves nothing, and the host waits for nothing
+            delta = torch._foreach_sub(new, avg)
+            torch._foreach_mul_(delta, applied * self.momentum)
+            torch._foreach_add_(avg, delta)
         for dst, buf in zip(self.module.buffers(), model.buffers()):
             dst.copy_(buf)  # buffers follow the student's
         self.steps.add_(1 if applied is None or steps == 0 else applied.
                         to(self.steps.dtype))
         self._steps = steps + 1
 
-    def _lerp_if_applied(self, avg: list, new: list,
-                         applied: torch.Tensor) -> None:
-        """The same step with the momentum times ``applied`` (the guard's
-        0./1. flag, left on the device: a skipped step moves nothing, and the
-        host waits for nothing): ``avg += m * applied * (new - avg)``."""
-        delta = torch._foreach_sub(new, avg)
-        torch._foreach_mul_(delta, applied * self.momentum)
-        torch._foreach_add_(avg, delta)
-
-    def _host_steps(self) -> int:
-        if self._steps is None:  # once per build or load: one read back
-            self._steps = int(self.steps)
-        return self._steps
-
     def _load_from_state_dict(self, *args, **kwargs) -> None:
         super()._load_from_state_dict(*args, **kwargs)
         self._steps = None  # the loaded buffer is the count now
-
-
-@MODELS.register_module()
-class EMATeacher(EMAAverage):
-    """The EMA teacher that scores every patch of the full image: the
-    averaging of :class:`EMAAverage` (the student's encoder and loss
-    predictor, ``module['backbone']``, ``module['scorer']``; iBOT adds its
-    head; checkpoints keep ``teacher.module.*``) and the scoring pass
-    (:meth:`forward`): per-patch scores of ``score_source`` and, when its
-    ``features`` are a target, its tokens, in one no-grad pass under
-    autocast in ``dtype``. ``input_scale`` < 1 scores a downsampled copy
-    (the fast setting; no features). docs/extending.md.
-
-    Args:
-        model (nn.Module): what is averaged (the averaging's five keys are
-            :class:`EMAAverage`'s, documented there).
-        momentum (float): m at the start, 1 - the paper's decay (1e-3).
-        end_momentum (float): m at the end of the ramp (1e-4).
-        momentum_epochs (int, optional): the ramp's epochs (100; None: run).
-        momentum_schedule (str): 'linear' (per epoch) or 'cosine'.
-        dtype (str, optional): the scoring pass's autocast dtype; None: the
-            step's precision. Defaults to None.
-        input_scale (float): the fraction of the patch grid per side the
-            teacher sees (< 1: a downsampled copy, the fast setting). Defaults
-            to 1.
-        score_source (str, optional): the registered source of the per-patch
-            scores (TEACHER_SCORES); None: targets only. Defaults to
-            'predicted_loss'.
-        features (bool): whether its tokens are a target (needs the full
-            image). Defaults to False.
-    """
-
-    def __init__(self,
-                 model: nn.Module,
-                 momentum: float = 1e-3,
-                 end_momentum: float = 1e-4,
-                 momentum_epochs: Optional[int] = 100,
-                 momentum_schedule: str = 'linear',
-                 dtype: Optional[str] = None,
-                 input_scale: float = 1.0,
-                 score_source: str = 'predicted_loss',
-                 features: bool = False) -> None:
-        super().__init__(model, momentum, end_momentum, momentum_epochs,
-                         momentum_schedule)
-        if not 0. < input_scale <= 1.:
-            raise ValueError(
-                'input_scale must be in (0, 1] (the fraction of the patch '
-                f'grid the teacher sees per side), got {input_scale}.')
-        if score_source is not None:
-            check_source(score_source)
-        self.dtype = getattr(torch, dtype) if isinstance(dtype, str) else dtype
-        self.input_scale = input_scale
-        self.score_source = score_source
-        if features and input_scale != 1:
-            raise ValueError(
-                "the EMA teacher's features are a target: it must see the "
-                f'full image (teacher.input_scale={input_scale}). Fix: '
-                'teacher=dict(input_scale=1.0).')
-        # the pass, chosen once: the half-resolution teacher (fast setting)
-        self._pass = self._full_pass if input_scale == 1 else \
-            self._scaled_pass
 
     @property
     def grid(self) -> Tuple[int, int]:
