@@ -23,12 +23,10 @@ class DeferredRuntimeInfoHook(RuntimeInfoHook):
     """
 
     def __init__(self, interval: Optional[int] = None) -> None:
-        if interval is not None and (isinstance(interval, bool)
-                                     or not isinstance(interval, int)
-                                     or interval < 1):
-            raise ValueError(
-                f'DeferredRuntimeInfoHook interval must be a positive '
-                f'integer or None, got {interval!r}.')
+        if interval is not None and not (type(interval) is int
+                                         and interval >= 1):
+            raise ValueError('DeferredRuntimeInfoHook interval must be a '
+                             f'positive integer or None, got {interval!r}.')
         self.interval = interval
         self._pending: List[tuple] = []  # per iteration, not yet read
 

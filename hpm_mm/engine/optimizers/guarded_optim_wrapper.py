@@ -106,8 +106,7 @@ class NonFiniteGuardMixin:
         #: whether the last step was applied: 1./0. (a host float, or a
         #: device tensor where the flag stays there), None before the first
         self.last_applied = None
-        self._bad_loss: Optional[torch.Tensor] = None
-        self._grad_norm: Optional[torch.Tensor] = None
+        self._bad_loss = self._grad_norm = None  # device tensors
         self._pending: List[tuple] = []  # per step: (flag, grad norm)
 
     def step_counts(self) -> dict:
