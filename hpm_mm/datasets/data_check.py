@@ -23,14 +23,15 @@ def _loaders(cfg: Config) -> List[Tuple[str, dict]]:
     return out
 
 
+#: a loader's color_type -> the channels it reads
+CHANNELS = dict(grayscale=1, color=3)
+
+
 def _pipeline_channels(pipeline) -> int:
     for t in pipeline or []:
         if reads_image_files(t):
             # 'unchanged' keeps each file's own channels: not known here
-            return {
-                'grayscale': 1,
-                'color': 3
-            }.get(t.get('color_type', 'color'), 0)
+            return CHANNELS.get(t.get('color_type', 'color'), 0)
     return 0
 
 

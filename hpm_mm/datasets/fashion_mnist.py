@@ -28,25 +28,21 @@ def resolve_data_root(data_root: str) -> str:
     return data_root
 
 
-# file name -> number of bytes of the release's gunzipped idx file (header +
-# payload)
+#: file name -> (bytes, SHA-256) of the release's gunzipped idx file
+#: (header + payload; Debian's dataset-fashion-mnist, the Zalando release)
 FILES = {
-    'train-images-idx3-ubyte': 16 + 60000 * 28 * 28,
-    'train-labels-idx1-ubyte': 8 + 60000,
-    't10k-images-idx3-ubyte': 16 + 10000 * 28 * 28,
-    't10k-labels-idx1-ubyte': 8 + 10000,
-}
-# file name -> SHA-256 of the release's gunzipped idx file (Debian's
-# dataset-fashion-mnist, the Zalando release)
-SHA256 = {
     'train-images-idx3-ubyte':
-    'c59f468a2f672dc815687fe0f83887768d799fd8a3f3276145d20f83aa44d888',
+    (16 + 60000 * 28 * 28,
+     'c59f468a2f672dc815687fe0f83887768d799fd8a3f3276145d20f83aa44d888'),
     'train-labels-idx1-ubyte':
-    'bad3541b69d912435c50bb6ba87bec294ff4f6a2e1246121d8633921760443d9',
+    (8 + 60000,
+     'bad3541b69d912435c50bb6ba87bec294ff4f6a2e1246121d8633921760443d9'),
     't10k-images-idx3-ubyte':
-    '5b4141f0afbad91edebe8549f8fcffe087ea10ca49f1dbef5c9a5cd8815ce37b',
+    (16 + 10000 * 28 * 28,
+     '5b4141f0afbad91edebe8549f8fcffe087ea10ca49f1dbef5c9a5cd8815ce37b'),
     't10k-labels-idx1-ubyte':
-    '0402a96d92fd2663957122ceb108a494c5af83dab82d92729df917d7dec38c34',
+    (8 + 10000,
+     '0402a96d92fd2663957122ceb108a494c5af83dab82d92729df917d7dec38c34'),
 }
 #: (path, inode, size, mtime, ctime) of the files found to be the release's,
 #: this process: a rewrite changes the ctime, which no ``os.utime`` restores
@@ -62,11 +58,10 @@ def release_problem(path: str, name: str, size_only: bool = False):
     import hashlib
     if not osp.exists(path):
         return 'missing'
-    stat = os.stat(path)
-    if stat.st_size != FILES[name]:
+    stat, (size, sha256) = os.stat(path), FILES[name]
+    if stat.st_size != size:
         return None if size_only else (
-            f'{stat.st_size} bytes instead of {FILES[name]} (truncated or '
-            'altered)')
+            f'{stat.st_size} bytes instead of {size} (truncated or altered)')
     key = (osp.realpath(path), stat.st_ino, stat.st_size, stat.st_mtime_ns,
            stat.st_ctime_ns)
     if key in _RELEASE_CHECKED:
@@ -75,7 +70,7 @@ def release_problem(path: str, name: str, size_only: bool = False):
     with open(path, 'rb') as f:
         for block in iter(lambda: f.read(1 << 20), b''):
             digest.update(block)
-    if digest.hexdigest() != SHA256[name]:
+    if digest.hexdigest() != sha256:
         return 'its SHA-256 is not the release\'s (altered)'
     _RELEASE_CHECKED.add(key)
     return None

@@ -16,6 +16,11 @@ class _Unreadable:
     """What both loaders do with a file that cannot be read: name it and
     the fix in one line, or skip it (``skip_unreadable``)."""
 
+    def __init__(self, skip_unreadable: bool = False, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.skip_unreadable = skip_unreadable
+        self.num_skipped = 0
+
     def _unreadable(self, filename: str, e: Exception) -> None:
         why = f'{type(e).__name__}: {str(e).strip().splitlines()[-1]}' \
             if str(e).strip() else type(e).__name__
@@ -44,11 +49,6 @@ class LoadImageFromFileChecked(_Unreadable, LoadImageFromFile):
     Args:
         skip_unreadable (bool): Defaults to False.
         **kwargs: The arguments of :class:`LoadImageFromFile`."""
-
-    def __init__(self, skip_unreadable: bool = False, **kwargs) -> None:
-        super().__init__(**kwargs)
-        self.skip_unreadable = skip_unreadable
-        self.num_skipped = 0
 
     def transform(self, results: dict) -> Optional[dict]:
         filename = results['img_path']
@@ -99,7 +99,8 @@ class LoadAndRandomResizedCrop(_Unreadable, RandomResizedCrop):
                  skip_unreadable: bool = False,
                  backend_args: Optional[dict] = None,
                  **kwargs) -> None:
-        super().__init__(scale=scale, **kwargs)
+        super().__init__(
+            scale=scale, skip_unreadable=skip_unreadable, **kwargs)
         if color_type not in ('color', 'grayscale'):
             raise ValueError(f"color_type={color_type!r}: 'color' or "
                              "'grayscale'.")
@@ -108,8 +109,6 @@ class LoadAndRandomResizedCrop(_Unreadable, RandomResizedCrop):
                              f'{sorted(pillow_interp_codes)}.')
         self.reduce = reduce
         self.color_type = color_type
-        self.skip_unreadable = skip_unreadable
-        self.num_skipped = 0
         self.backend_args = backend_args
 
     def reduction(self, target_h: int, target_w: int) -> int:

@@ -114,7 +114,7 @@ def extract_features(model,
                      dataloader,
                      progress: bool = True,
                      feature: Union[str, Sequence[str]] = 'avg',
-                     amp: Union[bool, torch.dtype, None] = False,
+                     amp: Optional[torch.dtype] = None,
                      layer: Optional[int] = None) -> Dict[str, torch.Tensor]:
     """Pooled features (fp32, CPU) and labels of a whole dataloader (all ranks)
     through ``model.extract_feat``: ``feature`` ``'avg'`` and/or ``'cls'``
@@ -132,14 +132,10 @@ def extract_features(model,
     results = []
     bar = ProgressBar(len(dataloader.dataset)) if progress else None
     device = model_device(model)
-    if amp is True:
-        raise TypeError('extract_features(amp=True): pass the dtype '
-                        '(hpm_mm.engine.precision.run_precision(...).dtype)')
-    dtype = amp or None
     for batch in dataloader:
         data = model.data_preprocessor(batch, False)
         with torch.autocast(
-                device, enabled=dtype is not None, dtype=dtype
+                device, enabled=amp is not None, dtype=amp
                 or torch.bfloat16), block_output(model, layer) as seen:
             out = model.extract_feat(data['inputs'])
             if seen:
@@ -153,8 +149,7 @@ def extract_features(model,
             bar.update(len(labels) * get_world_size())
     if bar is not None:
         bar.file.write('\n')
-    if was_training:
-        model.train()
+    model.train(was_training)
     if get_world_size() > 1:
         results = collect_results(results, len(dataloader.dataset))
     feats = torch.stack([f for f, _ in results])  # (N, F, D)

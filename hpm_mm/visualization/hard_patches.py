@@ -88,15 +88,12 @@ def analyze_hard_patches(model,
             pred_loss = teacher(inputs, scores='predicted_loss').scores.cpu()
         else:
             pred_loss = model.student_scores(inputs).cpu()
-    if scores is not None:
-        shown, shown_name = scores, SCORE_NAMES.get(gen.score_source,
-                                                    gen.score_source)
-    elif pred_loss is not None:
-        shown, shown_name = pred_loss, SCORE_NAMES['predicted_loss']
-    else:
+    if scores is None and pred_loss is None:
         raise ValueError(
             f'{type(model).__name__} has neither mask scores at progress '
             f'{progress} nor a loss predictor: no hard patches to show.')
+    shown = scores if scores is not None else pred_loss
+    source = gen.score_source if scores is not None else 'predicted_loss'
 
     # the mask the generator draws at this progress, and its reconstruction
     if seed is not None:
@@ -115,14 +112,13 @@ def analyze_hard_patches(model,
             pred = pred * std + mean
         m = mask.to(inputs.device).unsqueeze(-1)
         recon = head.unpatchify(pred * m + target * (1 - m)).cpu()
-    if was_training:
-        model.train()
+    model.train(was_training)
     return dict(
         true_loss=true_loss,
         pred_loss=pred_loss,
         scores=scores,
         shown=shown,
-        shown_name=shown_name,
+        shown_name=SCORE_NAMES.get(source, source),
         mask=mask.cpu(),
         recon=recon,
         spearman=spearman(shown, true_loss),
@@ -202,9 +198,8 @@ def draw_hard_patches(result: Dict[str, torch.Tensor],
     gray = img.ndim == 2
     # the mask's patches as a grey veil (visible even on black background)
     side = int(round(result['mask'].shape[1]**0.5))
-    patch = np.ones((H // side, H // side))
     veil = np.kron(result['mask'][index].view(side, -1).numpy(),
-                   patch).astype(bool)[:H, :W]
+                   np.ones((H // side, H // side))).astype(bool)[:H, :W]
     masked_view = np.stack([img] * 3, -1) if gray else img.copy()
     masked_view[veil] = masked_view[veil] * 0.3 + 0.45
 

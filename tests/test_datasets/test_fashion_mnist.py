@@ -87,9 +87,9 @@ def test_prepare_checks_every_file_and_prepares_a_bad_one_again(tmp_path):
     out = tmp_path / 'fm'
     prep.prepare(prep.DEBIAN_DIR, str(out))
     labels = out / 't10k-labels-idx1-ubyte'
-    from hpm_mm.datasets.fashion_mnist import SHA256
+    from hpm_mm.datasets.fashion_mnist import FILES
     assert hashlib.sha256(labels.read_bytes()).hexdigest() == \
-        SHA256[labels.name]
+        FILES[labels.name][1]
     labels.write_bytes(labels.read_bytes()[:100])
     assert 'truncated' in prep.problem(str(labels), labels.name)
     prep.prepare(prep.DEBIAN_DIR, str(out))
