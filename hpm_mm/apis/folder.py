@@ -39,9 +39,11 @@ def choose_settings(scan: Dict,
     size = img_size if img_size is not None else max(
         [s for s in SIZES if s <= short] or [SIZES[0]])
     patch = patch_size or (16 if size >= 224 else size // 8)
-    if size % patch:
-        raise HPMError(f'--img-size {size}: must be a multiple of '
-                       f'{patch} (patch size). Fix: use one of {SIZES}.')
+    if size % (patch_size or 8) or size % patch:  # (2 px: ZeroDivisionError)
+        raise HPMError(f'--img-size {size}: the input is cut into an 8 x 8 '
+                       'grid of patches (16 px patches from 224 px), so it '
+                       'must be a multiple of 8 (16 from 224). Fix: one of '
+                       f'{SIZES}.')
     ch = channels if channels is not None else (1 if scan['gray'] else 3)
     if batch_size is not None and batch_size > n:
         raise HPMError(f'{n} images cannot fill one batch of {batch_size}. '
@@ -63,9 +65,8 @@ def choose_settings(scan: Dict,
 
 def check_numbers(**values) -> None:
     """Refuse, before anything is read or written, a count that is not a
-    positive whole number (0 had meant 'not given'; ``img_size=2`` was a
-    ZeroDivisionError), an ``img_size`` not a multiple of 8, ``channels``
-    other than 1 or 3, an ``lr`` that is not a positive number or an
+    positive whole number (0 had meant 'not given'), ``channels`` other
+    than 1 or 3, an ``lr`` that is not a positive number or an
     ``alpha_0`` outside 0..1."""
     rates = dict(
         lr=('a positive number', lambda v: v > 0),
@@ -78,11 +79,7 @@ def check_numbers(**values) -> None:
                                   not math.isfinite(value) or not fits(value)):
             raise HPMError(f'{name}={value!r} is not {want}. Fix: {want}, or '
                            'leave it out to have it chosen.')
-    size, channels = values.get('img_size'), values.get('channels')
-    if size is not None and (size < 8 or size % 8):
-        raise HPMError(f'img_size={size}: the input is cut into an 8 x 8 '
-                       'grid of patches (16 px patches from 224 px), so it '
-                       f'must be a multiple of 8. Fix: one of {SIZES}.')
+    channels = values.get('channels')
     if channels is not None and channels not in (1, 3):
         raise HPMError(f'channels={channels}: 1 (grayscale) or 3 (RGB).')
 
@@ -206,21 +203,9 @@ def choose_recipe(settings: Dict, base: Config, start: Optional[Dict],
         return words + ('' if alpha_0 is None else
                         f', alpha_0 {alpha_0:g} (given)')
     warm = max(2, round(WARMUP_FRACTION * epochs * per_epoch))
-    settings['schedulers'] = [
-        dict(
-            type='LinearLR',
-            start_factor=1e-3,
-            by_epoch=False,
-            begin=0,
-            end=warm),
-        dict(
-            type='CosineAnnealingLR',
-            eta_min=0.,
-            by_epoch=True,
-            begin=0,
-            end=epochs,
-            T_max=epochs,
-            convert_to_iter_based=True)
+    settings['schedulers'] = [  # (mmengine's defaults: to 0 from step 0)
+        dict(type='LinearLR', start_factor=1e-3, by_epoch=False, end=warm),
+        dict(type='CosineAnnealingLR', end=epochs, convert_to_iter_based=True)
     ]
     words += f', warm-up {warm} steps then cosine'
     if start['alpha'] is None:
@@ -263,22 +248,18 @@ def folder_config(base: Config,
     root, work_dir = osp.abspath(root), osp.abspath(work_dir)
     os.makedirs(work_dir, exist_ok=True)
 
-    def write(name, rows):
+    def dataset(name, rows, labelled=True):  # its file list written
         path = osp.join(work_dir, name)
         Path(path).write_text(''.join(f'{row}\n' for row in rows))
-        return path
-
-    def dataset(ann_file, with_label):
-        ds = dict(
+        classes = dict(metainfo=dict(classes=tuple(scan['classes'] or ())))
+        return dict(
             type='CustomDataset',
             data_root=root,
             data_prefix='',
-            ann_file=ann_file,
-            with_label=with_label,
-            pipeline='{{_base_.eval_pipeline}}')
-        if with_label:
-            ds['metainfo'] = dict(classes=tuple(scan['classes']))
-        return ds
+            ann_file=path,
+            with_label=labelled,
+            pipeline='{{_base_.eval_pipeline}}',
+            **(classes if labelled else {}))
 
     loader = dict(
         batch_size=min(256, settings['num_images']),
@@ -286,22 +267,19 @@ def folder_config(base: Config,
         persistent_workers=False,
         sampler=dict(type='DefaultSampler', shuffle=False),
         collate_fn=dict(type='default_collate'))
-    all_files = write('images.txt', scan['files'])
+    every = dataset('images.txt', scan['files'], False)
+    bank, val = ([f'{f} {c}' for f, c in part] for part in split)
+    vis_loader = dict(
+        loader, dataset=dataset('knn_val.txt', val) if all(split) else every)
     hooks = [dict(type='HPMScheduleHook', by_epoch=True)]
-    bank, val = split
-    if bank and val:
-        bank_file = write('knn_bank.txt', [f'{f} {c}' for f, c in bank])
-        val_file = write('knn_val.txt', [f'{f} {c}' for f, c in val])
-        vis_loader = dict(loader, dataset=dataset(val_file, True))
+    if all(split):
         hooks.append(
             dict(
                 type='KNNEvalHook',
                 interval=0,
                 train_dataloader=dict(
-                    loader, dataset=dataset(bank_file, True)),
+                    loader, dataset=dataset('knn_bank.txt', bank)),
                 val_dataloader=vis_loader))
-    else:
-        vis_loader = dict(loader, dataset=dataset(all_files, False))
     hooks.append(
         dict(
             type='HardPatchVisHook',
@@ -309,18 +287,13 @@ def folder_config(base: Config,
             num_images=min(4, settings['num_images']),
             num_masks=8,
             dataloader=vis_loader))
-    train_set, values = dict(ann_file=all_files, data_prefix=''), {}
-    if start is not None:  # the base's pipelines and data, its weights
-        values.update(
-            train_pipeline=base.train_pipeline,
-            eval_pipeline=base.eval_pipeline)
+    train_set = dict(ann_file=every['ann_file'], data_prefix='')
+    values = {} if start is None else dict(  # the base's pipelines and data
+        train_pipeline=base.train_pipeline,
+        eval_pipeline=base.eval_pipeline)
+    if start is not None:
         train_set = dict(
-            _delete_=True,
-            type='CustomDataset',
-            data_root=root,
-            with_label=False,
-            pipeline='{{_base_.train_pipeline}}',
-            **train_set)
+            every, _delete_=True, pipeline='{{_base_.train_pipeline}}')
     model = dict(teacher=settings['teacher'])
     if settings['alpha_0'] is not None:
         model['mask_generator'] = dict(alpha_0=settings['alpha_0'])
@@ -456,8 +429,6 @@ def pretrain_folder(folder: str,
             chosen = (f'chosen: {size} (median short side '
                       f'{settings["median_short_side"]:g} px), patch '
                       f'{settings["patch_size"]}; {recipe}')
-            override = '--img-size --channels --batch-size --epochs --lr ' \
-                '--alpha-0'
         else:
             stats = dict(mean=start['mean'], std=start['std'])
             rule = ' (grayscale images: the channel to all 3)' if \
@@ -467,10 +438,8 @@ def pretrain_folder(folder: str,
             chosen = (f'from {start_from} ({start["kind"]}): its {size}{rule}'
                       f', patch {settings["patch_size"]} and normalisation; '
                       f'{recipe}')
-            override = '--batch-size --epochs --lr --alpha-0'
             Path(work_dir, START_CONFIG).write_text(start['text'])
-        split = split_labelled(scan['files'], scan['classes']) \
-            if scan['classes'] else ([], [])
+        split = split_labelled(scan['files'], scan['classes'] or [])
         text = folder_config(base, folder, work_dir, scan, split, settings,
                              stats, start)
         if bad:
@@ -488,7 +457,9 @@ def pretrain_folder(folder: str,
             if classes else 'unlabelled (no kNN)')
         log(f'{settings["num_images"]} images, {labels}; {chosen}, batch '
             f'{settings["batch_size"]}, {settings["epochs"]} epochs of '
-            f'{settings["steps_per_epoch"]} steps; override: {override}')
+            f'{settings["steps_per_epoch"]} steps; override: '
+            f'{"--img-size --channels " * (start is None)}--batch-size '
+            '--epochs --lr --alpha-0')
         cfg_path = osp.join(work_dir, 'hpm_folder.py')
         Path(cfg_path).write_text(text)
         if cfg_options:  # checked on the config as it will run
@@ -511,8 +482,7 @@ def pretrain_folder(folder: str,
             resume=resume or None,
             cfg_options=cfg_options)
     knn = Path(work_dir, 'knn.json')
-    if knn.exists():
-        result['knn'] = json.loads(knn.read_text())
+    result['knn'] = json.loads(knn.read_text()) if knn.exists() else None
     last = Path(work_dir, 'last_checkpoint').read_text().strip()
     result['export'] = (
         'export the encoder: python tools/model_converters/hpm2backbone.py '

@@ -268,3 +268,16 @@ def test_deep_pixel_fix_follows_the_files_range(tmp_path):
     with pytest.raises(ValueError) as e:
         load_image(str(tmp_path / 'b.tif'))
     assert 'v / 256' not in str(e.value) and '* 255' in str(e.value)
+
+
+@pytest.mark.parametrize('size', [2, 30, 232])
+def test_an_img_size_off_the_patch_grid_is_one_line(tmp_path, size):
+    """An input size the 8 x 8 patch grid cannot cut (a multiple of 8; of
+    16 from 224 px) is refused in one line before the config is written."""
+    root = tmp_path / 'imgs'
+    _write_images(str(root), [(f'{i}.png', (40, 40), 'L') for i in range(4)])
+    with pytest.raises(HPMError) as refused:
+        _pretrain(root, tmp_path / 'w', img_size=size, dry_run=True)
+    assert f'{size}' in str(refused.value) and 'multiple of' in str(
+        refused.value) and '\n' not in str(refused.value), refused.value
+    assert not (tmp_path / 'w' / 'hpm_folder.py').exists()
