@@ -42,11 +42,9 @@ def _check(spec: dict) -> None:
                 spec[key], bool) and isinstance(ch, int):
             spec[key] = [spec[key]] * ch
     for key in ('size', 'patch_size'):
-        value = spec[key]
-        if isinstance(value, bool) or not isinstance(value, int) or \
-                value < 1:
-            raise HPMError(f'image.{key}={value!r}: give a positive whole '
-                           'number of pixels.')
+        if type(spec[key]) is not int or spec[key] < 1:  # (not a bool)
+            raise HPMError(f'image.{key}={spec[key]!r}: give a positive '
+                           'whole number of pixels.')
     values = list(spec['mean']) + list(spec['std'])
     if not all(
             isinstance(v, (int, float)) and math.isfinite(v) for v in values):

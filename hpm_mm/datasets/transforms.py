@@ -21,6 +21,16 @@ class _Unreadable:
         self.skip_unreadable = skip_unreadable
         self.num_skipped = 0
 
+    def transform(self, results: dict) -> Optional[dict]:
+        """``results`` with the image's keys (:meth:`_load`), or the file's
+        one line (None where unreadable files are skipped)."""
+        filename = results['img_path']
+        try:
+            results.update(self._load(filename))
+        except Exception as e:
+            return self._unreadable(filename, e)
+        return results
+
     def _unreadable(self, filename: str, e: Exception) -> None:
         why = f'{type(e).__name__}: {str(e).strip().splitlines()[-1]}' \
             if str(e).strip() else type(e).__name__
@@ -50,18 +60,11 @@ class LoadImageFromFileChecked(_Unreadable, LoadImageFromFile):
         skip_unreadable (bool): Defaults to False.
         **kwargs: The arguments of :class:`LoadImageFromFile`."""
 
-    def transform(self, results: dict) -> Optional[dict]:
-        filename = results['img_path']
-        try:
-            img, _ = load_image(filename, self.color_type, self.backend_args)
-        except Exception as e:
-            return self._unreadable(filename, e)
+    def _load(self, filename: str) -> dict:
+        img, _ = load_image(filename, self.color_type, self.backend_args)
         if self.to_float32:
             img = img.astype(np.float32)
-        results['img'] = img
-        results['img_shape'] = img.shape[:2]
-        results['ori_shape'] = img.shape[:2]
-        return results
+        return dict(img=img, img_shape=img.shape[:2], ori_shape=img.shape[:2])
 
 
 #: DCT-domain reductions a JPEG decoder offers (libjpeg: 1/2, 1/4, 1/8)
@@ -120,17 +123,10 @@ class LoadAndRandomResizedCrop(_Unreadable, RandomResizedCrop):
                 return factor
         return 1
 
-    def transform(self, results: dict) -> Optional[dict]:
-        filename = results['img_path']
-        try:
-            _, pil, full, box = self._open(filename)
-            img = self._crop(pil, full, box)
-        except Exception as e:
-            return self._unreadable(filename, e)
-        results['img'] = img
-        results['img_shape'] = img.shape[:2]
-        results['ori_shape'] = full
-        return results
+    def _load(self, filename: str) -> dict:
+        _, pil, full, box = self._open(filename)
+        img = self._crop(pil, full, box)
+        return dict(img=img, img_shape=img.shape[:2], ori_shape=full)
 
     def _open(self, filename: str):
         """(the file's bytes, its Pillow image, its full (h, w) after an
@@ -217,26 +213,23 @@ class LoadBytesAndCropBox(LoadAndRandomResizedCrop):
                              "images: color_type='color'.")
         self.flip_prob = flip_prob
 
-    def transform(self, results: dict) -> Optional[dict]:
+    def _load(self, filename: str) -> dict:
         import torch
-        filename = results['img_path']
-        try:
-            content, pil, full, box = self._open(filename)
-            if pil.format == 'JPEG' and pil.mode in ('RGB', 'L') and \
-                    pil.getexif().get(0x0112, 1) == 1:
-                img = torch.frombuffer(bytearray(content), dtype=torch.uint8)
-            else:  # decoded and cropped here, as LoadAndRandomResizedCrop
-                crop = self._crop(pil, full, box)[..., ::-1].copy()
-                img, box = torch.from_numpy(crop).permute(2, 0, 1), None
-        except Exception as e:
-            return self._unreadable(filename, e)
-        results['img'] = img
-        results['img_shape'] = (self.scale[1], self.scale[0])
-        results['ori_shape'] = full
-        results['device_decode'] = dict(
-            box=box,
-            flip=np.random.choice(  # RandomFlip's draw
-                ['horizontal', None],
-                p=[self.flip_prob, 1. - self.flip_prob]) is not None,
-            interpolation=self.interpolation)
-        return results
+        content, pil, full, box = self._open(filename)
+        if pil.format == 'JPEG' and pil.mode in ('RGB', 'L') and \
+                pil.getexif().get(0x0112, 1) == 1:
+            img = torch.frombuffer(bytearray(content), dtype=torch.uint8)
+        else:  # decoded and cropped here, as LoadAndRandomResizedCrop
+            crop = self._crop(pil, full, box)[..., ::-1].copy()
+            img, box = torch.from_numpy(crop).permute(2, 0, 1), None
+        flip = np.random.choice(  # RandomFlip's draw
+            ['horizontal', None],
+            p=[self.flip_prob, 1. - self.flip_prob])
+        return dict(
+            img=img,
+            img_shape=(self.scale[1], self.scale[0]),
+            ori_shape=full,
+            device_decode=dict(
+                box=box,
+                flip=flip is not None,
+                interpolation=self.interpolation))

@@ -61,17 +61,13 @@ def pool_features(feats,
                          f'{feature!r}.')
     if isinstance(feats, (tuple, list)):
         feats = feats[-1]
+    if feature == 'cls' and (feats.dim() != 3 or num_extra_tokens < 1):
+        raise ValueError("feature='cls' needs token outputs (B, L, D) with a "
+                         f'CLS token, got {tuple(feats.shape)} with '
+                         f'{num_extra_tokens} extra. Fix: feature=avg.')
     if feats.dim() == 3:
-        if feature == 'cls':
-            if num_extra_tokens < 1:
-                raise ValueError("feature='cls' needs a backbone with a CLS "
-                                 'token; this one has none: use avg.')
-            return feats[:, 0]
-        return feats[:, num_extra_tokens:].mean(dim=1)
-    if feature == 'cls':
-        raise ValueError("feature='cls' needs token outputs (B, L, D) "
-                         "(out_type='raw'), got a tensor of shape "
-                         f'{tuple(feats.shape)}.')
+        return feats[:, 0] if feature == 'cls' else \
+            feats[:, num_extra_tokens:].mean(dim=1)
     return feats.mean(dim=(2, 3)) if feats.dim() == 4 else feats
 
 

@@ -68,6 +68,8 @@ def test_check_data_reads_every_hooks_loader():
     [
         (dict(chanels=3), 'image.chanels: not a key.*did you mean channels'),
         (dict(size=0), r'image.size=0: give a positive'),
+        (dict(size=32.0), r'image.size=32.0: give a positive'),
+        (dict(patch_size=True), r'image.patch_size=True: give a positive'),
         (dict(std=[0., 1., 1.]), r'every std must be > 0'),
         (dict(std=[-5., 1., 1.]), r'every std must be > 0'),
         (dict(mean=[0.485, 0.456, 0.406], std=[0.229, 0.224, 0.225
