@@ -66,6 +66,7 @@ class KNNEvalHook(AfterCheckpointEvalHook):
         self.feature = feature
         self.amp = amp
         self.layer = layer
+        self.last_result: Optional[dict] = None  # docs/extending.md
 
     def evaluate(self, runner, tag: str = '') -> dict:
         """Extract features and run kNN; log and return ``{k: acc}``."""
@@ -104,6 +105,7 @@ class KNNEvalHook(AfterCheckpointEvalHook):
             'kNN top-1 (T=%.2f, %s features, %s): %s', self.temperature,
             self.feature, precision.name,
             '  '.join(f'k={k}: {v:.2f}' for k, v in acc.items()))
+        self.last_result = acc
         if is_main_process():
             best = max(acc, key=acc.get)
             done = self.at_end(runner)  # a finished run's final evaluation
