@@ -79,20 +79,15 @@ def run_keys() -> frozenset:
     return frozenset(keys)
 
 
-def _leaves(node, prefix='') -> dict:
+def _leaves(cfg: dict) -> dict:
     """``key -> dotted path`` of every nested dict key of a config (its
-    shallowest path), top level left out."""
+    shallowest path, as :func:`_dicts` names it), top level left out."""
     out = {}
-    items = node.items() if isinstance(node, dict) else enumerate(node) \
-        if isinstance(node, (list, tuple)) else ()
-    for k, v in items:
-        path = f'{prefix}.{k}' if prefix else str(k)
-        found = _leaves(v, path)
-        if prefix and isinstance(k, str):
-            found[k] = path
-        for leaf, where in found.items():
-            if where.count('.') < out.get(leaf, where + '.').count('.'):
-                out[leaf] = where
+    for path, node in _dicts(cfg):
+        for key in (k for k in node if isinstance(k, str)):
+            where = f'{path}.{key}'
+            if where.count('.') < out.get(key, where + '.').count('.'):
+                out[key] = where
     return out
 
 
@@ -402,11 +397,9 @@ def check_config_dicts(cfg: Config) -> None:
 
     def registered(kind):  # every scope's of that name: no false refusal
         bare = kind.rpartition('.')[2] if isinstance(kind, str) else None
-        return [kind] if callable(kind) else list({
-            id(r.module_dict[bare]):
-            r.module_dict[bare]
-            for r in registries if bare in r.module_dict
-        }.values())
+        return [kind] if callable(kind) else list(
+            dict.fromkeys(r.module_dict[bare] for r in registries
+                          if bare in r.module_dict))
 
     for path, node in _dicts(plain):
         who, takes, classes = _receiver(path, node, plain,
@@ -480,11 +473,8 @@ def _file_names(file: str) -> dict:
         with open(file, encoding='utf-8') as f:
             text = f.read()
     tree = ast.parse(text, filename=file)
-    out = dict(
-        set={},
-        read={},
-        took={},
-        base=set(re.findall(r'\{\{\s*_base_\.(\w+)', text)))
+    out = dict(set={}, read={}, took={})
+    out['base'] = set(re.findall(r'\{\{\s*_base_\.(\w+)', text))
 
     def visit(node, at):  # at: where the innermost statement takes effect
         if isinstance(node, ast.stmt):  # a header's (for x in ...) its line
@@ -539,11 +529,10 @@ def check_config_keys(cfg: Config, path: str) -> None:
         key = took and files[took]['took'].get(top)
         why = unread_key(
             plain if bases[path] else {}, top, keys, cutoff=0.85) or took and (
-                f'{took} read an earlier {top}' +
-                (f' into {key}' if key else '') + '; nothing reads this one '
-                '(a variable reaches the lines below it and the files that '
-                'inherit its file, not its bases). Fix: set ' +
-                (f'{key} = ...' if key else 'the key that reads it') + ' here')
+                f'{took} read an earlier {top} into {key or "a key"}; nothing '
+                'reads this one (a variable reaches the lines below it and '
+                f'its children, not its bases). Fix: set {key or "that key"} '
+                '= ... here')
         if why:
             where = path if owner == path else f'{path} (from {owner})'
             raise HPMError(f'{where}: {top} = ...: {why}')
@@ -595,22 +584,20 @@ def _read_config(path: str) -> Config:
             c for c in chain if isinstance(c, ModuleNotFoundError) and c.name
         ]
         if package:
-            raise HPMError(
-                f'{path}: inherits from {package.group(1)}, which is not '
-                "installed (the pretraining profile has no mmdet, mmseg or "
-                f"mmcv's compiled ops). Fix: {FULL_INSTALL}") from None
-        if needs:
-            raise HPMError(f'{path}: {needs[0]}') from None
-        if any(c.name == 'pkg_resources' for c in plugin):
+            why = (f'inherits from {package.group(1)}, which is not installed '
+                   "(the pretraining profile has no mmdet, mmseg or mmcv's "
+                   f'compiled ops). Fix: {FULL_INSTALL}')
+        elif needs:
+            why = needs[0]
+        elif any(c.name == 'pkg_resources' for c in plugin):
             import setuptools
-            raise HPMError(
-                f'{path}: mmengine 0.10.7 needs pkg_resources, which '
-                f'setuptools {setuptools.__version__} lacks. Fix: pip '
-                "install 'setuptools<81'") from None
-        if plugin:  # a custom_imports module (or its own need)
-            raise HPMError(
-                f'{path}: custom_imports could not import '
-                f'{plugin[0].name!r} ({plugin[0]}). Fix: make it importable '
-                '(PYTHONPATH, pip install), or drop it from '
-                'custom_imports.') from None
-        raise
+            why = (f'mmengine 0.10.7 needs pkg_resources, which setuptools '
+                   f"{setuptools.__version__} lacks. Fix: pip install "
+                   "'setuptools<81'")
+        elif plugin:  # a custom_imports module (or its own need)
+            why = (f'custom_imports could not import {plugin[0].name!r} '
+                   f'({plugin[0]}). Fix: make it importable (PYTHONPATH, pip '
+                   'install), or drop it from custom_imports.')
+        else:
+            raise
+        raise HPMError(f'{path}: {why}') from None

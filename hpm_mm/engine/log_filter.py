@@ -7,24 +7,16 @@ from typing import Iterator
 from mmengine.logging import MMLogger
 
 
-class _DropMessages(logging.Filter):
-
-    def __init__(self, fragments) -> None:
-        super().__init__()
-        self.fragments = fragments
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        message = record.getMessage()
-        return not any(f in message for f in self.fragments)
-
-
 @contextmanager
 def drop_log_messages(*fragments: str) -> Iterator[None]:
     """While the block runs, mmengine's current logger drops the records
     whose message contains one of ``fragments``; nothing else is touched
     (other messages, other loggers, Python warnings)."""
     logger = MMLogger.get_current_instance()
-    drop = _DropMessages(fragments)
+
+    def drop(record: logging.LogRecord) -> bool:
+        return not any(f in record.getMessage() for f in fragments)
+
     logger.addFilter(drop)
     try:
         yield
@@ -32,14 +24,12 @@ def drop_log_messages(*fragments: str) -> Iterator[None]:
         logger.removeFilter(drop)
 
 
-class QuietConsole(logging.Filter):
-    """The console of a quiet run: warnings, errors and the records logged
-    with ``extra=dict(console=True)`` (the precision line, the per-epoch
-    lines)."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return record.levelno >= logging.WARNING or getattr(
-            record, 'console', False)
+def quiet_console(record: logging.LogRecord) -> bool:
+    """The console filter of a quiet run: warnings, errors and the records
+    logged with ``extra=dict(console=True)`` (the precision line, the
+    per-epoch lines)."""
+    return record.levelno >= logging.WARNING or getattr(
+        record, 'console', False)
 
 
 class BareConsoleFormatter(logging.Formatter):

@@ -13,6 +13,7 @@ import logging
 import os
 import os.path as osp
 import sys
+from logging import FileHandler
 from typing import Optional
 
 from mmengine.config import Config
@@ -24,7 +25,7 @@ from hpm_mm.datasets.data_check import check_data_roots
 from hpm_mm.errors import explained_build_errors
 from .config_check import is_loaded, load_config
 from .dist import setup_cpu_distributed
-from .log_filter import BareConsoleFormatter, QuietConsole
+from .log_filter import BareConsoleFormatter, quiet_console
 from .optimizers.guarded_optim_wrapper import each_wrapper, fused_on_cuda
 from .precision import Precision, optim_wrapper_cfg, run_precision
 from .resume import RunResume
@@ -65,6 +66,9 @@ class RunPolicyMixin:
     ``Runner`` or ``FlexibleRunner`` (which take the same keyword
     arguments; ``cfg`` carries the config keys they do not take:
     ``console``, ``model_wrapper_cfg``)."""
+    _hpm_precision: Optional[Precision] = None
+    _hpm_lock = _hpm_resume = None  # a training run's lock and resume room
+    _hpm_fit_checked = False
 
     @classmethod
     def from_cfg(cls, cfg):
@@ -84,10 +88,6 @@ class RunPolicyMixin:
             dict(cfg or {}))
         kw['cfg'] = cfg = FormattedOnce.of(cfg)
         self._hpm_quiet = cfg.get('console', 'full') == 'quiet'
-        self._hpm_precision = None
-        self._hpm_lock = None
-        self._hpm_resume: Optional[RunResume] = None  # a training run's
-        self._hpm_fit_checked = False
         if self._hpm_quiet:  # one console line per epoch
             hooks = list(kw.get('custom_hooks') or [])
             if not any(
@@ -137,11 +137,7 @@ class RunPolicyMixin:
         if isinstance(teacher, dict) and teacher.get('score_source'):
             from hpm_mm.models.teachers.score_sources import check_source
             check_source(teacher['score_source'])  # before any file
-        check_run_length(
-            dict(
-                train_cfg=kw.get('train_cfg'),
-                param_scheduler=kw.get('param_scheduler'),
-                model=model if isinstance(model, dict) else {}))
+        check_run_length(kw)
         setup_cpu_distributed(kw.get('launcher'), cfg)
         work_dir = kw.get('work_dir') or 'work_dirs'
         check_data_roots(cfg, work_dir)
@@ -166,19 +162,14 @@ class RunPolicyMixin:
                     handler.stream in (sys.stdout, sys.stderr):
                 handler.setFormatter(BareConsoleFormatter(handler.formatter))
                 if self._hpm_quiet:
-                    handler.addFilter(QuietConsole())
-        console = dict(console=True)
-        if self._hpm_precision is not None:
-            logger.info(self._hpm_precision.line(), extra=console)
-        files = [
-            h.baseFilename for h in logger.handlers
-            if isinstance(h, logging.FileHandler)
-        ]
+                    handler.addFilter(quiet_console)
+        precision = self._hpm_precision
+        notes = [(logging.INFO, precision.line())] if precision else []
+        files = [h for h in logger.handlers if isinstance(h, FileHandler)]
         if self._hpm_quiet and files:
-            logger.info(f'full log: {files[0]}', extra=console)
-        for level, message in (self._hpm_resume.notes
-                               if self._hpm_resume else []):
-            logger.log(level, message, extra=console)
+            notes.append((logging.INFO, f'full log: {files[0].baseFilename}'))
+        for level, message in notes + getattr(self._hpm_resume, 'notes', []):
+            logger.log(level, message, extra=dict(console=True))
         return logger
 
     def build_model(self, model):

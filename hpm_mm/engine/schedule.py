@@ -88,22 +88,21 @@ def check_run_length(cfg) -> None:
                        f'(the config\'s schedule names its {unit}s).')
     schedulers = cfg.get('param_scheduler') or []
     schedulers = [schedulers] if isinstance(schedulers, dict) else schedulers
-    ends = []
-    for i, s in enumerate(schedulers):
-        end = s.get('end') if s.get('by_epoch', True) == by_epoch else None
-        ends.append(end)
-        if end is not None and end > length:
-            raise HPMError(
-                f'param_scheduler.{i} ({s.get("type")}) ends at {unit} {end} '
-                f'but the run has train_cfg.{key}={length}. Fix: '
-                f'param_scheduler.{i}.end={length} (and T_max), or no end.')
-    if ends and None not in ends and max(ends) < length:
-        i = ends.index(max(ends))
+    ends = [
+        s.get('end') if s.get('by_epoch', True) == by_epoch else None
+        for s in schedulers
+    ]
+    bad = [i for i, e in enumerate(ends) if e is not None and e > length]
+    if not bad and ends and None not in ends and max(ends) < length:
+        bad = [ends.index(max(ends))]  # the last ends before the run
+    if bad:
+        i = bad[0]
         raise HPMError(
-            f'the last parameter scheduler (param_scheduler.{i}) ends at '
-            f'{unit} {max(ends)} but the run has train_cfg.{key}={length}. '
-            f'Fix: param_scheduler.{i}.end={length} (and T_max), or no end.')
-    teacher = (cfg.get('model') or {}).get('teacher') or {}
+            f'param_scheduler.{i} ({schedulers[i].get("type")}) ends at '
+            f'{unit} {ends[i]} but the run has train_cfg.{key}={length}. Fix: '
+            f'param_scheduler.{i}.end={length} (and T_max), or no end.')
+    model = cfg.get('model')  # (a built model has no teacher ramp to check)
+    teacher = model.get('teacher') or {} if isinstance(model, dict) else {}
     ramp = teacher.get('momentum_epochs')
     if by_epoch and ramp is not None and ramp > length:
         raise HPMError(

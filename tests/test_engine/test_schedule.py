@@ -97,12 +97,13 @@ def test_teacher_ramp_follows_the_run():
 @pytest.mark.parametrize('option,want', [
     ('max_epochs=1', "reads 'max_epochs' only as train_cfg.max_epochs"),
     ('seed=5', "reads 'seed' only as randomness.seed"),
-    ('by_epoch=1', "reads 'by_epoch' only as custom_hooks.0.by_epoch"),
+    ('by_epoch=1', "reads 'by_epoch' only as "
+     'custom_hooks.HPMScheduleHook.by_epoch'),
     ('num_workers=2', "reads 'num_workers' only as "
      'train_dataloader.num_workers'),
     ('trian_cfg.max_epochs=5', 'did you mean train_cfg.max_epochs?'),
-    ('param_scheduler.1.end=5', '(param_scheduler.1) ends at epoch 5 but '
-     'the run has train_cfg.max_epochs=10'),
+    ('param_scheduler.1.end=5', 'param_scheduler.1 (CosineAnnealingLR) ends '
+     'at epoch 5 but the run has train_cfg.max_epochs=10'),
     ('param_scheduler.1.end=12', 'param_scheduler.1 (CosineAnnealingLR) '
      'ends at epoch 12 but the run has train_cfg.max_epochs=10'),
     ('model.teacher.momentum_epochs=20', 'momentum_epochs=20 is longer '
