@@ -12,13 +12,10 @@ def die_with_launcher() -> None:
     (Linux ``prctl(PR_SET_PDEATHSIG)``; elsewhere nothing changes)."""
     import ctypes
     import signal
-    import sys
-    if not sys.platform.startswith('linux'):
-        return
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(1, signal.SIGTERM)  # 1: PR_SET_PDEATHSIG
-    except (OSError, AttributeError):  # no prctl: nothing to set
+    except (OSError, AttributeError):  # no prctl (not Linux): nothing to set
         return
     if os.getppid() == 1:  # the launcher died before the line above
         os.kill(os.getpid(), signal.SIGTERM)

@@ -96,19 +96,17 @@ def download_checkpoint(url: str, model_dir: Optional[str] = None) -> str:
         try:
             torch.hub.download_url_to_file(url, part, progress=False)
             problem = checkpoint_problem(part)
+            problem = problem and f'not a checkpoint: {problem}'
         except Exception as e:
-            raise DownloadError(
-                f'cannot download the checkpoint {url} ({type(e).__name__}: '
-                f'{e}){kept}. Fix: check the address and the network, or '
-                'download it and pass its path.') from None
+            problem = f'{type(e).__name__}: {e}'
         finally:
             if problem is not None and osp.exists(part):
                 os.remove(part)
         if problem is not None:
             raise DownloadError(
-                f'the download of {url} is not a checkpoint ({problem}): '
-                'nothing of it was kept' + kept + '. Fix: check the address '
-                '(an error page?), or download it and pass its path.')
+                f'cannot download the checkpoint {url} ({problem}){kept}. '
+                'Fix: check the address (an error page?) and the network, or '
+                'download it and pass its path.')
         os.replace(part, path)  # then the record: never a new ETag on an
         with open(record, 'w') as f:  # old copy
             json.dump(dict(etag=strong), f)

@@ -68,19 +68,15 @@ def run_precision(cfg, device: Optional[str] = None) -> Precision:
         device or ('cuda' if torch.cuda.is_available() else 'cpu')).type
     name = precision_key(cfg)
     asked = f"precision='{name}'" if cfg.get('precision') else \
-        f'the optim_wrapper asks for {name}'
+        f'the optim_wrapper asks for {name}' if name != 'fp32' else 'no --amp'
     cuda = device == 'cuda'
     bf16_ok = not cuda or torch.cuda.is_bf16_supported()
     if name == 'auto':
-        if not cuda:
-            return Precision('fp32', None, device,
-                             "CPU: fp32; precision='bf16' for bf16 autocast")
-        if bf16_ok:
-            return Precision('bf16', torch.bfloat16, device,
-                             'GPU with bf16: bf16 autocast')
-        return Precision(
-            'fp16', torch.float16, device, 'GPU without bf16: '
-            'fp16 autocast with a dynamic loss scale')
+        name, why = ('fp32', "CPU: fp32; precision='bf16' for bf16 autocast") \
+            if not cuda else ('bf16', 'GPU with bf16: bf16 autocast') \
+            if bf16_ok else ('fp16', 'GPU without bf16: fp16 autocast with a '
+                             'dynamic loss scale')
+        return Precision(name, DTYPES[name], device, why)
     if name == 'fp16' and not cuda:
         raise HPMError(
             "precision='fp16' needs a GPU, and this machine has none. Fix: "
@@ -88,8 +84,6 @@ def run_precision(cfg, device: Optional[str] = None) -> Precision:
     if name == 'bf16' and not bf16_ok:
         raise HPMError("precision='bf16': this GPU does not support bf16. "
                        "Fix: precision='auto' (fp16 with a loss scale).")
-    if name == 'fp32' and cfg.get('precision') is None:
-        return Precision('fp32', None, device, 'as configured: no --amp')
     return Precision(name, DTYPES[name], device, f'as configured: {asked}')
 
 

@@ -287,8 +287,14 @@ class RunResume:
                 model, state, name, "resume with its own config (the work "
                 "dir's copy: the config changed since the checkpoint was "
                 'written), or load_from=CKPT in a new work dir', True)
-        share = share_of_model(model, state)
-        if share < 0.5:
+        own = getattr(model, 'unsharded_state', None) or model.state_dict()
+        own = {k: v for k, v in own.items() if v.is_floating_point()}
+        shared = [
+            k for k in own if getattr(state.get(k), 'shape', 0) == own[k].shape
+        ]
+        share = sum(own[k].numel() for k in shared) / max(
+            sum(v.numel() for v in own.values()), 1)
+        if share < 0.5:  # (an FSDP model's shapes before sharding)
             raise HPMError(
                 f'load_from={self.path} fills {100 * share:.1f}% of this '
                 "model's weights: a checkpoint of another architecture. Fix: "
@@ -311,16 +317,3 @@ class RunResume:
             line=self.line,
             start=self.start,
             **getattr(wrapper, 'step_counts', dict)())
-
-
-def share_of_model(model: torch.nn.Module, state_dict: dict) -> float:
-    """The fraction of ``model``'s floating-point weights ``state_dict``
-    holds under the same name (``module.`` dropped) and shape (an FSDP
-    model's ``unsharded_state`` read: its shapes before sharding)."""
-    own = getattr(model, 'unsharded_state', None) or model.state_dict()
-    own = {k: v for k, v in own.items() if v.is_floating_point()}
-    file = {k[7:] if k.startswith('module.') else k: v
-            for k, v in state_dict.items()}  # yapf: disable
-    shared = sum(v.numel() for k, v in own.items()
-                 if torch.is_tensor(file.get(k)) and file[k].shape == v.shape)
-    return shared / max(sum(v.numel() for v in own.values()), 1)

@@ -26,6 +26,8 @@ LEGACY_MAGIC = b'\x8a\nl\xfc\x9cF\xf9 j\xa8P\x19.'
 # NumPy's pickle helpers are named by the module of the NumPy that wrote
 # them: ``numpy.core.multiarray`` (1.x) or ``numpy._core.multiarray`` (2.x)
 _MULTIARRAY_NAMES = ('numpy.core.multiarray', 'numpy._core.multiarray')
+#: the fix for a damaged checkpoint
+COMPLETE = 'a complete one (an earlier checkpoint, or copy the file again)'
 #: the addresses mmengine hands to hpm_mm's loaders of hpm_mm.engine.download
 URL_SCHEMES = ('http://', 'https://', 'open-mmlab://', 'openmmlab://',
                'torchvision://', 'mmcls://')
@@ -100,7 +102,6 @@ def checkpoint_safe_globals() -> list:
 #: overwrite or a rename over it changes the ctime or the inode, which no
 #: ``os.utime`` restores
 _CHECKED = {}
-_WARNED = []
 
 
 def checkpoint_problem(path: str) -> Optional[str]:
@@ -240,13 +241,10 @@ def _refusal(path: str, error: Exception) -> UnsafeCheckpointError:
             'model_converters/hpm2backbone.py writes tensors only).')
     if bad == [HISTORY_GETATTR] and b'HistoryBuffer' in _pickle_of(path):
         return UnsafeCheckpointError(
-            f'{path} holds mmengine HistoryBuffers pickled with their '
-            f'methods ({HISTORY_GETATTR}, and nothing else outside the '
-            'allow-list): it was saved by a process without hpm_mm imported '
-            '(a plain torch.save of a loaded checkpoint); getattr could '
-            'reach code, so it is refused. Fix: if you trust it, re-save '
-            'it: python tools/misc/resave_checkpoint.py PATH (loads it '
-            f'weights-only with only {HISTORY_GETATTR} added).')
+            f'{path} holds HistoryBuffers pickled with {HISTORY_GETATTR}, '
+            'which could reach code (saved by a process without hpm_mm '
+            'imported): refused. Fix: if you trust it, re-save it: python '
+            'tools/misc/resave_checkpoint.py PATH (adds only that global).')
     return UnsafeCheckpointError(
         f'{path} holds objects outside the checkpoint allow-list ({what}), '
         'which could run code when loaded: refused. A checkpoint written by '
@@ -302,10 +300,8 @@ def load_file(path: str, map_location='cpu'):
         from mmengine.runner.checkpoint import CheckpointLoader
         return CheckpointLoader.load_checkpoint(path, map_location)
     _check(path)
-    if os.environ.get('TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD', '0') not in \
-            ('0', '') and not _WARNED:
-        import warnings
-        _WARNED.append(True)
+    if os.environ.get('TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD', '') not in ('0', ''):
+        import warnings  # (shown once: Python's default filter)
         warnings.warn('TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD is set; hpm_mm '
                       'loads checkpoints with weights_only=True all the same '
                       '(docs/reliability.md)')
@@ -319,9 +315,8 @@ def load_file(path: str, map_location='cpu'):
         if not _legacy_pickles(path):
             raise
         raise CheckpointError(  # its storages cut short: no checksums
-            f'cannot load the checkpoint {path}: cut short or damaged '
-            f"(torch's legacy format: {str(e).splitlines()[0]}). Fix: a "
-            'complete one (an earlier checkpoint, or copy the file again).'
+            f'cannot load the checkpoint {path}: cut short or damaged (torch'
+            f"'s legacy format: {str(e).splitlines()[0]}). Fix: {COMPLETE}."
         ) from None
 
 
@@ -330,19 +325,15 @@ def _check(path: str) -> None:
     (:func:`checkpoint_problem`); nothing or a folder is a
     :class:`CheckpointNotFoundError`, as mmengine's loader raised."""
     problem = checkpoint_problem(path)
-    if problem in ('no such file', 'a folder'):
-        raise CheckpointNotFoundError(
-            f'cannot load the checkpoint {path}: {problem}. Fix: the path of '
-            'a checkpoint file.')
-    if problem and path.endswith('.py'):  # a config in a checkpoint's place
-        raise CheckpointError(
-            f'cannot load the checkpoint {path}: it is a config file (.py), '
-            'not a checkpoint. Fix: the .pth a run wrote (e.g. WORK_DIR/'
-            'epoch_N.pth).')
+    missing = problem in ('no such file', 'a folder')
+    error, fix = (CheckpointNotFoundError, 'the path of a checkpoint file') \
+        if missing else (CheckpointError, COMPLETE)
+    if problem and not missing and path.endswith('.py'):  # a config
+        problem = 'it is a config file (.py), not a checkpoint'
+        fix = 'the .pth a run wrote (e.g. WORK_DIR/epoch_N.pth)'
     if problem:
-        raise CheckpointError(
-            f'cannot load the checkpoint {path}: {problem}. Fix: a complete '
-            'one (an earlier checkpoint, or copy the file again).')
+        raise error(f'cannot load the checkpoint {path}: {problem}. Fix: '
+                    f'{fix}.')
 
 
 def load_from_local(filename: str, map_location=None):

@@ -44,8 +44,7 @@ def _forget_locks_in_child() -> None:
     _HELD.clear()
 
 
-if hasattr(os, 'register_at_fork'):
-    os.register_at_fork(after_in_child=_forget_locks_in_child)
+os.register_at_fork(after_in_child=_forget_locks_in_child)
 
 
 @contextmanager
