@@ -39,11 +39,9 @@ def choose_settings(scan: Dict,
     size = img_size if img_size is not None else max(
         [s for s in SIZES if s <= short] or [SIZES[0]])
     patch = patch_size or (16 if size >= 224 else size // 8)
-    if size % (patch_size or 8) or size % patch:  # (2 px: ZeroDivisionError)
-        raise HPMError(f'--img-size {size}: the input is cut into an 8 x 8 '
-                       'grid of patches (16 px patches from 224 px), so it '
-                       'must be a multiple of 8 (16 from 224). Fix: one of '
-                       f'{SIZES}.')
+    if size % patch:
+        raise HPMError(f'--img-size {size}: must be a multiple of '
+                       f'{patch} (patch size). Fix: use one of {SIZES}.')
     ch = channels if channels is not None else (1 if scan['gray'] else 3)
     if batch_size is not None and batch_size > n:
         raise HPMError(f'{n} images cannot fill one batch of {batch_size}. '
@@ -65,8 +63,9 @@ def choose_settings(scan: Dict,
 
 def check_numbers(**values) -> None:
     """Refuse, before anything is read or written, a count that is not a
-    positive whole number (0 had meant 'not given'), ``channels`` other
-    than 1 or 3, an ``lr`` that is not a positive number or an
+    positive whole number (0 had meant 'not given'; ``img_size=2`` was a
+    ZeroDivisionError), an ``img_size`` not a multiple of 8, ``channels``
+    other than 1 or 3, an ``lr`` that is not a positive number or an
     ``alpha_0`` outside 0..1."""
     rates = dict(
         lr=('a positive number', lambda v: v > 0),
@@ -79,7 +78,11 @@ def check_numbers(**values) -> None:
                                   not math.isfinite(value) or not fits(value)):
             raise HPMError(f'{name}={value!r} is not {want}. Fix: {want}, or '
                            'leave it out to have it chosen.')
-    channels = values.get('channels')
+    size, channels = values.get('img_size'), values.get('channels')
+    if size is not None and (size < 8 or size % 8):
+        raise HPMError(f'img_size={size}: the input is cut into an 8 x 8 '
+                       'grid of patches (16 px patches from 224 px), so it '
+                       f'must be a multiple of 8. Fix: one of {SIZES}.')
     if channels is not None and channels not in (1, 3):
         raise HPMError(f'channels={channels}: 1 (grayscale) or 3 (RGB).')
 
@@ -143,14 +146,13 @@ def from_checkpoint(path: str,
                        'with a normalising data preprocessor.')
     masks = cfg.model.get('mask_generator') or {}
     imported = meta.get('imported') or {}
-    keys = run_keys()  # its settings, not its files' variables
-    text = Config({k: v for k, v in cfg.to_dict().items() if k in keys})
+    saved = {k: v for k, v in cfg.to_dict().items() if k in run_keys()}
     return dict(
         # as the resume room records a run's start (its checkpoints' meta)
         path=path if '://' in path else osp.realpath(path),
         cfg=cfg,
         text=f'# the run settings saved in {path} (meta.cfg)\n' +
-        text.pretty_text,
+        Config(saved).pretty_text,  # its settings, not its files' variables
         img_size=size,
         patch_size=patch,
         channels=ch,
@@ -322,11 +324,9 @@ def folder_config(base: Config,
             default_hooks=dict(checkpoint=dict(interval=1, max_keep_ckpts=2)),
             load_from=start['path'],
             resume=False,
-            **{
-                k: None
-                for k in ('val_dataloader', 'val_cfg', 'val_evaluator')
-                if start['cfg'].get(k) is not None
-            })
+            val_dataloader=None,
+            val_cfg=None,
+            val_evaluator=None)
     what = "the checkpoint's saved config" if start else \
         'the image-folder base'
     text = (
@@ -443,9 +443,8 @@ def pretrain_folder(folder: str,
         text = folder_config(base, folder, work_dir, scan, split, settings,
                              stats, start)
         if bad:
-            Path(work_dir,
-                 'unreadable.txt').write_text(''.join(f'{p}\t{why}\n'
-                                                      for p, why in bad))
+            listed = ''.join(f'{p}\t{why}\n' for p, why in bad)
+            Path(work_dir, 'unreadable.txt').write_text(listed)
             log(f'left out {len(bad)} unreadable file(s): {listing} '
                 f'(all in {osp.join(work_dir, "unreadable.txt")})')
         classes = len(scan['classes'] or ())
@@ -542,12 +541,11 @@ def _resume_or_refuse(work_dir: str,
             f'new run, or {f"--from {then}" if then else "no --from"} to '
             'continue it.')
     listed = Path(work_dir, 'images.txt')
-    before = listed.read_text().split('\n')[:-1] if listed.exists() else None
+    before = listed.read_text().split('\n')[:-1] if listed.exists() else []
     if before != files:
-        added = len(set(files) - set(before or []))
-        removed = len(set(before or []) - set(files))
-        what = (f'{len(before or [])} then, {len(files)} now: {added} added, '
-                f'{removed} removed')
+        what = (f'{len(before)} then, {len(files)} now: '
+                f'{len(set(files) - set(before))} added, '
+                f'{len(set(before) - set(files))} removed')
         if resume and changed_run:
             log(f'{work_dir} holds a run on other images ({what}): '
                 'continuing its trained epochs on the folder as it is now, '
