@@ -34,8 +34,7 @@ def load_model(config: Union[str, Config],
             model,
             checkpoint,
             teacher=teacher,
-            required_prefix=required if required is None
-            or isinstance(required, str) else tuple(required),
+            required_prefix=required,
             whole=whole)
     return model
 

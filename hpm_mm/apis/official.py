@@ -73,10 +73,8 @@ def official_state(ckpt, src: str = 'the checkpoint') -> dict:
         raise _refuse(src, 'it is an hpm_mm (mmengine) checkpoint already',
                       expected + '; use it as it is')
     if 'head.weight' in state or any(k.startswith('fc_norm.') for k in state):
-        raise _refuse(
-            src, 'it is a fine-tuned classifier (head / fc_norm)',
-            expected + ': the pretraining file, not a fine-tuned '
-            'one')
+        raise _refuse(src, 'it is a fine-tuned classifier (head / fc_norm)',
+                      expected + ': the pretraining file')
     other = [k for k in state if rename(k, OFFICIAL_NAMES) is None]
     if other:
         guess = 'some under a wrapper (module.), not all' if any(
@@ -183,18 +181,15 @@ def official_config(layout: str, model: dict) -> Tuple[str, Config]:
     return text, load_config(Config.fromstring(text, '.py'))
 
 
-def _accounted(state: dict, expected: dict, fresh: tuple, who: str,
-               fix: str) -> dict:
+def _accounted(state: dict, expected: dict, who: str, fix: str) -> dict:
     """``state`` (the authors' names) in the model's names, refused in one
     line naming the file's keys (the one strict-load rule,
     :func:`~hpm_mm.engine.safe_load.check_fills`) unless it holds every
-    tensor of ``expected`` outside the ``fresh`` parts, each of its shape,
-    and nothing else."""
+    tensor of ``expected`` (in the authors' names), each of its shape, and
+    nothing else."""
     from hpm_mm.engine.safe_load import check_fills, check_finite
     check_finite(state, who)
-    check_fills({rename(k, OFFICIAL_NAMES, False): v
-                 for k, v in expected.items() if not k.startswith(fresh)},
-                state, who, fix, exact=True)  # yapf: disable
+    check_fills(expected, state, who, fix, exact=True)
     return {rename(k, OFFICIAL_NAMES): v for k, v in state.items()}
 
 
@@ -237,13 +232,14 @@ def import_official(src: str,
             model.init_weights()
         finally:
             logging.disable(logging.NOTSET)
+    fresh = LAYOUTS[layout][1]  # the student's other tensors: each read
     expected = {
-        k: v
-        for k, v in model.state_dict().items() if not k.startswith('teacher.')
+        rename(k, OFFICIAL_NAMES, False): v
+        for k, v in model.state_dict().items()
+        if not k.startswith(('teacher.', ) + fresh)
     }
-    fresh = LAYOUTS[layout][1]
     model.load_state_dict(
-        _accounted(state, expected, fresh, src,
+        _accounted(state, expected, src,
                    'the file as released (download it again)'),
         strict=False)
     model.teacher.update_parameters(model.student())  # the first: a copy
@@ -252,34 +248,27 @@ def import_official(src: str,
     if entry is not None:  # the student's parts, in the teacher's names
         who = f'{src}: its EMA entry {entry!r}'
         teacher = _accounted(
-            official_state(ckpt[entry], who), expected, fresh, who,
+            official_state(ckpt[entry], who), expected, who,
             '--no-ema (teacher = the released weights), not a teacher '
             'partly EMA, partly not')
-        names = file_names(model, teacher, teacher=True)
-        model.load_state_dict(
-            {
-                names[k]: v
-                for k, v in teacher.items() if names[k] != k
-            },
-            strict=False)
-    vit = sizes['backbone']['arch']
+        names = file_names(model, teacher, teacher=True)  # (k: not one)
+        teacher = {names[k]: v for k, v in teacher.items() if names[k] != k}
+        model.load_state_dict(teacher, strict=False)
+    vit, bb = sizes['backbone']['arch'], sizes['backbone']
     imported = dict(
         source=osp.abspath(src),
         layout=layout,
         teacher='ema' if entry is not None else 'student',
         epoch=ckpt.get('epoch'),
         untrained=list(fresh),
-        message=(
-            f'{src}: {LAYOUTS[layout][0]} ViT {vit["embed_dims"]}-d x '
-            f'{vit["num_layers"]} blocks, patch '
-            f'{sizes["backbone"]["patch_size"]}, '
-            f'{sizes["backbone"]["img_size"]} px; every tensor read; teacher '
-            '= the ' + (f'EMA weights ({entry!r})' if entry is not None else
-                        'same weights' + ('' if ema else ' (--no-ema)')) +
-            (f'; untrained (freshly initialised, seed {SEED}): '
-             f'{", ".join(fresh)}: the hard-patch pictures refuse it until '
-             'HPM pretraining (load_from) trains the loss predictor'
-             if fresh else '')))
+        message=(f'{src}: {LAYOUTS[layout][0]} ViT {vit["embed_dims"]}-d x '
+                 f'{vit["num_layers"]} blocks, patch {bb["patch_size"]}, '
+                 f'{bb["img_size"]} px; every tensor read; teacher = the ' +
+                 (f'EMA weights ({entry!r})' if entry is not None else
+                  'same weights' + ('' if ema else ' (--no-ema)')) +
+                 (f'; untrained (freshly initialised, seed {SEED}): '
+                  f'{", ".join(fresh)} (HPM pretraining trains them)'
+                  if fresh else '')))
     write_outputs({
         config_path: text_writer(text),
         out: lambda part: torch.save(
