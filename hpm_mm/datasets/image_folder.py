@@ -119,17 +119,15 @@ def scan_folder(root: str) -> Dict:
             'your images.')
     files, sizes, unreadable, gray = [], [], [], True
     for rel in paths:
-        if '\n' in rel or '\r' in rel:
-            # the image lists hold one name per line: training would skip
-            unreadable.append(
-                (rel.replace('\n', '\\n').replace('\r', '\\r'),
-                 'its name holds a line break, which the image lists '
-                 'cannot hold; rename it'))
-            continue
         try:
+            # the image lists hold one name per line: training would skip
+            if '\n' in rel or '\r' in rel:
+                raise ValueError('its name holds a line break, which the '
+                                 'image lists cannot hold; rename it')
             array, mode = load_image(osp.join(root, rel), 'unchanged')
         except ValueError as e:
-            unreadable.append((rel, str(e)))
+            unreadable.append(
+                (rel.replace('\n', '\\n').replace('\r', '\\r'), str(e)))
             continue
         files.append(rel)
         sizes.append((array.shape[1], array.shape[0]))

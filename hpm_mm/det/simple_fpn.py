@@ -40,6 +40,7 @@ class SimpleFeaturePyramid(BaseModule):
                              f'{len(scale_factors) + 1}, got {num_outs}.')
         self.num_outs = num_outs
         self.stages = nn.ModuleList()
+        conv = dict(norm_cfg=norm_cfg, act_cfg=None)  # every 1x1 and 3x3
         for scale in scale_factors:
             dim = in_channels
             if scale == 4.0:
@@ -61,15 +62,8 @@ class SimpleFeaturePyramid(BaseModule):
                 raise ValueError(f'scale_factor {scale} is not supported; '
                                  'use 4.0, 2.0, 1.0 or 0.5.')
             layers += [
-                ConvModule(
-                    dim, out_channels, 1, norm_cfg=norm_cfg, act_cfg=None),
-                ConvModule(
-                    out_channels,
-                    out_channels,
-                    3,
-                    padding=1,
-                    norm_cfg=norm_cfg,
-                    act_cfg=None)
+                ConvModule(dim, out_channels, 1, **conv),
+                ConvModule(out_channels, out_channels, 3, padding=1, **conv)
             ]
             self.stages.append(nn.Sequential(*layers))
 

@@ -138,11 +138,10 @@ def extract_features(model,
                 out = seen[-1]
             feats = torch.stack([pool_features(out, extra, f) for f in names],
                                 1)  # (B, F, D)
-        labels = [s.gt_label for s in data['data_samples']]
-        for f, label in zip(feats.float().cpu(), labels):
-            results.append((f, int(label.reshape(-1)[0])))
+        results += [(f, int(s.gt_label.reshape(-1)[0]))
+                    for f, s in zip(feats.float().cpu(), data['data_samples'])]
         if bar is not None:
-            bar.update(len(labels) * get_world_size())
+            bar.update(len(feats) * get_world_size())
     if bar is not None:
         bar.file.write('\n')
     model.train(was_training)

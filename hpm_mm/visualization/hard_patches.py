@@ -77,9 +77,8 @@ def analyze_hard_patches(model,
     # generator's own image scores), and the predicted losses on the full
     # image where there is a loss predictor
     teacher = getattr(model, 'teacher', None) if use_teacher else None
-    reads = gen.needs_scores(N, progress)
     scores = model.mask_scores(inputs, use_teacher).float().cpu() \
-        if reads else None
+        if gen.needs_scores(N, progress) else None
     pred_loss = None
     if model.with_predictor:
         if gen.score_source == 'predicted_loss' and scores is not None:
@@ -167,11 +166,8 @@ def _to_display(img: torch.Tensor, preprocessor) -> np.ndarray:
 def fixed_samples(loader_cfg: dict, num: int) -> tuple:
     """``num`` samples spread evenly over the dataset of ``loader_cfg``
     (the same ones every time), and their indices."""
-    from mmengine.runner import Runner
-    dataset = Runner.build_dataloader(
-        dict(
-            loader_cfg, batch_size=1, num_workers=0, persistent_workers=False),
-        seed=0).dataset
+    from mmengine.registry import DATASETS
+    dataset = DATASETS.build(loader_cfg['dataset'])
     idx = np.linspace(0, len(dataset) - 1, num).astype(int)
     return [dataset[i] for i in idx], idx
 

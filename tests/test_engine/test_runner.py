@@ -367,7 +367,11 @@ def test_the_knn_hook_says_when_the_bank_is_the_evaluated_set(tmp_path):
         hooks=f"custom_hooks = [dict(type='HPMScheduleHook'), {hook!r}]")
     runner = train(cfg, str(tmp_path / 'work'), quiet=True)
     with open(tmp_path / 'work' / 'knn.json') as f:
-        assert json.load(f)['warnings'] == [SAME_SET]
+        done = json.load(f)
+    assert done['warnings'] == [SAME_SET]
+    # what a hook may read (docs/extending.md): the last result, as written
+    knn = next(h for h in runner.hooks if type(h).__name__ == 'KNNEvalHook')
+    assert knn.last_result == {int(k): v for k, v in done['acc'].items()}
     log = open(runner.logger.handlers[-1].baseFilename).read()
     assert f'kNN: {SAME_SET}' in log
     # the stage says what it extracts (minutes on a CPU, silent before)
