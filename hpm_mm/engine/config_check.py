@@ -126,10 +126,9 @@ def _by_type(cfg: dict, key: str) -> str:
             if len(hits) != 1:
                 types = [i.get('type') for i in node if isinstance(i, dict)]
                 raise HPMError(
-                    f'--cfg-options {key}: {where} has '
-                    f'{"no" if not hits else len(hits)} element(s) of type '
-                    f'{part!r} (its types: {types}). Fix: name one of '
-                    f'those types, or the element\'s index ({where}.0, ...).')
+                    f'--cfg-options {key}: {where} has {len(hits) or "no"} '
+                    f'element(s) of type {part!r} (its types: {types}). Fix: '
+                    f'one of those types, or an index ({where}.0, ...).')
             parts[i] = part = str(hits[0])
         node = _step(node, part)
     return '.'.join(parts)
@@ -144,16 +143,14 @@ def merge_cfg_options(cfg: Config, options: dict) -> Config:
     current = cfg.to_dict()
     options = {_by_type(current, k): v for k, v in options.items()}
     keys = run_keys()
-    for key in options:
+    for key, value in options.items():
         top = key.split('.')[0]
         if top not in keys:
             why = unread_key(current, top, keys, key[len(top):]) or (
-                f'nothing reads {top!r} (a config file\'s variable is used '
-                'only while the file is parsed). Fix: a key the run reads (a '
-                "plugin's own top-level key: config_keys = (...) on its class)"
-            )
+                f"nothing reads {top!r} (a config file's variable is used "
+                'only while the file is parsed). Fix: a key the run reads, or '
+                "config_keys = (...) on a plugin's class")
             raise HPMError(f'--cfg-options {key}=...: {why}')
-    for key, value in options.items():
         old = functools.reduce(_step, key.split('.'), current)
         if _misfit(old, value):
             raise HPMError(f'--cfg-options {key}={value!r}: expected '

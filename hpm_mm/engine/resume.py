@@ -208,10 +208,8 @@ class RunResume:
             self.ckpt = load_file(found)
         if found and not training_state(self.ckpt):
             raise HPMError(
-                f'--resume {found}: it holds no training state (an epoch, '
-                'optimizer and message hub; weights only). Fix: use '
-                f'load_from={found} in a new work dir to start from its '
-                'weights.')
+                f'--resume {found}: it holds no training state (weights '
+                f'only). Fix: load_from={found} in a new work dir.')
         if given and outside:  # a run's checkpoint from elsewhere
             self.start = _source(given)
             if not _begun_from(self.work_dir, given, False):  # (would mix)
