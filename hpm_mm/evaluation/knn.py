@@ -131,7 +131,7 @@ def extract_features(model,
     for batch in dataloader:
         data = model.data_preprocessor(batch, False)
         with torch.autocast(
-                device, enabled=amp is not None, dtype=amp
+                device, enabled=bool(amp), dtype=amp
                 or torch.bfloat16), block_output(model, layer) as seen:
             out = model.extract_feat(data['inputs'])
             if seen:
