@@ -27,15 +27,14 @@ def setup_cpu_distributed(launcher: str, cfg: Config) -> None:
     ``device_ids=None``; a torchrun worker ends with its launcher
     (:func:`die_with_launcher`)."""
     import torch
-    import torch.distributed as dist
     if (launcher or 'none') == 'none':
         return
     if launcher == 'pytorch':  # torchrun's workers end with it
         die_with_launcher()
     if torch.cuda.is_available():
         return
-    if not dist.is_initialized():
-        dist.init_process_group(backend='gloo')
+    if not torch.distributed.is_initialized():
+        torch.distributed.init_process_group(backend='gloo')
     wrapper = cfg.get('model_wrapper_cfg') or dict(
         type='MMDistributedDataParallel',
         broadcast_buffers=False,

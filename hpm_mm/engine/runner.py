@@ -88,13 +88,11 @@ class RunPolicyMixin:
             dict(cfg or {}))
         kw['cfg'] = cfg = FormattedOnce.of(cfg)
         self._hpm_quiet = cfg.get('console', 'full') == 'quiet'
-        if self._hpm_quiet:  # one console line per epoch
-            hooks = list(kw.get('custom_hooks') or [])
-            if not any(
-                    isinstance(h, dict)
-                    and h.get('type') == 'ConsoleProgressHook' for h in hooks):
-                hooks.append(dict(type='ConsoleProgressHook'))
-            kw['custom_hooks'] = hooks
+        # a quiet console: one line per epoch (ConsoleProgressHook's)
+        hooks = list(kw.get('custom_hooks') or [])
+        kinds = [h.get('type') for h in hooks if isinstance(h, dict)]
+        if self._hpm_quiet and 'ConsoleProgressHook' not in kinds:
+            kw['custom_hooks'] = hooks + [dict(type='ConsoleProgressHook')]
         if kw.get('experiment_name') is None:
             # mmengine names the run's logger, message hub, visualizer and
             # registry scope '<config>_<second>': a second runner of the
