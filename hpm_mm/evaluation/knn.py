@@ -2,6 +2,7 @@
 training samples vote with ``exp(sim / T)``; every k from one top-k
 search per chunk of test samples."""
 from contextlib import contextmanager
+from itertools import chain
 from typing import Dict, Optional, Sequence, Union
 
 import torch
@@ -99,9 +100,7 @@ def model_device(model) -> str:
     """Where a model runs: its parameters' device; a model without
     parameters (kNN on raw pixels) where its buffers are (the
     preprocessor's mean/std), else the CPU."""
-    tensor = next(model.parameters(), None)
-    if tensor is None:
-        tensor = next(model.buffers(), None)
+    tensor = next(chain(model.parameters(), model.buffers()), None)
     return tensor.device.type if tensor is not None else 'cpu'
 
 
