@@ -236,9 +236,8 @@ def _refusal(path: str, error: Exception) -> UnsafeCheckpointError:
         return UnsafeCheckpointError(
             f'{path} holds objects beyond tensors ({what}), which torch '
             f'{torch.__version__} can load only as a full pickle: refused. '
-            f'Fix: load it with torch >= {TORCH_FLOOR} '
-            '(its allow-list), or convert it there first (tools/'
-            'model_converters/hpm2backbone.py writes tensors only).')
+            f'Fix: load it with torch >= {TORCH_FLOOR}, or convert it there '
+            '(tools/model_converters/hpm2backbone.py writes tensors only).')
     if bad == [HISTORY_GETATTR] and b'HistoryBuffer' in _pickle_of(path):
         return UnsafeCheckpointError(
             f'{path} holds HistoryBuffers pickled with {HISTORY_GETATTR}, '
@@ -247,9 +246,8 @@ def _refusal(path: str, error: Exception) -> UnsafeCheckpointError:
             'tools/misc/resave_checkpoint.py PATH (adds only that global).')
     return UnsafeCheckpointError(
         f'{path} holds objects outside the checkpoint allow-list ({what}), '
-        'which could run code when loaded: refused. A checkpoint written by '
-        'mmengine and hpm_mm holds none. Fix: use a checkpoint from a '
-        'source you trust (hpm_mm loads no such file).')
+        'which could run code when loaded: refused (mmengine and hpm_mm '
+        'write none). Fix: a checkpoint from a source you trust.')
 
 
 def resave_checkpoint(path: str) -> bool:
@@ -271,9 +269,8 @@ def resave_checkpoint(path: str) -> bool:
     if bad != [HISTORY_GETATTR]:
         raise UnsafeCheckpointError(
             f'{path}: not re-saved (nothing loaded): it holds '
-            f'{", ".join(bad)} outside the allow-list; the re-save adds only '
-            f'{HISTORY_GETATTR}. Fix: use a checkpoint from a source you '
-            'trust.')
+            f'{", ".join(bad)} outside the allow-list, beyond the one global '
+            'the re-save adds. Fix: a checkpoint from a source you trust.')
     with torch.serialization.safe_globals([getattr]):
         ckpt = load_file(path)
     save_file(ckpt, path)
