@@ -87,22 +87,14 @@ def check_numbers(**values) -> None:
         raise HPMError(f'channels={channels}: 1 (grayscale) or 3 (RGB).')
 
 
-def lr_per_256(cfg: Config) -> float:
-    """A config's learning rate per 256 images (per its ``auto_scale_lr``
-    base batch, else per its batch)."""
-    base = (cfg.get('auto_scale_lr') or {}).get('base_batch_size')
-    return cfg.optim_wrapper.optimizer.lr * 256 / (
-        base or cfg.train_dataloader.batch_size)
-
-
 def from_checkpoint(path: str,
                     img_size: Optional[int] = None,
                     channels: Optional[int] = None) -> Dict:
     """What a run ``--from`` the checkpoint ``path`` takes from it: its saved
     config (``cfg``, ``text``), input size, patch size and channels (its
-    position and patch embeddings'), normalisation, learning rate per 256
-    images, the easy-to-hard schedule (``alpha``: None without one) and the
-    parts an import left untrained. A checkpoint without a config, or an
+    position and patch embeddings'), normalisation, the easy-to-hard
+    schedule (``alpha``: None without one) and the parts an import left
+    untrained. A checkpoint without a config, or an
     ``img_size`` / ``channels`` other than its own, is one HPMError line."""
     from hpm_mm.engine.config_check import run_keys
     from hpm_mm.engine.safe_load import check_finite, load_file
@@ -136,8 +128,7 @@ def from_checkpoint(path: str,
             raise HPMError(
                 f'{name} {asked}: the checkpoint serves {own} ({size} px '
                 f'inputs, {side}x{side} patches of {patch} px, {ch} '
-                'channel(s): its position and patch embeddings); the images '
-                f'are resized to it. Fix: leave {name} out.')
+                f'channel(s)). Fix: leave {name} out (images are resized).')
     pre = cfg.model.get('data_preprocessor') or cfg.get(
         'data_preprocessor') or {}
     if pre.get('mean') is None or pre.get('std') is None:
@@ -158,7 +149,6 @@ def from_checkpoint(path: str,
         channels=ch,
         mean=list(pre['mean']),
         std=list(pre['std']),
-        lr_per_256=lr_per_256(cfg),
         alpha=(masks.get('alpha_0', 0.),
                masks.get('alpha_T', .5)) if 'alpha_T' in masks else None,
         untrained=list(imported.get('untrained') or ()),
@@ -186,7 +176,10 @@ def choose_recipe(settings: Dict, base: Config, start: Optional[Dict],
     override."""
     from hpm_mm.engine.schedule import WARMUP_FRACTION, teacher_momentum
     epochs, per_epoch = settings['epochs'], settings['steps_per_epoch']
-    per_256 = start['lr_per_256'] if start else lr_per_256(base)
+    recipe = start['cfg'] if start else base  # per its auto_scale_lr batch
+    per_256 = recipe.optim_wrapper.optimizer.lr * 256 / (
+        (recipe.get('auto_scale_lr') or {}).get('base_batch_size')
+        or recipe.train_dataloader.batch_size)
     momentum, end_momentum = teacher_momentum(epochs * per_epoch)
     settings.update(
         lr=lr if lr is not None else
@@ -450,9 +443,7 @@ def pretrain_folder(folder: str,
         classes = len(scan['classes'] or ())
         labels = (  # (one image per class: nothing to hold out, or no bank)
             f'{classes} classes (kNN on a held-out fifth)' if all(split) else
-            f'{classes} classes; kNN skipped: it holds out a fifth of each '
-            'class and needs a class with at least 2 images (each has 1); '
-            'the hard-patch grids are still drawn'
+            f'{classes} classes; kNN skipped (1 image each: none held out)'
             if classes else 'unlabelled (no kNN)')
         log(f'{settings["num_images"]} images, {labels}; {chosen}, batch '
             f'{settings["batch_size"]}, {settings["epochs"]} epochs of '
