@@ -71,7 +71,6 @@ def run_config(config, work_dir: Optional[str], launcher: str, *options:
     (the image spec applied after them), the launcher, and the work dir
     (given, the config's, else ``work_dirs/<config name>``)."""
     cfg = load_config(config, *options)
-    name = cfg.filename or 'config'
     if launcher == 'pytorch' and not all(
             k in os.environ for k in ('RANK', 'WORLD_SIZE', 'MASTER_ADDR')):
         raise HPMError(
@@ -85,6 +84,6 @@ def run_config(config, work_dir: Optional[str], launcher: str, *options:
                            'Fix: give a folder (it is made if missing).')
         cfg.work_dir = work_dir
     elif cfg.get('work_dir') is None:
-        cfg.work_dir = osp.join('./work_dirs',
-                                osp.splitext(osp.basename(name))[0])
+        name = osp.basename(cfg.filename or 'config')
+        cfg.work_dir = osp.join('./work_dirs', osp.splitext(name)[0])
     return cfg

@@ -120,17 +120,11 @@ def convert(enc: Dict[str, torch.Tensor],
                                  'bicubic', 1)  # mmpretrain's, as its ViTs
     out = dict(enc, pos_embed=pos_embed)
     if target == 'mmdet':  # ViTSAM: no cls token, the grid as (1, h, w, C)
-        out = {
-            k: v
-            for k, v in enc.items()
-            if k.startswith(('layers.', 'patch_embed.'))
-        }
+        keep = ('layers.', 'patch_embed.')
+        out = {k: v for k, v in enc.items() if k.startswith(keep)}
         out['pos_embed'] = pos_embed[:, 1:].reshape(1, *grid_size, -1)
     elif target == 'mmseg':  # its MAE: no final norm, layer scale 1
-        out = {
-            k: v
-            for k, v in out.items() if not k.startswith(('ln1.', 'ln2.'))
-        }
+        out = {k: v for k, v in out.items() if k[:4] not in ('ln1.', 'ln2.')}
         for i in range(1 + max(
                 int(k.split('.')[1]) for k in out if k.startswith('layers.'))):
             for g in ('gamma_1', 'gamma_2'):
