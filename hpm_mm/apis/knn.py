@@ -74,9 +74,8 @@ def frozen_eval(config: Union[str, Config],
     temperature = hook.get('temperature', 0.07) if temperature is None \
         else temperature
     if not temperature > 0:
-        raise HPMError(f'temperature {temperature}: the vote weighs each '
-                       'neighbour by exp(similarity / temperature). Fix: '
-                       'give a positive temperature (DINO: 0.07).')
+        raise HPMError(f'temperature {temperature}: votes weigh exp(sim / '
+                       'temperature). Fix: a positive one (DINO: 0.07).')
     if raw_pixels:
         model = PixelFeatures(load_model(cfg).data_preprocessor)
         features, layer = ('avg', ), None

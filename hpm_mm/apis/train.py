@@ -87,9 +87,8 @@ def check_arguments(flags: dict,
     if work_dir is not None and not isinstance(work_dir, (str, os.PathLike)):
         raise HPMError(f'work_dir={work_dir!r}: give a folder path.')
     if resume is not None and not isinstance(resume, (bool, str, os.PathLike)):
-        raise HPMError(f'resume={resume!r}: give True (the newest complete '
-                       'checkpoint of the work dir), a checkpoint path, or '
-                       'False.')
+        raise HPMError(f'resume={resume!r}: give True (the work dir\'s '
+                       'newest checkpoint), a checkpoint path, or False.')
     if launcher not in LAUNCHERS:
         raise HPMError(f'launcher={launcher!r}: give one of '
                        f'{", ".join(LAUNCHERS)}.')
