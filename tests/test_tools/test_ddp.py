@@ -333,3 +333,30 @@ def test_killing_the_launcher_ends_its_workers(tmp_path):
                 os.kill(p, signal.SIGKILL)
             except OSError:
                 pass
+
+
+def _fsdp_wrap_on_rank(rank, port, out):
+    """Spawned: rank ``rank`` builds other weights (its own seed), wraps
+    them and saves the full weights the wrapper starts from."""
+    import torch.distributed as dist
+    from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+
+    from hpm_mm.engine.model_wrappers import HPMFullyShardedDataParallel
+    dist.init_process_group(
+        'gloo', f'tcp://127.0.0.1:{port}', rank=rank, world_size=2)
+    torch.manual_seed(rank)
+    wrapped = HPMFullyShardedDataParallel(torch.nn.Linear(4, 3))
+    with FSDP.summon_full_params(wrapped):
+        torch.save(wrapped.module.weight.detach().clone(), f'{out}/{rank}.pt')
+    dist.destroy_process_group()
+
+
+def test_fsdp_ranks_start_from_rank_0s_weights(tmp_path):
+    """Ranks that built different weights (diff_rank_seed) start from rank
+    0's, as DDP does (the two-process FSDP run above agrees without it)."""
+    torch.multiprocessing.spawn(
+        _fsdp_wrap_on_rank, args=(get_free_port(), str(tmp_path)), nprocs=2)
+    torch.manual_seed(0)
+    want = torch.nn.Linear(4, 3).weight.detach()
+    for rank in (0, 1):
+        assert torch.equal(torch.load(tmp_path / f'{rank}.pt'), want), rank

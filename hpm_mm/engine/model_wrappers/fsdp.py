@@ -1,9 +1,9 @@
 from typing import Dict
 
 import torch
-import torch.distributed as dist
 import torch.nn as nn
 from mmengine._strategy import FSDPStrategy
+from mmengine.dist import broadcast
 from mmengine.model import MMFullyShardedDataParallel
 from mmengine.optim import OptimWrapper
 from mmengine.registry import MODEL_WRAPPERS, STRATEGIES  # root registries
@@ -53,13 +53,10 @@ class HPMFullyShardedDataParallel(MMFullyShardedDataParallel):
         # ranks may have built different initial weights (diff_rank_seed):
         # start from rank 0's, teacher included, as DDP does. FSDP's own
         # sync_module_states skips ignored modules and refuses CPU tensors.
-        if kwargs.pop('sync_module_states', True) and dist.is_initialized():
-            device = torch.device('cuda', torch.cuda.current_device()) \
-                if dist.get_backend() == 'nccl' else torch.device('cpu')
+        # (mmengine's broadcast: through the backend's device, in place)
+        if kwargs.pop('sync_module_states', True):
             for tensor in module.state_dict().values():  # (detached)
-                buf = tensor.to(device)
-                dist.broadcast(buf, src=0)
-                tensor.copy_(buf)
+                broadcast(tensor, src=0)
         module.unsharded_state = {
             k: torch.empty_like(v, device='meta')
             for k, v in module.state_dict().items()
