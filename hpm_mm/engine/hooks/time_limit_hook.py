@@ -54,9 +54,7 @@ class TimeLimitHook(Hook):
         runner.train_loop.stop_training = True
         self.stopped_at = done
         runner.logger.warning(
-            f'TimeLimitHook: stopped after epoch {done}/{runner.max_epochs}: '
-            f'the next {epochs} epoch(s) take ~{pace * epochs / 60:.1f} min '
-            f'at this run\'s pace ({pace:.0f} s per epoch) and '
-            f'{(self.deadline - now) / 60:.1f} min are left. Its checkpoint '
-            'is saved; continue it with --resume (python tools/train.py '
-            f'CONFIG --work-dir {runner.work_dir} --resume).')
+            f'TimeLimitHook: stopped after epoch {done}/{runner.max_epochs} '
+            f'(saved): {epochs} more epoch(s) take ~{pace * epochs / 60:.1f} '
+            f'min, {(self.deadline - now) / 60:.1f} min are left. Continue: '
+            f'tools/train.py CONFIG --work-dir {runner.work_dir} --resume')
