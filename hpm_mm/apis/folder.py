@@ -21,6 +21,8 @@ FOLDER_CONFIG = 'hpm/hpm-fast_vit-mini-p4_1xb256-coslr-10e_image-folder.py'
 SIZES = (32, 64, 96, 128, 224)  # candidate input sizes
 START_CONFIG = 'from_checkpoint.py'  # a --from checkpoint's saved config
 TARGET_STEPS = 400  # the main job's schedule length
+#: pretrain_folder's arguments that are numbers (:func:`check_numbers`)
+NUMBERS = ('epochs', 'img_size', 'channels', 'batch_size', 'lr', 'alpha_0')
 
 
 def choose_settings(scan: Dict,
@@ -370,14 +372,8 @@ def pretrain_folder(folder: str,
     from hpm_mm.engine.work_dir import hand_over, own_work_dir
     from .config import load_config
     from .train import train
+    check_numbers(**{k: v for k, v in locals().items() if k in NUMBERS})
     log = log or (lambda line: None)
-    check_numbers(
-        epochs=epochs,
-        img_size=img_size,
-        channels=channels,
-        batch_size=batch_size,
-        lr=lr,
-        alpha_0=alpha_0)
     folder = folder.rstrip('/') or '/'
     check_folder(folder)  # before a work dir is made for it
     start = from_checkpoint(start_from, img_size, channels) \
