@@ -65,6 +65,30 @@ def pytest_collection_finish(session):
     gc.freeze()
 
 
+@pytest.fixture(autouse=True)
+def default_stop_signals(request):
+    """Each test starts with Python's SIGINT / SIGTERM handlers, unblocked:
+    the stop tests (write_outputs guards only a process at the defaults)
+    must not depend on what an earlier test in the worker left, which
+    depends on the order xdist gives, so on speed. A test that leaves
+    others is named in a warning."""
+    import signal
+    import warnings
+    stops = {signal.SIGINT: signal.default_int_handler,
+             signal.SIGTERM: signal.SIG_DFL}  # yapf: disable
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, set(stops))
+    for sig, handler in stops.items():
+        signal.signal(sig, handler)
+    yield
+    left = [s.name for s, h in stops.items() if signal.getsignal(s) != h]
+    left += [
+        f'{s.name} blocked'
+        for s in signal.pthread_sigmask(signal.SIG_BLOCK, []) if s in stops
+    ]
+    if left:
+        warnings.warn(f'{request.node.nodeid} left {left}')
+
+
 @pytest.fixture(params=DEVICES)
 def device(request) -> torch.device:
     """The device a model-level test runs on: ``cpu``, and ``cuda`` when

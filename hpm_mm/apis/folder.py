@@ -19,6 +19,7 @@ from hpm_mm.errors import HPMError
 FOLDER_CONFIG = 'hpm/hpm-fast_vit-mini-p4_1xb256-coslr-10e_image-folder.py'
 
 SIZES = (32, 64, 96, 128, 224)  # candidate input sizes
+MAX_SIZE = 1024  # the largest a user may ask for (the det recipes' input)
 START_CONFIG = 'from_checkpoint.py'  # a --from checkpoint's saved config
 TARGET_STEPS = 400  # the main job's schedule length
 #: pretrain_folder's arguments that are numbers (:func:`check_numbers`)
@@ -85,6 +86,10 @@ def check_numbers(**values) -> None:
         raise HPMError(f'img_size={size}: the input is cut into an 8 x 8 '
                        'grid of patches (16 px patches from 224 px), so it '
                        f'must be a multiple of 8. Fix: one of {SIZES}.')
+    if size is not None and size > MAX_SIZE:  # (100000 px: killed by OOM)
+        raise HPMError(f'img_size={size}: above {MAX_SIZE} px, the largest '
+                       'input the folder recipe takes (its 8 x 8 patch grid '
+                       f'of a mini ViT). Fix: one of {SIZES}.')
     if channels is not None and channels not in (1, 3):
         raise HPMError(f'channels={channels}: 1 (grayscale) or 3 (RGB).')
 

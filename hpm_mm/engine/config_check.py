@@ -173,12 +173,17 @@ def _bases(path: str, exist: bool = True) -> list:
     return [b for _, b in out if osp.isfile(b)] if exist else out
 
 
+#: the files mmengine reads as configs
+CONFIG_FILES = ('.py', '.yml', '.yaml', '.json')
+
+
 def _config_files(path: str, seen: Optional[set] = None):
     """``path`` and the files it inherits, each once, in mmengine's order;
     a file's bases read only once the caller has taken the file (its
     syntax checked)."""
     seen = set() if seen is None else seen
-    if osp.isfile(path) and osp.realpath(path) not in seen:
+    if osp.isfile(path) and osp.splitext(path)[1] in CONFIG_FILES and \
+            osp.realpath(path) not in seen:
         seen.add(osp.realpath(path))
         yield path
         for base in _bases(path):
@@ -323,19 +328,34 @@ def _dicts(node: Any, path: str = ''):
         yield from _dicts(value, where)
 
 
-def _receiver(path: str, node: dict, cfg: dict, registered) -> Optional[tuple]:
+def launchers() -> list:
+    """What takes ``env_cfg.dist_cfg``: mmengine's launchers' and torch's
+    ``init_process_group``'s arguments."""
+    from mmengine.dist import utils
+    from torch.distributed import init_process_group
+    return [
+        init_process_group, utils.init_dist, utils._init_dist_pytorch,
+        utils._init_dist_mpi, utils._init_dist_slurm
+    ]
+
+
+def _receiver(path: str, node: dict, cfg: dict, registered,
+              parents: dict) -> Optional[tuple]:
     """``(name, keys it takes, the classes)`` of what takes the config's
     dict at ``path``: the code of mmengine's runner that reads it by key,
     else its ``type`` (a registered name, mmengine's default where it names
-    none); None where that is unknown or may take any key."""
+    none; the arch_zoo keys of an ``arch`` dict's backbone); None where that
+    is unknown or may take any key. ``parents``: the dicts by path."""
     from mmengine.runner import Runner
     from mmengine.utils.dl_utils import set_multi_processing
+    from mmpretrain.models import BaseSelfSupervisor
     from torch.nn.utils import clip_grad_norm_, clip_grad_value_
     from torch.utils.data import DataLoader
     readers = {  # path -> [(a function or class, the name it reads it by)]
         'randomness': [(Runner.set_randomness, None)],
         'env_cfg': [(Runner.setup_env, 'env_cfg')],
         'env_cfg.mp_cfg': [(set_multi_processing, None)],
+        'env_cfg.dist_cfg': [(f, None) for f in launchers()],
         'auto_scale_lr': [(Runner.scale_lr, 'auto_scale_lr')],
         'optim_wrapper.clip_grad':
         [(clip_grad_value_ if node.get('type') == 'value' else clip_grad_norm_,
@@ -352,9 +372,23 @@ def _receiver(path: str, node: dict, cfg: dict, registered) -> Optional[tuple]:
         ]
     if path in readers:
         keys = sum((_keys_read(f, n) if n else _takes(f)
+                    or tuple(inspect.signature(f).parameters)
                     for f, n in readers[path]), ())
         return keys and (readers[path][0][0].__qualname__, keys, ())
+    parent = parents.get(path.rpartition('.')[0], {})
+    above = registered(parent.get('type')) if parent.get('type') else ()
+    if path.endswith('.arch') and above:  # a backbone's arch_zoo entry
+        zoo = [getattr(c, 'arch_zoo', None) for c in above]
+        keys = {
+            k
+            for z in zoo if z for a in z.values() if isinstance(a, dict)
+            for k in a
+        }
+        return keys and (f'{above[0].__name__}.arch', tuple(sorted(keys)), ())
     kind = node.get('type', _DEFAULT_TYPES.get(path))
+    if path.endswith('data_preprocessor') and kind is None and above and \
+            all(issubclass(c, BaseSelfSupervisor) for c in above):
+        kind = 'mmpretrain.SelfSupDataPreprocessor'  # (mmpretrain's default)
     extra = ()
     if path == 'train_cfg' and kind is None:  # mmengine's by_epoch
         kind, extra = ('EpochBasedTrainLoop' if node.get('by_epoch') else
@@ -398,9 +432,10 @@ def check_config_dicts(cfg: Config) -> None:
             dict.fromkeys(r.module_dict[bare] for r in registries
                           if bare in r.module_dict))
 
-    for path, node in _dicts(plain):
-        who, takes, classes = _receiver(path, node, plain,
-                                        registered) or (None, (), ())
+    parents = dict(_dicts(plain))
+    for path, node in parents.items():
+        who, takes, classes = _receiver(path, node, plain, registered,
+                                        parents) or (None, (), ())
         bad = [k for k in node if who and k not in {*takes, *BUILDER_KEYS}]
         if bad:
             raise HPMError(no_such_key(bad[0], who, takes, path))
@@ -546,25 +581,29 @@ def _read_config(path: str) -> Config:
     if '::' not in str(path) and not osp.isfile(path):
         raise HPMError(f'config {path} does not exist{_near(path)}. Fix: a '
                        f'config file path, {example}.')
-    if osp.splitext(path)[1] not in ('.py', '.yml', '.yaml', '.json'):
+    if osp.splitext(path)[1] not in CONFIG_FILES:
         raise HPMError(
             f'config {path} is no config file (mmengine reads .py, .yml, '
             '.yaml, .json; a checkpoint is given as a tool\'s checkpoint '
             f'argument or load_from=...). Fix: a config file, {example}.')
     try:
         return Config.fromfile(path)
-    except FileNotFoundError:  # a _base_ (checked above: the file exists)
-        missing = [(f, n, b) for f in _config_files(path)
-                   for n, b in _bases(f, exist=False) if not osp.isfile(b)]
+    except OSError:  # a _base_ missing or no config (the file exists)
+        missing = [
+            (f, n, b) for f in _config_files(path)
+            for n, b in _bases(f, exist=False)
+            if not osp.isfile(b) or osp.splitext(b)[1] not in CONFIG_FILES
+        ]
         if not missing:
             raise
         file, name, base = missing[0]
         raise HPMError(
             f'{file}: its _base_ {name!r}' +
             (f' ({base})' if base != name else '') +
-            f' does not exist{_near(base)}. Fix: correct that path (a '
-            'relative one is read from the folder of the file that names '
-            'it).') from None
+            (f' does not exist{_near(base)}' if not osp.isfile(base) else
+             ' is no config file (mmengine reads .py, .yml, .yaml, .json)') +
+            '. Fix: correct that path (a relative one is read from the '
+            'folder of the file that names it).') from None
     except SyntaxError as e:
         raise HPMError(f'{_syntax_error(path, e)}. Fix: correct '
                        'the Python syntax there.') from None

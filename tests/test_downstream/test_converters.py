@@ -160,8 +160,9 @@ def test_timm_folder_loads_in_timm_with_the_encoders_features(
 
 def test_converter_refusals_are_one_line(tmp_path, rgb_hpm_checkpoint,
                                          monkeypatch):
-    """A diverged checkpoint, --teacher on a run without one, and --target
-    timm without its packages: one line each, nothing written."""
+    """A diverged checkpoint, --teacher on a run without one, an
+    --img-size the patch does not divide (it blamed the checkpoint) and
+    --target timm without its packages: one line each, nothing written."""
     ckpt = torch.load(rgb_hpm_checkpoint, map_location='cpu')
     state = ckpt['state_dict']
     nan = dict(
@@ -177,7 +178,8 @@ def test_converter_refusals_are_one_line(tmp_path, rgb_hpm_checkpoint,
             for k, v in state.items() if not k.startswith('teacher.')
         })
     cases = [(nan, [], 'non-finite values (NaN/inf)'),
-             (student_only, ['--teacher'], 'this run has no EMA teacher')]
+             (student_only, ['--teacher'], 'this run has no EMA teacher'),
+             (ckpt, ['--img-size', '30'], 'not a multiple of the')]
     for i, (data, extra, words) in enumerate(cases):
         path = tmp_path / f'c{i}.pth'
         torch.save(data, path)

@@ -38,6 +38,21 @@ DICT_MISTAKES = [
      'optim_wrapper = dict(clip_grad=dict(max_nrom=1.0))',
      "optim_wrapper.clip_grad.max_nrom: clip_grad_norm_ takes no argument "
      "'max_nrom' (did you mean max_norm?)"),
+    # a backbone's arch dict (mmpretrain checks only that its keys are
+    # there), a data preprocessor of the model's default type and dist_cfg
+    # (read by mmengine's launchers) took typos silently
+    ('model.backbone.arch.num_layer', 3,
+     'model = dict(backbone=dict(arch=dict(num_layer=3)))',
+     "model.backbone.arch.num_layer: HPMViT.arch takes no argument "
+     "'num_layer' (did you mean num_layers?)"),
+    ('model.data_preprocessor.to_rgbb', True,
+     'model = dict(data_preprocessor=dict(to_rgbb=True))',
+     "model.data_preprocessor.to_rgbb: mmpretrain.SelfSupDataPreprocessor "
+     "takes no argument 'to_rgbb' (did you mean to_rgb"),
+    ('env_cfg.dist_cfg.backnd', 'gloo',
+     'env_cfg = dict(dist_cfg=dict(backnd="gloo"))',
+     "env_cfg.dist_cfg.backnd: init_process_group takes no argument "
+     "'backnd' (did you mean backend"),
 ]
 
 
@@ -174,6 +189,9 @@ def test_a_checkpoint_or_a_missing_base_as_the_config_is_one_line(
     assert str(e.value).startswith(f'{cfg}: its _base_ ') and \
         'does not exist (did you mean hpm_vit-mini-p4_1xb256-coslr-10e_' \
         'fmnist.py?). Fix: ' in str(e.value), str(e.value)
+    cfg.write_text(f'_base_ = [{hpm_checkpoint!r}]\n')  # was a traceback
+    with pytest.raises(HPMError, match="its _base_ .* is no config file"):
+        load_config(str(cfg))
 
 
 def test_kwargs_are_followed_where_passed_on_or_read_by_key():

@@ -222,6 +222,8 @@ TOOL_OUTPUTS = {
                        *SMALL], 'not writable'),
     'knn_over_ckpt': (KNN, ['CFG', 'CKPT', '--out', 'CKPT',
                             *SMALL], 'is the input'),
+    'knn_not_json': (KNN, ['CFG', 'CKPT', '--out', 'CKPT.pkl',
+                           *SMALL], 'the accuracies are written as json'),
     'backbone_over_ckpt': (CONVERT, ['CKPT', 'CKPT', '--target',
                                      'mmpretrain'], 'is the input'),
     'backbone_proc':
@@ -261,6 +263,7 @@ def test_every_tool_with_an_output_plans_it(tmp_path, hpm_checkpoint,
     (tmp_path / 'hf' / 'model.safetensors').write_bytes(b'theirs')
     script, argv, says = TOOL_OUTPUTS[case]
     named = dict(CFG=FMNIST_CFG, CKPT=ckpt, IMGS=imgs, HF=tmp_path / 'hf')
+    named['CKPT.pkl'] = ckpt + '.pkl'  # (a pickle: test.py's --out by suffix)
     if case == 'resave_unwritable':
 
         def refused(*args, **kwargs):

@@ -71,9 +71,13 @@ def run(argv=None):
     from hpm_mm.apis import knn_eval, load_config
     from hpm_mm.engine.work_dir import (MARK, plan_outputs, text_writer,
                                         write_outputs)
+    from hpm_mm.errors import HPMError
     if args.out:  # before the work (it died after the evaluation)
         plan_outputs([args.out], 'the kNN result (--out)',
                      [args.config, args.checkpoint])
+        if not args.out.endswith('.json'):  # (test.py's --out: by suffix)
+            raise HPMError(f'--out {args.out}: the accuracies are written '
+                           'as json. Fix: --out NAME.json.')
     cfg = load_config(args.config, args.cfg_options)
     r = knn_eval(
         cfg,

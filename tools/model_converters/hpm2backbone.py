@@ -207,6 +207,11 @@ def run(argv=None):
     patch, in_ch = proj.shape[-1], proj.shape[1]
     n = enc['pos_embed'].shape[1] - 1
     img_size = args.img_size or int(round(n**0.5)) * patch
+    if img_size % patch:
+        lo = img_size // patch * patch
+        raise HPMError(f'--img-size {img_size} is not a multiple of the '
+                       f'{patch} px patch. Fix: {lo or patch} or '
+                       f'{lo + patch}.')
     grid = (img_size // patch, img_size // patch)
     state = convert(enc, args.target, grid)
 
