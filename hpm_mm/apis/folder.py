@@ -548,6 +548,6 @@ def _resume_or_refuse(work_dir: str,
             '--work-dir NEW for a new run, or --resume --cfg-options '
             'resume_changed_run=True to continue it on these images.')
     if resume is None:
-        log(f'{work_dir} holds an interrupted run on these same images: '
-            'continuing it (--work-dir NEW starts a new one)')
+        log(f'{work_dir} holds a run on these same images: continuing it '
+            '(a finished one ends at once; --work-dir NEW starts a new one)')
     return True

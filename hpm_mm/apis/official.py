@@ -173,11 +173,24 @@ def official_config(layout: str, model: dict) -> Tuple[str, Config]:
     key = (vit['embed_dims'], vit['num_layers'], bb['patch_size'],
            bb['img_size'])
     from hpm_mm.engine.work_dir import MARK
+    values = dict(model=model)
+    channels = bb['patch_cfg']['in_channels']
+    if channels == 1:  # a grayscale encoder: the mean of ImageNet's three
+        values['image'] = dict(
+            size=bb['img_size'],
+            channels=1,
+            patch_size=bb['patch_size'],
+            mean=[114.495],  # (123.675 + 116.28 + 103.53) / 3
+            std=[57.63])  # (58.395 + 57.12 + 57.375) / 3
+    elif channels != 3:
+        raise HPMError(f'a {channels}-channel encoder: hpm_mm reads 1 '
+                       '(grayscale) or 3 (RGB) channel images. Fix: an RGB '
+                       'or a grayscale model.')
     text = (
         f'# {MARK}: {LAYOUTS[layout][0]} weights imported by tools/model_'
         'converters/official2hpm.py: the sizes read from the file\n_base_ = '
         f"'hpm_mm::{BASE_CONFIGS.get(key, BASE_CONFIGS[(768, 12, 16, 224)])}'"
-        '\n' + Config(dict(model=model)).pretty_text)
+        '\n' + Config(values).pretty_text)
     return text, load_config(Config.fromstring(text, '.py'))
 
 

@@ -631,3 +631,35 @@ def test_an_imported_checkpoint_converts_to_every_backbone(
             vit.eval()  # (mmpretrain's ViT.eval() returns None)
             got = vit(x)[0]
     torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+
+
+def test_a_grayscale_encoder_imports_with_one_channels_values(tmp_path):
+    """A 1-channel file imports with an image spec of one channel (the base's
+    three ImageNet values had normalised it: its config failed at the first
+    use, `pretrain_folder --from` after writing the work dir); 2 channels
+    are one line, nothing written."""
+    from hpm_mm.apis import load_config
+    state = AuthorsMAE(**TINY).state_dict()
+    patch = TINY['patch']**2
+    for ch in (1, 2):
+        gray = dict(state)
+        gray['patch_embed.proj.weight'] = state[
+            'patch_embed.proj.weight'][:, :ch].clone()
+        for name in ('decoder_pred', 'decoder_pred_losspred'):
+            for part in ('weight', 'bias'):
+                k = f'{name}.{part}'
+                gray[k] = state[k][:patch * ch].clone()
+        src = tmp_path / f'gray{ch}.pth'
+        torch.save(dict(model=gray), src)
+        out = tmp_path / f'out{ch}.pth'
+        proc = import_(src, out, *HEADS)
+        if ch == 2:
+            assert proc.returncode == 1 and len(
+                proc.stderr.strip().splitlines()) == 1, proc.stderr
+            assert '2-channel encoder' in proc.stderr and not out.exists()
+            continue
+        assert proc.returncode == 0, proc.stderr
+        cfg = load_config(str(out)[:-4] + '.py')
+        assert cfg.image.channels == 1
+        pre = cfg.model.get('data_preprocessor') or cfg.data_preprocessor
+        assert (pre.mean, pre.std) == ([114.495], [57.63])

@@ -114,7 +114,7 @@ def test_own_images_one_per_class_trains_without_knn(tmp_path):
     # the same command again on the same images: the finished run is
     # continued (nothing left to train), and it says so
     _, out = _pretrain(root, work, epochs=1)
-    assert 'holds an interrupted run on these same images: continuing' in out
+    assert 'holds a run on these same images: continuing' in out
     written = (work / 'hpm_folder.py').read_text()
     # on other images (one added): refused in one line before it writes
     # anything (the earlier run's config, lists and checkpoints stay)

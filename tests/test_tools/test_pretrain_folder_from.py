@@ -204,7 +204,7 @@ def test_from_an_hpm_mm_checkpoint_stops_and_resumes_its_own_run(
     result, out = _pretrain(folder, work, start_from=ckpt, epochs=2)
     assert '28x28 grayscale (colour images as luminance), patch 4' in out
     assert 'alpha 0.5 -> 0.5 (its loss predictor is trained' in out
-    assert 'holds an interrupted run on these same images: continuing' in out
+    assert 'holds a run on these same images: continuing' in out
     log = open(result['runner'].logger.log_file).read()
     assert f'resume: from {work}/epoch_1.pth' in log, log[-3000:]
     assert torch.load(work / 'epoch_2.pth')['meta']['epoch'] == 2
@@ -248,7 +248,7 @@ def test_an_untrained_predictor_trains_from_the_start_of_the_schedule(
     (tmp_path / 'w' / 'epoch_1.pth').write_bytes(b'')  # as after a stop
     _, out = _pretrain(
         folder, tmp_path / 'w', start_from=ckpt, epochs=1, dry_run=True)
-    assert 'holds an interrupted run on these same images: continuing' in out
+    assert 'holds a run on these same images: continuing' in out
     result, out = _pretrain(
         folder,
         tmp_path / 'w2',
