@@ -194,6 +194,17 @@ def official_config(layout: str, model: dict) -> Tuple[str, Config]:
     return text, load_config(Config.fromstring(text, '.py'))
 
 
+def _same(a: dict, b: dict) -> bool:
+    """Whether two state dicts hold the same values."""
+
+    def equal(x, y):
+        return torch.equal(x, y) if torch.is_tensor(x) and torch.is_tensor(
+            y) and x.shape == y.shape else type(x) is type(y) and (
+                not torch.is_tensor(x)) and x == y
+
+    return a.keys() == b.keys() and all(equal(v, b[k]) for k, v in a.items())
+
+
 def _accounted(state: dict, expected: dict, who: str, fix: str) -> dict:
     """``state`` (the authors' names) in the model's names, refused in one
     line naming the file's keys (the one strict-load rule,
@@ -256,8 +267,14 @@ def import_official(src: str,
                    'the file as released (download it again)'),
         strict=False)
     model.teacher.update_parameters(model.student())  # the first: a copy
-    entry = next((k for k in EMA_KEYS
-                  if isinstance(ckpt.get(k), dict)), None) if ema else None
+    entries = [k for k in EMA_KEYS if isinstance(ckpt.get(k), dict)] \
+        if ema else []
+    entry = entries[0] if entries else None
+    if any(not _same(ckpt[entry], ckpt[k]) for k in entries[1:]):
+        raise HPMError(f'{src} holds {len(entries)} EMA entries that differ '
+                       f'({", ".join(entries)}): which is the teacher is '
+                       'not known. Fix: --no-ema (teacher = the released '
+                       'weights), or a file with one.')
     if entry is not None:  # the student's parts, in the teacher's names
         who = f'{src}: its EMA entry {entry!r}'
         teacher = _accounted(

@@ -347,6 +347,7 @@ def _refused(tmp_path, src, out, *extra, says):
     ('ema_deeper', "its EMA entry 'model_ema' does not fit the model: it "
      'holds 12 tensors the model lacks (e.g. blocks.2.norm1.weight, '),
     ('heads', '--num-heads 5 does not divide the 192-d width into heads'),
+    ('ema_two', 'holds 2 EMA entries that differ (model_ema, ema)'),
 ])
 def test_every_tensor_is_accounted_for(tmp_path, case, says):
     """Every tensor of the model, names and shapes, EMA entries as the
@@ -365,6 +366,8 @@ def test_every_tensor_is_accounted_for(tmp_path, case, says):
         losspred_head='decoder_pred_losspred.weight').get(case, '-')
     ckpt = dict(model={k: v for k, v in state.items()
                        if not k.startswith(drop)})  # yapf: disable
+    if case == 'ema_two':  # (model_ema was taken, the other unsaid)
+        ckpt['ema'] = AuthorsMAE(**TINY, seed=6).state_dict()
     if case.startswith('ema'):
         ckpt['model_ema'] = AuthorsMAE(
             **dict(
@@ -385,6 +388,12 @@ def test_every_tensor_is_accounted_for(tmp_path, case, says):
         assert 'teacher = the same weights (--no-ema)' in proc.stdout
         saved = torch.load(tmp_path / 'out.pth', weights_only=True)
         assert saved['meta']['imported']['teacher'] == 'student'
+    if case == 'ema_two':  # two equal entries: the one teacher
+        ckpt['ema'] = ckpt['model_ema']
+        torch.save(ckpt, tmp_path / 'in.pth')
+        proc = import_(tmp_path / 'in.pth', tmp_path / 'out.pth', *HEADS)
+        assert proc.returncode == 0, proc.stderr
+        assert "teacher = the EMA weights ('model_ema')" in proc.stdout
 
 
 def test_a_ddp_module_prefix_is_unwrapped(tmp_path):
