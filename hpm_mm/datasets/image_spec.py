@@ -25,17 +25,15 @@ SPEC_KEYS = ('root', 'size', 'channels', 'patch_size', 'mean', 'std')
 
 def _check(spec: dict) -> None:
     import math
-    need = ('size', 'channels', 'patch_size', 'mean', 'std')
     unknown = [k for k in spec if k not in SPEC_KEYS]
     if unknown:
         raise HPMError(f'image.{unknown[0]}: not a key of the image spec'
                        f'{did_you_mean(unknown[0], SPEC_KEYS)}. Fix: use '
                        f'{", ".join(SPEC_KEYS)}.')
-    missing = [k for k in need if spec.get(k) is None]
+    missing = [k for k in SPEC_KEYS[1:] if spec.get(k) is None]
     if missing:
-        raise HPMError(f'image: {missing} not set. Fix: image = dict('
-                       'size=..., channels=1 or 3, patch_size=..., mean=[...],'
-                       ' std=[...]) (0..255 units; root= optional).')
+        raise HPMError(f'image: {missing} not set. Fix: set them '
+                       '(docs/own_data.md).')
     size, ch, patch = spec['size'], spec['channels'], spec['patch_size']
     for key in ('mean', 'std'):  # one number: every channel's
         if isinstance(spec[key], (int, float)) and not isinstance(
@@ -45,42 +43,36 @@ def _check(spec: dict) -> None:
         if type(spec[key]) is not int or spec[key] < 1:  # (not a bool)
             raise HPMError(f'image.{key}={spec[key]!r}: give a positive '
                            'whole number of pixels.')
-    values = list(spec['mean']) + list(spec['std'])
+    mean, std = list(spec['mean']), list(spec['std'])
     if not all(
-            isinstance(v, (int, float)) and math.isfinite(v) for v in values):
-        raise HPMError(f"image.mean / image.std {list(spec['mean'])} / "
-                       f"{list(spec['std'])}: give finite numbers.")
-    if any(s <= 0 for s in spec['std']):
-        raise HPMError(f"image.std={list(spec['std'])}: every std must be "
-                       '> 0 (the pixels are divided by it). Fix: the '
-                       "images' own std per channel, in 0..255 units.")
+            isinstance(v, (int, float)) and math.isfinite(v)
+            for v in mean + std):
+        raise HPMError(f'image.mean / std {mean} / {std}: not finite.')
+    if any(s <= 0 for s in std):
+        raise HPMError(f'image.std={std}: every std must be > 0. Fix: the '
+                       "images' std per channel, in 0..255 units.")
     # per channel: a std <= 1, or a mean in (0, 1], is in 0..1 units (a
     # mean of 0 with a std of 255 is a valid 0..1 scaling of 0..255)
     small = [
-        i for i, (m, sd) in enumerate(zip(spec['mean'], spec['std']))
-        if sd <= 1 or 0 < m <= 1
+        i for i, (m, sd) in enumerate(zip(mean, std)) if sd <= 1 or 0 < m <= 1
     ]
     if small:
-        raise HPMError(f"image.mean={list(spec['mean'])}, image.std="
-                       f"{list(spec['std'])}: channel(s) {small} look like "
-                       '0..1 units; the images are read as 0..255. Fix: '
-                       'every channel in 0..255 (0..1 values times 255; '
-                       'mean=0, std=255 scales to 0..1).')
+        raise HPMError(f'image.mean / std channel(s) {small} look like 0..1 '
+                       'units. Fix: 0..255 units (times 255).')
     if ch not in (1, 3):
         raise HPMError(f'image.channels={ch}: 1 (grayscale) or 3 (RGB).')
     if size % patch:
-        raise HPMError(f'image.size={size} is not a multiple of '
-                       f'image.patch_size={patch}. Fix: a size that is, e.g. '
-                       f'{size - size % patch or patch}.')
+        raise HPMError(
+            f'image.size={size} is not a multiple of image.patch_'
+            f'size={patch}. Fix: size={size - size % patch or patch}.')
     if (size // patch)**2 < 4:
-        raise HPMError(f'image.size={size} with image.patch_size={patch} '
-                       f'gives {(size // patch)**2} patch(es) per image; '
-                       'masking needs several. Fix: image.patch_size <= '
-                       f'{max(size // 2, 1)}.')
-    if len(spec['mean']) != ch or len(spec['std']) != ch:
-        raise HPMError(f'image.mean / image.std need {ch} value(s) (one per '
-                       f"channel), got {list(spec['mean'])} / "
-                       f"{list(spec['std'])}.")
+        raise HPMError(
+            f'image.size={size} / patch_size={patch} gives '
+            f'{(size // patch)**2} patch(es). Fix: image.patch_size '
+            f'<= {max(size // 2, 1)}.')
+    if len(mean) != ch or len(std) != ch:
+        raise HPMError(f'image.mean / std {mean} / {std}: need {ch} values '
+                       '(one per channel).')
 
 
 def apply_image_spec(cfg):

@@ -81,6 +81,11 @@ def test_check_data_reads_every_hooks_loader():
         # one channel in 0..1 (the check read max(mean): it trained)
         (dict(mean=[0.485, 116.28, 103.53]), r'channel\(s\) \[0\] look'),
         (dict(size=16, patch_size=16), 'gives 1 patch'),
+        (dict(size=None), r"image: \['size'\] not set"),
+        (dict(mean=[float('nan'), 1., 1.]), 'image.mean.*finite'),
+        (dict(channels=2), 'image.channels=2: 1 .* or 3'),
+        (dict(size=30), 'image.size=30 is not a multiple of .*patch_size=4'),
+        (dict(mean=[100., 100.]), r'image.mean.*need 3 value'),
     ])
 def test_the_image_spec_refuses_what_cannot_train(change, match):
     """An image spec that would train on nothing sensible is one line
