@@ -57,14 +57,10 @@ def check_header(size, mode: str) -> None:
     if mode in DEEP_MODES:
         # the fix by range: 16-bit integers span 0..65535, float images
         # often 0..1 (dividing those by 256 would make them black)
-        fix = ('scale 0..65535 to 0..255: PIL '
-               "img.point(lambda v: v / 256).convert('L')"
-               if mode.startswith('I') else
-               'scale its range to 0..255 first (0..1 floats: numpy '
-               "(np.asarray(img) * 255).clip(0, 255).astype('uint8'))")
+        fix = "img.point(lambda v: v / 256).convert('L')" if mode[0] == 'I' \
+            else "(np.asarray(img) * 255).clip(0, 255).astype('uint8')"
         raise ValueError(
-            f'{mode} pixels (16-bit or float): the pipeline trains on 8-bit '
-            f'images. Fix: convert it to 8 bits ({fix}) or leave it out')
+            f'{mode} pixels (16-bit or float). Fix: convert to 8 bits: {fix}')
 
 
 def reads_image_files(transform: dict) -> bool:
@@ -114,16 +110,14 @@ def scan_folder(root: str) -> Dict:
         ]
     if not paths:
         raise HPMError(
-            f'{root} holds no image file ({", ".join(IMAGE_EXTENSIONS)}; '
-            'nested folders searched). Fix: point at the folder that holds '
-            'your images.')
+            f'{root} holds no image file ({", ".join(IMAGE_EXTENSIONS)}'
+            '). Fix: the folder of your images.')
     files, sizes, unreadable, gray = [], [], [], True
     for rel in paths:
         try:
             # the image lists hold one name per line: training would skip
             if '\n' in rel or '\r' in rel:
-                raise ValueError('its name holds a line break, which the '
-                                 'image lists cannot hold; rename it')
+                raise ValueError('its name holds a line break; rename it')
             array, mode = load_image(osp.join(root, rel), 'unchanged')
         except ValueError as e:
             unreadable.append(
@@ -165,10 +159,8 @@ def channel_stats(root: str,
         values.append(np.asarray(img, np.float64).reshape(-1, channels))
     values = np.concatenate(values)
     if float(values.std(0).max()) < 1.0:
-        raise HPMError(
-            f'the images of {root} are one constant value (pixel std '
-            f'{float(values.std(0).max()):.2f} of 255 over {len(pick)} '
-            'images). Fix: the folder of your real images.')
+        raise HPMError(f'the images of {root} are one constant value. Fix: '
+                       'the folder of your real images.')
     std = np.maximum(values.std(0), 1.0)  # a near-constant channel
     return dict(
         mean=[round(float(v), 2) for v in values.mean(0)],
