@@ -14,6 +14,9 @@ from hpm_mm.errors import HPMError
 #: The checkout hpm_mm runs from (an editable install, as tools/install.sh
 #: makes), where tools/install.sh prepares ``data/fashion_mnist``.
 REPO = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
+#: the command that prepares the idx files in the folder appended to it
+PREPARE = (f'python {REPO}/tools/dataset_converters/prepare_fashion_mnist.py'
+           ' --out ')
 
 
 def resolve_data_root(data_root: str) -> str:
@@ -141,22 +144,16 @@ class FashionMNISTSplit(FashionMNIST):
         root = self.data_prefix['root']
         if not self._check_exists():
             raise FileNotFoundError(
-                f'Fashion-MNIST is not in {osp.abspath(root)} (a relative '
-                f'data_root: the working directory {os.getcwd()}, then in '
-                f'the checkout {REPO}). Fix: python {REPO}/tools/'
-                'dataset_converters/prepare_fashion_mnist.py --out '
-                f'{osp.join(REPO, "data", "fashion_mnist")}, or data_root='
-                'the folder of the idx files.')
+                f'Fashion-MNIST is not in {osp.abspath(root)} (relative: the '
+                f'working directory {os.getcwd()}, then in the checkout {REPO}'
+                f'). Fix: {PREPARE}{osp.join(REPO, "data", "fashion_mnist")}')
         files = self.test_list if self.split == 'test' else self.train_list
         paths = [osp.join(root, name.replace('.gz', '')) for name, _ in files]
         for path in paths:
             problem = idx_problem(path) or release_problem(
                 path, osp.basename(path), size_only=True)
             if problem:
-                raise HPMError(
-                    f'{path}: {problem}. Fix: python {REPO}/tools/'
-                    'dataset_converters/prepare_fashion_mnist.py --out '
-                    f'{root} (prepares the bad files again).')
+                raise HPMError(f'{path}: {problem}. Fix: {PREPARE}{root}')
         with warnings.catch_warnings():
             # mmpretrain wraps the read-only file buffer in a tensor that
             # nothing writes to; torch warns about it on every run
