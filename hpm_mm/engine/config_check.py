@@ -122,13 +122,9 @@ def _by_type(cfg: dict, key: str) -> str:
                 j for j, item in enumerate(node)
                 if isinstance(item, dict) and item.get('type') == part
             ]
-            where = '.'.join(parts[:i])
             if len(hits) != 1:
-                types = [i.get('type') for i in node if isinstance(i, dict)]
-                raise HPMError(
-                    f'--cfg-options {key}: {where} has {len(hits) or "no"} '
-                    f'element(s) of type {part!r} (its types: {types}). Fix: '
-                    f'one of those types, or an index ({where}.0, ...).')
+                raise HPMError(f'--cfg-options {key}: {len(hits) or "no"} '
+                               f'element(s) of type {part!r}. Fix: an index.')
             parts[i] = part = str(hits[0])
         node = _step(node, part)
     return '.'.join(parts)
@@ -147,8 +143,7 @@ def merge_cfg_options(cfg: Config, options: dict) -> Config:
         top = key.split('.')[0]
         if top not in keys:
             why = unread_key(current, top, keys, key[len(top):]) or (
-                f"nothing reads {top!r} (a config file's variable is used "
-                'only while the file is parsed). Fix: a key the run reads, or '
+                f"nothing reads {top!r}. Fix: a key the run reads, or "
                 "config_keys = (...) on a plugin's class")
             raise HPMError(f'--cfg-options {key}=...: {why}')
         old = functools.reduce(_step, key.split('.'), current)
@@ -328,17 +323,6 @@ def _dicts(node: Any, path: str = ''):
         yield from _dicts(value, where)
 
 
-def launchers() -> list:
-    """What takes ``env_cfg.dist_cfg``: mmengine's launchers' and torch's
-    ``init_process_group``'s arguments."""
-    from mmengine.dist import utils
-    from torch.distributed import init_process_group
-    return [
-        init_process_group, utils.init_dist, utils._init_dist_pytorch,
-        utils._init_dist_mpi, utils._init_dist_slurm
-    ]
-
-
 def _receiver(path: str, node: dict, cfg: dict, registered,
               parents: dict) -> Optional[tuple]:
     """``(name, keys it takes, the classes)`` of what takes the config's
@@ -346,16 +330,22 @@ def _receiver(path: str, node: dict, cfg: dict, registered,
     else its ``type`` (a registered name, mmengine's default where it names
     none; the arch_zoo keys of an ``arch`` dict's backbone); None where that
     is unknown or may take any key. ``parents``: the dicts by path."""
+    from mmengine.dist import utils
     from mmengine.runner import Runner
     from mmengine.utils.dl_utils import set_multi_processing
     from mmpretrain.models import BaseSelfSupervisor
+    from torch.distributed import init_process_group
     from torch.nn.utils import clip_grad_norm_, clip_grad_value_
     from torch.utils.data import DataLoader
     readers = {  # path -> [(a function or class, the name it reads it by)]
         'randomness': [(Runner.set_randomness, None)],
         'env_cfg': [(Runner.setup_env, 'env_cfg')],
         'env_cfg.mp_cfg': [(set_multi_processing, None)],
-        'env_cfg.dist_cfg': [(f, None) for f in launchers()],
+        'env_cfg.dist_cfg': [
+            (f, None) for f in (  # the launchers'
+                init_process_group, utils.init_dist, utils._init_dist_pytorch,
+                utils._init_dist_mpi, utils._init_dist_slurm)
+        ],
         'auto_scale_lr': [(Runner.scale_lr, 'auto_scale_lr')],
         'optim_wrapper.clip_grad':
         [(clip_grad_value_ if node.get('type') == 'value' else clip_grad_norm_,
@@ -449,8 +439,7 @@ def check_config_dicts(cfg: Config) -> None:
                 if need:
                     raise HPMError(
                         f'{path}.{key}={value!r}: expected {need} ({who}\'s '
-                        f'default is {params[key].default!r}). Fix: '
-                        f'{path}.{key}=<{need}>.')
+                        f'default is {params[key].default!r}). Fix: {need}.')
 
 
 def load_config(config: Union[str, Config], *options:
@@ -470,15 +459,12 @@ def load_config(config: Union[str, Config], *options:
         cfg = _read_config(str(config))
         check_config_keys(cfg, str(config))
     else:
-        raise HPMError(
-            f'config={config!r} ({type(config).__name__}) is neither a config '
-            'file nor a loaded Config. Fix: a config path, or '
-            'mmengine.Config.fromfile(path).')
+        raise HPMError(f'config={config!r} is neither a config file nor a '
+                       'loaded Config. Fix: a config path.')
     for option in options:
         if option is not None and not isinstance(option, dict):
-            raise HPMError(
-                f'options {option!r} ({type(option).__name__}): give a dict '
-                "of overrides, e.g. {'train_cfg.max_epochs': 2}.")
+            raise HPMError(f'options {option!r}: give a dict of overrides, '
+                           "e.g. {'train_cfg.max_epochs': 2}.")
         if option:  # a copy: mmengine's merge pops keys (_delete_)
             merge_cfg_options(cfg, copy.deepcopy(option))
     init_default_scope(cfg.get('default_scope', 'mmpretrain'))
@@ -562,9 +548,7 @@ def check_config_keys(cfg: Config, path: str) -> None:
         why = unread_key(
             plain if bases[path] else {}, top, keys, cutoff=0.85) or took and (
                 f'{took} read an earlier {top} into {key or "a key"}; nothing '
-                'reads this one (a variable reaches the lines below it and '
-                f'its children, not its bases). Fix: set {key or "that key"} '
-                '= ... here')
+                f'reads this one. Fix: set {key or "that key"} = ... here')
         if why:
             where = path if owner == path else f'{path} (from {owner})'
             raise HPMError(f'{where}: {top} = ...: {why}')
@@ -576,16 +560,13 @@ def _read_config(path: str) -> Config:
     a pretraining install, the real cause of a failed ``custom_imports``
     (mmengine names ``sys.path`` instead)."""
     from hpm_mm.errors import FULL_INSTALL, MissingCompiledOpsError
-    example = 'e.g. configs/hpm/fast/hpm-fast_vit-mini-p4_1xb256-coslr-10e' \
-        '_fmnist.py'
+    fix = 'Fix: a config file, e.g. configs/hpm/fast/hpm-fast_vit-mini-p4_' \
+        '1xb256-coslr-10e_fmnist.py.'
     if '::' not in str(path) and not osp.isfile(path):
-        raise HPMError(f'config {path} does not exist{_near(path)}. Fix: a '
-                       f'config file path, {example}.')
+        raise HPMError(f'config {path} does not exist{_near(path)}. {fix}')
     if osp.splitext(path)[1] not in CONFIG_FILES:
-        raise HPMError(
-            f'config {path} is no config file (mmengine reads .py, .yml, '
-            '.yaml, .json; a checkpoint is given as a tool\'s checkpoint '
-            f'argument or load_from=...). Fix: a config file, {example}.')
+        raise HPMError(f'config {path} is no config file (a checkpoint is '
+                       f'load_from=...). {fix}')
     try:
         return Config.fromfile(path)
     except OSError:  # a _base_ missing or no config (the file exists)
@@ -597,13 +578,11 @@ def _read_config(path: str) -> Config:
         if not missing:
             raise
         file, name, base = missing[0]
+        why = f'does not exist{_near(base)}' if not osp.isfile(base) else \
+            'is no config file'
         raise HPMError(
-            f'{file}: its _base_ {name!r}' +
-            (f' ({base})' if base != name else '') +
-            (f' does not exist{_near(base)}' if not osp.isfile(base) else
-             ' is no config file (mmengine reads .py, .yml, .yaml, .json)') +
-            '. Fix: correct that path (a relative one is read from the '
-            'folder of the file that names it).') from None
+            f'{file}: its _base_ {name!r} ({base}) {why}. Fix: '
+            "correct that path (relative to that file's folder).") from None
     except SyntaxError as e:
         raise HPMError(f'{_syntax_error(path, e)}. Fix: correct '
                        'the Python syntax there.') from None
@@ -620,9 +599,8 @@ def _read_config(path: str) -> Config:
             c for c in chain if isinstance(c, ModuleNotFoundError) and c.name
         ]
         if package:
-            why = (f'inherits from {package.group(1)}, which is not installed '
-                   "(the pretraining profile has no mmdet, mmseg or mmcv's "
-                   f'compiled ops). Fix: {FULL_INSTALL}')
+            why = (f'inherits from {package.group(1)}, which is not installed.'
+                   f' Fix: {FULL_INSTALL}')
         elif needs:
             why = needs[0]
         elif any(c.name == 'pkg_resources' for c in plugin):
@@ -631,9 +609,8 @@ def _read_config(path: str) -> Config:
                    f"{setuptools.__version__} lacks. Fix: pip install "
                    "'setuptools<81'")
         elif plugin:  # a custom_imports module (or its own need)
-            why = (f'custom_imports could not import {plugin[0].name!r} '
-                   f'({plugin[0]}). Fix: make it importable (PYTHONPATH, pip '
-                   'install), or drop it from custom_imports.')
+            why = (f'custom_imports could not import {plugin[0].name!r}. '
+                   'Fix: make it importable (PYTHONPATH, pip install).')
         else:
             raise
         raise HPMError(f'{path}: {why}') from None
