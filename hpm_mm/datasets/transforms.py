@@ -41,11 +41,10 @@ class _Unreadable:
                 f'{self.num_skipped} skipped so far in this process',
                 'current', 30)
             return None
-        raise HPMError(
-            f'cannot read image {filename} ({why}). Fix: replace or remove '
-            'it (tools/misc/check_data.py CONFIG lists them all), or '
-            f"dict(type='{type(self).__name__}', skip_unreadable=True)."
-        ) from e
+        raise HPMError(f'cannot read image {filename} ({why}). Fix: replace or'
+                       ' remove it (tools/misc/check_data.py lists them), or '
+                       f"dict(type='{type(self).__name__}', skip_unreadable="
+                       'True).') from e
 
 
 @TRANSFORMS.register_module()
