@@ -38,24 +38,22 @@ def check_invariants(gen: BaseMaskGenerator,
         mask = _draw(gen, scores, progress, N, B, device)
         if mask.shape != (B, N) or mask.dtype != torch.float32:
             return [
-                f'{at}: mask of shape {tuple(mask.shape)} and dtype '
-                f'{mask.dtype}, not ({B}, {N}) float32'
+                f'{at}: mask {tuple(mask.shape)} {mask.dtype}, not '
+                f'({B}, {N}) float32'
             ]
         if mask.device.type != torch.device(device).type:
             problems.append(f'{at}: mask on {mask.device}, asked {device}')
         if not set(mask.unique().tolist()) <= {0., 1.}:
             problems.append(f'{at}: values other than 0 and 1')
         rows = mask.sum(1).long()
-        if want is None and not torch.all(rows == gen.num_masked(N)):
-            problems.append(f'{at}: rows mask {rows.unique().tolist()}'
-                            f' patches, not num_masked={gen.num_masked(N)}')
-        elif want is not None and not torch.equal(rows, want.to(rows)):
-            wrong = (rows != want.to(rows)).nonzero().flatten()[:3].tolist()
-            problems.append(
-                f'{at}: rows {wrong} mask '
-                f'{[int(rows[i]) for i in wrong]} patches, not the '
-                f'{[int(want[i]) for i in wrong]} that counts() drew for '
-                'them (per-image ratios)')
+        expect = torch.full_like(rows, gen.num_masked(N)) if want is None \
+            else want.to(rows)
+        wrong = (rows != expect).nonzero().flatten()[:3].tolist()
+        if wrong:
+            drew = f'num_masked={gen.num_masked(N)}' if want is None else \
+                f'the {expect[wrong].tolist()} that counts() drew for them'
+            problems.append(f'{at}: rows {wrong} mask {rows[wrong].tolist()} '
+                            f'patches, not {drew}')
         torch.manual_seed(0)
         if not torch.equal(mask, _draw(gen, scores, progress, N, B, device)):
             problems.append(f'{at}: not deterministic under a seed')
@@ -69,9 +67,8 @@ def check_invariants(gen: BaseMaskGenerator,
             k = gen.num_hard(N, progress)
             if k > 0:
                 top = mask.gather(1, scores.topk(k, dim=1).indices)
-                k_i = torch.full((B, ), k, device=top.device) if want is None \
-                    else torch.floor(gen.alpha(progress) * want.to(top.device)
-                                     + 1e-6)
+                k_i = torch.full_like(expect, k) if want is None else \
+                    torch.floor(gen.alpha(progress) * expect + 1e-6)
                 hard = torch.arange(k, device=top.device) < k_i.unsqueeze(1)
                 if not torch.all(top[hard] == 1):
                     problems.append(f'{at}: the top-scored patches chosen '
@@ -107,17 +104,14 @@ def check_image_scores(gen: BaseMaskGenerator,
 def check_no_host_sync(gen: BaseMaskGenerator) -> List[str]:
     """No read back to the host (on the meta device any would raise); a
     draw that fails on the CPU too is named as what it is."""
-    try:
-        _draw(gen, torch.randn(4, 64), 1., 64, 4, 'cpu')
-    except Exception as e:
-        return [
-            f'fails on the CPU already, so not for a read back to the '
-            f'host: {type(e).__name__}: {e}'
-        ]
-    try:
-        mask = _draw(gen, torch.randn(4, 64, device='meta'), 1., 64, 4, 'meta')
-    except Exception as e:
-        return [f'reads tensors back to the host ({type(e).__name__}: {e})']
+    for device, why in (('cpu', 'fails on the CPU already, so not for a '
+                         'read back to the host'),
+                        ('meta', 'reads tensors back to the host')):
+        try:
+            mask = _draw(gen, torch.randn(4, 64, device=device), 1., 64, 4,
+                         device)
+        except Exception as e:
+            return [f'{why} ({type(e).__name__}: {e})']
     return [] if mask.device.type == 'meta' else ['mask left the device']
 
 
@@ -146,7 +140,7 @@ def check(cls, kwargs=None, device: str = 'cpu') -> Dict[str, List[str]]:
         varied = cls(mask_ratio=per_image, **kwargs)
     except Exception as e:
         out['per-image ratios'] = [
-            f'mask_ratio={per_image} refused at construction: '
+            f'mask_ratio={per_image} refused: '
             f'{type(e).__name__}: {e}'
         ]
     else:
