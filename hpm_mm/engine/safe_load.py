@@ -57,10 +57,9 @@ def refuse_old_torch_pretraining(model) -> None:
         return
     cls = MODELS.get(model.get('type', ''))
     if isinstance(cls, type) and issubclass(cls, BaseSelfSupervisor):
-        raise HPMError(
-            f'pretraining ({model["type"]}) needs torch >= {TORCH_FLOOR} (its '
-            f'weights-only loader), not {torch.__version__}. Fix: pretrain '
-            'with a newer torch, transfer here (docs/install.md).')
+        raise HPMError(f'pretraining ({model["type"]}) needs torch >= '
+                       f'{TORCH_FLOOR}, not {torch.__version__}. Fix: a newer '
+                       'torch (docs/install.md).')
 
 
 def checkpoint_safe_globals() -> list:
@@ -234,20 +233,16 @@ def _refusal(path: str, error: Exception) -> UnsafeCheckpointError:
     what = ', '.join(bad)
     if torch_below(TORCH_FLOOR):
         return UnsafeCheckpointError(
-            f'{path} holds objects beyond tensors ({what}), which torch '
-            f'{torch.__version__} can load only as a full pickle: refused. '
-            f'Fix: load it with torch >= {TORCH_FLOOR}, or convert it there '
-            '(tools/model_converters/hpm2backbone.py writes tensors only).')
+            f'{path} holds objects beyond tensors ({what}): refused on torch '
+            f'{torch.__version__}. Fix: load it with torch >= {TORCH_FLOOR}.')
     if bad == [HISTORY_GETATTR] and b'HistoryBuffer' in _pickle_of(path):
         return UnsafeCheckpointError(
-            f'{path} holds HistoryBuffers pickled with {HISTORY_GETATTR}, '
-            'which could reach code (saved by a process without hpm_mm '
-            'imported): refused. Fix: if you trust it, re-save it: python '
-            'tools/misc/resave_checkpoint.py PATH (adds only that global).')
+            f'{path}: HistoryBuffers pickled with {HISTORY_GETATTR} (saved by '
+            'a process without hpm_mm imported): refused. Fix: if you trust '
+            'it, re-save it: python tools/misc/resave_checkpoint.py PATH')
     return UnsafeCheckpointError(
-        f'{path} holds objects outside the checkpoint allow-list ({what}), '
-        'which could run code when loaded: refused (mmengine and hpm_mm '
-        'write none). Fix: a checkpoint from a source you trust.')
+        f'{path} holds objects outside the checkpoint allow-list ({what}): '
+        'refused. Fix: a checkpoint from a source you trust.')
 
 
 def resave_checkpoint(path: str) -> bool:
@@ -268,9 +263,8 @@ def resave_checkpoint(path: str) -> bool:
         return False
     if bad != [HISTORY_GETATTR]:
         raise UnsafeCheckpointError(
-            f'{path}: not re-saved (nothing loaded): it holds '
-            f'{", ".join(bad)} outside the allow-list, beyond the one global '
-            'the re-save adds. Fix: a checkpoint from a source you trust.')
+            f'{path}: not re-saved: it holds {", ".join(bad)} outside the '
+            'allow-list. Fix: a checkpoint from a source you trust.')
     with torch.serialization.safe_globals([getattr]):
         ckpt = load_file(path)
     save_file(ckpt, path)
@@ -300,8 +294,7 @@ def load_file(path: str, map_location='cpu'):
     if os.environ.get('TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD', '') not in ('0', ''):
         import warnings  # (shown once: Python's default filter)
         warnings.warn('TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD is set; hpm_mm '
-                      'loads checkpoints with weights_only=True all the same '
-                      '(docs/reliability.md)')
+                      'loads checkpoints weights-only all the same')
     try:
         return torch.load(path, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError as e:
@@ -312,9 +305,8 @@ def load_file(path: str, map_location='cpu'):
         if not _legacy_pickles(path):
             raise
         raise CheckpointError(  # its storages cut short: no checksums
-            f'cannot load the checkpoint {path}: cut short or damaged (torch'
-            f"'s legacy format: {str(e).splitlines()[0]}). Fix: {COMPLETE}."
-        ) from None
+            f'cannot load the checkpoint {path}: cut short or damaged '
+            f'({str(e).splitlines()[0]}). Fix: {COMPLETE}.') from None
 
 
 def _check(path: str) -> None:

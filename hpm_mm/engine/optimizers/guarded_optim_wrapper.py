@@ -80,12 +80,9 @@ class NonFiniteGuardMixin:
         value = clip.get(key)
         number = isinstance(value, (int, float)) and type(value) is not bool
         if value is not None and not (number and value > 0):  # NaN: not > 0
-            # (max_norm=-1 scales every gradient by a negative factor:
-            # gradient ascent; torch takes it without a word)
-            raise HPMError(
+            raise HPMError(  # (torch ascends a negative max_norm silently)
                 f'optim_wrapper.clip_grad.{key}={value!r} is not a positive '
-                f'number. Fix: optim_wrapper.clip_grad.{key}=5.0 (the '
-                "recipes'), or clip_grad=None for none.")
+                f'number. Fix: optim_wrapper.clip_grad.{key}=5.0.')
         per_param = clip.get('type') == 'param_norm'
         if per_param:
             kwargs['clip_grad'] = dict(clip, type='norm')
@@ -241,11 +238,8 @@ class NonFiniteGuardMixin:
                 self._warn(self._skipped - skipped)
                 raise HPMError(
                     f'{self.consecutive_skips} optimizer steps in a row had '
-                    'a non-finite loss or gradients (none applied; the steps '
-                    'before may have diverged). Fix: lower optimizer.lr or '
-                    'set clip_grad, and restart from a checkpoint with a '
-                    'sound loss by load_from=CKPT (not --resume: its lr), or '
-                    'raise optim_wrapper.max_consecutive_skips.')
+                    'a non-finite loss or gradients. Fix: lower optimizer.lr '
+                    'or set clip_grad, from a sound load_from=CKPT.')
         self._warn(self._skipped - skipped)
 
     def _warn(self, new: int) -> None:
@@ -265,11 +259,9 @@ class NonFiniteGuardMixin:
         (:meth:`restore_step_counts`)."""
         skipped, applied = self.skipped_steps, self.applied_steps
         if skipped and skipped >= applied:
-            raise HPMError(
-                f'{skipped} of {skipped + applied} optimizer steps were '
-                'skipped (non-finite loss or gradients): the model barely '
-                'trained. Fix: lower the lr or set clip_grad, and train again.'
-            )
+            raise HPMError(f'{skipped} of {skipped + applied} optimizer steps'
+                           ' were skipped (non-finite loss or gradients). '
+                           'Fix: lower the lr or set clip_grad.')
 
 
 @OPTIM_WRAPPERS.register_module()
