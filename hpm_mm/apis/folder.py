@@ -82,14 +82,9 @@ def check_numbers(**values) -> None:
             raise HPMError(f'{name}={value!r} is not {want}. Fix: {want}, or '
                            'leave it out to have it chosen.')
     size, channels = values.get('img_size'), values.get('channels')
-    if size is not None and (size < 8 or size % 8):
-        raise HPMError(f'img_size={size}: the input is cut into an 8 x 8 '
-                       'grid of patches (16 px patches from 224 px), so it '
-                       f'must be a multiple of 8. Fix: one of {SIZES}.')
-    if size is not None and size > MAX_SIZE:  # (100000 px: killed by OOM)
-        raise HPMError(f'img_size={size}: above {MAX_SIZE} px, the largest '
-                       'input the folder recipe takes (its 8 x 8 patch grid '
-                       f'of a mini ViT). Fix: one of {SIZES}.')
+    if size is not None and (size % 8 or not 8 <= size <= MAX_SIZE):
+        raise HPMError(f'img_size={size}: not a multiple of 8 from 8 to '
+                       f'{MAX_SIZE} px. Fix: one of {SIZES}.')
     if channels is not None and channels not in (1, 3):
         raise HPMError(f'channels={channels}: 1 (grayscale) or 3 (RGB).')
 
@@ -115,33 +110,29 @@ def from_checkpoint(path: str,
         cfg, why = None, (f'its saved config (meta.cfg) does not load '
                           f'({type(e).__name__}: {e})').replace('\n', ' ')
     if cfg is None:
-        raise HPMError(f'--from {path}: {why}. Fix: an hpm_mm checkpoint, or '
-                       'import a released file first: tools/model_converters/'
-                       'official2hpm.py SRC OUT.pth.')
+        raise HPMError(f'--from {path}: {why}. Fix: an hpm_mm checkpoint (a '
+                       'released one imported by official2hpm.py).')
     state = ckpt.get('state_dict') or {}
     pos = state.get('backbone.pos_embed')
     proj = state.get('backbone.patch_embed.projection.weight')
     if pos is None or proj is None or proj.dim() != 4:
-        raise HPMError(f'--from {path}: no ViT encoder in it (backbone.'
-                       'pos_embed, backbone.patch_embed). Fix: an HPM or MAE '
-                       'ViT pretraining checkpoint.')
+        raise HPMError(f'--from {path}: no ViT encoder (backbone.pos_embed)'
+                       ' in it. Fix: an HPM or MAE ViT checkpoint.')
     check_finite(state, f'--from {path}')
     patch, ch = int(proj.shape[-1]), int(proj.shape[1])
     side = int((pos.shape[1] - 1)**.5 + .5)  # (the cls token first)
     size = side * patch
-    for name, asked, own in (('--img-size', img_size, size), ('--channels',
-                                                              channels, ch)):
-        if asked is not None and asked != own:
-            raise HPMError(
-                f'{name} {asked}: the checkpoint serves {own} ({size} px '
-                f'inputs, {side}x{side} patches of {patch} px, {ch} '
-                f'channel(s)). Fix: leave {name} out (images are resized).')
+    for name, asked, own in (('img-size', img_size, size), ('channels',
+                                                            channels, ch)):
+        if asked not in (None, own):
+            raise HPMError(f'--{name} {asked}: the checkpoint serves {own} '
+                           f'({size} px inputs, {side}x{side} patches of '
+                           f'{patch} px). Fix: leave --{name} out.')
     pre = cfg.model.get('data_preprocessor') or cfg.get(
         'data_preprocessor') or {}
     if pre.get('mean') is None or pre.get('std') is None:
-        raise HPMError(f'--from {path}: its saved config names no mean / '
-                       'std (data_preprocessor). Fix: a checkpoint trained '
-                       'with a normalising data preprocessor.')
+        raise HPMError(f'--from {path}: its config has no data_preprocessor'
+                       ' mean / std. Fix: a checkpoint of a normalising one.')
     masks = cfg.model.get('mask_generator') or {}
     imported = meta.get('imported') or {}
     saved = {k: v for k, v in cfg.to_dict().items() if k in run_keys()}
@@ -212,22 +203,19 @@ def choose_recipe(settings: Dict, base: Config, start: Optional[Dict],
     words += f', warm-up {warm} steps then cosine'
     if start['alpha'] is None:
         if alpha_0 is not None:
-            raise HPMError(f'--alpha-0 {alpha_0}: the checkpoint\'s model has '
-                           'no easy-to-hard schedule (it masks at random). '
-                           'Fix: leave --alpha-0 out.')
+            raise HPMError(f"--alpha-0 {alpha_0}: the checkpoint's model "
+                           'masks at random. Fix: leave --alpha-0 out.')
         return words + ', random masks (the checkpoint\'s)'
     fresh = [p for p in start['untrained'] if 'predictor' in p]
     a0, aT = start['alpha']
     done, total = start['epochs']  # (an import: its run ended)
     stood = a0 + min(done / total, 1.) * (aT - a0) if done and total else aT
-    why = (
-        'given' if alpha_0 is not None else
-        f'its loss predictor is untrained ({", ".join(fresh)}): trained '
-        'from the start of the schedule' if fresh else
-        'its loss predictor is trained: the schedule starts where its run ' +
-        (f'stood (epoch {done} of {total})' if stood != aT else 'ended'))
-    a0 = alpha_0 if alpha_0 is not None else a0 if fresh else round(stood, 3)
-    settings['alpha_0'] = a0
+    why = ('given' if alpha_0 is not None else
+           f'untrained predictor {", ".join(fresh)}: from the start'
+           if fresh else f'where its run stood (epoch {done} of {total})'
+           if stood != aT else 'where its run ended')
+    settings['alpha_0'] = a0 = alpha_0 if alpha_0 is not None else \
+        a0 if fresh else round(stood, 3)
     return words + f', alpha {a0:g} -> {aT:g} ({why})'
 
 
@@ -386,9 +374,8 @@ def pretrain_folder(folder: str,
     work_dir = work_dir or osp.join(
         'work_dirs', f'folder_{osp.basename(osp.abspath(folder))}')
     if osp.realpath(work_dir) == osp.realpath(folder):
-        raise HPMError(f'--work-dir {work_dir} is the image folder: its '
-                       'outputs would be read as images by the next run. '
-                       'Fix: another --work-dir.')
+        raise HPMError(f'--work-dir {work_dir} is the image folder. Fix: '
+                       'another --work-dir.')
     lock = own_work_dir(work_dir)  # before anything is written into it
     # the runner takes the lock over; a refusal puts the work dir back
     with hand_over(lock, work_dir), _restored_on_refusal(work_dir):
@@ -397,9 +384,8 @@ def pretrain_folder(folder: str,
         listing = '; '.join(f'{p} ({why})' for p, why in bad[:3]) + (
             f' and {len(bad) - 3} more' if len(bad) > 3 else '')
         if bad and not skip_unreadable:
-            raise HPMError(f'{len(bad)} unreadable image file(s) in {folder}:'
-                           f' {listing}. Fix: remove or repair them, or '
-                           '--skip-unreadable.')
+            raise HPMError(f'{len(bad)} unreadable image file(s): {listing}'
+                           '. Fix: remove them, or --skip-unreadable.')
         if not scan['files']:
             raise HPMError(f'no readable image in {folder}. Fix: point at the '
                            'folder that holds your images.')
@@ -421,17 +407,15 @@ def pretrain_folder(folder: str,
             stats = channel_stats(folder, scan['files'], settings['img_size'],
                                   settings['channels'])
             chosen = (f'chosen: {size} (median short side '
-                      f'{settings["median_short_side"]:g} px), patch '
-                      f'{settings["patch_size"]}; {recipe}')
+                      f'{settings["median_short_side"]:g} px)')
         else:
             stats = dict(mean=start['mean'], std=start['std'])
-            rule = ' (grayscale images: the channel to all 3)' if \
-                scan['gray'] and start['channels'] == 3 else \
-                ' (colour images as luminance)' if not scan['gray'] and \
-                start['channels'] == 1 else ''
-            chosen = (f'from {start_from} ({start["kind"]}): its {size}{rule}'
-                      f', patch {settings["patch_size"]} and normalisation; '
-                      f'{recipe}')
+            how = {
+                (True, 3): ' (grayscale images as RGB)',
+                (False, 1): ' (colour images as luminance)'
+            }
+            chosen = (f'from {start_from} ({start["kind"]}): its {size}'
+                      f'{how.get((scan["gray"], start["channels"]), "")}')
             Path(work_dir, START_CONFIG).write_text(start['text'])
         split = split_labelled(scan['files'], scan['classes'] or [])
         text = folder_config(base, folder, work_dir, scan, split, settings,
@@ -446,11 +430,10 @@ def pretrain_folder(folder: str,
             f'{classes} classes (kNN on a held-out fifth)' if all(split) else
             f'{classes} classes; kNN skipped (1 image each: none held out)'
             if classes else 'unlabelled (no kNN)')
-        log(f'{settings["num_images"]} images, {labels}; {chosen}, batch '
+        log(f'{settings["num_images"]} images, {labels}; {chosen}, patch '
+            f'{settings["patch_size"]}; {recipe}, batch '
             f'{settings["batch_size"]}, {settings["epochs"]} epochs of '
-            f'{settings["steps_per_epoch"]} steps; override: '
-            f'{"--img-size --channels " * (start is None)}--batch-size '
-            '--epochs --lr --alpha-0')
+            f'{settings["steps_per_epoch"]} steps')
         cfg_path = osp.join(work_dir, 'hpm_folder.py')
         Path(cfg_path).write_text(text)
         if cfg_options:  # checked on the config as it will run
@@ -477,8 +460,7 @@ def pretrain_folder(folder: str,
     last = Path(work_dir, 'last_checkpoint').read_text().strip()
     result['export'] = (
         'export the encoder: python tools/model_converters/hpm2backbone.py '
-        f'{last} {osp.join(work_dir, "backbone.pth")} --target mmpretrain '
-        '(or mmdet / mmseg; timm: OUT a folder; docs/transfer.md)')
+        f'{last} {osp.join(work_dir, "backbone.pth")} --target mmpretrain')
     return result
 
 
@@ -528,26 +510,18 @@ def _resume_or_refuse(work_dir: str,
     then = run_start(work_dir)  # (False: none of its checkpoints complete)
     if then is not False and then != start:
         raise HPMError(
-            f'{work_dir} holds a run from {then or "scratch"}; this one '
-            f'starts from {start or "scratch"}. Fix: --work-dir NEW for a '
-            f'new run, or {f"--from {then}" if then else "no --from"} to '
-            'continue it.')
+            f'{work_dir} holds a run from {then or "scratch"}; this one starts'
+            f' from {start or "scratch"}. Fix: --work-dir NEW, or '
+            f'{f"--from {then}" if then else "no --from"} to continue it.')
     listed = Path(work_dir, 'images.txt')
-    before = listed.read_text().split('\n')[:-1] if listed.exists() else []
-    if before != files:
-        what = (f'{len(before)} then, {len(files)} now: '
-                f'{len(set(files) - set(before))} added, '
-                f'{len(set(before) - set(files))} removed')
-        if resume and changed_run:
-            log(f'{work_dir} holds a run on other images ({what}): '
-                'continuing its trained epochs on the folder as it is now, '
-                'as --resume with resume_changed_run=True asks')
-            return True
-        raise HPMError(
-            f'{work_dir} holds a run on other images ({what}). Fix: '
-            '--work-dir NEW for a new run, or --resume --cfg-options '
-            'resume_changed_run=True to continue it on these images.')
-    if resume is None:
-        log(f'{work_dir} holds a run on these same images: continuing it '
-            '(a finished one ends at once; --work-dir NEW starts a new one)')
+    old = listed.read_text().split('\n')[:-1] if listed.exists() else []
+    what = (f'other images ({len(old)} then, {len(files)} now: '
+            f'{len(set(files) - set(old))} added, '
+            f'{len(set(old) - set(files))} removed)')
+    if old != files and not (resume and changed_run):
+        raise HPMError(f'{work_dir} holds a run on {what}. Fix: --work-dir NEW'
+                       ', or --resume --cfg-options resume_changed_run=True.')
+    if resume is None or old != files:
+        log(f'{work_dir} holds a run on '
+            f'{what if old != files else "these same images"}: continuing it')
     return True

@@ -151,7 +151,8 @@ def test_own_images_one_per_class_trains_without_knn(tmp_path):
         epochs=2,
         resume=True,
         cfg_options=dict(resume_changed_run=True))
-    assert 'continuing its trained epochs on the folder as it is now' in out
+    assert 'holds a run on other images (2 then, 3 now: 1 added, 0 ' \
+        'removed): continuing it' in out, out
     assert (work / 'epoch_2.pth').exists()
     assert len((work / 'images.txt').read_text().splitlines()) == 3
 
