@@ -63,9 +63,8 @@ def pool_features(feats,
     if isinstance(feats, (tuple, list)):
         feats = feats[-1]
     if feature == 'cls' and (feats.dim() != 3 or num_extra_tokens < 1):
-        raise ValueError("feature='cls' needs token outputs (B, L, D) with a "
-                         f'CLS token, got {tuple(feats.shape)} with '
-                         f'{num_extra_tokens} extra. Fix: feature=avg.')
+        raise ValueError("feature='cls' needs token outputs with a CLS token,"
+                         f' got {tuple(feats.shape)}. Fix: feature=avg.')
     if feats.dim() == 3:
         return feats[:, 0] if feature == 'cls' else \
             feats[:, num_extra_tokens:].mean(dim=1)
@@ -84,9 +83,8 @@ def block_output(model, layer: Optional[int]):
     layers = getattr(getattr(model, 'backbone', None), 'layers', None)
     n = len(layers) if layers is not None else 0
     if not -n <= layer < n:
-        raise ValueError(
-            f'layer {layer}: the encoder has {n} blocks (0..{n - 1}, or '
-            f'-{n}..-1). Fix: one of those, or no layer (its output).')
+        raise ValueError(f'layer {layer}: the encoder has {n} blocks. Fix: '
+                         f'0..{n - 1} or -{n}..-1.')
     seen = []
     handle = layers[layer].register_forward_hook(
         lambda m, i, out: seen.append(out))
@@ -155,9 +153,8 @@ def extract_features(model,
 
 
 #: what the kNN hook and knn_eval say when the bank is the evaluated set
-SAME_SET = ('the memory bank is the evaluated set (the same images in both '
-            'loaders): every image finds itself, so kNN measures nothing. '
-            'Fix: evaluate on held-out images (val_dataloader).')
+SAME_SET = ('the memory bank is the evaluated set, so kNN measures nothing. '
+            'Fix: held-out images in val_dataloader.')
 
 
 def bank_and_evaluated(model, loaders: dict, log, **kwargs) -> tuple:
