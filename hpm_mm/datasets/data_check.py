@@ -23,16 +23,8 @@ def _loaders(cfg: Config) -> List[Tuple[str, dict]]:
     return out
 
 
-#: a loader's color_type -> the channels it reads
+#: a loader's color_type -> the channels it reads ('unchanged': not known)
 CHANNELS = dict(grayscale=1, color=3)
-
-
-def _pipeline_channels(pipeline) -> int:
-    for t in pipeline or []:
-        if reads_image_files(t):
-            # 'unchanged' keeps each file's own channels: not known here
-            return CHANNELS.get(t.get('color_type', 'color'), 0)
-    return 0
 
 
 def check_data(cfg: Config, max_images: int = 0) -> Dict[str, list]:
@@ -62,7 +54,9 @@ def check_data(cfg: Config, max_images: int = 0) -> Dict[str, list]:
         except Exception as e:  # missing folders, bad annotation files
             problems.append(f'{name}: cannot build the dataset: {e}')
             continue
-        loads = _pipeline_channels(ds_cfg.get('pipeline'))
+        loads = next(
+            (CHANNELS.get(t.get('color_type', 'color'), 0)
+             for t in ds_cfg.get('pipeline') or [] if reads_image_files(t)), 0)
         if loads and want and loads != want:
             problems.append(
                 f'{name}: the pipeline loads {loads}-channel images but the '
@@ -105,14 +99,12 @@ def check_data_roots(cfg, work_dir: Optional[str] = None) -> None:
         found = resolve_data_root(root) if 'MNIST' in kind else root
         if not osp.isdir(found):
             raise HPMError(
-                f'{name}.dataset.data_root {root!r} is not a folder (from '
-                f'{os.getcwd()}). Fix: the folder of the images (or '
-                'image.root=PATH with an image spec).')
+                f'{name}.dataset.data_root {root!r} is not a folder'
+                f' (from {os.getcwd()}). Fix: your images\' folder.')
         scans = kind == 'CustomDataset' and not dataset.get('ann_file')
         real = osp.realpath(found)
         if name == 'train_dataloader' and work_dir and scans and \
                 osp.commonpath([osp.realpath(work_dir), real]) == real:
             raise HPMError(
-                f'the work dir {work_dir} is inside the training images\' '
-                f'folder {root} (its pictures would be read as images). Fix:'
-                ' --work-dir outside it.')
+                f'the work dir {work_dir} is inside the training '
+                f"images' folder {root}. Fix: --work-dir outside it.")
