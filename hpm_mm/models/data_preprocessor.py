@@ -24,10 +24,8 @@ def check_channels(preprocessor, data: dict) -> None:
     have, want = first.shape[-3], preprocessor.mean.shape[0]
     if have != want:
         raise HPMError(
-            f'the images have {have} channel(s) but the model takes '
-            f'{want} (data_preprocessor mean/std). Fix: color_type='
-            f"'{'grayscale' if want == 1 else 'color'}' in the loader, or "
-            f'the model and mean/std for {have}-channel images.')
+            f'the images have {have} channel(s) but the model takes {want}. '
+            f"Fix: color_type='{'grayscale' if want == 1 else 'color'}'.")
 
 
 def watch_channels(model) -> None:
@@ -42,9 +40,8 @@ def watch_channels(model) -> None:
     mean = getattr(pre, 'mean', None)
     if want and torch.is_tensor(mean) and getattr(
             pre, '_enable_normalize', False) and mean.shape[0] != want:
-        raise HPMError(
-            f'data_preprocessor mean/std have {mean.shape[0]} value(s) but '
-            f'the model takes {want}-channel images. Fix: one per channel.')
+        raise HPMError(f'data_preprocessor mean/std have {mean.shape[0]} '
+                       f'value(s) for {want} channels. Fix: one per channel.')
     if not isinstance(pre, torch.nn.Module) or \
             getattr(pre, '_hpm_channels_watched', False) or \
             isinstance(pre, ChannelCheckedDataPreprocessor):
@@ -117,10 +114,9 @@ class ChannelCheckedDataPreprocessor(SelfSupDataPreprocessor):
         if isinstance(inputs, list) and inputs and torch.is_tensor(
                 inputs[0]) and inputs[0].dim() == 1:
             raise HPMError(
-                'the batch holds encoded images (LoadBytesAndCropBox). Fix: '
-                "type='DeviceDecodeDataPreprocessor' and 'device_decode' in "
-                'PackInputs meta_keys (configs/_base_/datasets/'
-                'imagenet_bs512_mae_gpu_decode.py).')
+                'the batch holds encoded images. Fix: type='
+                "'DeviceDecodeDataPreprocessor' and 'device_decode' in "
+                'PackInputs meta_keys.')
         check_channels(self, data)
         return super().forward(data, training)
 

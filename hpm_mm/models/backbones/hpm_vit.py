@@ -60,11 +60,9 @@ class HPMViT(MAEViT):
         N = tokens.shape[1]
         if mask.shape != (B, N):
             raise ValueError(
-                f'mask must be (B, N) = ({B}, {N}) for this '
-                f'{x.shape[-2]}x{x.shape[-1]} input, got {tuple(mask.shape)}'
-                f'. The model was built for {self.img_size[0]}x'
-                f'{self.img_size[1]} images. Fix: that size, or '
-                'backbone.img_size and neck.num_patches.')
+                f'mask must be ({B}, {N}) for a {x.shape[-2]}x{x.shape[-1]} '
+                f'input, got {tuple(mask.shape)}: the model was built for '
+                f'{self.img_size[0]}x{self.img_size[1]}. Fix: that size.')
         return tokens, pos_embed
 
     def encode(self, tokens: torch.Tensor,

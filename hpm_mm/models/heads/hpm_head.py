@@ -78,10 +78,9 @@ class HPMFeaturePretrainHead(HPMPretrainHead):
                      target: torch.Tensor) -> torch.Tensor:
         """(B, N, C) prediction and target features -> (B, N) fp32."""
         if pred.shape != target.shape:
-            raise ValueError(
-                f'the reconstructor predicts {tuple(pred.shape)} but the '
-                f'target features are {tuple(target.shape)}: set '
-                f'neck.predict_feature_dim={target.shape[-1]}.')
+            raise ValueError(f'prediction {tuple(pred.shape)}, target '
+                             f'{tuple(target.shape)}. Fix: '
+                             f'neck.predict_feature_dim={target.shape[-1]}.')
         pred = F.normalize(pred.float(), dim=-1)
         target = F.normalize(target.detach().float(), dim=-1)
         return ((pred - target)**2).mean(-1)

@@ -56,8 +56,7 @@ class BaseMaskGenerator(nn.Module):
         if isinstance(mask_ratio, (int, float)):
             if not 0 < mask_ratio < 1:
                 raise ValueError(
-                    f'mask_ratio must be in (0, 1) (the fraction of patches '
-                    f'masked), got {mask_ratio}.')
+                    f'mask_ratio must be in (0, 1), got {mask_ratio}.')
             return None
         try:
             ranges = tuple((float(lo), float(hi)) for lo, hi in mask_ratio)
@@ -65,9 +64,8 @@ class BaseMaskGenerator(nn.Module):
             ranges = ()
         if not ranges or not all(0 <= lo <= hi < 1 for lo, hi in ranges):
             raise ValueError(
-                'mask_ratio must be a float in (0, 1) or per-image ranges '
-                '[(low, high), ...] with 0 <= low <= high < 1 (iBOT: '
-                f'[(0, 0), (0.1, 0.5)]), got {mask_ratio!r}.')
+                f'mask_ratio={mask_ratio!r}: use a float in (0, 1) or ranges '
+                '[(low, high), ...] with 0 <= low <= high < 1.')
         return ranges
 
     @property
@@ -119,11 +117,8 @@ class BaseMaskGenerator(nn.Module):
         k = self.max_masked(num_patches)
         if not 0 < k < num_patches:
             raise ValueError(
-                f'mask_ratio={self.mask_ratio!r} masks '
-                f'{"up to " if self.varies else ""}{k} of the {num_patches} '
-                'patches: at least one patch must be masked and one '
-                f'visible. Fix: {1 / num_patches:.3g} <= mask_ratio <= '
-                f'{1 - 1 / num_patches:.3g}.')
+                f'mask_ratio={self.mask_ratio!r} masks {k} of {num_patches} '
+                'patches. Fix: mask at least one patch and leave one visible.')
 
     def log_vars(self, num_patches: int, progress: float) -> Dict[str, float]:
         """Scalars to log at this progress. Defaults to none."""
@@ -136,8 +131,7 @@ class BaseMaskGenerator(nn.Module):
         first; called under ``no_grad`` with the normalised images and the (h,
         w) patch grid."""
         raise NotImplementedError(
-            f"{type(self).__name__} has score_source='image' but no "
-            'image_scores(inputs, patch_resolution).')
+            f"{type(self).__name__}: score_source='image' needs image_scores.")
 
     def forward(self,
                 scores: Optional[torch.Tensor],
@@ -172,8 +166,7 @@ class BaseMaskGenerator(nn.Module):
         draw its non-hard patches with them (``rest=``); those whose keys do
         not depend on the count ignore ``counts``."""
         raise NotImplementedError(
-            f'{type(self).__name__} does not define keys(), so it cannot '
-            'be the rest= generator of HPMMaskGenerator.')
+            f'{type(self).__name__} has no keys(): it cannot be rest=.')
 
     def _mask_largest(self,
                       keys: torch.Tensor,
@@ -188,9 +181,6 @@ class BaseMaskGenerator(nn.Module):
         rank = torch.arange(keys.shape[1], device=keys.device)
         return torch.zeros_like(keys).scatter_(
             1, order, (rank < counts.unsqueeze(1)).to(keys.dtype))
-
-    def extra_repr(self) -> str:
-        return f'mask_ratio={self.mask_ratio!r}'
 
 
 @MODELS.register_module()

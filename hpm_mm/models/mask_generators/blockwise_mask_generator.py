@@ -42,10 +42,8 @@ class BlockwiseMaskGenerator(BaseMaskGenerator):
             input_size = (input_size, input_size)
         self.input_size = tuple(input_size) if input_size else None
         if min_num_patches < 1 or num_blocks < 1 or not 0 < min_aspect <= 1:
-            raise ValueError(
-                'BlockwiseMaskGenerator needs min_num_patches >= 1, '
-                f'num_blocks >= 1, 0 < min_aspect <= 1; got {min_num_patches}'
-                f', {num_blocks}, {min_aspect}.')
+            raise ValueError('BlockwiseMaskGenerator needs min_num_patches, '
+                             'num_blocks >= 1 and 0 < min_aspect <= 1.')
         self.min_num_patches = min_num_patches
         self.max_num_patches = max_num_patches
         self.log_aspect = (math.log(min_aspect), math.log(1 / min_aspect))
@@ -57,9 +55,8 @@ class BlockwiseMaskGenerator(BaseMaskGenerator):
         else:
             h = w = int(round(num_patches**.5))
         if h * w != num_patches:
-            raise ValueError(
-                f'{num_patches} patches are not a {h}x{w} grid: set '
-                'input_size=(h, w) of the patch grid.')
+            raise ValueError(f'{num_patches} patches are not a {h}x{w} grid. '
+                             'Fix: input_size=(h, w) of the patch grid.')
         return h, w
 
     def keys(self,
@@ -102,8 +99,3 @@ class BlockwiseMaskGenerator(BaseMaskGenerator):
         order = first + torch.where(first < M, raster,
                                     torch.rand(B, N, device=device))
         return 1. - order / (M + 1)
-
-    def extra_repr(self) -> str:
-        return (f'mask_ratio={self.mask_ratio}, input_size={self.input_size}, '
-                f'min_num_patches={self.min_num_patches}, '
-                f'num_blocks={self.num_blocks}')

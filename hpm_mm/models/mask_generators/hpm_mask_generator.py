@@ -60,8 +60,8 @@ class HPMMaskGenerator(BaseMaskGenerator):
             self.rest = MODELS.build(
                 rest, default_args=dict(mask_ratio=mask_ratio))
             if self.rest.uses_scores:
-                raise ValueError(f'rest= must be a score-free generator, got '
-                                 f'{type(self.rest).__name__}.')
+                raise ValueError(f'rest={type(self.rest).__name__} reads '
+                                 'scores. Fix: a score-free generator.')
 
     @property
     def uses_scores(self) -> bool:
@@ -115,10 +115,6 @@ class HPMMaskGenerator(BaseMaskGenerator):
                 keys.scatter_(1, top,
                               torch.where(hard, 2.0, keys.gather(1, top)))
         return self._mask_largest(keys, counts)  # (B, N), 1 = masked
-
-    def extra_repr(self) -> str:
-        return (f'mask_ratio={self.mask_ratio!r}, alpha_0={self.alpha_0}, '
-                f'alpha_T={self.alpha_T}, mode={self.mode!r}')
 
     def check(self, num_patches: int) -> None:
         super().check(num_patches)

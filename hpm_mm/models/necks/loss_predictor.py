@@ -46,13 +46,12 @@ class HPMLossPredictor(BaseModule):
                  init_cfg: Optional[Union[List[dict], dict]] = None) -> None:
         super().__init__(init_cfg=init_cfg)
         if predictor_depth < 1:
-            raise ValueError(f'predictor_depth must be >= 1 (HPM\'s decoder: '
-                             f'0 for none), got {predictor_depth}.')
+            raise ValueError(
+                f'predictor_depth must be >= 1, got {predictor_depth}.')
         dim = predictor_embed_dim
         if not in_proj and embed_dim != dim:
-            raise ValueError(
-                f'in_proj=False reads {embed_dim}-d tokens into a {dim}-d '
-                'predictor: set in_proj=True or make the widths equal.')
+            raise ValueError(f'in_proj=False with widths {embed_dim} != '
+                             f'{dim}. Fix: in_proj=True.')
         self.embed = nn.Linear(embed_dim, dim) if in_proj else nn.Identity()
         self.blocks = nn.ModuleList([
             TransformerEncoderLayer(

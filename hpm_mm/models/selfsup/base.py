@@ -9,9 +9,6 @@ from mmpretrain.registry import MODELS
 from hpm_mm.errors import HPMError
 from ..mask_generators import IMAGE_SCORES
 
-#: the command that checks a mask generator against the contract
-CHECK = 'python tools/misc/check_mask_generator.py MODULE:CLASS'
-
 
 def _blocks(module: nn.Module) -> List[nn.Module]:
     """The repeated blocks (an ``nn.ModuleList``'s) that hold no such list."""
@@ -85,29 +82,22 @@ class HPMBase(BaseSelfSupervisor):
         gen.check(N)
         if gen.varies and self.backbone.drops_masked:
             raise ValueError(
-                f'mask_ratio={gen.mask_ratio!r} masks a different number of '
-                f'patches per image, but {type(self.backbone).__name__} '
-                'drops the masked patches (the same number per image). Fix: '
-                'a float mask_ratio, or a mask-token encoder (HPMSimMIM, '
-                'HPMBEiT, HPMiBOT).')
+                f'mask_ratio={gen.mask_ratio!r} varies per image but '
+                f'{type(self.backbone).__name__} drops the masked patches. '
+                'Fix: a float mask_ratio, or HPMSimMIM/HPMBEiT/HPMiBOT.')
         if getattr(self.neck, 'num_patches', N) != N:
-            raise ValueError(
-                f'neck.num_patches={self.neck.num_patches} but the backbone '
-                f'has {N} patches (img_size / patch_size squared). Fix: '
-                f'neck.num_patches={N}.')
+            raise ValueError(f'neck.num_patches={self.neck.num_patches}, the '
+                             f'backbone has {N}. Fix: neck.num_patches={N}.')
         # a predicting loss or a predicted-loss mask needs a predictor
         if not self.with_predictor and \
                 getattr(self.head, 'loss_pred', None) is not None:
-            raise ValueError(
-                'head.loss_pred is set but the model has no loss predictor '
-                '(neck.predictor_depth=0, or predictor=None): set '
-                'head.loss_pred=None, or give the model a predictor.')
+            raise ValueError('head.loss_pred is set but the model has no loss '
+                             'predictor. Fix: head.loss_pred=None.')
         if not self.with_predictor and gen.uses_scores and \
                 gen.score_source == 'predicted_loss':
-            raise ValueError(
-                'the mask generator masks by predicted loss but the model '
-                'has no loss predictor: use alpha_0=alpha_T=0 (random '
-                'masks), or give the model a predictor.')
+            raise ValueError('the mask generator masks by predicted loss but '
+                             'the model has no predictor. Fix: '
+                             'alpha_0=alpha_T=0.')
         target_uses_teacher = getattr(self.target_generator, 'uses_teacher',
                                       False)
         self.teacher_features = bool(self.teacher_target
@@ -306,13 +296,11 @@ class HPMBase(BaseSelfSupervisor):
         if not (tuple(mask.shape) == (B, N) and binary
                 and low <= rows.min() <= rows.max() <= high):
             raise HPMError(
-                f'{type(gen).__name__} masked '
-                f'{sorted({int(r) for r in rows.tolist()})} patches per '
-                f'image where its ratio {gen.mask_ratio!r} asks for '
-                f'{f"0..{high}" if gen.varies else high}, each value 0 or 1, '
-                f'in a mask of shape {tuple(mask.shape)} for ({B}, {N}) '
-                f'(images, patches). Fix: num_masked(N) patches per row '
-                f'({CHECK} checks the contract).')
+                f'{type(gen).__name__} masked {rows.int().unique().tolist()} '
+                f'patches per image where mask_ratio={gen.mask_ratio!r} '
+                f'asks for {f"0..{high}" if gen.varies else high} in a 0/1 '
+                f'({B}, {N}) mask (got shape {tuple(mask.shape)}). Fix: '
+                'python tools/misc/check_mask_generator.py MODULE:CLASS.')
         return mask
 
     def with_mask_log(self, losses: dict, inputs: torch.Tensor) -> dict:

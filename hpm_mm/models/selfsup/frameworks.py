@@ -179,10 +179,8 @@ class HPMiBOT(HPMBase):
         got = [tuple(v.shape[-2:]) for v in views]
         if len(views) < 2 or got[0] != size or got[1] != size:
             raise ValueError(
-                f'HPMiBOT takes multi-crop views: 2 global crops of '
-                f'{size[0]}x{size[1]} (the backbone img_size) first, then '
-                f'local ones; got views of {got}. Fix: the train pipeline '
-                "dict(type='MultiView', num_views=[1, 1, L], transforms=["
-                'global_1, global_2, local]) with default_collate.')
+                f'HPMiBOT needs 2 global crops of {size[0]}x{size[1]} first, '
+                f"got views of {got}. Fix: dict(type='MultiView', num_views="
+                '[1, 1, L], transforms=[global_1, global_2, local]).')
         local = torch.cat(inputs[2:]) if len(inputs) > 2 else None
         return torch.cat(inputs[:2]), local

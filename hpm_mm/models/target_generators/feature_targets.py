@@ -74,9 +74,8 @@ class FrozenFeatureTarget(BaseModule):
                 'random initialisation (for tests only).', 'current', 30)
             return
         if not osp.isfile(self.checkpoint):
-            raise FileNotFoundError(
-                f'{name}: no target weights at {self.checkpoint!r}. Fix: '
-                f'convert them as {self.source} says.')
+            raise FileNotFoundError(f'{name}: no file {self.checkpoint!r}. '
+                                    f'Fix: convert it as {self.source} says.')
         from mmengine.runner.checkpoint import _load_checkpoint
         ckpt = _load_checkpoint(self.checkpoint, map_location='cpu')
         state = self.load_target_state(ckpt.get('state_dict', ckpt))

@@ -75,16 +75,13 @@ class EMATeacher(ExponentialMovingAverage):
             raise ValueError("momentum_schedule must be 'linear' or "
                              f"'cosine', got {momentum_schedule!r}.")
         if not 0. < input_scale <= 1.:
-            raise ValueError(
-                'input_scale must be in (0, 1] (the fraction of the patch '
-                f'grid the teacher sees per side), got {input_scale}.')
+            raise ValueError(f'input_scale must be in (0, 1], got '
+                             f'{input_scale}.')
         if score_source is not None:
             check_source(score_source)
         if features and input_scale != 1:
-            raise ValueError(
-                "the EMA teacher's features are a target: it must see the "
-                f'full image (teacher.input_scale={input_scale}). Fix: '
-                'teacher=dict(input_scale=1.0).')
+            raise ValueError(f'teacher.input_scale={input_scale} but its '
+                             'features are a target. Fix: input_scale=1.0.')
         self.start_momentum = momentum
         self.end_momentum = end_momentum
         self.momentum_epochs = momentum_epochs
@@ -109,9 +106,8 @@ class EMATeacher(ExponentialMovingAverage):
         ramp = self.momentum_epochs
         if ramp is None:
             if max_epochs is None:
-                raise ValueError(
-                    'teacher momentum_epochs=None ramps over the run: '
-                    'set_epoch needs max_epochs (HPMScheduleHook gives it).')
+                raise ValueError('momentum_epochs=None needs max_epochs. '
+                                 'Fix: set_epoch(epoch, max_epochs).')
             ramp = max_epochs
         if self.momentum_schedule == 'linear':
             epoch = math.floor(epoch)
@@ -148,10 +144,8 @@ class EMATeacher(ExponentialMovingAverage):
             for name, param in student.named_parameters():
                 if param.shape != teacher[name].shape:
                     raise RuntimeError(
-                        f'the EMA teacher needs whole parameters: {name} is '
-                        f'{tuple(param.shape)} (a shard?), '
-                        f'{tuple(teacher[name].shape)} in the teacher. Fix: '
-                        'HPMFullyShardedDataParallel under FSDP, or DDP.')
+                        f'{name} is {tuple(param.shape)} (a shard?) for the '
+                        'EMA teacher. Fix: HPMFullyShardedDataParallel.')
             self._checked = True
         self.update_parameters(
             student, applied if isinstance(applied, torch.Tensor) else None)
@@ -263,10 +257,3 @@ class EMATeacher(ExponentialMovingAverage):
             size=full,
             mode='bilinear',
             align_corners=False).flatten(1), None
-
-    def extra_repr(self) -> str:
-        return (f'momentum={self.start_momentum} -> {self.end_momentum} over '
-                f'{self.momentum_epochs} epochs '
-                f'({self.momentum_schedule}), dtype={self.dtype}, '
-                f'input_scale={self.input_scale}, '
-                f'score_source={self.score_source!r}')

@@ -26,10 +26,9 @@ def check_source(name: str) -> None:
     """Refuse a source nothing registered, naming the registered ones."""
     if TEACHER_SCORES.get(name) is None:
         raise HPMError(
-            f'score_source {name!r} is not a registered teacher score '
-            f'source (registered: {sorted(TEACHER_SCORES.module_dict)}). '
-            "Fix: one of those, or yours with TEACHER_SCORES.register_module"
-            "(name='...') in custom_imports.")
+            f'score_source {name!r} is not a registered teacher score source.'
+            f' Fix: one of {sorted(TEACHER_SCORES.module_dict)}, or yours by '
+            'TEACHER_SCORES.register_module in custom_imports.')
 
 
 @TEACHER_SCORES.register_module(name='predicted_loss')
