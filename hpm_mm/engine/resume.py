@@ -122,8 +122,7 @@ def find_resume_checkpoint(work_dir: str) -> Tuple[Optional[str], List[str]]:
             return None, [
                 ', '.join(f'{osp.basename(p)} of run {r}'
                           for r, p in runs.items() if r) +
-                ': runs disagree, and neither last_checkpoint nor '
-                f'{RUN_ID_FILE} says which is this one'
+                ': runs disagree; nothing says which is this one'
             ]
     steps, skipped = {p: s for s, p in found}, []
     for path, newer in candidates:
@@ -167,10 +166,8 @@ class RunResume:
             # a copy of a work dir: a branch of the run it holds
             self.line = dict(self.line, **({run: step} if run else {}))
             self.run_id = uuid.uuid4().hex[:12]
-            self.notes.append(
-                (logging.WARNING, f'resume: {work_dir} is a copy of {where} '
-                 f'(its run id file says so): this run continues as a '
-                 f'branch with its own id {self.run_id}'))
+            self.notes.append((logging.WARNING, f'resume: {work_dir} is a '
+                               f'copy of {where}: a branch, id {self.run_id}'))
         self._check_same_run(meta)
 
     def _decide(self, kw: dict) -> Optional[str]:
@@ -207,9 +204,8 @@ class RunResume:
         if found and (found != given or self.ckpt is None):
             self.ckpt = load_file(found)
         if found and not training_state(self.ckpt):
-            raise HPMError(
-                f'--resume {found}: it holds no training state (weights '
-                f'only). Fix: load_from={found} in a new work dir.')
+            raise HPMError(f'--resume {found}: it holds no training state. '
+                           f'Fix: load_from={found} in a new work dir.')
         if given and outside:  # a run's checkpoint from elsewhere
             self.start = _source(given)
             if not _begun_from(self.work_dir, given, False):  # (would mix)
@@ -237,10 +233,10 @@ class RunResume:
         self.notes += [(logging.WARNING, f'resume: skipped {s}')
                        for s in skipped]
         if skipped and not path:
-            raise HPMError(
-                f'--resume found no complete checkpoint of this run in '
-                f'{self.work_dir} ({"; ".join(skipped)}) and will not train '
-                'from scratch over them. Fix: move them, or --resume PATH.')
+            raise HPMError(f'--resume found no complete checkpoint of this '
+                           f'run in {self.work_dir} ({"; ".join(skipped)}) and'
+                           ' will not train from scratch over them. Fix: '
+                           '--resume PATH.')
         self.notes.append((logging.INFO, f'resume: from {path}') if path else (
             logging.WARNING, f'resume: no checkpoint in {self.work_dir} '
             'yet: training from scratch'))
@@ -251,10 +247,8 @@ class RunResume:
         the checkpoint trained (it would train nothing and end well)."""
         then = meta.get('hpm_run')
         if then is None:
-            self.notes.append(
-                (logging.WARNING, f'resume: {self.path} records no run '
-                 'signature (another runner wrote it): its schedulers\' '
-                 "saved ends are compared with this run's"))
+            self.notes.append((logging.WARNING, f'resume: {self.path} '
+                               'records no run signature (not hpm_mm\'s)'))
         line = changed_run(self.path, signature_changes(then, self.signature),
                            self.allowed)
         if line:
@@ -264,11 +258,9 @@ class RunResume:
                           ('max_iters', meta.get('iter'))):
             length = self.signature[key]
             if length is not None and done and length < done:
-                raise HPMError(
-                    f'--resume {self.path}: it trained {done} {key[4:]}, '
-                    f'more than train_cfg.{key}={length}. Fix: '
-                    f'train_cfg.{key} >= {done}, or load_from={self.path} '
-                    'in a new work dir.')
+                raise HPMError(f'--resume {self.path}: it trained {done} '
+                               f'{key[4:]}, more than train_cfg.{key}='
+                               f'{length}. Fix: train_cfg.{key} >= {done}.')
 
     def check_fits(self, model) -> None:
         """Refuse a resumed checkpoint that does not fill ``model``, a
@@ -282,9 +274,8 @@ class RunResume:
         check_finite(state, name)  # (kNN's line)
         if self.resume:  # every tensor, both ways
             return check_fills(
-                model, state, name, "resume with its own config (the work "
-                "dir's copy: the config changed since the checkpoint was "
-                'written), or load_from=CKPT in a new work dir', True)
+                model, state, name, "resume with the work dir's config copy "
+                '(the config changed since the checkpoint was written)', True)
         own = getattr(model, 'unsharded_state', None) or model.state_dict()
         own = {k: v for k, v in own.items() if v.is_floating_point()}
         shared = [
@@ -293,11 +284,9 @@ class RunResume:
         share = sum(own[k].numel() for k in shared) / max(
             sum(v.numel() for v in own.values()), 1)
         if share < 0.5:  # (an FSDP model's shapes before sharding)
-            raise HPMError(
-                f'load_from={self.path} fills {100 * share:.1f}% of this '
-                "model's weights: a checkpoint of another architecture. Fix: "
-                "one of this architecture, or convert it (tools/model_"
-                "converters/hpm2backbone.py) for the backbone's init_cfg.")
+            raise HPMError(f'load_from={self.path} fills {100 * share:.1f}% '
+                           "of this model's weights: a checkpoint of another "
+                           'architecture. Fix: one of this architecture.')
 
     def meta(self, iters_per_epoch: int, wrapper=None) -> dict:
         """Every checkpoint's ``meta['hpm_run']`` (with the guard's step

@@ -94,9 +94,7 @@ def changed_run(path: str, changed: List[str], allowed: bool) -> Optional[str]:
     if changed and not allowed:
         raise HPMError(
             f'--resume {path}: the run changed since it was written ({what})'
-            '. Fix: resume with its config, data and processes (the work '
-            "dir's config copy), or load_from=CKPT in a new work dir, or "
-            'resume_changed_run=True to continue it as the new config.')
+            ". Fix: the work dir's config copy, or resume_changed_run=True.")
     return changed and (f'resume: the run changed since {path} ({what}); '
                         'continuing as the new config, as '
                         'resume_changed_run=True asks') or None
