@@ -25,16 +25,14 @@ class CfgOptionsAction(DictAction):
                 # mmengine's parser recurses without end on dict(...)
                 parser.error(f'{option_string} {kv!r}: values cannot be '
                              'dict(...) here. Fix: set the keys one by one '
-                             '(a.b=1 a.c=2), or write a config that inherits '
-                             'this one (_base_ = ...) and changes it.')
+                             '(a.b=1 a.c=2).')
         options = copy.copy(getattr(namespace, self.dest, None) or {})
         for kv in values:  # a plain value keeps its spaces (a path)
             key, val = kv.split('=', maxsplit=1)
             key = key.strip()  # 'key =value' means key=value
             if not re.fullmatch(r'[\w.]+', key):
                 parser.error(f'{option_string} {kv!r}: {key!r} is no config '
-                             'key (letters, digits, _ and dots). Fix: e.g. '
-                             'train_cfg.max_epochs=20')
+                             'key. Fix: e.g. train_cfg.max_epochs=20')
             # a list or tuple: [a,b], (a,b), a,b; else the value as written
             # (a path with parentheses or spaces keeps them)
             options[key] = self._parse_iterable(val) if re.match(
@@ -73,10 +71,8 @@ def run_config(config, work_dir: Optional[str], launcher: str, *options:
     cfg = load_config(config, *options)
     if launcher == 'pytorch' and not all(
             k in os.environ for k in ('RANK', 'WORLD_SIZE', 'MASTER_ADDR')):
-        raise HPMError(
-            '--launcher pytorch needs torchrun\'s environment (RANK, '
-            'WORLD_SIZE, MASTER_ADDR). Fix: bash tools/dist_train.sh CONFIG '
-            'GPUS; on one process no --launcher.')
+        raise HPMError("--launcher pytorch needs torchrun's environment "
+                       '(RANK). Fix: bash tools/dist_train.sh CONFIG GPUS.')
     cfg.launcher = launcher
     if work_dir is not None:
         if osp.exists(work_dir) and not osp.isdir(work_dir):

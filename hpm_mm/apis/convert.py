@@ -89,18 +89,12 @@ def encoder_state(checkpoint: dict,
         if k.startswith(prefix) and k != prefix + 'mask_token'
     }
     missing = [k for k in REQUIRED if k not in enc]
-    if missing and teacher and all('backbone.' + k in state for k in REQUIRED):
+    if missing and teacher:
         raise HPMError(f'{name}: this run has no EMA teacher (teacher.module.'
-                       'backbone.*: MAE, or alpha 0 -> 0). Fix: drop '
-                       '--teacher (the student).')
+                       'backbone.*). Fix: drop --teacher (the student).')
     if missing:
-        what = 'EMA teacher encoder (teacher.module.backbone.*)' if teacher \
-            else 'ViT encoder under backbone.*'
-        raise HPMError(
-            f'{name} is not an HPM/MAE pretraining checkpoint: it has no '
-            f'{what} (missing {missing}). Fix: the .pth tools/train.py wrote '
-            'for an HPM or MAE config' +
-            (', or drop --teacher' if teacher else '') + '.')
+        raise HPMError(f'{name} is not an HPM/MAE pretraining checkpoint (no '
+                       f"backbone.{missing[0]}). Fix: an HPM run's .pth.")
     return enc
 
 

@@ -27,10 +27,8 @@ def knn_hook(cfg: Config, required: bool = True) -> Optional[dict]:
     hook = next((h for h in cfg.get('custom_hooks', [])
                  if h.get('type') == 'KNNEvalHook'), None)
     if hook is None and required:
-        raise HPMError(
-            f'{cfg.filename or "the config"} has no KNNEvalHook (its '
-            'labelled data). Fix: add dict(type="KNNEvalHook", train_'
-            'dataloader=..., val_dataloader=...) to custom_hooks.')
+        raise HPMError(f'{cfg.filename or "the config"} has no KNNEvalHook '
+                       '(its labelled data). Fix: add one to custom_hooks.')
     return hook
 
 
@@ -68,14 +66,13 @@ def frozen_eval(config: Union[str, Config],
     hook = knn_hook(cfg)
     ks = list(ks or hook.get('ks', (10, 20, 100, 200)))
     if any(not isinstance(k, int) or k < 1 for k in ks):
-        raise HPMError(f'ks {ks}: each k is a count of neighbours. Fix: give '
-                       'positive integers, e.g. 10 20 100 200.')
+        raise HPMError(f'ks {ks}: not counts. Fix: e.g. 10 20 100 200.')
     layer = hook.get('layer') if layer is None else layer
     temperature = hook.get('temperature', 0.07) if temperature is None \
         else temperature
     if not temperature > 0:
-        raise HPMError(f'temperature {temperature}: votes weigh exp(sim / '
-                       'temperature). Fix: a positive one (DINO: 0.07).')
+        raise HPMError(f'temperature {temperature}: not positive. Fix: '
+                       'e.g. 0.07 (DINO).')
     if raw_pixels:
         model = PixelFeatures(load_model(cfg).data_preprocessor)
         features, layer = ('avg', ), None
@@ -92,14 +89,9 @@ def frozen_eval(config: Union[str, Config],
         dict(precision='auto' if amp else cfg.get('precision') or 'fp32'),
         model_device(model))
     log(precision.line())
+    kw = dict(feature=tuple(features), amp=precision.dtype, layer=layer)
     try:
-        train, val, warnings = bank_and_evaluated(
-            model,
-            loaders,
-            log,
-            feature=tuple(features),
-            amp=precision.dtype,
-            layer=layer)
+        train, val, warnings = bank_and_evaluated(model, loaders, log, **kw)
     except ValueError as e:  # a layer the encoder does not have
         raise HPMError(str(e)) from None
     for warning in warnings:

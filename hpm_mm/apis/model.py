@@ -30,12 +30,7 @@ def load_model(config: Union[str, Config],
     cfg = load_config(config)
     model = get_model(cfg, device=device)
     if checkpoint is not None:
-        load_checkpoint_strict(
-            model,
-            checkpoint,
-            teacher=teacher,
-            required_prefix=required,
-            whole=whole)
+        load_checkpoint_strict(model, checkpoint, teacher, required, whole)
     return model
 
 

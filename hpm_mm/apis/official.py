@@ -44,6 +44,7 @@ LAYOUTS = {
 }
 #: the seed of the fresh parts: two imports of one file are equal
 SEED = 0
+OFFICIAL_FILE = "the authors' HPM or MAE's pretraining file (timm names)"
 
 
 def _count(state: dict, prefix: str) -> int:
@@ -51,8 +52,8 @@ def _count(state: dict, prefix: str) -> int:
     return 1 + max(idx) if idx else 0
 
 
-def _refuse(src: str, found: str, expected: str) -> HPMError:
-    return HPMError(f'{src}: {found}; expected {expected}. Nothing written.')
+def _refuse(src: str, found: str, fix: str = OFFICIAL_FILE) -> HPMError:
+    return HPMError(f'{src}: {found}. Fix: {fix}.')
 
 
 def official_state(ckpt, src: str = 'the checkpoint') -> dict:
@@ -60,35 +61,29 @@ def official_state(ckpt, src: str = 'the checkpoint') -> dict:
     ``module`` / ``state_dict``, or the file itself), refused in one line
     when it is no MAE-style ViT in timm's names."""
     if not isinstance(ckpt, dict):
-        raise _refuse(src, f'it holds a {type(ckpt).__name__}',
-                      "a dict with a 'model' state dict")
+        raise _refuse(src, f'it holds a {type(ckpt).__name__}')
     state = next((ckpt[k] for k in ('model', 'module', 'state_dict')
                   if isinstance(ckpt.get(k), dict)), ckpt)
     for wrapper in WRAPPERS:  # DDP's module.xxx, ...: unwrapped
         if state and all(k.startswith(wrapper) for k in state):
             state = {k[len(wrapper):]: v for k, v in state.items()}
-    expected = ("the authors' HPM or MAE's pretraining layout (timm names: "
-                'patch_embed.proj, cls_token, pos_embed, blocks.N, norm)')
     if any(k.startswith(('backbone.', 'teacher.')) for k in state):
         raise _refuse(src, 'it is an hpm_mm (mmengine) checkpoint already',
-                      expected + '; use it as it is')
+                      'use it as it is')
     if 'head.weight' in state or any(k.startswith('fc_norm.') for k in state):
-        raise _refuse(src, 'it is a fine-tuned classifier (head / fc_norm)',
-                      expected + ': the pretraining file')
+        raise _refuse(src, 'it is a fine-tuned classifier (head / fc_norm)')
     other = [k for k in state if rename(k, OFFICIAL_NAMES) is None]
     if other:
-        guess = 'some under a wrapper (module.), not all' if any(
-            k.startswith(WRAPPERS) for k in other) else \
-            'another method: BEiT, SimMIM, ...?'
         raise _refuse(
-            src, f'it holds keys no MAE/HPM ViT has, e.g. {other[:3]} '
-            f'({guess})', expected)
+            src, f'it holds keys no MAE/HPM ViT has, e.g. {other[:3]}' +
+            (' (some under a wrapper (module.), not all)' if any(
+                k.startswith(WRAPPERS) for k in other) else ''))
     need = ('patch_embed.proj.weight', 'cls_token', 'pos_embed',
             'blocks.0.attn.qkv.weight', 'blocks.0.mlp.fc1.weight',
             'norm.weight')
     missing = [k for k in need if k not in state]
     if missing:
-        raise _refuse(src, f'it lacks {missing}', expected)
+        raise _refuse(src, f'it lacks {missing}')
     return state
 
 
@@ -110,21 +105,18 @@ def read_arch(state: dict,
             (dim, pos.shape[1] - 1, (3 * dim, dim), patch):
         raise _refuse(
             src, f'its shapes fit no ViT (patch_embed {tuple(proj.shape)}, '
-            f'pos_embed {tuple(pos.shape)}, qkv {tuple(qkv)})',
-            'a square grid of patches plus a cls token, qkv (3C, C)')
+            f'pos_embed {tuple(pos.shape)}, qkv {tuple(qkv)})')
     layout = 'hpm' if any('losspred' in k for k in state) else \
         'mae_visualize' if any(k.startswith(('decoder', 'mask_token'))
                                for k in state) else 'mae_pretrain'
     if num_heads is None and dim not in VIT_SIZES:
-        raise HPMError(f'{src}: a {dim}-d encoder is no standard ViT width '
-                       f'({sorted(VIT_SIZES)}), and the tensors do not hold '
-                       'its number of heads. Fix: --num-heads N.')
+        raise HPMError(f'{src}: a {dim}-d encoder is no standard ViT width'
+                       f' {sorted(VIT_SIZES)}. Fix: --num-heads N.')
     dec = state.get('decoder_embed.weight')
     dec_dim = 512 if dec is None else dec.shape[0]
     if decoder_num_heads is None and dec_dim != 512:
-        raise HPMError(f'{src}: a {dec_dim}-d decoder (MAE and HPM release '
-                       '512-d, 16 heads), and the tensors do not hold its '
-                       'number of heads. Fix: --decoder-num-heads N.')
+        raise HPMError(f'{src}: a {dec_dim}-d decoder (the releases: 512-d)'
+                       '. Fix: --decoder-num-heads N.')
     num_heads = VIT_SIZES[dim] if num_heads is None else num_heads
     decoder_num_heads = decoder_num_heads or 16
     for flag, width, heads in (('--num-heads', dim, num_heads),
@@ -183,9 +175,8 @@ def official_config(layout: str, model: dict) -> Tuple[str, Config]:
             mean=[114.495],  # (123.675 + 116.28 + 103.53) / 3
             std=[57.63])  # (58.395 + 57.12 + 57.375) / 3
     elif channels != 3:
-        raise HPMError(f'a {channels}-channel encoder: hpm_mm reads 1 '
-                       '(grayscale) or 3 (RGB) channel images. Fix: an RGB '
-                       'or a grayscale model.')
+        raise HPMError(f'a {channels}-channel encoder: hpm_mm reads 1 or 3'
+                       ' channels. Fix: an RGB or a grayscale model.')
     text = (
         f'# {MARK}: {LAYOUTS[layout][0]} weights imported by tools/model_'
         'converters/official2hpm.py: the sizes read from the file\n_base_ = '
@@ -272,9 +263,7 @@ def import_official(src: str,
     entry = entries[0] if entries else None
     if any(not _same(ckpt[entry], ckpt[k]) for k in entries[1:]):
         raise HPMError(f'{src} holds {len(entries)} EMA entries that differ '
-                       f'({", ".join(entries)}): which is the teacher is '
-                       'not known. Fix: --no-ema (teacher = the released '
-                       'weights), or a file with one.')
+                       f'({", ".join(entries)}). Fix: --no-ema.')
     if entry is not None:  # the student's parts, in the teacher's names
         who = f'{src}: its EMA entry {entry!r}'
         teacher = _accounted(
@@ -297,8 +286,7 @@ def import_official(src: str,
                  (f'EMA weights ({entry!r})' if entry is not None else
                   'same weights' + ('' if ema else ' (--no-ema)')) +
                  (f'; untrained (freshly initialised, seed {SEED}): '
-                  f'{", ".join(fresh)} (HPM pretraining trains them)'
-                  if fresh else '')))
+                  f'{", ".join(fresh)}' if fresh else '')))
     write_outputs({
         config_path: text_writer(text),
         out: lambda part: torch.save(

@@ -65,9 +65,8 @@ def label_foreground(folder, names, size):
     for name in names:
         path = osp.join(folder, osp.splitext(osp.basename(name))[0] + '.png')
         if not osp.exists(path):
-            raise HPMError(
-                f'--masks: no label map {path} for {name}. Fix: one '
-                '<image stem>.png per image.')
+            raise HPMError(f'--masks: no label map {path} for {name}. Fix: '
+                           'one <image stem>.png per image.')
         label = Image.open(path).resize((size[1], size[0]), Image.NEAREST)
         masks.append(np.asarray(label) > 0)
     return np.stack(masks)
@@ -100,18 +99,16 @@ def hard_patches(config: Union[str, Config],
                                       foreground_iou, saliency_mask)
     from .model import load_checkpoint_strict, load_model
     cfg = load_config(config)
-    fix = ('--out-dir a folder you can write (by default they go beside the '
-           'checkpoint)')
+    fix = '--out-dir a folder you can write'
     check_writable(out_dir, 'the pictures', True, fix)
     if not images and (isinstance(num_samples, bool)
                        or not isinstance(num_samples, int) or num_samples < 1):
-        raise HPMError(f'num_samples={num_samples!r}: the pictures of how '
-                       'many images? Fix: --num-samples 1 or more.')
+        raise HPMError(f'num_samples={num_samples!r}: not a count. Fix: '
+                       '--num-samples 1 or more.')
     model = load_model(cfg)
     if model.__class__.__name__ != 'HPM':
         raise HPMError(f'{cfg.filename or "the config"} builds a '
-                       f'{type(model).__name__}; the pictures need an HPM '
-                       'model (loss predictor). Fix: an HPM config.')
+                       f'{type(model).__name__}. Fix: an HPM config.')
     # the pictures draw the loss predictor's scores: a checkpoint without
     # it (plain MAE, another model) would draw a random predictor's; the
     # teacher's scores need the trained teacher, loaded in its place
@@ -123,10 +120,8 @@ def hard_patches(config: Union[str, Config],
     untrained = ((ckpt.get('meta') or {}).get('imported')
                  or {}).get('untrained', ())
     if 'neck.predictor.' in untrained:
-        raise HPMError(
-            f'{checkpoint} has no trained loss predictor (imported from '
-            "MAE's weights). Fix: pretrain it with HPM first (load_from), "
-            'or draw an HPM checkpoint.')
+        raise HPMError(f'{checkpoint} has no trained loss predictor. Fix: '
+                       'pretrain it with HPM first (load_from).')
     load_checkpoint_strict(
         model,
         ckpt,

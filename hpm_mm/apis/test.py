@@ -45,9 +45,8 @@ def test(config: Union[str, Config],
     if missing:
         raise HPMError(
             f'{getattr(config, "filename", None) or config} has no test set '
-            f'({", ".join(missing)} unset): a pretraining config. Fix: '
-            'tools/analysis_tools/knn_eval.py CONFIG CHECKPOINT, or test a '
-            'fine-tuned benchmark config (configs/benchmarks/).')
+            f'({", ".join(missing)} unset). Fix: for a pretraining config, '
+            'tools/analysis_tools/knn_eval.py CONFIG CHECKPOINT.')
     cfg.load_from = checkpoint
     from mmpretrain.utils import get_ori_model
 
@@ -65,9 +64,8 @@ def test(config: Union[str, Config],
     state = checkpoint_state(model, checkpoint)
     check_finite(state, checkpoint)
     if not partial_load:
-        fix = ('the config it was trained with (fine-tune a pretraining '
-               'checkpoint first), or --partial-load')
-        check_fills(model, state, checkpoint, fix, exact=True)
+        check_fills(model, state, checkpoint,
+                    'the config it was trained with, or --partial-load', True)
     metrics = runner.test()
     if out:
         from mmengine.fileio import dump

@@ -87,8 +87,7 @@ def check_arguments(flags: dict,
     if work_dir is not None and not isinstance(work_dir, (str, os.PathLike)):
         raise HPMError(f'work_dir={work_dir!r}: give a folder path.')
     if resume is not None and not isinstance(resume, (bool, str, os.PathLike)):
-        raise HPMError(f'resume={resume!r}: give True (the work dir\'s '
-                       'newest checkpoint), a checkpoint path, or False.')
+        raise HPMError(f'resume={resume!r}: give True, a path, or False.')
     if launcher not in LAUNCHERS:
         raise HPMError(f'launcher={launcher!r}: give one of '
                        f'{", ".join(LAUNCHERS)}.')
@@ -107,10 +106,8 @@ def build_runner(cfg: Config):
     import hpm_mm.engine  # noqa: F401  (registers the runners)
     kind = cfg.get('runner_type')
     if kind in POLICY_RUNNERS:
-        raise HPMError(
-            f"runner_type='{kind}' lacks hpm_mm's run policy (precision, "
-            f"work-dir lock, resume checks). Fix: runner_type='"
-            f"{POLICY_RUNNERS[kind]}', or no runner_type.")
+        raise HPMError(f"runner_type='{kind}' lacks hpm_mm's run policy. "
+                       f"Fix: runner_type='{POLICY_RUNNERS[kind]}'.")
     if kind is None:
         cfg.runner_type = 'HPMFlexibleRunner' if cfg.get(
             'strategy') is not None else 'HPMRunner'
