@@ -27,24 +27,21 @@ class _Unreadable:
         filename = results['img_path']
         try:
             results.update(self._load(filename))
+            return results
         except Exception as e:
-            return self._unreadable(filename, e)
-        return results
-
-    def _unreadable(self, filename: str, e: Exception) -> None:
-        why = f'{type(e).__name__}: {str(e).strip().splitlines()[-1]}' \
-            if str(e).strip() else type(e).__name__
-        if self.skip_unreadable:
-            self.num_skipped += 1
-            print_log(
-                f'skipped unreadable image {filename} ({why}); '
-                f'{self.num_skipped} skipped so far in this process',
-                'current', 30)
-            return None
-        raise HPMError(f'cannot read image {filename} ({why}). Fix: replace or'
-                       ' remove it (tools/misc/check_data.py lists them), or '
-                       f"dict(type='{type(self).__name__}', skip_unreadable="
-                       'True).') from e
+            why = f'{type(e).__name__}: {str(e).strip().splitlines()[-1]}' \
+                if str(e).strip() else type(e).__name__
+            if not self.skip_unreadable:
+                raise HPMError(
+                    f'cannot read image {filename} ({why}). Fix: replace or '
+                    'remove it (tools/misc/check_data.py lists them), or '
+                    f"dict(type='{type(self).__name__}', skip_unreadable="
+                    'True).') from e
+        self.num_skipped += 1
+        print_log(
+            f'skipped unreadable image {filename} ({why}); '
+            f'{self.num_skipped} skipped so far in this process', 'current',
+            30)
 
 
 @TRANSFORMS.register_module()
