@@ -20,10 +20,9 @@ class ScopeRegistry(Registry):
             while have is None and reg is not None:  # mmpretrain, mmengine
                 have, reg = reg.module_dict.get(name), reg.parent
             if not force and have is not None and have is not module:
-                raise KeyError(
-                    f'{name} is registered in the {self.name} registry (from '
-                    f'{have.__module__}): yours would replace it in every '
-                    'hpm_mm:: config. Fix: another name, or force=True.')
+                raise KeyError(f'{name} ({have.__module__}) would be replaced'
+                               f' in every hpm_mm:: config\'s {self.name} '
+                               'registry. Fix: another name.')
         super()._register_module(module, module_name, force)
 
 

@@ -68,9 +68,10 @@ def test_the_hpm_mm_scope_keeps_its_modules_from_being_replaced():
     class HPMMaskGenerator:  # an out-of-tree impostor
         pass
 
-    with pytest.raises(KeyError, match='would replace it in every hpm_mm::'):
+    with pytest.raises(KeyError, match='would be replaced in every hpm_mm::'):
         MODELS.register_module(module=HPMMaskGenerator)
-    with pytest.raises(KeyError, match='OptimWrapper is registered'):
+    with pytest.raises(
+            KeyError, match=r'OptimWrapper \(mmengine.* would be replaced'):
         OPTIM_WRAPPERS.register_module(name='OptimWrapper', module=object)
     assert MODELS.get('HPMMaskGenerator') is not HPMMaskGenerator
 
