@@ -11,15 +11,19 @@ from hpm_mm.errors import HPMError
 def check_channels(preprocessor, data: dict) -> None:
     """Refuse, in one line naming both, images whose channel count does not
     match the preprocessor's ``mean``/``std`` (and so the model's input
-    channels). Without it, grayscale images into an RGB model stop with an
-    IndexError in the channel swap, and RGB images into a grayscale model
-    with a convolution's channel error deep in the encoder."""
-    if not getattr(preprocessor, '_enable_normalize', False):
-        return
+    channels), and still-encoded JPEG bytes (1-D). Without it, grayscale
+    images into an RGB model stop with an IndexError in the channel swap, and
+    RGB images into a grayscale model with a convolution's channel error deep
+    in the encoder."""
     inputs = data.get('inputs') if isinstance(data, dict) else None
     first = inputs[0] if isinstance(inputs, (list, tuple)) and inputs \
         else inputs
-    if not (torch.is_tensor(first) and first.dim() >= 3):
+    if torch.is_tensor(first) and first.dim() == 1:
+        raise HPMError('the batch holds encoded images. Fix: type='
+                       "'DeviceDecodeDataPreprocessor' and 'device_decode' in "
+                       'PackInputs meta_keys.')
+    if not (getattr(preprocessor, '_enable_normalize', False)
+            and torch.is_tensor(first) and first.dim() >= 3):
         return
     have, want = first.shape[-3], preprocessor.mean.shape[0]
     if have != want:
@@ -110,13 +114,6 @@ class ChannelCheckedDataPreprocessor(SelfSupDataPreprocessor):
     preprocessor of any model the same way (:func:`watch_channels`)."""
 
     def forward(self, data: dict, training: bool = False) -> dict:
-        inputs = data.get('inputs') if isinstance(data, dict) else None
-        if isinstance(inputs, list) and inputs and torch.is_tensor(
-                inputs[0]) and inputs[0].dim() == 1:
-            raise HPMError(
-                'the batch holds encoded images. Fix: type='
-                "'DeviceDecodeDataPreprocessor' and 'device_decode' in "
-                'PackInputs meta_keys.')
         check_channels(self, data)
         return super().forward(data, training)
 

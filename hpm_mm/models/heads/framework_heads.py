@@ -228,12 +228,10 @@ class HPMiBOTHead(BaseModule):
         patch of every global view, all ranks). A non-finite batch (whose
         step the optimizer wrapper's guard skips) leaves them as they were,
         decided on the device."""
-        for center, batch, m in ((self.center, t_cls.mean(
-            (0, 1)), self.momenta[0]), (self.patch_center,
-                                        t_patch.mean((0, 1, 2),
-                                                     dtype=torch.float32),
-                                        self.momenta[1])):
+        batches = t_cls.mean((0, 1)), t_patch.mean((0, 1, 2),
+                                                   dtype=torch.float32)
+        for center, batch, m in zip((self.center, self.patch_center), batches,
+                                    self.momenta):
             all_reduce(batch, op='mean')
             moved = center * m + batch.unsqueeze(0) * (1 - m)
-            center.copy_(
-                torch.where(torch.isfinite(batch).all(), moved, center))
+            center.copy_(moved.where(batch.isfinite().all(), center))

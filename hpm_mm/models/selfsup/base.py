@@ -237,9 +237,8 @@ class HPMBase(BaseSelfSupervisor):
         if not self._progress_set:
             self._progress_set = True
             print_log(
-                f'{type(self).__name__}.set_progress was never called, so '
-                'the mask schedule and the teacher momentum stay at their '
-                'start. Add dict(type="HPMScheduleHook") to custom_hooks.',
+                'set_progress was never called: the schedules stay at their '
+                'start. Fix: dict(type="HPMScheduleHook") in custom_hooks.',
                 'current', 30)
         needs = self.mask_generator.needs_scores(self.backbone.num_patches,
                                                  self.progress)

@@ -9,10 +9,8 @@ from .base import HPMBase
 
 #: The loss predictor's trunk in the decoder before it became one
 #: :class:`HPMLossPredictor` (issue #31): old prefix -> today's.
-_TRUNK_RENAMES = (('predictor_proj.', 'predictor.embed.'),
-                  ('predictor_blocks.', 'predictor.blocks.'),
-                  ('predictor_norm.', 'predictor.norm.'), ('predictor_pred.',
-                                                           'predictor.pred.'))
+_TRUNK_RENAMES = (('predictor_proj.', 'predictor.embed.'), ) + tuple(
+    (f'predictor_{n}.', f'predictor.{n}.') for n in ('blocks', 'norm', 'pred'))
 
 
 @MODELS.register_module()
