@@ -70,23 +70,21 @@ def check_numbers(**values) -> None:
     ZeroDivisionError), an ``img_size`` not a multiple of 8, ``channels``
     other than 1 or 3, an ``lr`` that is not a positive number or an
     ``alpha_0`` outside 0..1."""
-    rates = dict(
+    rules = dict(
         lr=('a positive number', lambda v: v > 0),
-        alpha_0=('a share in 0..1', lambda v: 0 <= v <= 1))
+        alpha_0=('a share in 0..1', lambda v: 0 <= v <= 1),
+        img_size=(
+            f'a multiple of 8 from 8 to {MAX_SIZE}',
+            lambda v: isinstance(v, int) and v in range(8, MAX_SIZE + 1, 8)),
+        channels=('1 or 3', lambda v: isinstance(v, int) and v in (1, 3)))
     for name, value in values.items():
-        want, fits = rates.get(name, ('a positive whole number',
+        want, fits = rules.get(name, ('a positive whole number',
                                       lambda v: isinstance(v, int) and v >= 1))
         if value is not None and (isinstance(value, bool)
                                   or not isinstance(value, (int, float)) or
                                   not math.isfinite(value) or not fits(value)):
-            raise HPMError(f'{name}={value!r} is not {want}. Fix: {want}, or '
-                           'leave it out to have it chosen.')
-    size, channels = values.get('img_size'), values.get('channels')
-    if size is not None and (size % 8 or not 8 <= size <= MAX_SIZE):
-        raise HPMError(f'img_size={size}: not a multiple of 8 from 8 to '
-                       f'{MAX_SIZE} px. Fix: one of {SIZES}.')
-    if channels is not None and channels not in (1, 3):
-        raise HPMError(f'channels={channels}: 1 (grayscale) or 3 (RGB).')
+            raise HPMError(f'{name}={value!r} is not {want}. Fix: leave it '
+                           'out to have it chosen.')
 
 
 def from_checkpoint(path: str,
@@ -277,11 +275,11 @@ def folder_config(base: Config,
             num_images=min(4, settings['num_images']),
             num_masks=8,
             dataloader=vis_loader))
-    train_set = dict(ann_file=every['ann_file'], data_prefix='')
-    values = {} if start is None else dict(  # the base's pipelines and data
-        train_pipeline=base.train_pipeline,
-        eval_pipeline=base.eval_pipeline)
-    if start is not None:
+    train_set, values = dict(ann_file=every['ann_file'], data_prefix=''), {}
+    if start is not None:  # the base's pipelines and data
+        values = dict(
+            train_pipeline=base.train_pipeline,
+            eval_pipeline=base.eval_pipeline)
         train_set = dict(
             every, _delete_=True, pipeline='{{_base_.train_pipeline}}')
     model = dict(teacher=settings['teacher'])
@@ -410,12 +408,11 @@ def pretrain_folder(folder: str,
                       f'{settings["median_short_side"]:g} px)')
         else:
             stats = dict(mean=start['mean'], std=start['std'])
-            how = {
-                (True, 3): ' (grayscale images as RGB)',
-                (False, 1): ' (colour images as luminance)'
-            }
-            chosen = (f'from {start_from} ({start["kind"]}): its {size}'
-                      f'{how.get((scan["gray"], start["channels"]), "")}')
+            how = 'grayscale images as RGB' if scan['gray'] else \
+                'colour images as luminance'  # where they differ
+            chosen = f'from {start_from} ({start["kind"]}): its {size}' + (
+                f' ({how})'
+                if scan['gray'] == (start['channels'] == 3) else '')
             Path(work_dir, START_CONFIG).write_text(start['text'])
         split = split_labelled(scan['files'], scan['classes'] or [])
         text = folder_config(base, folder, work_dir, scan, split, settings,
