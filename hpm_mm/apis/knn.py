@@ -131,16 +131,9 @@ def knn_eval(config: Union[str, Config],
     cfg = load_config(config)
     feature = 'avg' if raw_pixels else (feature
                                         or knn_hook(cfg).get('feature', 'avg'))
+    kw = dict(teacher=teacher, amp=amp, raw_pixels=raw_pixels, layer=layer)
     result = frozen_eval(
-        cfg,
-        checkpoint, (feature, ),
-        ks,
-        temperature,
-        teacher=teacher,
-        amp=amp,
-        raw_pixels=raw_pixels,
-        layer=layer,
-        log=log)
+        cfg, checkpoint, (feature, ), ks, temperature, log=log, **kw)
     acc = result.pop('knn')[feature]
     best = max(acc, key=acc.get)
     return dict(

@@ -38,10 +38,8 @@ def test(config: Union[str, Config],
                      'the metrics (--out)',
                      [p for p in (cfg.filename, checkpoint) if p],
                      fix='--out a new file in a folder you can write')
-    missing = [
-        k for k in ('test_dataloader', 'test_cfg', 'test_evaluator')
-        if cfg.get(k) is None
-    ]
+    parts = ('test_dataloader', 'test_cfg', 'test_evaluator')
+    missing = [k for k in parts if cfg.get(k) is None]
     if missing:
         raise HPMError(
             f'{getattr(config, "filename", None) or config} has no test set '

@@ -1,4 +1,5 @@
 """Training from Python: a config in, a trained runner out."""
+import importlib.util
 import logging
 import os
 from typing import Optional, Union
@@ -50,12 +51,10 @@ def train_config(config: Union[str, Config],
         cfg.auto_scale_lr.enable = True
     if not validate:
         cfg.val_cfg = cfg.val_dataloader = cfg.val_evaluator = None
+    if tensorboard and importlib.util.find_spec('tensorboard') is None:
+        raise HPMError('--tensorboard: the tensorboard package is not '
+                       'installed. Fix: pip install tensorboard')
     if tensorboard:
-        try:
-            import tensorboard  # noqa: F401
-        except ImportError:
-            raise HPMError('--tensorboard: the tensorboard package is not '
-                           'installed. Fix: pip install tensorboard') from None
         backends = cfg.visualizer.setdefault('vis_backends', [])
         if not any(b.get('type') == 'TensorboardVisBackend' for b in backends):
             backends.append(dict(type='TensorboardVisBackend'))
