@@ -313,13 +313,9 @@ def folder_config(base: Config,
             val_dataloader=None,
             val_cfg=None,
             val_evaluator=None)
-    what = "the checkpoint's saved config" if start else \
-        'the image-folder base'
-    text = (
-        f'# Written by tools/pretrain_folder.py: the folder\'s values over '
-        f'{what}\n# (docs/own_data.md); rerun or edit it with '
-        'tools/train.py.\n'
-        f'_base_ = {base.filename if start is None else START_CONFIG!r}\n')
+    text = ("# Written by tools/pretrain_folder.py: the folder's values over "
+            '_base_ (docs/own_data.md);\n# rerun or edit it with tools/train.'
+            f'py.\n_base_ = {START_CONFIG if start else base.filename!r}\n')
     for key, value in values.items():  # (a path on one line: repr)
         text += f'{key} = ' + (repr(value) if isinstance(value, str) else
                                pprint.pformat(value, sort_dicts=False)) + '\n'
