@@ -67,11 +67,9 @@ def analyze_hard_patches(model,
         if seed is not None:
             torch.manual_seed(seed)
         masks = [random_masks(None, 0., N, B, 'cpu') for _ in range(num_masks)]
-    total, count = torch.zeros(B, N), torch.zeros(B, N)
-    for mask in masks:
-        total += head.patch_losses(reconstruct(mask), target).cpu() * mask
-        count += mask
-    true_loss = total / count.clamp(min=1)
+    total = sum(
+        head.patch_losses(reconstruct(m), target).cpu() * m for m in masks)
+    true_loss = total / sum(masks).clamp(min=1)
 
     # the scores the mask reads at this progress (the teacher's, or the
     # generator's own image scores), and the predicted losses on the full
@@ -88,9 +86,8 @@ def analyze_hard_patches(model,
         else:
             pred_loss = model.student_scores(inputs).cpu()
     if scores is None and pred_loss is None:
-        raise ValueError(
-            f'{type(model).__name__} has neither mask scores at progress '
-            f'{progress} nor a loss predictor: no hard patches to show.')
+        raise ValueError(f'{type(model).__name__} has neither mask scores at '
+                         f'progress {progress} nor a loss predictor.')
     shown = scores if scores is not None else pred_loss
     source = gen.score_source if scores is not None else 'predicted_loss'
 
@@ -127,12 +124,10 @@ def analyze_hard_patches(model,
 def patch_map_to_pixels(values: torch.Tensor, image_size) -> np.ndarray:
     """(B, N) per-patch values -> (B, H, W) bilinearly upsampled maps,
     min-max normalised per image to [0, 1]."""
-    B, N = values.shape
-    h = w = int(round(N**0.5))
-    maps = values.float().view(B, 1, h, w)
-    lo = maps.amin(dim=(2, 3), keepdim=True)
-    hi = maps.amax(dim=(2, 3), keepdim=True)
-    maps = (maps - lo) / (hi - lo).clamp(min=1e-12)
+    side = int(round(values.shape[1]**0.5))
+    lo, hi = values.float().aminmax(dim=1, keepdim=True)
+    maps = ((values.float() - lo) / (hi - lo).clamp(min=1e-12)).view(
+        -1, 1, side, side)
     maps = F.interpolate(
         maps, size=tuple(image_size), mode='bilinear', align_corners=False)
     return maps[:, 0].clamp(0, 1).numpy()
@@ -188,9 +183,9 @@ def draw_hard_patches(result: Dict[str, torch.Tensor],
     H, W = inputs.shape[-2:]
     img = _to_display(inputs[index], preprocessor)
     recon = _to_display(result['recon'][index], preprocessor)
-    true_map = patch_map_to_pixels(result['true_loss'][index:index + 1],
-                                   (H, W))[0]
-    pred_map = patch_map_to_pixels(result['shown'][index:index + 1], (H, W))[0]
+    true_map, pred_map = patch_map_to_pixels(
+        torch.stack([result['true_loss'][index], result['shown'][index]]),
+        (H, W))
     gray = img.ndim == 2
     # the mask's patches as a grey veil (visible even on black background)
     side = int(round(result['mask'].shape[1]**0.5))
@@ -218,8 +213,7 @@ def draw_hard_patches(result: Dict[str, torch.Tensor],
         ax.axis('off')
     cbar = fig.colorbar(
         axes[2].images[0], ax=axes.tolist(), fraction=0.02, pad=0.01)
-    cbar.set_ticks([0, 1])
-    cbar.set_ticklabels(['easy', 'hard'])
+    cbar.set_ticks([0, 1], labels=['easy', 'hard'])
     fig.canvas.draw()
     rgb = np.asarray(fig.canvas.buffer_rgba())[..., :3].copy()
     if out_file is not None:
