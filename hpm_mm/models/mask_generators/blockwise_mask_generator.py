@@ -69,12 +69,8 @@ class BlockwiseMaskGenerator(BaseMaskGenerator):
         row i."""
         B, N = batch_size, num_patches
         h, w = self.grid(N)
-        if counts is None:
-            target = torch.full((B, 1, 1),
-                                float(self.num_masked(N)),
-                                device=device)
-        else:
-            target = counts.view(B, 1, 1).float()
+        target = counts.view(B, 1, 1).float() if counts is not None else \
+            torch.full((B, 1, 1), float(self.num_masked(N)), device=device)
         low = target.clamp(max=self.min_num_patches)
         high = target if self.max_num_patches is None else \
             low.clamp(min=self.max_num_patches)

@@ -55,13 +55,11 @@ class HPMMaskGenerator(BaseMaskGenerator):
         # a NaN score ranks last: CUDA's topk returns indices out of range
         # for NaN rows (a device assert in the scatter of forward)
         self.nan_score = float('-inf' if mode == 'argmax' else 'inf')
-        self.rest = None
-        if rest is not None:
-            self.rest = MODELS.build(
-                rest, default_args=dict(mask_ratio=mask_ratio))
-            if self.rest.uses_scores:
-                raise ValueError(f'rest={type(self.rest).__name__} reads '
-                                 'scores. Fix: a score-free generator.')
+        self.rest = None if rest is None else MODELS.build(
+            rest, default_args=dict(mask_ratio=mask_ratio))
+        if self.rest is not None and self.rest.uses_scores:
+            raise ValueError(f'rest={type(self.rest).__name__} reads scores. '
+                             'Fix: a score-free generator.')
 
     @property
     def uses_scores(self) -> bool:
@@ -79,9 +77,8 @@ class HPMMaskGenerator(BaseMaskGenerator):
     def num_hard(self, num_patches: int, progress: float) -> int:
         """K = floor(alpha_t * num_masked) patches chosen by score (with
         per-image ratios: K of the image with the most masked patches)."""
-        return int(
-            math.floor(
-                self.alpha(progress) * self.max_masked(num_patches) + 1e-6))
+        return math.floor(
+            self.alpha(progress) * self.max_masked(num_patches) + 1e-6)
 
     def log_vars(self, num_patches: int, progress: float) -> Dict[str, float]:
         """``alpha``, and ``num_hard`` when every image has the same K."""

@@ -95,9 +95,8 @@ class HPMBase(BaseSelfSupervisor):
                              'predictor. Fix: head.loss_pred=None.')
         if not self.with_predictor and gen.uses_scores and \
                 gen.score_source == 'predicted_loss':
-            raise ValueError('the mask generator masks by predicted loss but '
-                             'the model has no predictor. Fix: '
-                             'alpha_0=alpha_T=0.')
+            raise ValueError('no loss predictor for a mask that masks by '
+                             'predicted loss. Fix: alpha_0=alpha_T=0.')
         target_uses_teacher = getattr(self.target_generator, 'uses_teacher',
                                       False)
         self.teacher_features = bool(self.teacher_target

@@ -178,9 +178,8 @@ class HPMiBOT(HPMBase):
         views = inputs if isinstance(inputs, (list, tuple)) else [inputs]
         got = [tuple(v.shape[-2:]) for v in views]
         if len(views) < 2 or got[0] != size or got[1] != size:
-            raise ValueError(
-                f'HPMiBOT needs 2 global crops of {size[0]}x{size[1]} first, '
-                f"got views of {got}. Fix: dict(type='MultiView', num_views="
-                '[1, 1, L], transforms=[global_1, global_2, local]).')
+            raise ValueError(f'HPMiBOT needs 2 global crops of {size[0]}x'
+                             f'{size[1]} first, got {got}. Fix: the pipeline '
+                             "dict(type='MultiView', num_views=[1, 1, L]).")
         local = torch.cat(inputs[2:]) if len(inputs) > 2 else None
         return torch.cat(inputs[:2]), local

@@ -41,7 +41,6 @@ class FrozenFeatureTarget(BaseModule):
     weights loaded from ``checkpoint`` (under ``prefix``) by
     :meth:`init_weights`; None keeps the random weights and says so (tests)."""
 
-    uses_teacher = False
     #: how to get the weights, for the missing-file error
     source = 'docs/targets.md'
 
@@ -59,7 +58,10 @@ class FrozenFeatureTarget(BaseModule):
         return super().train(False)
 
     def load_target_state(self, state: dict) -> dict:
-        """The network's own keys from a checkpoint's state dict."""
+        """The network's own keys from a checkpoint's state dict: those under
+        ``prefix`` (stripped), or, where none is, the whole dict."""
+        if not any(k.startswith(self.prefix) for k in state):
+            return dict(state)
         return {
             k[len(self.prefix):]: v
             for k, v in state.items() if k.startswith(self.prefix)
@@ -79,10 +81,8 @@ class FrozenFeatureTarget(BaseModule):
         from mmengine.runner.checkpoint import _load_checkpoint
         ckpt = _load_checkpoint(self.checkpoint, map_location='cpu')
         state = self.load_target_state(ckpt.get('state_dict', ckpt))
-        check_fills(
-            self.network, state, f'{name}: {self.checkpoint}',
-            f"the target's arch as the file's, or convert it as {self.source}"
-            ' says')
+        check_fills(self.network, state, f'{name}: {self.checkpoint}',
+                    f"the target's arch as the file's ({self.source})")
         unexpected = self.network.load_state_dict(
             state, strict=False).unexpected_keys
         print_log(
@@ -127,11 +127,6 @@ class ViTFeatureTarget(FrozenFeatureTarget):
                 out_type='raw',
                 final_norm=True,
                 in_channels=in_channels), checkpoint, prefix)
-
-    def load_target_state(self, state: dict) -> dict:
-        if not any(k.startswith(self.prefix) for k in state):
-            return dict(state)
-        return super().load_target_state(state)
 
 
 @MODELS.register_module()
