@@ -20,7 +20,6 @@ class LayerDecayOptimWrapperConstructor(FrozenAwareOptimWrapperConstructor):
 
     NORMS = (nn.modules.batchnorm._NormBase, nn.LayerNorm, nn.GroupNorm,
              nn.LocalResponseNorm)
-    NO_DECAY = ('pos_embed', )
 
     def layer_id(self, name: str, num_layers: int) -> int:
         """ViTDet's ``get_vit_lr_decay_rate``: the patch embedding, position
@@ -51,18 +50,17 @@ class LayerDecayOptimWrapperConstructor(FrozenAwareOptimWrapperConstructor):
         for name, param in module.named_parameters():
             if not param.requires_grad:
                 continue
-            no_decay = id(param) in norm_params or any(k in name
-                                                       for k in self.NO_DECAY)
+            no_decay = id(param) in norm_params or 'pos_embed' in name
             lid = self.layer_id(name, num_layers)
-            key = (lid, no_decay)
-            if key not in groups:
-                groups[key] = dict(
+            group = groups.setdefault(
+                (lid, no_decay),
+                dict(
                     params=[],
                     lr=self.base_lr * rate**(num_layers + 1 - lid),
                     weight_decay=0. if no_decay else wd,
-                    param_names=[])
-            groups[key]['params'].append(param)
-            groups[key]['param_names'].append(name)
+                    param_names=[]))
+            group['params'].append(param)
+            group['param_names'].append(name)
         params.extend(groups.values())
         print_log(
             f'layer decay {rate}: {len(groups)} parameter groups, lr scale '
