@@ -115,8 +115,7 @@ def no_such_key(key: str, who: str, takes, where: str = '') -> str:
     fix = f'{where}.{close[0]}' if where and close else \
         'correct that key in the config (or --cfg-options)'
     return ((f'{where}.{key}: ' if where else '') +
-            f'{who} takes no argument {key!r}' +
-            (f' (did you mean {" or ".join(close)}?)' if close else '') +
+            f'{who} takes no argument {key!r}' + did_you_mean(key, takes, 2) +
             (f'; it takes {", ".join(takes)}' if takes else '') +
             f'. Fix: {fix}.')
 
