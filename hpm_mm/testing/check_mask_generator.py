@@ -166,9 +166,8 @@ def load_generator(target: str) -> type:
     try:
         cls = getattr(importlib.import_module(module), name)
     except (ImportError, AttributeError) as e:
-        raise HPMError(
-            f'cannot load {target} ({e}). Fix: run it from the '
-            'folder that holds MODULE.py, as MODULE:CLASS.') from None
+        raise HPMError(f'cannot load {target} ({e}). Fix: MODULE:CLASS, run '
+                       'from the folder of MODULE.py.') from None
     if not (isinstance(cls, type) and issubclass(cls, BaseMaskGenerator)):
         raise HPMError(f'{target} is not a BaseMaskGenerator subclass.')
     return cls
