@@ -67,9 +67,8 @@ def _check(spec: dict) -> None:
             f'size={patch}. Fix: size={size - size % patch or patch}.')
     if (size // patch)**2 < 4:
         raise HPMError(
-            f'image.size={size} / patch_size={patch} gives '
-            f'{(size // patch)**2} patch(es). Fix: image.patch_size '
-            f'<= {max(size // 2, 1)}.')
+            f'image.size={size} / patch_size={patch}: {(size // patch)**2} '
+            f'patch(es). Fix: image.patch_size <= {max(size // 2, 1)}.')
     if len(mean) != ch or len(std) != ch:
         raise HPMError(f'image.mean / std {mean} / {std}: need {ch} values '
                        '(one per channel).')

@@ -80,7 +80,7 @@ def test_check_data_reads_every_hooks_loader():
         (dict(mean=[0.485, 0.456, 0.406]), r'\[0, 1, 2\] look like 0..1'),
         # one channel in 0..1 (the check read max(mean): it trained)
         (dict(mean=[0.485, 116.28, 103.53]), r'channel\(s\) \[0\] look'),
-        (dict(size=16, patch_size=16), 'gives 1 patch'),
+        (dict(size=16, patch_size=16), 'patch_size=16: 1 patch'),
         (dict(size=None), r"image: \['size'\] not set"),
         (dict(mean=[float('nan'), 1., 1.]), 'image.mean.*finite'),
         (dict(channels=2), 'image.channels=2: 1 .* or 3'),
