@@ -1,6 +1,7 @@
 import math
 
 import torch
+from mmengine.utils import to_2tuple
 from mmpretrain.registry import MODELS
 
 from .base import BaseMaskGenerator
@@ -38,9 +39,7 @@ class BlockwiseMaskGenerator(BaseMaskGenerator):
                  min_aspect: float = 0.3,
                  num_blocks: int = 32) -> None:
         super().__init__(mask_ratio)
-        if isinstance(input_size, int):
-            input_size = (input_size, input_size)
-        self.input_size = tuple(input_size) if input_size else None
+        self.input_size = tuple(to_2tuple(input_size)) if input_size else None
         if min_num_patches < 1 or num_blocks < 1 or not 0 < min_aspect <= 1:
             raise ValueError('BlockwiseMaskGenerator needs min_num_patches, '
                              'num_blocks >= 1 and 0 < min_aspect <= 1.')
@@ -50,10 +49,7 @@ class BlockwiseMaskGenerator(BaseMaskGenerator):
         self.num_blocks = num_blocks
 
     def grid(self, num_patches: int):
-        if self.input_size is not None:
-            h, w = self.input_size
-        else:
-            h = w = int(round(num_patches**.5))
+        h, w = self.input_size or (round(num_patches**.5), ) * 2
         if h * w != num_patches:
             raise ValueError(f'{num_patches} patches are not a {h}x{w} grid. '
                              'Fix: input_size=(h, w) of the patch grid.')

@@ -97,10 +97,9 @@ class HPMBase(BaseSelfSupervisor):
                 gen.score_source == 'predicted_loss':
             raise ValueError('no loss predictor for a mask that masks by '
                              'predicted loss. Fix: alpha_0=alpha_T=0.')
-        target_uses_teacher = getattr(self.target_generator, 'uses_teacher',
-                                      False)
-        self.teacher_features = bool(self.teacher_target
-                                     or target_uses_teacher)
+        self.teacher_features = bool(
+            self.teacher_target
+            or getattr(self.target_generator, 'uses_teacher', False))
         #: the teacher's keys -> the attributes :meth:`student` reads
         self.student_parts = dict(backbone='backbone')
         if isinstance(self.teacher_target, str):
@@ -115,8 +114,6 @@ class HPMBase(BaseSelfSupervisor):
                 score_source=gen.score_source if teacher_scores else None,
                 features=self.teacher_features)
         ) if teacher_scores or self.teacher_features else None
-        if target_uses_teacher:
-            self.target_generator.bind(self.teacher)
         self.progress = 0.
         self.optim_steps = self.applied = None
         # warned once without a schedule, where the schedule moves anything

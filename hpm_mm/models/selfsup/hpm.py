@@ -67,10 +67,13 @@ class HPM(HPMBase):
             inputs: torch.Tensor,
             teacher_features: Optional[torch.Tensor] = None) -> torch.Tensor:
         """What the head compares the reconstruction with: the images
-        (pixels), or the target generator's patch features (the EMA
-        teacher's reuse this step's pass when given)."""
+        (pixels), the target generator's patch features, or the EMA
+        teacher's (this step's pass when given, else a pass of its own)."""
         if self.target_generator is None:
             return inputs
-        if teacher_features is not None:
-            return teacher_features[:, 1:]
-        return self.target_generator(inputs)
+        if not self.teacher_features:
+            return self.target_generator(inputs)
+        if teacher_features is None:  # outside a step (the pictures)
+            teacher_features = self.teacher(
+                inputs, scores=False, features=True).features
+        return teacher_features[:, 1:]

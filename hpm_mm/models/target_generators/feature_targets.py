@@ -17,23 +17,11 @@ from hpm_mm.errors import check_fills
 @MODELS.register_module()
 class EMATeacherTarget(nn.Module):
     """The EMA teacher's encoder features of the full image (BootMAE's target,
-    Tab. 1): bound to the algorithm's teacher at build (:meth:`bind`), read
-    off the pass that scores the patches (no extra cost); :meth:`forward`
-    runs that pass on its own."""
+    Tab. 1): a marker (:attr:`uses_teacher`) that has the algorithm build its
+    teacher with ``features=True`` and read the target off the pass that
+    scores the patches (no extra cost; :meth:`HPM.target`)."""
 
     uses_teacher = True
-
-    def bind(self, teacher: nn.Module) -> None:
-        """The EMA teacher whose features are the target (not registered as
-        a submodule: it is the algorithm's)."""
-        object.__setattr__(self, '_teacher', teacher)
-
-    @torch.no_grad()
-    def forward(self, inputs: torch.Tensor) -> torch.Tensor:
-        """(B, C, H, W) -> (B, N, C) the teacher's patch tokens after its
-        final norm (bound by the algorithm at build)."""
-        return self._teacher(
-            inputs, scores=False, features=True).features[:, 1:]
 
 
 class FrozenFeatureTarget(BaseModule):
