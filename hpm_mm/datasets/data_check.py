@@ -65,8 +65,7 @@ def check_data(cfg: Config, max_images: int = 0) -> Dict[str, list]:
         n = len(dataset) if not max_images else min(len(dataset), max_images)
         modes, bad = Counter(), 0
         for i in range(n):
-            info = dataset.get_data_info(i)
-            path = info.get('img_path')
+            path = dataset.get_data_info(i).get('img_path')
             if path is None:
                 continue
             try:
