@@ -18,7 +18,9 @@ import textwrap
 from contextlib import suppress
 from typing import Any, Optional, Union
 
+import torch
 from mmengine.config import Config
+from mmengine.runner import FlexibleRunner, Runner
 
 from hpm_mm.errors import HPMError, all_registries, did_you_mean, no_such_key
 
@@ -69,7 +71,6 @@ def run_keys() -> frozenset:
     declares (a plugin's hook that reads ``runner.cfg.my_key`` says
     ``config_keys = ('my_key', )``), read when asked, so a plugin's
     ``custom_imports`` count."""
-    from mmengine.runner import FlexibleRunner, Runner
     keys = set(CONFIG_KEYS)
     for runner in (Runner, FlexibleRunner):
         keys |= set(inspect.signature(runner.__init__).parameters) - {'self'}
@@ -264,7 +265,6 @@ def _takes(obj) -> Optional[tuple]:
     passes on to its base's, the base's too, and the keys it reads from it.
     None where any key may be right (another ``**kwargs``, no
     signature)."""
-    import torch
     inits = [
         vars(c)['__init__'] for c in obj.__mro__ if '__init__' in vars(c)
     ] if inspect.isclass(obj) else [obj]
@@ -294,11 +294,7 @@ def _takes(obj) -> Optional[tuple]:
 def _keys_read(obj, name: str) -> tuple:
     """The keys the code of ``obj`` (a function, or a class and its bases)
     reads from the dict it calls ``name`` (:func:`_key_uses`)."""
-    parts = [
-        f for c in obj.__mro__ for f in vars(c).values()
-        if inspect.isfunction(f) and name in f.__code__.co_names +
-        f.__code__.co_varnames
-    ] if inspect.isclass(obj) else [obj]
+    parts = obj.__mro__ if inspect.isclass(obj) else [obj]
     return tuple(
         dict.fromkeys(
             k for part in parts for k in (_key_uses(part, name) or [()])[0]))
@@ -331,7 +327,6 @@ def _receiver(path: str, node: dict, cfg: dict, registered,
     none; the arch_zoo keys of an ``arch`` dict's backbone); None where that
     is unknown or may take any key. ``parents``: the dicts by path."""
     from mmengine.dist import utils
-    from mmengine.runner import Runner
     from mmengine.utils.dl_utils import set_multi_processing
     from mmpretrain.models import BaseSelfSupervisor
     from torch.distributed import init_process_group
@@ -400,7 +395,6 @@ def check_config_dicts(cfg: Config) -> None:
     ``env_cfg``, the loaders, ``optim_wrapper``'s ``clip_grad`` and
     ``paramwise_cfg``); an optimizer's value of another kind than its
     default (``betas=0.9``)."""
-    import torch
     plain = cfg.to_dict()
     scopes = {plain.get('default_scope') or 'mmpretrain'} | {
         s
@@ -604,9 +598,7 @@ def _read_config(path: str) -> Config:
         elif needs:
             why = needs[0]
         elif any(c.name == 'pkg_resources' for c in plugin):
-            import setuptools
-            why = (f'mmengine 0.10.7 needs pkg_resources, which setuptools '
-                   f"{setuptools.__version__} lacks. Fix: pip install "
+            why = ('mmengine needs pkg_resources. Fix: pip install '
                    "'setuptools<81'")
         elif plugin:  # a custom_imports module (or its own need)
             why = (f'custom_imports could not import {plugin[0].name!r}. '

@@ -105,8 +105,7 @@ def download_checkpoint(url: str, model_dir: Optional[str] = None) -> str:
         if problem is not None:
             raise DownloadError(
                 f'cannot download the checkpoint {url} ({problem}){kept}. '
-                'Fix: check the address (an error page?) and the network, or '
-                'download it and pass its path.')
+                'Fix: check the address, or download it and pass its path.')
         os.replace(part, path)  # then the record: never a new ETag on an
         with open(record, 'w') as f:  # old copy
             json.dump(dict(etag=strong), f)

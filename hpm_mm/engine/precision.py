@@ -45,10 +45,8 @@ def precision_key(cfg) -> str:
     value = cfg.get('precision')
     if value is not None:
         if value not in PRECISIONS:
-            raise HPMError(
-                f'precision={value!r} is not one of {", ".join(PRECISIONS)}. '
-                "Fix: precision='auto' (bf16 or fp16 on a GPU, fp32 on a "
-                "CPU, as --amp), or 'fp32', 'bf16', 'fp16' (GPU).")
+            raise HPMError(f'precision={value!r} is not one of '
+                           f"{', '.join(PRECISIONS)}. Fix: precision='auto'.")
         return value
     wrapper = cfg.get('optim_wrapper') or {}
     kind = wrapper.get('type') if isinstance(wrapper, dict) else None
@@ -78,9 +76,8 @@ def run_precision(cfg, device: Optional[str] = None) -> Precision:
                              'dynamic loss scale')
         return Precision(name, DTYPES[name], device, why)
     if name == 'fp16' and not cuda:
-        raise HPMError(
-            "precision='fp16' needs a GPU, and this machine has none. Fix: "
-            "precision='bf16' (bf16 autocast) or 'fp32'.")
+        raise HPMError("precision='fp16' needs a GPU, and this machine has "
+                       "none. Fix: precision='bf16'.")
     if name == 'bf16' and not bf16_ok:
         raise HPMError("precision='bf16': this GPU does not support bf16. "
                        "Fix: precision='auto' (fp16 with a loss scale).")

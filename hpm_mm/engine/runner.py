@@ -20,6 +20,7 @@ from mmengine.config import Config
 from mmengine.dist import is_main_process
 from mmengine.registry import RUNNERS
 from mmengine.runner import FlexibleRunner, Runner
+from mmpretrain.utils import get_ori_model
 
 from hpm_mm.datasets.data_check import check_data_roots
 from hpm_mm.errors import explained_build_errors
@@ -54,11 +55,9 @@ class FormattedOnce(Config):
     @property
     def pretty_text(self) -> str:
         key = repr(self._cfg_dict)
-        memo = self.__dict__.get('_hpm_text')
-        if memo is None or memo[0] != key:
-            memo = (key, super().pretty_text)
-            object.__setattr__(self, '_hpm_text', memo)
-        return memo[1]
+        if vars(self).get('_hpm_text', (None, ))[0] != key:
+            object.__setattr__(self, '_hpm_text', (key, super().pretty_text))
+        return self._hpm_text[1]
 
 
 class RunPolicyMixin:
@@ -66,7 +65,8 @@ class RunPolicyMixin:
     ``Runner`` or ``FlexibleRunner`` (which take the same keyword
     arguments; ``cfg`` carries the config keys they do not take:
     ``console``, ``model_wrapper_cfg``)."""
-    _hpm_precision: Optional[Precision] = None
+    #: the run's precision (:mod:`hpm_mm.engine.precision`)
+    precision: Optional[Precision] = None
     _hpm_lock = _hpm_resume = None  # a training run's lock and resume room
     _hpm_fit_checked = False
 
@@ -109,14 +109,9 @@ class RunPolicyMixin:
         except BaseException:
             self.release_work_dir()  # a refused start frees the work dir
             raise
-        if self._hpm_precision is not None and is_main_process():
+        if self.precision is not None and is_main_process():
             with open(osp.join(self.work_dir, 'precision.json'), 'w') as f:
-                json.dump(self._hpm_precision.to_dict(), f, indent=2)
-
-    @property
-    def precision(self) -> Optional[Precision]:
-        """The run's precision (:mod:`hpm_mm.engine.precision`)."""
-        return self._hpm_precision
+                json.dump(self.precision.to_dict(), f, indent=2)
 
     # ------------------------------------------------------------ the start
     def _check_before_work(self, kw: dict, cfg: Config) -> None:
@@ -128,7 +123,7 @@ class RunPolicyMixin:
                 dict(precision=cfg.get('precision'), optim_wrapper=wrapper))
             kw['optim_wrapper'] = cfg.optim_wrapper = fused_on_cuda(
                 optim_wrapper_cfg(wrapper, precision), precision.device)
-            self._hpm_precision = precision
+            self.precision = precision
         model = kw.get('model')
         refuse_old_torch_pretraining(model)
         teacher = model.get('teacher') if isinstance(model, dict) else None
@@ -161,7 +156,7 @@ class RunPolicyMixin:
                 handler.setFormatter(BareConsoleFormatter(handler.formatter))
                 if self._hpm_quiet:
                     handler.addFilter(quiet_console)
-        precision = self._hpm_precision
+        precision = self.precision
         notes = [(logging.INFO, precision.line())] if precision else []
         files = [h for h in logger.handlers if isinstance(h, FileHandler)]
         if self._hpm_quiet and files:
@@ -201,7 +196,6 @@ class RunPolicyMixin:
         ``train_step``, whose optimizer wrapper and teacher update hold
         host-side state; ``compile=dict(mode='reduce-overhead')`` replays
         them as CUDA graphs on a GPU, the default mode on a CPU."""
-        from mmpretrain.utils import get_ori_model
         options, model = self.cfg.get('compile'), get_ori_model(self.model)
         if isinstance(options, dict) and options.get('mode') in GRAPH_MODES:
             from hpm_mm.evaluation import model_device
@@ -296,7 +290,6 @@ class RunPolicyMixin:
                 not isinstance(self.model, nn.Module):
             return
         self._hpm_fit_checked = True
-        from mmpretrain.utils import get_ori_model
         self._hpm_resume.check_fits(get_ori_model(self.model))
 
 

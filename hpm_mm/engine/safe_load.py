@@ -9,6 +9,8 @@ it); docs/reliability.md says why and what it costs.
 import os
 import os.path as osp
 import pickle
+import pickletools
+import zipfile
 from typing import Optional
 
 import torch
@@ -109,7 +111,6 @@ def checkpoint_problem(path: str) -> Optional[str]:
     and a CRC per member (a flipped bit fails it). Nothing is unpickled;
     torch's legacy format, which has no checksums, passes when its pickles
     are whole."""
-    import zipfile
     if not osp.isfile(path):
         return 'no such file' if not osp.isdir(path) else 'a folder'
     stat = os.stat(path)
@@ -129,8 +130,7 @@ def checkpoint_problem(path: str) -> Optional[str]:
         except Exception as e:  # BadZipFile, OSError, a garbled name's
             legacy = _legacy_pickles(path)  # UnicodeDecodeError, ...
             if legacy and not legacy[1]:
-                problem = ("cut short or damaged (torch's legacy format: its "
-                           'pickles end early)')
+                problem = 'cut short or damaged (its pickles end early)'
             elif not legacy:
                 problem = ('truncated, damaged or not a torch checkpoint '
                            f'({type(e).__name__}: {str(e)[:80]})')
@@ -143,7 +143,6 @@ def _legacy_pickles(path: str) -> Optional[tuple]:
     (pre-zip) format, in sequence: magic number, protocol, system info,
     the object, its storage keys (the storages' bytes after them unread);
     None for another file. Nothing is unpickled."""
-    import pickletools
     with open(path, 'rb') as f:
         head = f.read(24)
         if head[:1] != b'\x80' or LEGACY_MAGIC not in head:
@@ -164,7 +163,6 @@ def _pickle_of(path: str) -> bytes:
     """Every pickle of a checkpoint, one after the other: a zip's ``.pkl``
     members (the tensors unread) or the legacy format's
     (:func:`_legacy_pickles`); b'' for another file."""
-    import zipfile
     try:
         with zipfile.ZipFile(path) as zf:
             return b''.join(
@@ -179,7 +177,6 @@ def disallowed_globals(path: str) -> list:
     (torch's own and :func:`checkpoint_safe_globals`), in order, found by
     reading their opcodes: nothing is unpickled."""
     import io
-    import pickletools
 
     from _compat_pickle import IMPORT_MAPPING, NAME_MAPPING
     from torch import _weights_only_unpickler as wou
@@ -297,10 +294,8 @@ def load_file(path: str, map_location='cpu'):
                       'loads checkpoints weights-only all the same')
     try:
         return torch.load(path, map_location=map_location, weights_only=True)
-    except pickle.UnpicklingError as e:
-        raise _refusal(path, e) from None
-    except RuntimeError as e:
-        if 'Weights only load failed' in str(e):
+    except (pickle.UnpicklingError, RuntimeError) as e:
+        if not isinstance(e, RuntimeError) or 'Weights only load' in str(e):
             raise _refusal(path, e) from None
         if not _legacy_pickles(path):
             raise

@@ -76,9 +76,8 @@ def own_work_dir(work_dir: str) -> IO:
         handle = open(osp.join(work_dir, LOCK_NAME), 'a+')
     except OSError as e:  # read-only, under a file, ...
         raise HPMError(
-            f'cannot make the work dir {work_dir} ({e.strerror or e}). Fix: '
-            '--work-dir a folder you can write (without it, work_dirs/ of '
-            'the current folder).') from None
+            f'cannot make the work dir {work_dir} ('
+            f'{e.strerror or e}). Fix: a --work-dir you can write.') from None
     try:
         fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
@@ -179,9 +178,8 @@ def plan_outputs(outputs: Sequence[str],
                            f'would destroy the input. Fix: {fix}.')
         if not _marked(path) and not (index and osp.isfile(index)
                                       and _marked(index)):
-            raise HPMError(
-                f'{path} exists and hpm_mm did not write it (no {MARK} '
-                f'mark): it is not overwritten. Fix: {fix}, or move it away.')
+            raise HPMError(f'{path} exists and hpm_mm did not write it. '
+                           f'Fix: {fix}, or move it away.')
 
 
 def text_writer(text: str) -> Callable[[str], None]:
@@ -225,9 +223,8 @@ def write_outputs(writers: Dict[str, Callable[[str], None]]) -> None:
             with suppress(OSError):
                 os.remove(part)
         if isinstance(e, OSError):
-            raise HPMError(
-                f'cannot write {path}: {e.strerror or e}; nothing of it '
-                'written. Fix: free space, or another path.') from None
+            raise HPMError(f'cannot write {path}: {e.strerror or e}; nothing '
+                           'of it written. Fix: free space.') from None
         raise
     finally:
         for sig, handler in old.items():

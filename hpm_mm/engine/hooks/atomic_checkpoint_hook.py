@@ -30,8 +30,7 @@ class AtomicCheckpointHook(CheckpointHook):
         unknown = sorted(set(kwargs) - set(takes))
         if unknown:  # (mmengine passes them on to the first save)
             raise HPMError(
-                no_such_key(unknown[0],
-                            type(self).__name__, takes,
+                no_such_key(unknown[0], 'AtomicCheckpointHook', takes,
                             'default_hooks.checkpoint'))
         super().__init__(*args, **kwargs)
 
@@ -72,9 +71,8 @@ class AtomicCheckpointHook(CheckpointHook):
                 os.remove(tmp)
             if isinstance(e, OSError):  # a full disk, a read-only folder
                 raise HPMError(
-                    f'cannot write the checkpoint {self.last_ckpt} ({e}). '
-                    'Fix: free space or make the folder writable, then '
-                    '--resume.') from None
+                    f'cannot write the checkpoint {self.last_ckpt}'
+                    f' ({e}). Fix: free space, then --resume.') from None
             raise
         if not is_main_process():
             return
@@ -85,10 +83,8 @@ class AtomicCheckpointHook(CheckpointHook):
                 f.write(self.last_ckpt)
             os.replace(pointer + '.tmp', pointer)
         except OSError as e:
-            raise HPMError(
-                f'cannot write {pointer} ({e}); the checkpoint '
-                f'{self.last_ckpt} is complete. Fix: free space or make the '
-                'work dir writable, then --resume.') from None
+            raise HPMError(f'cannot write {pointer} ({e}). Fix: free space, '
+                           'then --resume.') from None
         for old in outdated:
             path = osp.join(self.out_dir, self.filename_tmpl.format(old))
             if osp.isfile(path):

@@ -39,11 +39,9 @@ class HPMScheduleHook(Hook):
             return
         _WARNED_RUNNER = True
         print_log(
-            f'this run is under {type(runner).__name__}, not hpm_mm\'s '
-            'HPMRunner: it trains without the run\'s policy (precision, '
-            'work-dir lock, resume checks). Fix: RUNNERS.build(cfg) '
-            '(Runner.from_cfg ignores runner_type) or hpm_mm.apis.train.',
-            'current', logging.WARNING)
+            f"this run is under {type(runner).__name__}, not hpm_mm's "
+            "HPMRunner: no run policy. Fix: RUNNERS.build(cfg) (Runner."
+            'from_cfg ignores runner_type).', 'current', logging.WARNING)
 
     def before_train_iter(self,
                           runner,

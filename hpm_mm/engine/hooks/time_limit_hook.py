@@ -24,10 +24,8 @@ class TimeLimitHook(Hook):
                  deadline: Optional[float] = None) -> None:
         if (minutes is None) == (deadline is None) or (minutes is not None
                                                        and minutes <= 0):
-            raise ValueError(
-                f'TimeLimitHook(minutes={minutes}, deadline={deadline}): give '
-                'one of minutes= (a positive allowance from the start of '
-                'training) or deadline= (a Unix time).')
+            raise ValueError(f'TimeLimitHook(minutes={minutes}, deadline='
+                             f'{deadline}): give minutes > 0 or a deadline.')
         self.minutes, self.deadline = minutes, deadline
         self.stopped_at: Optional[int] = None
 

@@ -34,14 +34,11 @@ class HPMFullyShardedDataParallel(MMFullyShardedDataParallel):
 
     def __init__(self, module: nn.Module, device_id=None, **kwargs) -> None:
         if kwargs.get('auto_wrap_policy') is not None:
-            raise ValueError(
-                'HPMFullyShardedDataParallel keeps the student in one FSDP '
-                'unit (the EMA teacher needs whole parameters): no '
-                'auto_wrap_policy.')
+            raise ValueError('HPMFullyShardedDataParallel keeps the student '
+                             'in one unit: no auto_wrap_policy.')
         if not kwargs.get('use_orig_params', True):
-            raise ValueError(
-                'HPMFullyShardedDataParallel needs use_orig_params=True (the '
-                'EMA update reads the student parameters by name).')
+            raise ValueError('HPMFullyShardedDataParallel needs '
+                             'use_orig_params=True.')
         if not torch.cuda.is_available():
             device_id = torch.device('cpu')
         ignored = list(kwargs.pop('ignored_modules', None) or [])

@@ -236,10 +236,9 @@ class NonFiniteGuardMixin:
             self.consecutive_skips = self.consecutive_skips + 1 if bad else 0
             if self.consecutive_skips >= self.max_consecutive_skips:
                 self._warn(self._skipped - skipped)
-                raise HPMError(
-                    f'{self.consecutive_skips} optimizer steps in a row had '
-                    'a non-finite loss or gradients. Fix: lower optimizer.lr '
-                    'or set clip_grad, from a sound load_from=CKPT.')
+                raise HPMError(f'{self.consecutive_skips} optimizer steps in a'
+                               ' row had a non-finite loss or gradients. Fix: '
+                               'lower optimizer.lr, then load_from=CKPT.')
         self._warn(self._skipped - skipped)
 
     def _warn(self, new: int) -> None:
