@@ -118,6 +118,23 @@ def test_cosine_momentum_follows_ibot_and_teacher_stays_in_eval():
         tiny_hpm(teacher=dict(momentum_schedule='step'))
 
 
+def test_a_sharded_student_parameter_is_refused_in_one_line():
+    """The EMA teacher averages whole parameters: a student parameter of
+    another shape (an FSDP shard) is refused, naming it, at the first
+    update after a build or a load, and nothing is averaged."""
+    import re
+    model = tiny_hpm()
+    before = copy.deepcopy(model.teacher.state_dict())
+    student = copy.deepcopy(model.student())
+    name, param = next(iter(student.named_parameters()))
+    param.data = param.data[..., :1]
+    with pytest.raises(RuntimeError, match=re.escape(name) + ' is .*shard'):
+        model.teacher.update(student)
+    for key, value in model.teacher.state_dict().items():
+        assert torch.equal(value, before[key]), key
+    assert model.teacher.update(model.student())  # whole: averaged
+
+
 def test_teacher_scores_use_full_image_and_predictor_only(device):
     model = tiny_hpm(device=device)
     model.teacher.update(model.student())

@@ -93,7 +93,6 @@ class EMATeacher(ExponentialMovingAverage):
         self._pass = self._full_pass if input_scale == 1 else \
             self._scaled_pass
         self._last_optim_steps: Optional[int] = None
-        self._checked = False
         self._steps: Optional[int] = None  # ``steps`` on the host
         self.module.eval()
 
@@ -139,14 +138,6 @@ class EMATeacher(ExponentialMovingAverage):
         if applied is not None and not isinstance(applied, torch.Tensor) \
                 and not applied:
             return False
-        if not self._checked:
-            teacher = self.avg_parameters
-            for name, param in student.named_parameters():
-                if param.shape != teacher[name].shape:
-                    raise RuntimeError(
-                        f'{name} is {tuple(param.shape)} (a shard?) for the '
-                        'EMA teacher. Fix: HPMFullyShardedDataParallel.')
-            self._checked = True
         self.update_parameters(
             student, applied if isinstance(applied, torch.Tensor) else None)
         return True
@@ -160,9 +151,16 @@ class EMATeacher(ExponentialMovingAverage):
         multi-tensor ops, its step count kept on the host (no read back per
         call); ``applied`` (a 0./1. device tensor) scales the momentum. (The
         teacher sets neither ``interval`` nor ``update_buffers``: 1, False.)
+        Once per build or load, the student's parameters are checked whole
+        (not an FSDP shard).
         """
         src = dict(model.named_parameters())
         if self._steps is None:  # once per build or load: one read back
+            for name, p in self.avg_parameters.items():
+                if src[name].shape != p.shape:
+                    raise RuntimeError(
+                        f'{name} is {tuple(src[name].shape)} (a shard?) for '
+                        'the EMA teacher. Fix: HPMFullyShardedDataParallel.')
             self._steps = int(self.steps)
         steps = self._steps
         avg = list(self.avg_parameters.values())  # parameters: all floating
