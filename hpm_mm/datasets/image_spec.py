@@ -23,7 +23,8 @@ SIZE_KEYS = dict(
 SPEC_KEYS = ('root', 'size', 'channels', 'patch_size', 'mean', 'std')
 
 
-def _check(spec: dict) -> None:
+def _check(spec: dict) -> tuple:
+    """Refuse a spec that cannot train; its (size, channels, patch_size)."""
     import math
     unknown = [k for k in spec if k not in SPEC_KEYS]
     if unknown:
@@ -72,6 +73,7 @@ def _check(spec: dict) -> None:
     if len(mean) != ch or len(std) != ch:
         raise HPMError(f'image.mean / std {mean} / {std}: need {ch} values '
                        '(one per channel).')
+    return size, ch, patch
 
 
 def apply_image_spec(cfg):
@@ -80,19 +82,18 @@ def apply_image_spec(cfg):
     spec = cfg.get('image')
     if not spec:
         return cfg
-    _check(spec)
-    size, ch, patch = spec['size'], spec['channels'], spec['patch_size']
+    size, ch, patch = _check(spec)
     model = cfg.get('model') or {}
     backbone = model.get('backbone')
     if isinstance(backbone, dict):
         backbone.update(img_size=size, patch_size=patch)
-        backbone.setdefault('patch_cfg', {})['in_channels'] = ch
-    for part, keys in (('neck',
-                        dict(
-                            num_patches=(size // patch)**2,
-                            patch_size=patch,
-                            in_chans=ch)),
-                       ('head', dict(patch_size=patch, in_channels=ch))):
+        backbone['patch_cfg'] = dict(
+            backbone.get('patch_cfg') or {}, in_channels=ch)
+    takes = dict(
+        neck=dict(
+            num_patches=(size // patch)**2, patch_size=patch, in_chans=ch),
+        head=dict(patch_size=patch, in_channels=ch))
+    for part, keys in takes.items():  # each key where the part has it
         module = model.get(part)
         if isinstance(module, dict):
             module.update({k: v for k, v in keys.items() if k in module})
@@ -101,7 +102,6 @@ def apply_image_spec(cfg):
         if isinstance(pre, dict):
             pre.update(
                 mean=list(spec['mean']), std=list(spec['std']), to_rgb=ch == 3)
-    color = 'grayscale' if ch == 1 else 'color'
     # the root replaces the training images' folder wherever a loader reads
     # it, and fills a loader that names none; a loader of another folder
     # (a held-out validation folder) keeps it: the kNN would otherwise
@@ -117,7 +117,7 @@ def apply_image_spec(cfg):
         for t in dataset.get('pipeline') or []:
             kind = str(t.get('type', '')).split('.')[-1]
             if reads_image_files(t):
-                t['color_type'] = color
+                t['color_type'] = 'grayscale' if ch == 1 else 'color'
             if kind in SIZE_KEYS:
                 t[SIZE_KEYS[kind]] = size
     return cfg

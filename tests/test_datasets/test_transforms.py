@@ -142,6 +142,21 @@ def test_pretrain_folder_refuses_counts_before_reading(tmp_path, arg, match):
     assert not (tmp_path / 'w').exists()  # nothing written before
 
 
+def test_the_image_spec_sets_the_channels_of_a_backbone_without_patch_cfg():
+    """A backbone config without ``patch_cfg`` (mmpretrain's MAE bases)
+    gets the spec's channels (the key was set on a copy and lost: the
+    model took 3 channels)."""
+    from mmengine.config import Config
+
+    from hpm_mm.datasets.image_spec import apply_image_spec
+    spec = dict(size=32, channels=1, patch_size=4, mean=[100.], std=[50.])
+    for backbone in (dict(type='MAEViT'),
+                     dict(type='MAEViT', patch_cfg=dict(in_channels=3))):
+        cfg = apply_image_spec(
+            Config(dict(image=spec, model=dict(backbone=backbone))))
+        assert cfg.model.backbone.patch_cfg.in_channels == 1
+
+
 def test_the_image_spec_root_keeps_another_folder_and_fills_a_missing_one():
     """``image.root`` replaces the training images' folder in every loader
     that reads it and fills a loader without one; a loader of another
