@@ -37,10 +37,8 @@ def check_invariants(gen: BaseMaskGenerator,
         torch.manual_seed(0)
         mask = _draw(gen, scores, progress, N, B, device)
         if mask.shape != (B, N) or mask.dtype != torch.float32:
-            return [
-                f'{at}: mask {tuple(mask.shape)} {mask.dtype}, not '
-                f'({B}, {N}) float32'
-            ]
+            got = f'{tuple(mask.shape)} {mask.dtype}'
+            return [f'{at}: mask {got}, not ({B}, {N}) float32']
         if mask.device.type != torch.device(device).type:
             problems.append(f'{at}: mask on {mask.device}, asked {device}')
         if not set(mask.unique().tolist()) <= {0., 1.}:
@@ -139,10 +137,8 @@ def check(cls, kwargs=None, device: str = 'cpu') -> Dict[str, List[str]]:
     try:
         varied = cls(mask_ratio=per_image, **kwargs)
     except Exception as e:
-        out['per-image ratios'] = [
-            f'mask_ratio={per_image} refused: '
-            f'{type(e).__name__}: {e}'
-        ]
+        why = f'{type(e).__name__}: {e}'
+        out['per-image ratios'] = [f'mask_ratio={per_image} refused: {why}']
     else:
         out['invariants, per-image ratios, 64 patches'] = _failing(
             check_invariants, varied, 64, device)
