@@ -169,6 +169,5 @@ def bank_and_evaluated(model, loaders: dict, log, **kwargs) -> tuple:
         out.append(extract_features(model, loaders[split], **kwargs))
     (a, b), labels = [o['feats'] for o in out], [o['labels'] for o in out]
     a, b = (a, b) if isinstance(a, dict) else ({0: a}, {0: b})
-    same = labels[0].shape == labels[1].shape and torch.equal(*labels) and \
-        all(torch.equal(a[f], b[f]) for f in a)
+    same = torch.equal(*labels) and all(torch.equal(a[f], b[f]) for f in a)
     return out[0], out[1], [SAME_SET] if same else []
