@@ -61,9 +61,8 @@ def merge_saved(ckpt: dict, optimizer) -> Optional[str]:
     for scheduler in ckpt.get('param_schedulers') or []:
         for key in set(scheduler) & {'base_values', '_last_value'}:
             scheduler[key] = [scheduler[key][i] for i in firsts]
-    return (f'resume: the checkpoint\'s {len(saved)} optimizer groups (one '
-            f'per parameter) merged by setting into {len(merged)}, as this '
-            'run builds them')
+    return (f"resume: the checkpoint's {len(saved)} optimizer groups (one "
+            f'per parameter) merged by setting into {len(merged)}')
 
 
 def as_this_config(runner, ckpt: dict, schedulers: list,
@@ -101,7 +100,6 @@ def as_this_config(runner, ckpt: dict, schedulers: list,
             group.update({k: v for k, v in built.items() if k != 'params'})
     states = [s.state_dict() for s in schedulers]
     if isinstance(ckpt.get('param_schedulers'), dict):  # per optimizer
-        ckpt['param_schedulers'][next(iter(ckpt['param_schedulers']))] = \
-            states
+        ckpt['param_schedulers'][next(iter(ckpt['param_schedulers']))] = states
     elif 'param_schedulers' in ckpt:
         ckpt['param_schedulers'] = states

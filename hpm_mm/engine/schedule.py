@@ -41,9 +41,8 @@ def scale_recipe(cfg, epochs: int, steps_per_epoch: int):
                          f'got {epochs} and {steps_per_epoch}.')
     kinds = [s.get('type') for s in cfg.param_scheduler]
     if kinds != ['LinearLR', 'CosineAnnealingLR']:
-        raise ValueError(
-            'scale_recipe scales a linear warm-up followed by a cosine '
-            f'(the Fashion-MNIST recipe); this config has {kinds}.')
+        raise ValueError(f'scale_recipe scales [LinearLR, '
+                         f'CosineAnnealingLR], not {kinds}.')
     warm, cosine = (dict(s) for s in cfg.param_scheduler)
     w, span = warmup_epochs(epochs), dict(
         begin=0, by_epoch=True, convert_to_iter_based=True)
@@ -81,11 +80,9 @@ def check_run_length(cfg) -> None:
         return
     unit, key = ('epoch', 'max_epochs') if by_epoch else \
         ('iteration', 'max_iters')
-    if isinstance(length, bool) or not isinstance(length, int) or \
-            length < 1:
+    if isinstance(length, bool) or not isinstance(length, int) or length < 1:
         raise HPMError(f'train_cfg.{key}={length!r}: a run of no {unit}s '
-                       f'trains nothing. Fix: train_cfg.{key}=N with N >= 1 '
-                       f'(the config\'s schedule names its {unit}s).')
+                       f'trains nothing. Fix: train_cfg.{key}=N >= 1.')
     schedulers = cfg.get('param_scheduler') or []
     schedulers = [schedulers] if isinstance(schedulers, dict) else schedulers
     ends = [
@@ -105,7 +102,5 @@ def check_run_length(cfg) -> None:
     teacher = model.get('teacher') or {} if isinstance(model, dict) else {}
     ramp = teacher.get('momentum_epochs')
     if by_epoch and ramp is not None and ramp > length:
-        raise HPMError(
-            f'model.teacher.momentum_epochs={ramp} is longer than the run '
-            f'(train_cfg.max_epochs={length}). Fix: model.teacher.'
-            f'momentum_epochs={length}, or None to follow the run.')
+        raise HPMError(f'model.teacher.momentum_epochs={ramp} is longer than'
+                       f' the run. Fix: model.teacher.momentum_epochs=None.')

@@ -5,6 +5,9 @@ from mmengine.hooks import Hook
 from mmengine.runner import IterBasedTrainLoop
 from mmpretrain.registry import HOOKS
 
+#: the logged scalars the line shows by default
+KEYS = ('loss_cls', 'loss_rec', 'loss_pred', 'rank_acc', 'alpha')
+
 
 def _duration(seconds: float) -> str:
     m, s = divmod(int(round(seconds)), 60)
@@ -28,11 +31,7 @@ class ConsoleProgressHook(Hook):
 
     priority = 'LOW'
 
-    def __init__(
-        self,
-        keys: Sequence[str] = ('loss_cls', 'loss_rec', 'loss_pred', 'rank_acc',
-                               'alpha')
-    ) -> None:
+    def __init__(self, keys: Sequence[str] = KEYS) -> None:
         self.keys = tuple(keys)
         self._start = self._start_iter = None
 

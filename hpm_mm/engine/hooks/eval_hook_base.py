@@ -37,9 +37,8 @@ class AfterCheckpointEvalHook(Hook):
         if getattr(self, '_resumed_at_end', False) and \
                 not self.final_done(runner):
             runner.logger.warning(
-                f'{type(self).__name__}: this run was resumed after its last '
-                'epoch without its final evaluation (stopped during it); '
-                'running it now.')
+                f'{type(self).__name__}: resumed after its last epoch without '
+                'its final evaluation; running it now.')
             self.run_evaluation(runner, self.final_tag(runner))
 
     def after_train_epoch(self, runner) -> None:

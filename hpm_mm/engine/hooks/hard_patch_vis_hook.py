@@ -56,8 +56,7 @@ class HardPatchVisHook(AfterCheckpointEvalHook):
         model = get_ori_model(runner.model)
         inputs = model.data_preprocessor(
             default_collate(self._samples), False)['inputs']
-        progress = model.progress if self.progress is None else \
-            self.progress
+        progress = model.progress if self.progress is None else self.progress
         result = analyze_hard_patches(model, inputs, progress, self.num_masks)
         out_dir = osp.join(runner.work_dir, 'hard_patches')
         os.makedirs(out_dir, exist_ok=True)

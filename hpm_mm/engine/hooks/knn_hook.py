@@ -132,8 +132,5 @@ class KNNEvalHook(AfterCheckpointEvalHook):
 
     def final_done(self, runner) -> bool:
         path = osp.join(runner.work_dir, 'knn.json')
-        if not osp.exists(path):
-            return False
-        done = load(path)
-        return done.get('epoch') == runner.epoch if self.by_epoch else \
-            done.get('iter') == runner.iter
+        key = 'epoch' if self.by_epoch else 'iter'
+        return osp.exists(path) and load(path).get(key) == getattr(runner, key)

@@ -181,8 +181,7 @@ class NonFiniteGuardMixin:
             return self._record(None, 1.)
         flag = self.nonfinite()
         scaler = getattr(self, 'loss_scaler', None)
-        if scaler is not None and not scaler.is_enabled():
-            scaler = None
+        scaler = scaler if scaler is not None and scaler.is_enabled() else None
         if getattr(self.optimizer, '_step_supports_amp_scaling', False):
             # fused: the kernel skips the update and undoes its step count
             if scaler is not None:  # the scaler's found_inf sees the flag
