@@ -203,6 +203,12 @@ def test_frozen_targets_load_stay_frozen_and_refuse_missing_weights(
     loaded = build(feature_cfg(dict(target, checkpoint=path), dim))
     for k, v in loaded.target_generator.network.state_dict().items():
         assert torch.equal(v, state[prefix + k]), k
+    # a file of the network's own keys (no prefix) is taken whole
+    torch.save({k[len(prefix):]: v for k, v in state.items()}, path)
+    bare = build(feature_cfg(dict(target, checkpoint=path), dim))
+    for k, v in bare.target_generator.network.state_dict().items():
+        assert torch.equal(v, state[prefix + k]), k
+    torch.save({'state_dict': state}, path)
     x = torch.randn(2, 3, 32, 32)
     out = loaded.target_generator(x)
     assert out.shape == (2, 16, dim) and not out.requires_grad

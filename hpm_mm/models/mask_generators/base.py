@@ -118,7 +118,8 @@ class BaseMaskGenerator(nn.Module):
         if not 0 < k < num_patches:
             raise ValueError(
                 f'mask_ratio={self.mask_ratio!r} masks {k} of {num_patches} '
-                'patches. Fix: mask at least one patch and leave one visible.')
+                f'patches. Fix: a mask_ratio in [{1 / num_patches:.3g}, '
+                f'{1 - 1 / num_patches:.3g}].')
 
     def log_vars(self, num_patches: int, progress: float) -> Dict[str, float]:
         """Scalars to log at this progress. Defaults to none."""

@@ -70,7 +70,7 @@ class FrozenFeatureTarget(BaseModule):
         ckpt = _load_checkpoint(self.checkpoint, map_location='cpu')
         state = self.load_target_state(ckpt.get('state_dict', ckpt))
         check_fills(self.network, state, f'{name}: {self.checkpoint}',
-                    f"the target's arch as the file's ({self.source})")
+                    f'the arch of the file, converted as {self.source} says')
         unexpected = self.network.load_state_dict(
             state, strict=False).unexpected_keys
         print_log(
