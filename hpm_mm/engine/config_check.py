@@ -125,7 +125,8 @@ def _by_type(cfg: dict, key: str) -> str:
             ]
             if len(hits) != 1:
                 raise HPMError(f'--cfg-options {key}: {len(hits) or "no"} '
-                               f'element(s) of type {part!r}. Fix: an index.')
+                               f'element(s) of type {part!r}. Fix: its index, '
+                               f'{".".join(parts[:i])}.N.')
             parts[i] = part = str(hits[0])
         node = _step(node, part)
     return '.'.join(parts)
