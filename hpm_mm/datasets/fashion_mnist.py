@@ -95,8 +95,7 @@ def idx_problem(path: str):
     dims = struct.unpack(f'>{ndim}I', head[4:4 + 4 * ndim])
     want = 4 + 4 * ndim + math.prod(dims)
     if size != want:
-        return (f'{size} bytes where its header ({" x ".join(map(str, dims))})'
-                f' says {want}: truncated or altered')
+        return f'{size} bytes, its header says {want}: truncated or altered'
     return None
 
 
