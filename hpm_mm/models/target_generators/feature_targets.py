@@ -59,9 +59,8 @@ class FrozenFeatureTarget(BaseModule):
         super().init_weights()
         name = type(self).__name__
         if self.checkpoint is None:
-            print_log(
-                f'{name}: checkpoint=None, the target network keeps its '
-                'random initialisation (for tests only).', 'current', 30)
+            print_log(f'{name}: checkpoint=None, random weights (tests only).',
+                      'current', 30)
             return
         if not osp.isfile(self.checkpoint):
             raise FileNotFoundError(f'{name}: no file {self.checkpoint!r}. '

@@ -77,8 +77,7 @@ class EMATeacher(ExponentialMovingAverage):
         if not 0. < input_scale <= 1.:
             raise ValueError(f'input_scale must be in (0, 1], got '
                              f'{input_scale}.')
-        if score_source is not None:
-            check_source(score_source)
+        check_source(score_source)
         if features and input_scale != 1:
             raise ValueError(f'teacher.input_scale={input_scale} but its '
                              'features are a target. Fix: input_scale=1.0.')

@@ -22,9 +22,10 @@ TEACHER_SCORES = Registry(
     locations=['hpm_mm.models.teachers.score_sources'])
 
 
-def check_source(name: str) -> None:
-    """Refuse a source nothing registered, naming the registered ones."""
-    if TEACHER_SCORES.get(name) is None:
+def check_source(name: Optional[str]) -> None:
+    """Refuse a source nothing registered, naming the registered ones (None:
+    no source, nothing to check)."""
+    if name is not None and TEACHER_SCORES.get(name) is None:
         raise HPMError(
             f'score_source {name!r} is not a registered teacher score source.'
             f' Fix: one of {sorted(TEACHER_SCORES.module_dict)}, or yours by '
