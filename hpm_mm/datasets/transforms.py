@@ -113,11 +113,9 @@ class LoadAndRandomResizedCrop(_Unreadable, RandomResizedCrop):
     def reduction(self, target_h: int, target_w: int) -> int:
         """The strongest JPEG reduction under which a ``target_h`` x
         ``target_w`` box still spans the output size (1: none)."""
-        out_h, out_w = self.scale[1], self.scale[0]
-        for factor in JPEG_REDUCTIONS:
-            if target_h / factor >= out_h and target_w / factor >= out_w:
-                return factor
-        return 1
+        out_w, out_h = self.scale
+        return next((f for f in JPEG_REDUCTIONS
+                     if target_h / f >= out_h and target_w / f >= out_w), 1)
 
     def _load(self, filename: str) -> dict:
         _, pil, full, box = self._open(filename)
