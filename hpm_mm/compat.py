@@ -186,13 +186,10 @@ def register_checkpoint_loader() -> None:
     add = getattr(torch.serialization, 'add_safe_globals', None)
     if add is not None:  # torch < 2.4: tensors-only files load
         add(checkpoint_safe_globals())
-    schemes = {
-        '': load_from_local,
-        ('http://', 'https://'): load_from_http,
-        ('open-mmlab://', 'openmmlab://'): load_from_openmmlab
-    }
-    for prefixes, loader in schemes.items():
-        CheckpointLoader.register_scheme(prefixes, loader, force=True)
+    register = functools.partial(CheckpointLoader.register_scheme, force=True)
+    register('', load_from_local)
+    register(('http://', 'https://'), load_from_http)
+    register(('open-mmlab://', 'openmmlab://'), load_from_openmmlab)
     # torchvision:// and mmcls:// resolve a name to a URL and call this
     # function of mmengine's module directly
     checkpoint.load_from_http = load_from_http
