@@ -34,9 +34,8 @@ class _Unreadable:
             if not self.skip_unreadable:
                 raise HPMError(
                     f'cannot read image {filename} ({why}). Fix: replace or '
-                    'remove it (tools/misc/check_data.py lists them), or '
-                    f"dict(type='{type(self).__name__}', skip_unreadable="
-                    'True).') from e
+                    f"remove it, or dict(type='{type(self).__name__}', "
+                    'skip_unreadable=True).') from e
         self.num_skipped += 1
         print_log(
             f'skipped unreadable image {filename} ({why}); '
