@@ -8,7 +8,8 @@ from typing import Dict, List, Optional, Tuple
 from mmengine.config import Config
 
 from hpm_mm.errors import HPMError
-from .image_folder import reads_image_files
+from .fashion_mnist import resolve_data_root
+from .image_folder import load_image, reads_image_files
 
 
 def _loaders(cfg: Config) -> List[Tuple[str, dict]]:
@@ -35,8 +36,6 @@ def check_data(cfg: Config, max_images: int = 0) -> Dict[str, list]:
         mismatches) and ``report`` (one line per dataset).
     """
     from mmengine.registry import init_default_scope
-
-    from .image_folder import load_image
     init_default_scope(cfg.get('default_scope', 'mmpretrain'))
     from mmpretrain.registry import DATASETS
     problems, report, seen = [], [], set()
@@ -86,7 +85,6 @@ def check_data_roots(cfg, work_dir: Optional[str] = None) -> None:
     """Refuse, before anything is written, a training or hook loader's
     ``data_root`` that does not exist, and a work dir inside the folder a
     ``CustomDataset`` scans for its training images."""
-    from .fashion_mnist import resolve_data_root
     for name, loader in _loaders(cfg):
         if name in ('val_dataloader', 'test_dataloader'):
             continue
