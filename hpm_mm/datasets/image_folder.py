@@ -7,6 +7,7 @@ import random
 from typing import Dict, List, Optional
 
 import numpy as np
+from PIL import Image
 
 from hpm_mm.errors import HPMError
 
@@ -32,7 +33,6 @@ def load_image(path: str,
 
     import mmcv
     from mmengine import fileio
-    from PIL import Image
     try:
         content = fileio.get(path, backend_args=backend_args)
         with Image.open(io.BytesIO(content)) as img:
@@ -145,7 +145,6 @@ def channel_stats(root: str,
                   seed: int = 0) -> Dict:
     """Per-channel mean and std (0..255) of up to ``max_images`` images
     resized to ``size``, for the data preprocessor."""
-    from PIL import Image
     rng = random.Random(seed)
     pick = files if len(files) <= max_images else rng.sample(files, max_images)
     values = []

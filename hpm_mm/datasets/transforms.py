@@ -7,6 +7,7 @@ from mmcv.transforms import LoadImageFromFile
 from mmengine.logging import print_log
 from mmpretrain.datasets.transforms import RandomResizedCrop
 from mmpretrain.registry import TRANSFORMS
+from PIL import Image, ImageOps
 
 from hpm_mm.errors import HPMError
 from .image_folder import check_header, load_image
@@ -125,7 +126,6 @@ class LoadAndRandomResizedCrop(_Unreadable, RandomResizedCrop):
         """(the file's bytes, its Pillow image, its full (h, w) after an
         EXIF turn, the crop box drawn from them)."""
         from mmengine import fileio
-        from PIL import Image
         content = fileio.get(filename, backend_args=self.backend_args)
         pil = Image.open(io.BytesIO(content))
         check_header(pil.size, pil.mode)
@@ -167,7 +167,6 @@ def _as_mmcv_reads(pil, color_type: str):
     (``_pillow2array``), kept a Pillow image: EXIF orientation applied,
     converted to RGB (LA over mmcv's background colour), then to L for
     ``'grayscale'``."""
-    from PIL import Image, ImageOps
     ImageOps.exif_transpose(pil, in_place=True)  # no copy when upright
     if pil.mode == 'LA':
         rgba = pil.convert('RGBA')
