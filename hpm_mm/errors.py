@@ -1,5 +1,9 @@
 """hpm_mm's one exception type for a refusal, and the lines that explain
 what mmengine raised while building a config's parts."""
+import difflib
+import inspect
+import re
+import traceback
 from contextlib import contextmanager
 
 
@@ -98,7 +102,6 @@ def all_registries():
 def did_you_mean(word: str, options, n: int = 1) -> str:
     """`` (did you mean A or B?)`` naming up to ``n`` of ``options`` close to
     ``word`` (difflib's ratio >= 0.6), or ''."""
-    import difflib
     close = difflib.get_close_matches(word, sorted(options), n=n)
     return f' (did you mean {" or ".join(close)}?)' if close else ''
 
@@ -107,7 +110,6 @@ def no_such_key(key: str, who: str, takes, where: str = '') -> str:
     """The line for a config key ``key`` that ``who`` (a class, a function)
     does not take, naming the close ones among ``takes`` and all of them;
     ``where``: the key's dict (``optim_wrapper.clip_grad``)."""
-    import difflib
     takes = [
         t for t in dict.fromkeys(takes) if t not in ('self', 'args', 'kwargs')
     ]
@@ -125,8 +127,6 @@ def unexpected_argument(error: TypeError):
     raised in mmengine's build (a key the config room could not check:
     a ``**kwargs`` used otherwise than passed on), naming the constructor's
     parameters close to it; None for another TypeError."""
-    import inspect
-    import re
     key = re.search(r"unexpected keyword argument '(\w+)'", text := str(error))
     names = re.findall(r'(\w+)\.__init__\(\)', text)
     if not key or not names:
@@ -144,7 +144,6 @@ def refused_value(error: Exception):
     config's part (``mask_generator.alpha_T=2``, ``lr=-1``,
     ``batch_size=0``): the class whose constructor refused and its reason;
     None for one raised outside a build (a bug keeps its traceback)."""
-    import traceback
     frames = [f for f, _ in traceback.walk_tb(error.__traceback__)][::-1]
     obj = next((f.f_locals.get('self')
                 for f in frames if f.f_code.co_name == '__init__'), None)
@@ -159,8 +158,6 @@ def unregistered_type(error: KeyError):
     (a type's typo, or a ``default_scope`` whose registry lacks it), naming
     the close registered names and the scopes that hold ``X``; None for
     another KeyError."""
-    import difflib
-    import re
     found = re.search(r'(\S+) is not in the (\w+)::(\w+) registry',
                       str(error.args[0] if error.args else ''))
     if not found:
