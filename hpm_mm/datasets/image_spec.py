@@ -14,6 +14,7 @@ from .image_folder import reads_image_files
 SIZE_KEYS = dict(
     RandomResizedCrop='scale',
     LoadAndRandomResizedCrop='scale',
+    LoadBytesAndCropBox='scale',
     ResizeEdge='scale',
     Resize='scale',
     CenterCrop='crop_size',

@@ -157,6 +157,21 @@ def test_the_image_spec_sets_the_channels_of_a_backbone_without_patch_cfg():
         assert cfg.model.backbone.patch_cfg.in_channels == 1
 
 
+def test_the_image_spec_sizes_the_gpu_decode_crop():
+    """An image spec on the GPU-decode ImageNet base sets the size of its
+    LoadBytesAndCropBox crop (it was left at 224)."""
+    from helpers import REPO
+    from mmengine.config import Config
+
+    from hpm_mm.datasets.image_spec import apply_image_spec
+    cfg = Config.fromfile(
+        f'{REPO}/configs/_base_/datasets/imagenet_bs512_mae_gpu_decode.py')
+    cfg.image = dict(
+        size=32, channels=3, patch_size=4, mean=[100.] * 3, std=[50.] * 3)
+    crop = apply_image_spec(cfg).train_dataloader.dataset.pipeline[0]
+    assert crop.type == 'LoadBytesAndCropBox' and crop.scale == 32
+
+
 def test_the_image_spec_root_keeps_another_folder_and_fills_a_missing_one():
     """``image.root`` replaces the training images' folder in every loader
     that reads it and fills a loader without one; a loader of another
