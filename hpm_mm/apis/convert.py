@@ -153,13 +153,16 @@ def timm_folder(state: Dict[str, torch.Tensor], out_dir: str, model_args: dict,
     """Write ``state`` (timm keys) as a folder ``timm.create_model('local-dir:
     OUT_DIR', pretrained=True)`` loads, its :data:`TIMM_FILES` as a set
     (:func:`hpm_mm.engine.work_dir.write_outputs`; ``config.json`` carries
-    hpm_mm's mark). Returns file name -> SHA-256."""
+    hpm_mm's mark), each file's bytes made first (SHA256SUMS sums them).
+    Returns file name -> SHA-256."""
     import hashlib
+    import io
     import json
+    from pathlib import Path
 
-    from safetensors.torch import save_file
+    from safetensors.torch import save
 
-    from hpm_mm.engine.work_dir import MARK, text_writer, write_outputs
+    from hpm_mm.engine.work_dir import MARK, write_outputs
     tensors = {k: v.detach().contiguous().cpu() for k, v in state.items()}
     config = {
         MARK: 'hpm2backbone.py',
@@ -169,29 +172,19 @@ def timm_folder(state: Dict[str, torch.Tensor], out_dir: str, model_args: dict,
         'model_args': model_args,
         'pretrained_cfg': pretrained_cfg
     }
-    sums = {}
-
-    def summed(name, write):  # the file, then its SHA-256 for SHA256SUMS
-
-        def run(part):
-            write(part)
-            digest = hashlib.sha256()
-            with open(part, 'rb') as f:
-                for block in iter(lambda: f.read(1 << 20), b''):
-                    digest.update(block)
-            sums[name] = digest.hexdigest()
-
-        return run
-
     weights, torch_weights, config_json, sums_file = TIMM_FILES
-    writers = {
-        weights: lambda p: save_file(tensors, p, metadata=dict(format='pt')),
-        torch_weights: lambda p: torch.save(tensors, p),
-        config_json: text_writer(json.dumps(config, indent=2))
+    pth = io.BytesIO()
+    torch.save(tensors, pth)
+    data = {
+        weights: save(tensors, metadata=dict(format='pt')),
+        torch_weights: pth.getvalue(),
+        config_json: json.dumps(config, indent=2).encode()
     }
-    writers = {os.path.join(out_dir, n): summed(n, w)
-               for n, w in writers.items()}  # yapf: disable
-    writers[os.path.join(out_dir, sums_file)] = lambda p: text_writer(''.join(
-        f'{h}  {n}\n' for n, h in sums.items()))(p)  # (the sums once known)
-    write_outputs(writers)
+    sums = {n: hashlib.sha256(b).hexdigest() for n, b in data.items()}
+    data[sums_file] = ''.join(f'{h}  {n}\n' for n, h in sums.items()).encode()
+    write_outputs({
+        os.path.join(out_dir, n):
+        lambda part, b=b: Path(part).write_bytes(b)
+        for n, b in data.items()
+    })
     return sums
