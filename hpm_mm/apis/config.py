@@ -17,28 +17,28 @@ class CfgOptionsAction(DictAction):
     ``key=value`` with one line (mmengine raised a bare unpacking error)."""
 
     def __call__(self, parser, namespace, values, option_string=None):
-        for kv in values:
-            if '=' not in kv or kv.startswith('='):
-                parser.error(f'{option_string} {kv!r}: expected key=value, '
-                             'e.g. train_cfg.max_epochs=20')
-            if re.search(r'(^|[=\[(,\s])dict\(', kv):
+        options = copy.copy(getattr(namespace, self.dest, None) or {})
+        for kv in values:  # a plain value keeps its spaces (a path)
+            key, eq, val = kv.partition('=')
+            key = key.strip()  # 'key =value' means key=value
+            if not eq or not re.fullmatch(r'[\w.]+', key):
+                parser.error(f'{option_string} {kv!r}: expected key=value. '
+                             'Fix: e.g. train_cfg.max_epochs=20')
+            if re.search(r'(^|[=\[(,\s])dict\(', val):
                 # mmengine's parser recurses without end on dict(...)
                 parser.error(f'{option_string} {kv!r}: values cannot be '
                              'dict(...) here. Fix: set the keys one by one '
                              '(a.b=1 a.c=2).')
-        options = copy.copy(getattr(namespace, self.dest, None) or {})
-        for kv in values:  # a plain value keeps its spaces (a path)
-            key, val = kv.split('=', maxsplit=1)
-            key = key.strip()  # 'key =value' means key=value
-            if not re.fullmatch(r'[\w.]+', key):
-                parser.error(f'{option_string} {kv!r}: {key!r} is no config '
-                             'key. Fix: e.g. train_cfg.max_epochs=20')
             # a list or tuple: [a,b], (a,b), a,b; else the value as written
             # (a path with parentheses or spaces keeps them)
             options[key] = self._parse_iterable(val) if re.match(
                 r'\s*[\[(]', val) or ',' in val else \
                 self._parse_int_float_bool(val.strip('\'"'))
         setattr(namespace, self.dest, options)
+
+
+#: the values of ``--launcher`` (mmengine's)
+LAUNCHERS = ('none', 'pytorch', 'slurm', 'mpi')
 
 
 def parse_launched(parser, argv=None):
@@ -52,10 +52,7 @@ def parse_launched(parser, argv=None):
         action=CfgOptionsAction,
         help='override settings of the config, key=value (xxx=[a,b] lists)')
     parser.add_argument(
-        '--launcher',
-        choices=['none', 'pytorch', 'slurm', 'mpi'],
-        default='none',
-        help='job launcher')
+        '--launcher', choices=LAUNCHERS, default='none', help='job launcher')
     parser.add_argument('--local_rank', '--local-rank', type=int, default=0)
     args = parser.parse_args(argv)
     os.environ.setdefault('LOCAL_RANK', str(args.local_rank))
@@ -68,6 +65,9 @@ def run_config(config, work_dir: Optional[str], launcher: str, *options:
     ``config`` (a file or a loaded config) with each of ``options`` merged
     (the image spec applied after them), the launcher, and the work dir
     (given, the config's, else ``work_dirs/<config name>``)."""
+    if launcher not in LAUNCHERS:
+        raise HPMError(f'launcher={launcher!r}: give one of '
+                       f'{", ".join(LAUNCHERS)}.')
     cfg = load_config(config, *options)
     if launcher == 'pytorch' and not all(
             k in os.environ for k in ('RANK', 'WORLD_SIZE', 'MASTER_ADDR')):

@@ -30,10 +30,10 @@ def test(config: Union[str, Config],
     from hpm_mm.engine.work_dir import MARK, plan_outputs, write_outputs
     cfg = run_config(config, work_dir, launcher, cfg_options)
     ext = osp.splitext(out or '')[1].lower()
-    if out and ext not in ('.json', '.yaml', '.yml', '.pkl', '.pickle'):
-        raise HPMError(f'--out {out}: unknown format {ext or "(none)"}. '
-                       'Fix: end it in .json, .yaml or .pkl.')
     if out:
+        if ext not in ('.json', '.yaml', '.yml', '.pkl', '.pickle'):
+            raise HPMError(f'--out {out}: unknown format {ext or "(none)"}. '
+                           'Fix: end it in .json, .yaml or .pkl.')
         plan_outputs([out],
                      'the metrics (--out)',
                      [p for p in (cfg.filename, checkpoint) if p],

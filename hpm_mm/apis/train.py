@@ -34,7 +34,13 @@ def train_config(config: Union[str, Config],
     ``pin_memory`` and ``persistent_workers`` (False: off in every loader). A
     config or option that cannot work is one HPMError line."""
     flags = {k: v for k, v in locals().items() if k in FLAGS}
-    check_arguments(flags, work_dir, resume, launcher)
+    for name, value in flags.items():  # amp='no' would count as True
+        if not isinstance(value, bool):
+            raise HPMError(f'{name}={value!r}: give True or False.')
+    if work_dir is not None and not isinstance(work_dir, (str, os.PathLike)):
+        raise HPMError(f'work_dir={work_dir!r}: give a folder path.')
+    if resume is not None and not isinstance(resume, (bool, str, os.PathLike)):
+        raise HPMError(f'resume={resume!r}: give True, a path, or False.')
     cfg = run_config(config, work_dir, launcher, overrides, cfg_options)
     if resume is True or resume == 'auto':  # load_from kept: the resume
         cfg.resume = True  # room's rule (hpm_mm.engine.resume) reads it
@@ -51,10 +57,10 @@ def train_config(config: Union[str, Config],
         cfg.auto_scale_lr.enable = True
     if not validate:
         cfg.val_cfg = cfg.val_dataloader = cfg.val_evaluator = None
-    if tensorboard and importlib.util.find_spec('tensorboard') is None:
-        raise HPMError('--tensorboard: the tensorboard package is not '
-                       'installed. Fix: pip install tensorboard')
     if tensorboard:
+        if importlib.util.find_spec('tensorboard') is None:
+            raise HPMError('--tensorboard: the tensorboard package is not '
+                           'installed. Fix: pip install tensorboard')
         backends = cfg.visualizer.setdefault('vis_backends', [])
         if not any(b.get('type') == 'TensorboardVisBackend' for b in backends):
             backends.append(dict(type='TensorboardVisBackend'))
@@ -68,29 +74,9 @@ def train_config(config: Union[str, Config],
     return cfg
 
 
-LAUNCHERS = ('none', 'pytorch', 'slurm', 'mpi')
 #: train_config's switches (True or False)
 FLAGS = ('amp', 'quiet', 'tensorboard', 'validate', 'auto_scale_lr',
          'pin_memory', 'persistent_workers')
-
-
-def check_arguments(flags: dict,
-                    work_dir=None,
-                    resume=None,
-                    launcher='none') -> None:
-    """Refuse, in one line, an argument of the wrong type (``amp='no'``
-    would otherwise count as True) or value."""
-    for name, value in flags.items():
-        if not isinstance(value, bool):
-            raise HPMError(f'{name}={value!r}: give True or False.')
-    if work_dir is not None and not isinstance(work_dir, (str, os.PathLike)):
-        raise HPMError(f'work_dir={work_dir!r}: give a folder path.')
-    if resume is not None and not isinstance(resume, (bool, str, os.PathLike)):
-        raise HPMError(f'resume={resume!r}: give True, a path, or False.')
-    if launcher not in LAUNCHERS:
-        raise HPMError(f'launcher={launcher!r}: give one of '
-                       f'{", ".join(LAUNCHERS)}.')
-
 
 #: mmengine's runners and hpm_mm's, which add the run's policy to them
 POLICY_RUNNERS = dict(Runner='HPMRunner', FlexibleRunner='HPMFlexibleRunner')
