@@ -29,14 +29,14 @@ CHANNELS = dict(grayscale=1, color=3)
 
 
 def check_data(cfg: Config, max_images: int = 0) -> Dict[str, list]:
-    """Open every image file the config's datasets list.
+    """Open every image file the datasets of ``cfg`` (a config
+    :func:`~hpm_mm.engine.config_check.load_config` made: its scope set)
+    list.
 
     Returns:
         dict: ``problems`` (one line each: unreadable files, channel
         mismatches) and ``report`` (one line per dataset).
     """
-    from mmengine.registry import init_default_scope
-    init_default_scope(cfg.get('default_scope', 'mmpretrain'))
     from mmpretrain.registry import DATASETS
     problems, report, seen = [], [], set()
     backbone = cfg.get('model', {}).get('backbone', {}) or {}

@@ -6,6 +6,8 @@
 and applied to every part that depends on them: the encoder, decoder and
 head, the data preprocessor (0..255 units, colour order) and every
 loader's root, colour and transform sizes (docs/own_data.md)."""
+import math
+
 from hpm_mm.errors import HPMError, did_you_mean
 from .data_check import _loaders
 from .image_folder import reads_image_files
@@ -26,7 +28,6 @@ SPEC_KEYS = ('root', 'size', 'channels', 'patch_size', 'mean', 'std')
 
 def _check(spec: dict) -> tuple:
     """Refuse a spec that cannot train; its (size, channels, patch_size)."""
-    import math
     unknown = [k for k in spec if k not in SPEC_KEYS]
     if unknown:
         raise HPMError(f'image.{unknown[0]}: not a key of the image spec'
@@ -37,9 +38,10 @@ def _check(spec: dict) -> tuple:
         raise HPMError(f'image: {missing} not set. Fix: set them '
                        '(docs/own_data.md).')
     size, ch, patch = spec['size'], spec['channels'], spec['patch_size']
+    if ch not in (1, 3):
+        raise HPMError(f'image.channels={ch}: 1 (grayscale) or 3 (RGB).')
     for key in ('mean', 'std'):  # one number: every channel's
-        if isinstance(spec[key], (int, float)) and not isinstance(
-                spec[key], bool) and isinstance(ch, int):
+        if isinstance(spec[key], (int, float)) and type(spec[key]) is not bool:
             spec[key] = [spec[key]] * ch
     for key in ('size', 'patch_size'):
         if type(spec[key]) is not int or spec[key] < 1:  # (not a bool)
@@ -61,8 +63,6 @@ def _check(spec: dict) -> tuple:
     if small:
         raise HPMError(f'image.mean / std channel(s) {small} look like 0..1 '
                        'units. Fix: 0..255 units (times 255).')
-    if ch not in (1, 3):
-        raise HPMError(f'image.channels={ch}: 1 (grayscale) or 3 (RGB).')
     if size % patch:
         raise HPMError(
             f'image.size={size} is not a multiple of image.patch_'
