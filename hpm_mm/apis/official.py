@@ -59,7 +59,8 @@ def _refuse(src: str, found: str, fix: str = OFFICIAL_FILE) -> HPMError:
 def official_state(ckpt, src: str = 'the checkpoint') -> dict:
     """The model state dict of an official file: its ``model`` entry (or
     ``module`` / ``state_dict``, or the file itself), refused in one line
-    when it is no MAE-style ViT in timm's names."""
+    when it is no MAE-style ViT in timm's names or lacks a tensor
+    :func:`read_arch` reads."""
     if not isinstance(ckpt, dict):
         raise _refuse(src, f'it holds a {type(ckpt).__name__}')
     state = next((ckpt[k] for k in ('model', 'module', 'state_dict')
@@ -78,10 +79,8 @@ def official_state(ckpt, src: str = 'the checkpoint') -> dict:
             src, f'it holds keys no MAE/HPM ViT has, e.g. {other[:3]}' +
             (' (some under a wrapper (module.), not all)' if any(
                 k.startswith(WRAPPERS) for k in other) else ''))
-    need = ('patch_embed.proj.weight', 'cls_token', 'pos_embed',
-            'blocks.0.attn.qkv.weight', 'blocks.0.mlp.fc1.weight',
-            'norm.weight')
-    missing = [k for k in need if k not in state]
+    need = ('patch_embed.proj.weight', 'pos_embed', 'blocks.0.mlp.fc1.weight')
+    missing = [k for k in need if k not in state]  # (the rest: check_fills)
     if missing:
         raise _refuse(src, f'it lacks {missing}')
     return state
@@ -96,16 +95,11 @@ def read_arch(state: dict,
     tensors' shapes; the heads (no shape holds them) from ``num_heads``,
     else the standard ViT of that width (:data:`VIT_SIZES`); ``norm_pix``
     from ``args.norm_pix_loss``, else the recipe of the layout (the authors
-    train without it, MAE with)."""
+    train without it, MAE with). Shapes that fit no ViT are the import's
+    :func:`check_fills` refusal."""
     proj, pos = state['patch_embed.proj.weight'], state['pos_embed']
     dim, in_ch, patch = proj.shape[0], proj.shape[1], proj.shape[-1]
-    side, qkv = int(round(
-        (pos.shape[1] - 1)**.5)), state['blocks.0.attn.qkv.weight'].shape
-    if (state['cls_token'].shape[-1], side * side, qkv, proj.shape[-2]) != \
-            (dim, pos.shape[1] - 1, (3 * dim, dim), patch):
-        raise _refuse(
-            src, f'its shapes fit no ViT (patch_embed {tuple(proj.shape)}, '
-            f'pos_embed {tuple(pos.shape)}, qkv {tuple(qkv)})')
+    side = int(round((pos.shape[1] - 1)**.5))  # (other shapes: check_fills)
     layout = 'hpm' if any('losspred' in k for k in state) else \
         'mae_visualize' if any(k.startswith(('decoder', 'mask_token'))
                                for k in state) else 'mae_pretrain'
@@ -186,14 +180,10 @@ def official_config(layout: str, model: dict) -> Tuple[str, Config]:
 
 
 def _same(a: dict, b: dict) -> bool:
-    """Whether two state dicts hold the same values."""
-
-    def equal(x, y):
-        return torch.equal(x, y) if torch.is_tensor(x) and torch.is_tensor(
-            y) and x.shape == y.shape else type(x) is type(y) and (
-                not torch.is_tensor(x)) and x == y
-
-    return a.keys() == b.keys() and all(equal(v, b[k]) for k, v in a.items())
+    """Whether two state dicts hold the same values (tensors: of one shape)."""
+    return a.keys() == b.keys() and all(
+        torch.equal(v, b[k]) if torch.is_tensor(v) and torch.is_tensor(b[k])
+        else type(v) is type(b[k]) and v == b[k] for k, v in a.items())
 
 
 def _accounted(state: dict, expected: dict, who: str, fix: str) -> dict:

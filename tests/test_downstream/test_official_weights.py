@@ -276,7 +276,7 @@ def _beit(ref):
     ('half_wrapped', '] (some under a wrapper (module.), not all)'),
     ('finetuned', 'a fine-tuned classifier (head / fc_norm)'),
     ('truncated', 'truncated, damaged or not a torch checkpoint'),
-    ('no_vit', 'its shapes fit no ViT'),
+    ('no_vit', 'another shape (e.g. pos_embed: (1, 18, 96) in the file'),
     ('hpm_mm', 'it is an hpm_mm (mmengine) checkpoint already'),
 ])
 def test_refusals_are_one_line_and_write_nothing(tmp_path, case, says):
