@@ -145,22 +145,22 @@ class RunResume:
 
     def __init__(self, kw: dict, work_dir: str, allowed: bool) -> None:
         self.notes: List[Tuple[int, str]] = []  # (level, line) to log
-        self.signature = run_signature(kw)
-        self.allowed, self.work_dir = allowed, work_dir
+        self.signature, self.work_dir = run_signature(kw), work_dir
         self.run_id, self.line = uuid.uuid4().hex[:12], {}
         self.start, self.ckpt, self.changed = None, None, False  # (ckpt: once)
         self.path = kw['load_from'] = self._decide(kw)
         if not (self.resume and self.path):
             return
         meta = self.ckpt['meta']
-        then = meta.get('hpm_run') or {}
-        run, step = then.get('run_id'), meta['epoch'] or meta['iter']
+        then = meta.get('hpm_run')
+        run, step = (then or {}).get('run_id'), meta['epoch'] or meta['iter']
         own, where, line = read_run_ids(work_dir)
-        self.start = self.start or then.get('start')
+        self.start = self.start or (then or {}).get('start')
         if own is not None and (run == own or step <= line.get(run, -1)):
             self.run_id, self.line = own, line  # the work dir's run
         else:  # the checkpoint's run goes on
-            self.run_id, self.line = run or self.run_id, then.get('line') or {}
+            self.run_id = run or self.run_id
+            self.line = (then or {}).get('line') or {}
         if own is not None and osp.isdir(where) and \
                 osp.realpath(where) != osp.realpath(work_dir):
             # a copy of a work dir: a branch of the run it holds
@@ -168,7 +168,23 @@ class RunResume:
             self.run_id = uuid.uuid4().hex[:12]
             self.notes.append((logging.WARNING, f'resume: {work_dir} is a '
                                f'copy of {where}: a branch, id {self.run_id}'))
-        self._check_same_run(meta)
+        if then is None:
+            self.notes.append((logging.WARNING, f'resume: {self.path} '
+                               'records no run signature (not hpm_mm\'s)'))
+        # a changed run refused unless allowed, one shorter than what the
+        # checkpoint trained too (it would train nothing and end well)
+        line = changed_run(self.path, signature_changes(then, self.signature),
+                           allowed)
+        if line:
+            self.changed = True
+            self.notes.append((logging.WARNING, line))
+        for key, done in (('max_epochs', meta['epoch']), ('max_iters',
+                                                          meta['iter'])):
+            length = self.signature[key]
+            if length is not None and done and length < done:
+                raise HPMError(f'--resume {self.path}: it trained {done} '
+                               f'{key[4:]}, more than train_cfg.{key}='
+                               f'{length}. Fix: train_cfg.{key} >= {done}.')
 
     def _decide(self, kw: dict) -> Optional[str]:
         """Which checkpoint the run starts from (``kw['resume']`` set so).
@@ -242,49 +258,26 @@ class RunResume:
             'yet: training from scratch'))
         return path
 
-    def _check_same_run(self, meta: dict) -> None:
-        """Refuse a changed run unless allowed, and one shorter than what
-        the checkpoint trained (it would train nothing and end well)."""
-        then = meta.get('hpm_run')
-        if then is None:
-            self.notes.append((logging.WARNING, f'resume: {self.path} '
-                               'records no run signature (not hpm_mm\'s)'))
-        line = changed_run(self.path, signature_changes(then, self.signature),
-                           self.allowed)
-        if line:
-            self.changed = True
-            self.notes.append((logging.WARNING, line))
-        for key, done in (('max_epochs', meta.get('epoch')),
-                          ('max_iters', meta.get('iter'))):
-            length = self.signature[key]
-            if length is not None and done and length < done:
-                raise HPMError(f'--resume {self.path}: it trained {done} '
-                               f'{key[4:]}, more than train_cfg.{key}='
-                               f'{length}. Fix: train_cfg.{key} >= {done}.')
-
     def check_fits(self, model) -> None:
         """Refuse a resumed checkpoint that does not fill ``model``, a
         ``load_from`` filling under half of it (another architecture)."""
-        if not self.path:
+        path, self.path, ckpt, self.ckpt = self.path, None, self.ckpt, None
+        if not path:  # (checked once: loaded once, where it was)
             return
-        ckpt, self.ckpt = self.ckpt, None  # (loaded once, where it was)
-        name = f'--resume {self.path}' if self.resume else \
-            f'load_from={self.path}'
-        state = checkpoint_state(model, ckpt or self.path)
+        name = f'--resume {path}' if self.resume else f'load_from={path}'
+        state = checkpoint_state(model, ckpt or path)
         check_finite(state, name)  # (kNN's line)
         if self.resume:  # every tensor, both ways
             return check_fills(
                 model, state, name, "resume with the work dir's config copy "
                 '(the config changed since the checkpoint was written)', True)
         own = getattr(model, 'unsharded_state', None) or model.state_dict()
-        own = {k: v for k, v in own.items() if v.is_floating_point()}
-        shared = [
-            k for k in own if getattr(state.get(k), 'shape', 0) == own[k].shape
-        ]
-        share = sum(own[k].numel() for k in shared) / max(
-            sum(v.numel() for v in own.values()), 1)
+        sizes = [(v.numel(), getattr(state.get(k), 'shape', 0) == v.shape)
+                 for k, v in own.items() if v.is_floating_point()]
+        share = sum(n for n, fits in sizes if fits) / max(
+            sum(n for n, _ in sizes), 1)
         if share < 0.5:  # (an FSDP model's shapes before sharding)
-            raise HPMError(f'load_from={self.path} fills {100 * share:.1f}% '
+            raise HPMError(f'load_from={path} fills {100 * share:.1f}% '
                            "of this model's weights: a checkpoint of another "
                            'architecture. Fix: one of this architecture.')
 

@@ -68,7 +68,6 @@ class RunPolicyMixin:
     #: the run's precision (:mod:`hpm_mm.engine.precision`)
     precision: Optional[Precision] = None
     _hpm_lock = _hpm_resume = None  # a training run's lock and resume room
-    _hpm_fit_checked = False
 
     @classmethod
     def from_cfg(cls, cfg):
@@ -283,14 +282,12 @@ class RunPolicyMixin:
         return super().save_checkpoint(*args, **kwargs)
 
     def _check_checkpoint_fits(self) -> None:
-        """The fit check, once, as soon as the model is built (``Runner``:
-        at construction; ``FlexibleRunner`` builds it in ``train``)."""
+        """The fit check (:meth:`RunResume.check_fits`, once), as soon as
+        the model is built (``Runner``: at construction; ``FlexibleRunner``
+        builds it in ``train``)."""
         import torch.nn as nn
-        if self._hpm_fit_checked or self._hpm_resume is None or \
-                not isinstance(self.model, nn.Module):
-            return
-        self._hpm_fit_checked = True
-        self._hpm_resume.check_fits(get_ori_model(self.model))
+        if self._hpm_resume is not None and isinstance(self.model, nn.Module):
+            self._hpm_resume.check_fits(get_ori_model(self.model))
 
 
 @RUNNERS.register_module()

@@ -8,6 +8,7 @@ from mmengine.hooks import CheckpointHook
 from mmengine.registry import HOOKS  # root: every scope finds it
 
 from hpm_mm.engine.log_filter import drop_log_messages
+from hpm_mm.engine.work_dir import text_writer, write_outputs
 from hpm_mm.errors import HPMError, no_such_key
 
 # mmengine builds a deprecated FileClient in CheckpointHook.before_train and
@@ -77,14 +78,10 @@ class AtomicCheckpointHook(CheckpointHook):
         if not is_main_process():
             return
         os.replace(tmp, self.last_ckpt)
-        pointer = osp.join(runner.work_dir, 'last_checkpoint')
-        try:
-            with open(pointer + '.tmp', 'w') as f:
-                f.write(self.last_ckpt)
-            os.replace(pointer + '.tmp', pointer)
-        except OSError as e:
-            raise HPMError(f'cannot write {pointer} ({e}). Fix: free space, '
-                           'then --resume.') from None
+        write_outputs({  # (a full disk: one line)
+            osp.join(runner.work_dir, 'last_checkpoint'):
+            text_writer(self.last_ckpt)
+        })
         for old in outdated:
             path = osp.join(self.out_dir, self.filename_tmpl.format(old))
             if osp.isfile(path):
