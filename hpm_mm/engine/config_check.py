@@ -156,10 +156,10 @@ def merge_cfg_options(cfg: Config, options: dict) -> Config:
     return cfg
 
 
-def _bases(path: str, exist: bool = True) -> list:
-    """The files the config file ``path``'s ``_base_`` names, as mmengine
-    resolves them (relative ones from its folder, ``pkg::`` ones in that
-    package); or (not ``exist``) ``(name, path)`` pairs, missing ones too."""
+def _bases(path: str) -> list:
+    """``(name, path)`` of each file the config file ``path``'s ``_base_``
+    names, as mmengine resolves it (relative ones from its folder, ``pkg::``
+    ones in that package), missing ones too."""
     out = []
     for name in Config._get_base_files(path):
         try:
@@ -167,7 +167,7 @@ def _bases(path: str, exist: bool = True) -> list:
                 (name, osp.normpath(Config._get_cfg_path(name, path)[0])))
         except Exception:  # a package's file that is not there
             out.append((name, name))
-    return [b for _, b in out if osp.isfile(b)] if exist else out
+    return out
 
 
 #: the files mmengine reads as configs
@@ -183,7 +183,7 @@ def _config_files(path: str, seen: Optional[set] = None):
             osp.realpath(path) not in seen:
         seen.add(osp.realpath(path))
         yield path
-        for base in _bases(path):
+        for _, base in _bases(path):
             yield from _config_files(base, seen)
 
 
@@ -200,8 +200,7 @@ def _syntax_error(path: str, error: SyntaxError) -> str:
     temporary copy of the file, or none)."""
     for file in _config_files(path):
         try:
-            with open(file, encoding='utf-8') as f:
-                ast.parse(f.read(), filename=file)
+            _file_names(file)  # (parses a Python file)
         except SyntaxError as e:
             text = (e.text or '').strip()
             return (f'{file}, line {e.lineno}: {e.msg}' +
@@ -397,9 +396,10 @@ def check_config_dicts(cfg: Config) -> None:
     ``paramwise_cfg``); an optimizer's value of another kind than its
     default (``betas=0.9``)."""
     plain = cfg.to_dict()
+    parents = dict(_dicts(plain))
     scopes = {plain.get('default_scope') or 'mmpretrain'} | {
         s
-        for _, n in _dicts(plain)
+        for n in parents.values()
         for s in (n.get('_scope_'), isinstance(n.get('type'), str)
                   and n['type'].rpartition('.')[0]) if s
     }
@@ -417,7 +417,6 @@ def check_config_dicts(cfg: Config) -> None:
             dict.fromkeys(r.module_dict[bare] for r in registries
                           if bare in r.module_dict))
 
-    parents = dict(_dicts(plain))
     for path, node in parents.items():
         who, takes, classes = _receiver(path, node, plain, registered,
                                         parents) or (None, (), ())
@@ -522,26 +521,23 @@ def check_config_keys(cfg: Config, path: str) -> None:
     ``randomness.seed``, ``train_cfg.max_epochs``) or an earlier value of it
     was read (a base's dicts took the base's own: mmengine's trap)."""
     keys, plain = run_keys(), cfg.to_dict()
-    bases = {f: _bases(f) for f in _config_files(path)}
-    files = {f: _file_names(f) for f in bases}
-
-    def below(f):  # f and the files it inherits, as mmengine merges them
-        return [f] + [g for b in bases[f] for g in below(b)]
-
+    files = {f: _file_names(f) for f in _config_files(path)}
+    below = {f: list(_config_files(f)) for f in files}  # f and its bases
     for top in (t for t in plain if t not in keys and not t.startswith('_')):
-        owner = next((f for f in below(path) if top in files[f]['set']), path)
+        owner = next((f for f in files if top in files[f]['set']), path)
         mine = files[owner]
         if any(at > mine['set'].get(top, 0)
                for at in mine['read'].get(top, ())) or any(
                    top in files[f]['base']
-                   for f in files if f != owner and owner in below(f)):
+                   for f in files if f != owner and owner in below[f]):
             continue  # read
-        took = next((f for f in below(owner)
+        took = next((f for f in below[owner]
                      if top in files[f]['set'] and top in files[f]['read']),
                     None)
         key = took and files[took]['took'].get(top)
         why = unread_key(
-            plain if bases[path] else {}, top, keys, cutoff=0.85) or took and (
+            plain if below[path][1:] else {}, top, keys,
+            cutoff=0.85) or took and (
                 f'{took} read an earlier {top} into {key or "a key"}; nothing '
                 f'reads this one. Fix: set {key or "that key"} = ... here')
         if why:
@@ -566,8 +562,7 @@ def _read_config(path: str) -> Config:
         return Config.fromfile(path)
     except OSError:  # a _base_ missing or no config (the file exists)
         missing = [
-            (f, n, b) for f in _config_files(path)
-            for n, b in _bases(f, exist=False)
+            (f, n, b) for f in _config_files(path) for n, b in _bases(f)
             if not osp.isfile(b) or osp.splitext(b)[1] not in CONFIG_FILES
         ]
         if not missing:
