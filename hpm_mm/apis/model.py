@@ -6,7 +6,7 @@ from mmengine.config import Config
 from mmengine.logging import print_log
 
 from hpm_mm.engine.checkpoint_migrations import checkpoint_state
-from hpm_mm.engine.safe_load import check_finite
+from hpm_mm.engine.safe_load import check_fills, check_finite
 from .config import load_config
 
 
@@ -72,7 +72,6 @@ def load_checkpoint_strict(
     both in place. Returns the model's keys not loaded (``missing``) and
     the file's not read (``unexpected``) (``filename`` may be a loaded
     checkpoint, ``name`` its file)."""
-    from hpm_mm.engine.safe_load import check_fills
     state = checkpoint_state(model, filename)
     filename = name or filename
     own, ema = model.state_dict(), teacher and not whole

@@ -17,8 +17,13 @@ from typing import Optional, Tuple
 
 import torch
 from mmengine.config import Config
+from mmpretrain.registry import MODELS
 
+from hpm_mm.engine.safe_load import check_fills, check_finite, load_file
+from hpm_mm.engine.work_dir import (MARK, plan_outputs, text_writer,
+                                    write_outputs)
 from hpm_mm.errors import HPMError
+from .config import load_config
 from .convert import OFFICIAL_NAMES, rename
 from .model import file_names
 
@@ -154,11 +159,9 @@ def official_config(layout: str, model: dict) -> Tuple[str, Config]:
     """The HPM config of ``model`` (:func:`read_arch`'s) as its text and as
     a config: the repository's 800-epoch ImageNet config of that encoder
     (ViT-B/16 or ViT-L/16 at 224 px; else ViT-B/16's) with those sizes."""
-    from .config import load_config
     vit, bb = model['backbone']['arch'], model['backbone']
     key = (vit['embed_dims'], vit['num_layers'], bb['patch_size'],
            bb['img_size'])
-    from hpm_mm.engine.work_dir import MARK
     values = dict(model=model)
     channels = bb['patch_cfg']['in_channels']
     if channels == 1:  # a grayscale encoder: the mean of ImageNet's three
@@ -192,7 +195,6 @@ def _accounted(state: dict, expected: dict, who: str, fix: str) -> dict:
     :func:`~hpm_mm.engine.safe_load.check_fills`) unless it holds every
     tensor of ``expected`` (in the authors' names), each of its shape, and
     nothing else."""
-    from hpm_mm.engine.safe_load import check_fills, check_finite
     check_finite(state, who)
     check_fills(expected, state, who, fix, exact=True)
     return {rename(k, OFFICIAL_NAMES): v for k, v in state.items()}
@@ -215,11 +217,6 @@ def import_official(src: str,
     Raises:
         HPMError: ``src`` is not such a file, or ``out`` not writable (one
         line; nothing written)."""
-    from mmpretrain.registry import MODELS
-
-    from hpm_mm.engine.safe_load import load_file
-    from hpm_mm.engine.work_dir import (MARK, plan_outputs, text_writer,
-                                        write_outputs)
     config_path = osp.splitext(out)[0] + '.py'
     plan_outputs([out, config_path],
                  'the imported checkpoint', [src],
@@ -248,9 +245,8 @@ def import_official(src: str,
                    'the file as released (download it again)'),
         strict=False)
     model.teacher.update_parameters(model.student())  # the first: a copy
-    entries = [k for k in EMA_KEYS if isinstance(ckpt.get(k), dict)] \
-        if ema else []
-    entry = entries[0] if entries else None
+    entries = [k for k in EMA_KEYS if ema and isinstance(ckpt.get(k), dict)]
+    entry = next(iter(entries), None)
     if any(not _same(ckpt[entry], ckpt[k]) for k in entries[1:]):
         raise HPMError(f'{src} holds {len(entries)} EMA entries that differ '
                        f'({", ".join(entries)}). Fix: --no-ema.')
@@ -258,8 +254,7 @@ def import_official(src: str,
         who = f'{src}: its EMA entry {entry!r}'
         teacher = _accounted(
             official_state(ckpt[entry], who), expected, who,
-            '--no-ema (teacher = the released weights), not a teacher '
-            'partly EMA, partly not')
+            '--no-ema (teacher = the released weights)')
         names = file_names(model, teacher, teacher=True)  # (k: not one)
         teacher = {names[k]: v for k, v in teacher.items() if names[k] != k}
         model.load_state_dict(teacher, strict=False)

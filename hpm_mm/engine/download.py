@@ -65,11 +65,8 @@ def download_checkpoint(url: str, model_dir: Optional[str] = None) -> str:
                     urllib.request.Request(url, method='HEAD'),
                     timeout=10) as r:
                 etag = r.headers.get('etag')
-            why = ('the server sends no ETag' if not etag else
-                   f'its ETag {etag} is weak' if etag.startswith('W/') else
-                   f'its ETag {etag} is not the recorded one')
-        except urllib.error.HTTPError as e:  # answered, but no proof
-            etag, why = None, f'the server answers HEAD with {e.code}'
+        except urllib.error.HTTPError:  # answered (405, ...), but no proof
+            etag = None
         except OSError as e:  # unreachable (URLError, a timeout, ...)
             if good:
                 age = (time.time() - os.stat(path).st_mtime) / 86400
@@ -77,7 +74,7 @@ def download_checkpoint(url: str, model_dir: Optional[str] = None) -> str:
                     f'{url}: the server cannot be reached ({e}); using the '
                     f'copy {path}, downloaded {age:.1f} days ago, unchecked',
                     'current', logging.WARNING)
-            etag = why = None
+            etag = None
         strong = etag if etag and not etag.startswith('W/') else None
         if good:
             try:
@@ -87,8 +84,9 @@ def download_checkpoint(url: str, model_dir: Optional[str] = None) -> str:
             except (OSError, ValueError, AttributeError):
                 pass
             print_log(
-                f'{url}: {why}, so the copy is not proven current; '
-                f'downloading it again over {path}', 'current')
+                f'{url}: its ETag ({etag}) is no strong one equal to the '
+                'recorded one, so the copy is not proven current; downloading'
+                f' it again over {path}', 'current')
         os.makedirs(model_dir, exist_ok=True)
         part = f'{path}.{os.getpid()}.part'
         kept = f'; the earlier copy {path} stays untouched' if good else ''
