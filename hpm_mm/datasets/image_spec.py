@@ -8,7 +8,7 @@ head, the data preprocessor (0..255 units, colour order) and every
 loader's root, colour and transform sizes (docs/own_data.md)."""
 import math
 
-from hpm_mm.errors import HPMError, did_you_mean
+from hpm_mm.errors import HPMError, no_such_key
 from .data_check import _loaders
 from .image_folder import reads_image_files
 
@@ -29,10 +29,9 @@ SPEC_KEYS = ('root', 'size', 'channels', 'patch_size', 'mean', 'std')
 def _check(spec: dict) -> tuple:
     """Refuse a spec that cannot train; its (size, channels, patch_size)."""
     unknown = [k for k in spec if k not in SPEC_KEYS]
-    if unknown:
-        raise HPMError(f'image.{unknown[0]}: not a key of the image spec'
-                       f'{did_you_mean(unknown[0], SPEC_KEYS)}. Fix: use '
-                       f'{", ".join(SPEC_KEYS)}.')
+    if unknown:  # the config room's line for a key nothing takes
+        raise HPMError(
+            no_such_key(unknown[0], 'the image spec', SPEC_KEYS, 'image'))
     missing = [k for k in SPEC_KEYS[1:] if spec.get(k) is None]
     if missing:
         raise HPMError(f'image: {missing} not set. Fix: set them '

@@ -66,7 +66,8 @@ def test_check_data_reads_every_hooks_loader():
 @pytest.mark.parametrize(
     'change,match',
     [
-        (dict(chanels=3), 'image.chanels: not a key.*did you mean channels'),
+        (dict(chanels=3), "image.chanels: the image spec takes no argument "
+         r"'chanels' \(did you mean channels.*Fix: image.channels"),
         (dict(size=0), r'image.size=0: give a positive'),
         (dict(size=32.0), r'image.size=32.0: give a positive'),
         (dict(patch_size=True), r'image.patch_size=True: give a positive'),
