@@ -138,11 +138,8 @@ class RunPolicyMixin:
         room = self._hpm_resume = RunResume(
             kw, work_dir, cfg.get('resume_changed_run', False))
         cfg.resume, cfg.load_from = room.resume, room.path
-        if room.resume and room.path:  # its restore, by name (as mmengine's)
-            kw['custom_hooks'] = [
-                *(kw.get('custom_hooks') or []),
-                dict(type='ResumeHook', changed=room.changed)
-            ]
+        hooks = list(kw.get('custom_hooks') or [])  # its hook, by name
+        kw['custom_hooks'] = hooks + [dict(type='ResumeHook', room=room)]
 
     def build_logger(self, *args, **kwargs):
         """mmengine's logger; the precision and the resume notes are its
@@ -270,16 +267,6 @@ class RunPolicyMixin:
         self._check_checkpoint_fits()
         watch_channels(getattr(self.model, 'module', self.model))
         super().load_or_resume()
-
-    def save_checkpoint(self, *args, **kwargs):
-        """mmengine's checkpoint, its meta holding this run's signature and
-        id (:meth:`RunResume.meta`)."""
-        if self._hpm_resume is not None:
-            meta = dict(kwargs.get('meta') or {})
-            meta['hpm_run'] = self._hpm_resume.meta(
-                len(self.train_dataloader), self.optim_wrapper)
-            kwargs['meta'] = meta
-        return super().save_checkpoint(*args, **kwargs)
 
     def _check_checkpoint_fits(self) -> None:
         """The fit check (:meth:`RunResume.check_fits`, once), as soon as

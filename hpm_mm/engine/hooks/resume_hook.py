@@ -7,26 +7,34 @@ from ..run_signature import changed_run
 
 @HOOKS.register_module()
 class ResumeHook(Hook):
-    """A resumed run's state beyond mmengine's resume, restored in
-    ``after_load_checkpoint`` (both runners call it once the checkpoint is
-    read, before they load its optimizer and schedulers): the optimizer's
-    groups merged as this run builds them (:func:`merge_saved`); the
-    non-finite guard's step counts; a changed number of iterations per
-    epoch (or, without a run signature, changed scheduler ends) refused,
-    and with the config's ``resume_changed_run`` the checkpoint continued as
-    this config's run (:func:`as_this_config`). hpm_mm's runner registers
-    it by name for a resumed run (it is not a config's hook).
+    """The resume room's hook (:class:`~hpm_mm.engine.resume.RunResume`),
+    which hpm_mm's runner registers by name for a training run (it is not a
+    config's hook): every checkpoint's ``meta['hpm_run']`` stamped in
+    ``before_save_checkpoint``; a resumed run's state beyond mmengine's
+    resume restored in ``after_load_checkpoint`` (both runners call it once
+    the checkpoint is read, before they load its optimizer and schedulers):
+    the optimizer's groups merged as this run builds them
+    (:func:`merge_saved`); the non-finite guard's step counts; a changed
+    number of iterations per epoch (or, without a run signature, changed
+    scheduler ends) refused, and with the config's ``resume_changed_run``
+    the checkpoint continued as this config's run (:func:`as_this_config`).
 
     Args:
-        changed (bool): Whether the resume room found the run changed.
+        room (RunResume): The run's resume room.
     """
 
     priority = 'VERY_HIGH'
 
-    def __init__(self, changed: bool = False) -> None:
-        self.changed = changed
+    def __init__(self, room) -> None:
+        self.room = room
+
+    def before_save_checkpoint(self, runner, checkpoint: dict) -> None:
+        checkpoint['meta']['hpm_run'] = self.room.meta(
+            len(runner.train_dataloader), runner.optim_wrapper)
 
     def after_load_checkpoint(self, runner, checkpoint: dict) -> None:
+        if not self.room.resume:  # (a load_from: the checkpoint's weights)
+            return
         path, allowed = runner.cfg.load_from, runner.cfg.get(
             'resume_changed_run', False)
         wrapper = runner.optim_wrapper  # (built: both runners' train)
@@ -56,5 +64,5 @@ class ResumeHook(Hook):
         line = changed_run(path, changed, allowed)
         if line:
             runner.logger.warning(line)
-        if allowed and (self.changed or changed):
+        if allowed and (self.room.changed or changed):
             as_this_config(runner, checkpoint, schedulers, per_epoch)
