@@ -6,6 +6,7 @@ writes; and the one writer of a whole file (:func:`save_file`).
 URLs through :mod:`hpm_mm.engine.download` (which downloads, then calls
 it); docs/reliability.md says why and what it costs.
 """
+import functools
 import os
 import os.path as osp
 import pickle
@@ -91,18 +92,10 @@ def checkpoint_safe_globals() -> list:
         found += list(helpers)
     if torch_below('2.5'):
         found.append(codecs.encode)
-    dtypes = getattr(np, 'dtypes', None)  # e.g. Float64DType (>= 1.25)
-    if dtypes is not None:
-        found += [
-            getattr(dtypes, n) for n in dir(dtypes) if n.endswith('DType')
-        ]
-    return found
-
-
-#: (path, inode, size, mtime, ctime) -> problem: each file read once; an
-#: overwrite or a rename over it changes the ctime or the inode, which no
-#: ``os.utime`` restores
-_CHECKED = {}
+    dtypes = getattr(np, 'dtypes', None)  # Float64DType, ... (>= 1.25)
+    return found + [
+        getattr(dtypes, n) for n in dir(dtypes) if n.endswith('DType')
+    ]  # (dir(None) holds none)
 
 
 def checkpoint_problem(path: str) -> Optional[str]:
@@ -110,32 +103,34 @@ def checkpoint_problem(path: str) -> Optional[str]:
     zip archive torch writes has a central directory (a cut file has none)
     and a CRC per member (a flipped bit fails it). Nothing is unpickled;
     torch's legacy format, which has no checksums, passes when its pickles
-    are whole."""
+    are whole. Each file is read once (:func:`_problem`)."""
     if not osp.isfile(path):
         return 'no such file' if not osp.isdir(path) else 'a folder'
-    stat = os.stat(path)
-    key = (osp.realpath(path), stat.st_ino, stat.st_size, stat.st_mtime_ns,
-           stat.st_ctime_ns)
-    if key in _CHECKED:
-        return _CHECKED[key]
-    problem = None
-    if stat.st_size == 0:
-        problem = 'empty file'
-    else:
-        try:
-            with zipfile.ZipFile(path) as zf:
-                bad = zf.testzip()
-            if bad is not None:
-                problem = f'damaged member {bad} (its CRC does not match)'
-        except Exception as e:  # BadZipFile, OSError, a garbled name's
-            legacy = _legacy_pickles(path)  # UnicodeDecodeError, ...
-            if legacy and not legacy[1]:
-                problem = 'cut short or damaged (its pickles end early)'
-            elif not legacy:
-                problem = ('truncated, damaged or not a torch checkpoint '
-                           f'({type(e).__name__}: {str(e)[:80]})')
-    _CHECKED[key] = problem
-    return problem
+    st = os.stat(path)
+    return _problem(
+        osp.realpath(path), st.st_ino, st.st_size, st.st_mtime_ns,
+        st.st_ctime_ns)
+
+
+@functools.cache
+def _problem(path: str, inode: int, size: int, *times) -> Optional[str]:
+    """:func:`checkpoint_problem` of one version of a file: an overwrite or a
+    rename over it changes the ctime or the inode, which no ``os.utime``
+    restores."""
+    if size == 0:
+        return 'empty file'
+    try:
+        with zipfile.ZipFile(path) as zf:
+            bad = zf.testzip()
+        return None if bad is None else \
+            f'damaged member {bad} (its CRC does not match)'
+    except Exception as e:  # BadZipFile, OSError, a garbled name's
+        legacy = _legacy_pickles(path)  # UnicodeDecodeError, ...
+        if legacy:
+            return None if legacy[1] else \
+                'cut short or damaged (its pickles end early)'
+        return ('truncated, damaged or not a torch checkpoint '
+                f'({type(e).__name__}: {str(e)[:80]})')
 
 
 def _legacy_pickles(path: str) -> Optional[tuple]:
