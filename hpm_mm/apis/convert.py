@@ -10,6 +10,7 @@ from typing import Dict, Tuple
 import torch
 from mmpretrain.models.utils import resize_pos_embed
 
+from hpm_mm.engine.checkpoint_migrations import checkpoint_state
 from hpm_mm.errors import HPMError
 
 TARGETS = ('mmpretrain', 'mmdet', 'mmseg', 'timm')
@@ -67,11 +68,10 @@ def saved_config(checkpoint: dict):
     text = (checkpoint.get('meta') or {}).get('cfg')
     if not text:
         return None
-    with tempfile.TemporaryDirectory() as tmp:
-        path = os.path.join(tmp, 'saved_config.py')
-        with open(path, 'w') as f:
-            f.write(text)
-        return Config.fromfile(path, import_custom_modules=False)
+    with tempfile.NamedTemporaryFile('w', suffix='.py') as f:
+        f.write(text)
+        f.flush()
+        return Config.fromfile(f.name, import_custom_modules=False)
 
 
 def encoder_state(checkpoint: dict,
@@ -79,8 +79,10 @@ def encoder_state(checkpoint: dict,
                   name: str = 'the checkpoint') -> dict:
     """The encoder's ``VisionTransformer`` keys (no prefix) from an HPM or
     MAE pretraining checkpoint ``name`` (any target, or HPMSimMIM/HPMBEiT,
-    whose ``mask_token`` is dropped); one HPMError line for anything else."""
-    state = checkpoint.get('state_dict', checkpoint)
+    whose ``mask_token`` is dropped); one HPMError line for anything else.
+    Its state dict as every load reads it (:func:`checkpoint_state`: a DDP
+    wrapper's ``module.`` taken off)."""
+    state = checkpoint_state(None, checkpoint)
     prefix = 'teacher.module.backbone.' if teacher else 'backbone.'
     # mask_token: MaskTokenViT's (SimMIM/BEiT students), pretraining only
     enc = {

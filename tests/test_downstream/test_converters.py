@@ -106,6 +106,17 @@ def test_position_embedding_interpolated_for_detection(rgb_hpm_checkpoint):
     assert torch.equal(same.reshape(1, 16, 64), enc['pos_embed'][:, 1:])
 
 
+def test_a_ddp_wrapped_checkpoint_converts(rgb_hpm_checkpoint):
+    """A checkpoint saved from a DDP-wrapped model (keys under ``module.``)
+    is read as every load reads it (it was "not an HPM/MAE pretraining
+    checkpoint")."""
+    ckpt = torch.load(rgb_hpm_checkpoint, map_location='cpu')
+    wrapped = {'module.' + k: v for k, v in ckpt['state_dict'].items()}
+    enc, got = encoder_state(ckpt), encoder_state(dict(state_dict=wrapped))
+    assert enc.keys() == got.keys() and 'pos_embed' in got
+    assert all(torch.equal(enc[k], got[k]) for k in enc)
+
+
 def test_refuses_non_hpm_checkpoints(tmp_path):
     bad = tmp_path / 'resnet.pth'
     torch.save(dict(state_dict={'backbone.conv1.weight': torch.zeros(1)}), bad)
