@@ -19,6 +19,7 @@ import os.path as osp
 import time
 import urllib.error
 import urllib.request
+from contextlib import suppress
 from typing import Optional
 from urllib.parse import urlparse
 
@@ -77,12 +78,10 @@ def download_checkpoint(url: str, model_dir: Optional[str] = None) -> str:
             etag = None
         strong = etag if etag and not etag.startswith('W/') else None
         if good:
-            try:
-                with open(record) as f:
-                    if strong and json.load(f).get('etag') == strong:
-                        return
-            except (OSError, ValueError, AttributeError):
-                pass
+            with suppress(OSError, ValueError, AttributeError), \
+                    open(record) as f:  # (no record, or a garbled one)
+                if strong and json.load(f).get('etag') == strong:
+                    return
             print_log(
                 f'{url}: its ETag ({etag}) is no strong one equal to the '
                 'recorded one, so the copy is not proven current; downloading'
