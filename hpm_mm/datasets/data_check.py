@@ -44,10 +44,9 @@ def check_data(cfg: Config, max_images: int = 0) -> Dict[str, list]:
     want = patch_cfg.get('in_channels', backbone.get('in_channels', 3))
     for name, loader in _loaders(cfg):
         ds_cfg = loader['dataset']
-        key = repr(ds_cfg)
-        if key in seen:
+        if repr(ds_cfg) in seen:  # the same dataset in two loaders: once
             continue
-        seen.add(key)
+        seen.add(repr(ds_cfg))
         try:
             dataset = DATASETS.build(ds_cfg)
         except Exception as e:  # missing folders, bad annotation files

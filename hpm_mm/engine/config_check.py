@@ -361,13 +361,13 @@ def _receiver(path: str, node: dict, cfg: dict, registered,
                     for f, n in readers[path]), ())
         return keys and (readers[path][0][0].__qualname__, keys, ())
     parent = parents.get(path.rpartition('.')[0], {})
-    above = registered(parent.get('type')) if parent.get('type') else ()
+    above = registered(parent.get('type'))  # (None: no class)
     if path.endswith('.arch') and above:  # a backbone's arch_zoo entry
-        zoo = [getattr(c, 'arch_zoo', None) for c in above]
         keys = {
             k
-            for z in zoo if z for a in z.values() if isinstance(a, dict)
-            for k in a
+            for c in above
+            for a in (getattr(c, 'arch_zoo', None) or {}).values()
+            if isinstance(a, dict) for k in a
         }
         return keys and (f'{above[0].__name__}.arch', tuple(sorted(keys)), ())
     kind = node.get('type', _DEFAULT_TYPES.get(path))
@@ -378,7 +378,7 @@ def _receiver(path: str, node: dict, cfg: dict, registered,
     if path == 'train_cfg' and kind is None:  # mmengine's by_epoch
         kind, extra = ('EpochBasedTrainLoop' if node.get('by_epoch') else
                        'IterBasedTrainLoop'), ('by_epoch', )
-    found = registered(kind) if kind is not None else ()
+    found = registered(kind)
     takes = [_takes(c) for c in found]
     if not found or None in takes:
         return None
