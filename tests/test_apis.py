@@ -207,6 +207,14 @@ def test_testing_a_pretraining_config_is_one_line(tmp_path):
         test(FMNIST_CFG, str(tmp_path / 'x.pth'), str(tmp_path / 'w'))
 
 
+def test_a_launcher_nothing_knows_is_one_line_for_test_too(tmp_path):
+    """``test(launcher=...)`` is checked as ``train``'s, first (it reached
+    the process group's setup unchecked)."""
+    from hpm_mm.apis import test
+    with pytest.raises(HPMError, match="launcher='torchrun': give one of"):
+        test(FMNIST_CFG, str(tmp_path / 'x.pth'), launcher='torchrun')
+
+
 @pytest.mark.parametrize('line,says', [
     ("load_fom = 'x.pth'", "nothing reads 'load_fom'. Fix: did you mean "
      'load_from?'),
