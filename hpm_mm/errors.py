@@ -61,20 +61,17 @@ def check_fills(expected,
         f'; none is, the file holds e.g. {few(list(state_dict))}'
     parts = [
         f'{len(missing)} of its {len(own)} tensors are missing (e.g. '
-        f'{few(missing)}{held or ""})'
-    ] if missing else []
-    parts += [
+        f'{few(missing)}{held or ""})' if missing else '',
         f'{len(other)} have another shape (e.g. {few(other[:1])}: '
         f'{tuple(getattr(state_dict[other[0]], "shape", ()))} in the file, '
-        f'{tuple(own[other[0]].shape)} in the model)'
-    ] if other else []
-    parts += [
-        f'it holds {len(extra)} tensors the model lacks (e.g. '
-        f'{few(extra)})'
-    ] if extra else []
-    if parts:
+        f'{tuple(own[other[0]].shape)} in the model)' if other else '',
+        f'it holds {len(extra)} tensors the model lacks (e.g. {few(extra)})'
+        if extra else ''
+    ]
+    if any(parts):
         raise CheckpointError(f'{name} does not fit the model: ' +
-                              '; '.join(parts) + f'. Fix: {fix}.')
+                              '; '.join(filter(None, parts)) +
+                              f'. Fix: {fix}.')
 
 
 def exit_status(prog: str, run, argv=None):

@@ -80,10 +80,8 @@ def official_state(ckpt, src: str = 'the checkpoint') -> dict:
         raise _refuse(src, 'it is a fine-tuned classifier (head / fc_norm)')
     other = [k for k in state if rename(k, OFFICIAL_NAMES) is None]
     if other:
-        raise _refuse(
-            src, f'it holds keys no MAE/HPM ViT has, e.g. {other[:3]}' +
-            (' (some under a wrapper (module.), not all)' if any(
-                k.startswith(WRAPPERS) for k in other) else ''))
+        raise _refuse(src,
+                      f'it holds keys no MAE/HPM ViT has, e.g. {other[:3]}')
     need = ('patch_embed.proj.weight', 'pos_embed', 'blocks.0.mlp.fc1.weight')
     missing = [k for k in need if k not in state]  # (the rest: check_fills)
     if missing:

@@ -273,7 +273,7 @@ def _beit(ref):
 
 @pytest.mark.parametrize('case,says', [
     ('beit', 'holds keys no MAE/HPM ViT has'),
-    ('half_wrapped', '] (some under a wrapper (module.), not all)'),
+    ('half_wrapped', "no MAE/HPM ViT has, e.g. ['module."),
     ('finetuned', 'a fine-tuned classifier (head / fc_norm)'),
     ('truncated', 'truncated, damaged or not a torch checkpoint'),
     ('no_vit', 'another shape (e.g. pos_embed: (1, 18, 96) in the file'),
