@@ -79,16 +79,14 @@ def as_this_config(runner, ckpt: dict, schedulers: list,
     meta = ckpt['meta']
     if isinstance(runner.train_loop, EpochBasedTrainLoop):
         meta['iter'] = meta['epoch'] * iters_per_epoch
+    by_iter = [s for s in schedulers if not s.by_epoch]
+    by_epoch = [s for s in schedulers if s.by_epoch]
     with warnings.catch_warnings():  # (steps before any optimizer step)
         warnings.simplefilter('ignore', UserWarning)
         for i in range(meta['iter']):
-            for s in schedulers:
-                if not s.by_epoch:
-                    s.step()
-            if (i + 1) % iters_per_epoch == 0:
-                for s in schedulers:
-                    if s.by_epoch:
-                        s.step()
+            ends = (i + 1) % iters_per_epoch == 0  # an epoch's last
+            for s in by_iter + (by_epoch if ends else []):
+                s.step()
     wrapper, saved = runner.optim_wrapper, ckpt.get('optimizer') or {}
     pairs = [(wrapper[k], saved[k]) for k in saved] if hasattr(
         wrapper, 'keys') else [(wrapper, saved)]  # (an OptimWrapperDict)

@@ -110,8 +110,8 @@ def find_resume_checkpoint(work_dir: str) -> Tuple[Optional[str], List[str]]:
             pointed = osp.join(work_dir, osp.basename(f.read().strip()))
     found = checkpoints_in(work_dir)
     limit = next((s for s, p in found if p == pointed), None)
-    candidates = [(pointed, False)] if pointed and limit is None else []
-    candidates += [(p, limit is not None and s > limit) for s, p in found]
+    candidates = [(pointed, 0, False)] if pointed and limit is None else []
+    candidates += [(p, s, limit is not None and s > limit) for s, p in found]
     own, _, line = read_run_ids(work_dir)
     if own is None:  # the pointed checkpoint's run, else the one all record
         runs = {_hpm_run(p).get('run_id'): p for _, p in found[::-1]}
@@ -124,12 +124,12 @@ def find_resume_checkpoint(work_dir: str) -> Tuple[Optional[str], List[str]]:
                           for r, p in runs.items() if r) +
                 ': runs disagree; nothing says which is this one'
             ]
-    steps, skipped = {p: s for s, p in found}, []
-    for path, newer in candidates:
+    skipped = []
+    for path, step, newer in candidates:
         problem = checkpoint_problem(path)
         run = _hpm_run(path).get('run_id') if problem is None else None
-        if problem is None and (run != own and steps.get(path, 0) > line.get(
-                run, -1) or newer and run is None):
+        if problem is None and (run != own and step > line.get(run, -1)
+                                or newer and run is None):
             problem = ((f'newer than {pointer} and ' if newer else '') +
                        f'not of this run (its run id {run} is not {own})')
         if problem is None:

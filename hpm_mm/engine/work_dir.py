@@ -102,10 +102,8 @@ def release_work_dir(handle: IO) -> None:
     file is closed (a child forked before the lock was held may still
     share the open file)."""
     _HELD.discard(handle.fileno())
-    try:
+    with handle:  # (closed however the unlock ends)
         fcntl.flock(handle, fcntl.LOCK_UN)
-    finally:
-        handle.close()
 
 
 def check_writable(path: str,
