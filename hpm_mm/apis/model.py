@@ -27,8 +27,7 @@ def load_model(config: Union[str, Config],
         not fit the model."""
     from mmpretrain.apis import get_model
 
-    cfg = load_config(config)
-    model = get_model(cfg, device=device)
+    model = get_model(load_config(config), device=device)
     if checkpoint is not None:
         load_checkpoint_strict(model, checkpoint, teacher, required, whole)
     return model

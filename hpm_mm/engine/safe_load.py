@@ -272,7 +272,7 @@ def load_file(path: str, map_location='cpu'):
     (a warning says so). torch < :data:`TORCH_FLOOR` loads tensors-only files.
     Raises :class:`CheckpointError` (damaged) or
     :class:`UnsafeCheckpointError`, one line naming the file."""
-    path = os.fspath(path)
+    path = osp.expanduser(os.fspath(path))
     if path.startswith(URL_SCHEMES):  # hpm_mm's URL loaders, by mmengine
         from mmengine.runner.checkpoint import CheckpointLoader
         return CheckpointLoader.load_checkpoint(path, map_location)
@@ -309,9 +309,8 @@ def _check(path: str) -> None:
                     f'{fix}.')
 
 
-def load_from_local(filename: str, map_location=None):
-    """mmengine's local checkpoint loader, through :func:`load_file`."""
-    return load_file(osp.expanduser(filename), map_location)
+#: mmengine's local checkpoint loader (its name): the one loader
+load_from_local = load_file
 
 
 def check_finite(state_dict: dict, name: str = 'the checkpoint') -> None:
