@@ -102,7 +102,7 @@ def read_arch(state: dict,
     :func:`check_fills` refusal."""
     proj, pos = state['patch_embed.proj.weight'], state['pos_embed']
     dim, in_ch, patch = proj.shape[0], proj.shape[1], proj.shape[-1]
-    side = int(round((pos.shape[1] - 1)**.5))  # (other shapes: check_fills)
+    side = max(2, round((pos.shape[1] - 1)**.5))  # (others: check_fills)
     layout = 'hpm' if any('losspred' in k for k in state) else \
         'mae_visualize' if any(k.startswith(('decoder', 'mask_token'))
                                for k in state) else 'mae_pretrain'

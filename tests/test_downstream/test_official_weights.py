@@ -277,6 +277,7 @@ def _beit(ref):
     ('finetuned', 'a fine-tuned classifier (head / fc_norm)'),
     ('truncated', 'truncated, damaged or not a torch checkpoint'),
     ('no_vit', 'another shape (e.g. pos_embed: (1, 18, 96) in the file'),
+    ('cls_only', 'another shape (e.g. pos_embed: (1, 1, 96) in the file'),
     ('hpm_mm', 'it is an hpm_mm (mmengine) checkpoint already'),
 ])
 def test_refusals_are_one_line_and_write_nothing(tmp_path, case, says):
@@ -293,6 +294,8 @@ def test_refusals_are_one_line_and_write_nothing(tmp_path, case, says):
         })
     elif case == 'no_vit':
         state['pos_embed'] = torch.zeros(1, 18, 96)  # 17 patches
+    elif case == 'cls_only':  # the cls token's position alone: no patch
+        state['pos_embed'] = torch.zeros(1, 1, 96)
     elif case == 'hpm_mm':
         state = {'backbone.' + k: v for k, v in state.items()}
     elif case == 'half_wrapped':  # (all under module.: unwrapped)
