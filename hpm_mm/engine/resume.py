@@ -152,15 +152,14 @@ class RunResume:
         if not (self.resume and self.path):
             return
         meta = self.ckpt['meta']
-        then = meta.get('hpm_run')
-        run, step = (then or {}).get('run_id'), meta['epoch'] or meta['iter']
+        then = meta.get('hpm_run') or {}
+        run, step = then.get('run_id'), meta['epoch'] or meta['iter']
         own, where, line = read_run_ids(work_dir)
-        self.start = self.start or (then or {}).get('start')
+        self.start = self.start or then.get('start')
         if own is not None and (run == own or step <= line.get(run, -1)):
             self.run_id, self.line = own, line  # the work dir's run
         else:  # the checkpoint's run goes on
-            self.run_id = run or self.run_id
-            self.line = (then or {}).get('line') or {}
+            self.run_id, self.line = run or self.run_id, then.get('line') or {}
         if own is not None and osp.isdir(where) and \
                 osp.realpath(where) != osp.realpath(work_dir):
             # a copy of a work dir: a branch of the run it holds
@@ -168,7 +167,7 @@ class RunResume:
             self.run_id = uuid.uuid4().hex[:12]
             self.notes.append((logging.WARNING, f'resume: {work_dir} is a '
                                f'copy of {where}: a branch, id {self.run_id}'))
-        if then is None:
+        if not then:
             self.notes.append((logging.WARNING, f'resume: {self.path} '
                                'records no run signature (not hpm_mm\'s)'))
         # a changed run refused unless allowed, one shorter than what the
@@ -178,13 +177,13 @@ class RunResume:
         if line:
             self.changed = True
             self.notes.append((logging.WARNING, line))
-        for key, done in (('max_epochs', meta['epoch']), ('max_iters',
-                                                          meta['iter'])):
-            length = self.signature[key]
-            if length is not None and done and length < done:
-                raise HPMError(f'--resume {self.path}: it trained {done} '
-                               f'{key[4:]}, more than train_cfg.{key}='
-                               f'{length}. Fix: train_cfg.{key} >= {done}.')
+        key = 'max_iters' if self.signature['max_epochs'] is None else \
+            'max_epochs'  # (the one a run sets)
+        length, done = self.signature[key], meta[key[4:-1]]
+        if length is not None and done and length < done:
+            raise HPMError(f'--resume {self.path}: it trained {done} '
+                           f'{key[4:]}, more than train_cfg.{key}={length}. '
+                           f'Fix: train_cfg.{key} >= {done}.')
 
     def _decide(self, kw: dict) -> Optional[str]:
         """Which checkpoint the run starts from (``kw['resume']`` set so).

@@ -20,8 +20,7 @@ _NAMES = dict(
     max_iters='train_cfg.max_iters',
     batch_size='train_dataloader.batch_size',
     world_size='processes (WORLD_SIZE)',
-    lr='optim_wrapper.optimizer.lr',
-    param_scheduler='param_scheduler')
+    lr='optim_wrapper.optimizer.lr')
 
 
 def _plain(value):
@@ -96,5 +95,4 @@ def changed_run(path: str, changed: List[str], allowed: bool) -> Optional[str]:
             f'--resume {path}: the run changed since it was written ({what})'
             ". Fix: the work dir's config copy, or resume_changed_run=True.")
     return changed and (f'resume: the run changed since {path} ({what}); '
-                        'continuing as the new config, as '
-                        'resume_changed_run=True asks') or None
+                        'continuing as the new config') or None

@@ -87,8 +87,7 @@ def own_work_dir(work_dir: str) -> IO:
         raise WorkDirBusy(
             f'{work_dir} is in use by a running job ({owner}). Fix: wait for '
             'it to finish, or give this run its own --work-dir.') from None
-    handle.seek(0)
-    handle.truncate()
+    handle.truncate(0)  # (appended: written from its start)
     started = datetime.datetime.now().strftime('%Y-%m-%d %H:%M:%S')
     handle.write(f'pid {os.getpid()} on {socket.gethostname()} since '
                  f'{started}: {" ".join(sys.argv)}\n')
