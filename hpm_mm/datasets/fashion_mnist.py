@@ -26,9 +26,8 @@ def resolve_data_root(data_root: str) -> str:
     roots found nowhere are returned as given (loading then names both
     places in its error)."""
     in_repo = osp.join(REPO, data_root)
-    if data_root and not osp.exists(data_root) and osp.exists(in_repo):
-        return in_repo
-    return data_root
+    found = data_root and not osp.exists(data_root) and osp.exists(in_repo)
+    return in_repo if found else data_root
 
 
 #: file name -> (bytes, SHA-256) of the release's gunzipped idx file

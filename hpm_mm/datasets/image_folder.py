@@ -85,21 +85,17 @@ def scan_folder(root: str) -> Dict:
     check_folder(root)
     seen = {osp.realpath(root)}
 
-    def first_time(path: str) -> bool:
-        """A folder or file reached twice (a symlink loop, a second link)
-        is read once."""
-        real = osp.realpath(path)
-        new = real not in seen
-        seen.add(real)
-        return new
-
     def is_data(folder: str, name: str) -> bool:
         """Not hidden, nor a tool's work dir (checkpoints, hard-patch
-        grids), nor met before."""
+        grids), nor met before (a symlink loop, a second link)."""
         full = osp.join(folder, name)
-        return not name.startswith('.') and name != 'work_dirs' and not any(
-            osp.exists(osp.join(full, f))
-            for f in ('.run.lock', 'last_checkpoint')) and first_time(full)
+        real = osp.realpath(full)
+        if name.startswith('.') or name == 'work_dirs' or real in seen or any(
+                osp.exists(osp.join(full, f))
+                for f in ('.run.lock', 'last_checkpoint')):
+            return False
+        seen.add(real)
+        return True
 
     paths = []
     for dirpath, dirnames, filenames in os.walk(root, followlinks=True):

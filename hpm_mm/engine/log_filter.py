@@ -42,7 +42,6 @@ class BareConsoleFormatter(logging.Formatter):
         self.base = base
 
     def format(self, record: logging.LogRecord) -> str:
-        if getattr(record, 'console', False) and \
-                record.levelno < logging.WARNING:
-            return record.getMessage()
-        return self.base.format(record)
+        bare = getattr(record, 'console', False) and \
+            record.levelno < logging.WARNING
+        return record.getMessage() if bare else self.base.format(record)

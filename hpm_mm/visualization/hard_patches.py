@@ -46,10 +46,8 @@ def analyze_hard_patches(model,
     ``use_teacher``: the EMA teacher's scores, as in training."""
     was_training = model.training
     model.eval()
-    B = inputs.shape[0]
-    N = model.backbone.num_patches
-    gen = model.mask_generator
-    head = model.head
+    B, N = inputs.shape[0], model.backbone.num_patches
+    gen, head = model.mask_generator, model.head
 
     def reconstruct(mask: torch.Tensor) -> torch.Tensor:
         latent, ids = model.backbone(inputs, mask.to(inputs.device),
