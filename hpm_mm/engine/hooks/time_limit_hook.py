@@ -13,26 +13,20 @@ class TimeLimitHook(Hook):
     done; ``--resume`` continues. Runs last (``LOWEST``).
 
     Args:
-        minutes (float, optional): The allowance from ``before_train``.
-        deadline (float, optional): Its end as a Unix time (exclusive with
-            ``minutes``)."""
+        minutes (float): The allowance from ``before_train``."""
 
     priority = 'LOWEST'
 
-    def __init__(self,
-                 minutes: Optional[float] = None,
-                 deadline: Optional[float] = None) -> None:
-        if (minutes is None) == (deadline is None) or (minutes is not None
-                                                       and minutes <= 0):
-            raise ValueError(f'TimeLimitHook(minutes={minutes}, deadline='
-                             f'{deadline}): give minutes > 0 or a deadline.')
-        self.minutes, self.deadline = minutes, deadline
+    def __init__(self, minutes: Optional[float] = None) -> None:
+        if not isinstance(minutes, (int, float)) or minutes <= 0:
+            raise ValueError(f'TimeLimitHook(minutes={minutes!r}): give '
+                             'minutes > 0.')
+        self.minutes = minutes
         self.stopped_at: Optional[int] = None
 
     def before_train(self, runner) -> None:
         now = time.time()
-        if self.minutes is not None:
-            self.deadline = now + 60 * self.minutes
+        self.deadline = now + 60 * self.minutes
         self._start, self._first_epoch = now, runner.epoch
         self.stopped_at = None
 
