@@ -372,6 +372,9 @@ def test_the_knn_hook_says_when_the_bank_is_the_evaluated_set(tmp_path):
     # what a hook may read (docs/extending.md): the last result, as written
     knn = next(h for h in runner.hooks if type(h).__name__ == 'KNNEvalHook')
     assert knn.last_result == {int(k): v for k, v in done['acc'].items()}
+    logged = runner.message_hub.log_scalars  # knn/top1_k{k}, knn/top1_best
+    assert logged['knn/top1_k1'].current() == done['acc']['1'] == \
+        logged['knn/top1_best'].current()
     log = open(runner.logger.handlers[-1].baseFilename).read()
     assert f'kNN: {SAME_SET}' in log
     # the stage says what it extracts (minutes on a CPU, silent before)

@@ -73,9 +73,6 @@ class DeferredRuntimeInfoHook(RuntimeInfoHook):
                     f'train/{key}',
                     value if device is None else next(values[device]))
 
-    def after_train_epoch(self, runner) -> None:
-        self.flush(runner)
-
     def before_val(self, runner) -> None:
         self.flush(runner)
         super().before_val(runner)

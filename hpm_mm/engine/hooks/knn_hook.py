@@ -98,8 +98,7 @@ class KNNEvalHook(AfterCheckpointEvalHook):
                            val['labels'], self.ks, self.temperature)
         scalars = {f'knn/top1_k{k}': v for k, v in acc.items()}
         scalars['knn/top1_best'] = max(acc.values())
-        for key, value in scalars.items():
-            runner.message_hub.update_scalar(key, value)
+        runner.message_hub.update_scalars(scalars)
         runner.visualizer.add_scalars(scalars, step=runner.iter)
         runner.logger.info(
             'kNN top-1 (T=%.2f, %s features, %s): %s', self.temperature,
