@@ -172,7 +172,7 @@ def test_backbone_masking_matches_manual_gather():
 
 def test_wrong_image_size_is_a_clear_error():
     model = tiny_hpm()
-    with pytest.raises(ValueError, match='built for 16x16'):
+    with pytest.raises(ValueError, match='got .*Fix: images of 16x16'):
         model.loss(torch.randn(2, 1, 32, 32), [])
 
 

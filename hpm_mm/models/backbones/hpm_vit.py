@@ -53,16 +53,14 @@ class HPMViT(MAEViT):
                       mask: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
         """Patch tokens (B, N, C) and the position embedding interpolated to
         the input's grid (1, 1 + N, C); checks the mask's shape."""
-        B = x.shape[0]
         tokens, grid = self.patch_embed(x)
         pos_embed = resize_pos_embed(self.pos_embed, self.patch_resolution,
                                      grid, self.interpolate_mode, 1)
-        N = tokens.shape[1]
-        if mask.shape != (B, N):
+        if mask.shape != tokens.shape[:2]:
             raise ValueError(
-                f'mask must be ({B}, {N}) for a {x.shape[-2]}x{x.shape[-1]} '
-                f'input, got {tuple(mask.shape)}: the model was built for '
-                f'{self.img_size[0]}x{self.img_size[1]}. Fix: that size.')
+                f'mask must be {tuple(tokens.shape[:2])} for this input, got '
+                f'{tuple(mask.shape)}. Fix: images of {self.img_size[0]}x'
+                f'{self.img_size[1]}, the size the model was built for.')
         return tokens, pos_embed
 
     def encode(self, tokens: torch.Tensor,

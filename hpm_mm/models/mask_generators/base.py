@@ -152,9 +152,8 @@ class BaseMaskGenerator(nn.Module):
     @staticmethod
     def _shape(scores, num_patches, batch_size, device):
         """(B, N, device) of the scores when given."""
-        if scores is not None:
-            return scores.shape[0], scores.shape[1], scores.device
-        return batch_size, num_patches, device
+        given = batch_size, num_patches, device
+        return given if scores is None else (*scores.shape, scores.device)
 
     def keys(self,
              batch_size: int,

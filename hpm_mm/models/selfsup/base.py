@@ -89,14 +89,13 @@ class HPMBase(BaseSelfSupervisor):
             raise ValueError(f'neck.num_patches={self.neck.num_patches}, the '
                              f'backbone has {N}. Fix: neck.num_patches={N}.')
         # a predicting loss or a predicted-loss mask needs a predictor
-        if not self.with_predictor and \
-                getattr(self.head, 'loss_pred', None) is not None:
-            raise ValueError('head.loss_pred is set but the model has no loss '
-                             'predictor. Fix: head.loss_pred=None.')
-        if not self.with_predictor and gen.uses_scores and \
-                gen.score_source == 'predicted_loss':
-            raise ValueError('no loss predictor for a mask that masks by '
-                             'predicted loss. Fix: alpha_0=alpha_T=0.')
+        if not self.with_predictor:
+            if getattr(self.head, 'loss_pred', None) is not None:
+                raise ValueError('head.loss_pred is set but the model has no '
+                                 'loss predictor. Fix: head.loss_pred=None.')
+            if gen.uses_scores and gen.score_source == 'predicted_loss':
+                raise ValueError('no loss predictor for a mask that masks by '
+                                 'predicted loss. Fix: alpha_0=alpha_T=0.')
         self.teacher_features = bool(
             self.teacher_target
             or getattr(self.target_generator, 'uses_teacher', False))

@@ -51,16 +51,13 @@ class HPM(HPMBase):
         scalars."""
         scores, teacher_features = self.teach(inputs)
         mask = self.choose_mask(scores, inputs)
-        latent, ids_restore = self.backbone(inputs, mask, self.num_visible)
+        N = self.backbone.num_patches  # the same count masked in each image
+        latent, ids_restore = self.backbone(
+            inputs, mask, N - self.mask_generator.num_masked(N))
         pred, pred_scores = self.neck(latent, ids_restore)
         target = self.target(inputs, teacher_features)
         losses = self.head.loss(pred, pred_scores, target, mask)
         return self.with_mask_log(losses, inputs)
-
-    @property
-    def num_visible(self) -> int:
-        N = self.backbone.num_patches
-        return N - self.mask_generator.num_masked(N)
 
     def target(
             self,

@@ -48,12 +48,11 @@ class FrozenFeatureTarget(BaseModule):
     def load_target_state(self, state: dict) -> dict:
         """The network's own keys from a checkpoint's state dict: those under
         ``prefix`` (stripped), or, where none is, the whole dict."""
-        if not any(k.startswith(self.prefix) for k in state):
-            return dict(state)
-        return {
+        own = {
             k[len(self.prefix):]: v
             for k, v in state.items() if k.startswith(self.prefix)
         }
+        return own or dict(state)
 
     def init_weights(self) -> None:
         super().init_weights()

@@ -18,8 +18,7 @@ class UnbindQKVAttention(MultiheadAttention):
                                                               4).unbind(0)
         attn_drop = self.attn_drop if self.training else 0.
         x = self.scaled_dot_product_attention(q, k, v, dropout_p=attn_drop)
-        x = x.transpose(1, 2).reshape(B, N, self.embed_dims)
-        x = self.proj(x)
+        x = self.proj(x.transpose(1, 2).reshape(B, N, self.embed_dims))
         return self.out_drop(self.gamma1(self.proj_drop(x)))
 
 
