@@ -33,7 +33,6 @@ class ConsoleProgressHook(Hook):
 
     def __init__(self, keys: Sequence[str] = KEYS) -> None:
         self.keys = tuple(keys)
-        self._start = self._start_iter = None
 
     def before_train(self, runner) -> None:
         self._start, self._start_iter = time.time(), runner.iter
