@@ -56,8 +56,7 @@ class HPMScheduleHook(Hook):
         progress = epoch / max_epochs if self.by_epoch else \
             runner.iter / max(runner.max_iters, 1)
         done = epoch + (runner.iter % iters_per_epoch) / iters_per_epoch
-        wrapper = runner.optim_wrapper
         get_ori_model(runner.model).set_progress(
-            progress, done, getattr(wrapper, 'step_calls', None), max_epochs,
-            getattr(wrapper, 'last_applied', None))
+            progress, done, getattr(runner.optim_wrapper, 'step_calls', None),
+            max_epochs, getattr(runner.optim_wrapper, 'last_applied', None))
         runner.message_hub.update_scalar('train/hpm_progress', progress)
