@@ -184,11 +184,8 @@ class HPMiBOTHead(BaseModule):
         visible: ``student_patch`` (M, K) in ``mask`` order against
         ``teacher_patch`` (G, B, N, K)."""
         m = mask.bool()
-        temp = self.teacher_temps()[1]
-        target = F.softmax(
-            (teacher_patch.flatten(0, 1)[m].float() - self.patch_center) /
-            temp,
-            dim=-1)
+        logits = teacher_patch.flatten(0, 1)[m].float() - self.patch_center
+        target = F.softmax(logits / self.teacher_temps()[1], dim=-1)
         ce = -(target * F.log_softmax(
             student_patch.float() / self.student_temp, dim=-1)).sum(-1)
         return torch.zeros(m.shape, device=ce.device).masked_scatter(m, ce)
@@ -215,9 +212,8 @@ class HPMiBOTHead(BaseModule):
             per_patch = self.patch_losses(student_patch, t_patch, mask)
             losses = hpm_losses(per_patch, mask, scores, self.loss_pred)
             m = mask.float()  # iBOT's: each image's mean, an unmasked one 0
-            losses['loss_rec'] = (
-                (per_patch * m).sum(1) /
-                m.sum(1).clamp(min=1.)).mean() * self.lambda_patch
+            per_image = (per_patch * m).sum(1) / m.sum(1).clamp(min=1.)
+            losses['loss_rec'] = per_image.mean() * self.lambda_patch
             self.update_centers(t_cls, t_patch)
         return dict(loss_cls=ce[other].mean() * self.lambda_cls, **losses)
 

@@ -82,9 +82,8 @@ class HPMBase(BaseSelfSupervisor):
         gen.check(N)
         if gen.varies and self.backbone.drops_masked:
             raise ValueError(
-                f'mask_ratio={gen.mask_ratio!r} varies per image but '
-                f'{type(self.backbone).__name__} drops the masked patches. '
-                'Fix: a float mask_ratio, or HPMSimMIM/HPMBEiT/HPMiBOT.')
+                f'mask_ratio={gen.mask_ratio!r} varies per image but the '
+                'encoder drops the masked patches. Fix: a float mask_ratio.')
         if getattr(self.neck, 'num_patches', N) != N:
             raise ValueError(f'neck.num_patches={self.neck.num_patches}, the '
                              f'backbone has {N}. Fix: neck.num_patches={N}.')

@@ -134,11 +134,10 @@ class EMATeacher(ExponentialMovingAverage):
         if optim_steps is not None and optim_steps == self._last_optim_steps:
             return False
         self._last_optim_steps = optim_steps
-        if applied is not None and not isinstance(applied, torch.Tensor) \
-                and not applied:
+        on_device = isinstance(applied, torch.Tensor)
+        if not on_device and applied is not None and not applied:
             return False
-        self.update_parameters(
-            student, applied if isinstance(applied, torch.Tensor) else None)
+        self.update_parameters(student, applied if on_device else None)
         return True
 
     @torch.no_grad()
