@@ -41,12 +41,9 @@ class HPMFullyShardedDataParallel(MMFullyShardedDataParallel):
                              'use_orig_params=True.')
         if not torch.cuda.is_available():
             device_id = torch.device('cpu')
-        ignored = list(kwargs.pop('ignored_modules', None) or [])
-        if getattr(module, 'teacher', None) is not None and \
-                'teacher' not in ignored and module.teacher not in ignored:
-            ignored.append('teacher')
-        if ignored:
-            kwargs['ignored_modules'] = ignored
+        if getattr(module, 'teacher', None) is not None:  # (FSDP dedups)
+            ignored = kwargs.get('ignored_modules') or []
+            kwargs['ignored_modules'] = [*ignored, 'teacher']
         # ranks may have built different initial weights (diff_rank_seed):
         # start from rank 0's, teacher included, as DDP does. FSDP's own
         # sync_module_states skips ignored modules and refuses CPU tensors.
