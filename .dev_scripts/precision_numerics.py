@@ -72,10 +72,12 @@ def measure(model, batches, k):
         out['ties_bf16'].append(tie_share(scores['bf16']))
         torch.manual_seed(0)
         mask = model.choose_mask(scores['fp32'], inputs)
+        N = mask.shape[1]
+        visible = N - model.mask_generator.num_masked(N)
         for name, dtype in (('fp32', None), ('bf16', torch.bfloat16)):
             start = time.perf_counter()
             with autocast(dtype):
-                latent, ids = model.backbone(inputs, mask, model.num_visible)
+                latent, ids = model.backbone(inputs, mask, visible)
                 pred, pred_scores = model.neck(latent, ids)
                 losses = model.head.loss(pred, pred_scores, inputs, mask)
             seconds[name] += time.perf_counter() - start
