@@ -78,6 +78,11 @@ def test_cfg_options_name_a_list_element_by_its_type():
     cfg.custom_hooks.append(dict(type='EmptyCacheHook'))
     with pytest.raises(HPMError, match="2 element.* of type 'EmptyCacheHook'"):
         merge_cfg_options(cfg, {'custom_hooks.EmptyCacheHook.x': 1})
+    n = len(cfg.custom_hooks)  # past the end: mmengine's KeyError, the list
+    with pytest.raises(
+            HPMError, match=f'beyond its list of {n}. Fix: an '
+            f'index < {n}'):
+        merge_cfg_options(cfg, {f'custom_hooks.{n}.type': 'TimeLimitHook'})
 
 
 def test_an_image_option_reaches_every_part_for_every_tool():

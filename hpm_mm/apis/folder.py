@@ -302,7 +302,9 @@ def folder_config(base: Config,
         optim_wrapper=dict(optimizer=dict(lr=settings['lr'])),
         param_scheduler=[dict(s) for s in settings['schedulers']],
         model=model,
-        auto_scale_lr=dict(base_batch_size=256, enable=False),
+        auto_scale_lr=dict(  # its lr is for its batch: --from reads it
+            base_batch_size=settings['batch_size'],
+            enable=False),
         custom_hooks=hooks,
         work_dir=work_dir)
     if start is not None:  # no other data, no epoch hooks
@@ -451,6 +453,7 @@ def pretrain_folder(folder: str,
     knn = Path(work_dir, 'knn.json')
     result['knn'] = json.loads(knn.read_text()) if knn.exists() else None
     last = Path(work_dir, 'last_checkpoint').read_text().strip()
+    last = osp.join(work_dir, osp.basename(last))  # (a copy's: its own)
     result['export'] = (
         'export the encoder: python tools/model_converters/hpm2backbone.py '
         f'{last} {osp.join(work_dir, "backbone.pth")} --target mmpretrain')

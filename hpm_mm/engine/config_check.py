@@ -148,7 +148,14 @@ def merge_cfg_options(cfg: Config, options: dict) -> Config:
                 f"nothing reads {top!r}. Fix: a key the run reads, or "
                 "config_keys = (...) on a plugin's class")
             raise HPMError(f'--cfg-options {key}=...: {why}')
-        old = functools.reduce(_step, key.split('.'), current)
+        parts = key.split('.')
+        for i in range(1, len(parts)):
+            node = functools.reduce(_step, parts[:i], current)
+            if isinstance(node, (list, tuple)) and parts[i].isdigit() and \
+                    int(parts[i]) >= len(node):
+                raise HPMError(f'--cfg-options {key}: beyond its list of '
+                               f'{len(node)}. Fix: an index < {len(node)}.')
+        old = functools.reduce(_step, parts, current)
         if _misfit(old, value):
             raise HPMError(f'--cfg-options {key}={value!r}: expected '
                            f'{_misfit(old, value)} (the config has {old!r}).')
@@ -187,11 +194,14 @@ def _config_files(path: str, seen: Optional[set] = None):
             yield from _config_files(base, seen)
 
 
-def _near(path: str) -> str:
-    """What is close to the missing file ``path`` in its folder."""
-    folder = osp.dirname(path) or '.'
+def _near(path: str, naming: str = '') -> str:
+    """What is close to the missing file ``path`` in its folder (not the
+    file ``naming`` it: a config is no base of itself)."""
+    folder, name = osp.dirname(path) or '.', osp.basename(path)
+    names = set(os.listdir(folder) if osp.isdir(folder) else
+                ()) - {osp.basename(naming)}
     return ' as a file: it is a folder' if osp.isdir(path) else did_you_mean(
-        osp.basename(path), os.listdir(folder)) if osp.isdir(folder) else ''
+        name, names)
 
 
 def _syntax_error(path: str, error: SyntaxError) -> str:
@@ -568,8 +578,8 @@ def _read_config(path: str) -> Config:
         if not missing:
             raise
         file, name, base = missing[0]
-        why = f'does not exist{_near(base)}' if not osp.isfile(base) else \
-            'is no config file'
+        why = 'is no config file' if osp.isfile(base) else \
+            f'does not exist{_near(base, file)}'
         raise HPMError(
             f'{file}: its _base_ {name!r} ({base}) {why}. Fix: '
             "correct that path (relative to that file's folder).") from None

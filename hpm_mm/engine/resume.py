@@ -240,7 +240,7 @@ class RunResume:
                 newest = find_resume_checkpoint(osp.dirname(load_from)
                                                 or '.')[0]
                 fix = f'--resume {newest}, the newest complete one there' \
-                    if newest else 'a complete checkpoint, or bare --resume'
+                    if newest else 'a complete checkpoint, or a new --work-dir'
                 raise HPMError(
                     f'cannot resume from {load_from}: {problem}. Fix: {fix}.')
             return load_from

@@ -192,6 +192,9 @@ def test_a_checkpoint_or_a_missing_base_as_the_config_is_one_line(
     cfg.write_text(f'_base_ = [{hpm_checkpoint!r}]\n')  # was a traceback
     with pytest.raises(HPMError, match="its _base_ .* is no config file"):
         load_config(str(cfg))
+    cfg.write_text("_base_ = ['./chil.py']\n")  # it suggested child.py itself
+    with pytest.raises(HPMError, match=r'does not exist\. Fix: '):
+        load_config(str(cfg))
 
 
 def test_kwargs_are_followed_where_passed_on_or_read_by_key():

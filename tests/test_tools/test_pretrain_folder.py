@@ -155,6 +155,17 @@ def test_own_images_one_per_class_trains_without_knn(tmp_path):
         'removed): continuing it' in out, out
     assert (work / 'epoch_2.pth').exists()
     assert len((work / 'images.txt').read_text().splitlines()) == 3
+    # a copy of the work dir: its export line names the copy's checkpoint
+    # (last_checkpoint's absolute path named the original's)
+    import shutil
+    copy = shutil.copytree(work, tmp_path / 'copy')
+    result, _ = _pretrain(
+        root,
+        copy,
+        epochs=2,
+        resume=True,
+        cfg_options=dict(resume_changed_run=True))
+    assert f"hpm2backbone.py {copy / 'epoch_2.pth'} " in result['export']
 
 
 def test_a_second_own_images_run_on_a_busy_work_dir_writes_nothing(tmp_path):
@@ -282,3 +293,21 @@ def test_an_img_size_off_the_patch_grid_is_one_line(tmp_path, size):
     assert f'{size}' in str(refused.value) and 'multiple of' in str(
         refused.value) and '\n' not in str(refused.value), refused.value
     assert not (tmp_path / 'w' / 'hpm_folder.py').exists()
+
+
+def test_a_folder_runs_lr_reads_back_as_the_same_rate_per_256(tmp_path):
+    """A folder run's config states its lr for its own batch, so a run
+    ``--from`` its checkpoint reads the same rate per 256 images (it read
+    the batch-8 lr as a batch-256 one: 32x smaller at each --from)."""
+    from mmengine.config import Config
+
+    from hpm_mm.apis.folder import choose_recipe
+    root = tmp_path / 'imgs'
+    _write_images(str(root), [(f'{i}.png', (32, 32), 'L') for i in range(8)])
+    result, _ = _pretrain(root, tmp_path / 'w', epochs=1, dry_run=True)
+    cfg = Config.fromfile(result['config'])
+    settings = dict(result['settings'])
+    start = dict(cfg=cfg, alpha=None, untrained=[], epochs=(1, 1))
+    choose_recipe(settings, cfg, start, None, None)
+    assert settings['batch_size'] == 8 < 256
+    assert settings['lr'] == pytest.approx(cfg.optim_wrapper.optimizer.lr)

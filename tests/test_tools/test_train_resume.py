@@ -478,7 +478,7 @@ def test_resume_finds_the_newest_complete_checkpoint(tmp_path):
     with pytest.raises(HPMError) as refused:  # a folder with none
         train(cfg, work, resume=str(tmp_path / 'nowhere' / 'epoch_1.pth'))
     assert str(refused.value).endswith(
-        'no such file. Fix: a complete checkpoint, or bare --resume.')
+        'no such file. Fix: a complete checkpoint, or a new --work-dir.')
     # nothing complete: refuse to start from scratch over the files
     for p in work.glob('epoch_*.pth'):
         p.write_bytes(b'x' * 100)
